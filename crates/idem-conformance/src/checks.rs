@@ -1,0 +1,473 @@
+//! The checks: one `async fn` per rule of the [`Store`] contract, each asserting exact outcomes.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use bytes::Bytes;
+use idem_core::{
+    Acquisition, Address, FencingToken, Fingerprint, IdempotencyKey, Lease, RecordState, Scope,
+    Store, StoreError, StoredResponse, Terms,
+};
+
+use crate::Subject;
+
+/// The lease every check acquires with.
+pub const LEASE: Duration = Duration::from_secs(2);
+/// The TTL every check acquires and completes with.
+pub const TTL: Duration = Duration::from_secs(10);
+/// The terms every check acquires with.
+pub const TERMS: Terms = Terms {
+    lease: LEASE,
+    ttl: TTL,
+};
+
+/// A fingerprint made of one repeated byte.
+pub fn fingerprint(n: u8) -> Fingerprint {
+    Fingerprint::from_bytes([n; 32])
+}
+
+/// The address of `key` in the anonymous scope.
+pub fn address(key: &str) -> Address {
+    Address::anonymous(key.parse::<IdempotencyKey>().expect("valid test key"))
+}
+
+/// A small response that identifies `n`.
+pub fn response(n: u16) -> StoredResponse {
+    StoredResponse::new(200 + n % 100)
+        .header("content-type", "text/plain")
+        .body(format!("response {n}"))
+}
+
+/// Acquires and expects a fresh lease.
+pub async fn acquired<S: Store>(store: &S, address: &Address, fp: &Fingerprint) -> Lease {
+    match store.acquire(address, fp, TERMS).await.expect("store is up") {
+        Acquisition::Acquired(lease) => lease,
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+fn assert_close(actual: Duration, expected: Duration, tolerance: Duration) {
+    let diff = actual.abs_diff(expected);
+    assert!(
+        diff <= tolerance,
+        "expected {expected:?} (± {tolerance:?}), got {actual:?}"
+    );
+}
+
+fn assert_lease_lost<T: std::fmt::Debug>(result: Result<T, StoreError>) {
+    assert!(
+        matches!(result, Err(StoreError::LeaseLost)),
+        "expected LeaseLost, got {result:?}"
+    );
+}
+
+/// 1. The first acquire gets the key; a second gets `InFlight` with the lease's remaining time.
+pub async fn first_acquire_wins_and_the_second_is_in_flight(subject: &impl Subject) {
+    let store = subject.store();
+    let a = address("first");
+    let lease = acquired(&store, &a, &fingerprint(1)).await;
+    assert!(!lease.took_over);
+
+    subject.advance(Duration::from_millis(500)).await;
+    match store.acquire(&a, &fingerprint(1), TERMS).await.unwrap() {
+        Acquisition::InFlight { retry_after } => assert_close(
+            retry_after,
+            LEASE - Duration::from_millis(500),
+            subject.tolerance(),
+        ),
+        other => panic!("expected InFlight, got {other:?}"),
+    }
+}
+
+/// 2a. After `complete`, the same fingerprint gets the stored response, byte for byte, every time.
+pub async fn completed_key_replays_the_response_byte_for_byte(subject: &impl Subject) {
+    let store = subject.store();
+    let a = address("replay");
+    let lease = acquired(&store, &a, &fingerprint(1)).await;
+    let stored = response(1).header("x-empty", "").trailer("grpc-status", "0");
+    store.complete(&a, lease.token, &stored, TTL).await.unwrap();
+    for _ in 0..2 {
+        assert_eq!(
+            store.acquire(&a, &fingerprint(1), TERMS).await.unwrap(),
+            Acquisition::Completed(stored.clone())
+        );
+    }
+}
+
+/// 2b. Another fingerprint is a mismatch while processing, after completion, and after the lease
+/// ran out; it changes nothing.
+pub async fn other_fingerprint_is_a_mismatch_while_processing_and_after_completion(
+    subject: &impl Subject,
+) {
+    let store = subject.store();
+    let a = address("mismatch");
+    let lease = acquired(&store, &a, &fingerprint(1)).await;
+    assert_eq!(
+        store.acquire(&a, &fingerprint(2), TERMS).await.unwrap(),
+        Acquisition::Mismatch
+    );
+
+    subject.advance(LEASE).await;
+    assert_eq!(
+        store.acquire(&a, &fingerprint(2), TERMS).await.unwrap(),
+        Acquisition::Mismatch
+    );
+    // The mismatch did not take the key: its holder can still complete.
+    store.complete(&a, lease.token, &response(2), TTL).await.unwrap();
+    assert_eq!(
+        store.acquire(&a, &fingerprint(2), TERMS).await.unwrap(),
+        Acquisition::Mismatch
+    );
+    assert_eq!(
+        store.acquire(&a, &fingerprint(1), TERMS).await.unwrap(),
+        Acquisition::Completed(response(2))
+    );
+}
+
+/// 3. 64 concurrent acquires of one address elect exactly one holder; repeated for 200 addresses.
+pub async fn concurrent_acquires_elect_exactly_one_holder(subject: &impl Subject) {
+    const ADDRESSES: usize = 200;
+    const CALLERS: usize = 64;
+    let acquired = Arc::new(AtomicUsize::new(0));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    for n in 0..ADDRESSES {
+        let a = address(&format!("race-{n}"));
+        let tasks: Vec<_> = (0..CALLERS)
+            .map(|_| {
+                let (store, a) = (subject.store(), a.clone());
+                let (acquired, in_flight) = (acquired.clone(), in_flight.clone());
+                tokio::spawn(async move {
+                    match store.acquire(&a, &fingerprint(1), TERMS).await.unwrap() {
+                        Acquisition::Acquired(_) => acquired.fetch_add(1, Ordering::SeqCst),
+                        Acquisition::InFlight { .. } => in_flight.fetch_add(1, Ordering::SeqCst),
+                        other => panic!("unexpected {other:?}"),
+                    };
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert_eq!(acquired.load(Ordering::SeqCst), n + 1, "address {n}");
+    }
+    assert_eq!(acquired.load(Ordering::SeqCst), ADDRESSES);
+    assert_eq!(
+        in_flight.load(Ordering::SeqCst),
+        ADDRESSES * (CALLERS - 1)
+    );
+}
+
+/// 4. A released key is free for the next request, whatever its fingerprint, with a larger token.
+pub async fn released_key_is_free_for_any_request_with_a_larger_token(subject: &impl Subject) {
+    let store = subject.store();
+    let a = address("release");
+    let first = acquired(&store, &a, &fingerprint(1)).await;
+    store.release(&a, first.token).await.unwrap();
+    assert_eq!(store.get(&a).await.unwrap(), None);
+
+    let second = acquired(&store, &a, &fingerprint(2)).await;
+    assert!(second.token > first.token, "{second:?} after {first:?}");
+    assert!(!second.took_over);
+    assert_lease_lost(store.release(&a, first.token).await);
+}
+
+/// 5. A lease that ran out is taken over with a larger token; the old token's `complete`, `renew`
+/// and `release` get `LeaseLost` and leave the record as the new holder has it.
+pub async fn expired_lease_is_taken_over_and_the_old_token_is_fenced(subject: &impl Subject) {
+    let store = subject.store();
+    let a = address("takeover");
+    let old = acquired(&store, &a, &fingerprint(1)).await;
+    subject.advance(LEASE).await;
+
+    let new = acquired(&store, &a, &fingerprint(1)).await;
+    assert!(new.took_over);
+    assert!(new.token > old.token, "{new:?} after {old:?}");
+
+    let before = store.get(&a).await.unwrap().expect("record");
+    assert_lease_lost(store.complete(&a, old.token, &response(9), TTL).await);
+    assert_lease_lost(store.renew(&a, old.token, LEASE).await);
+    assert_lease_lost(store.release(&a, old.token).await);
+    assert_eq!(store.get(&a).await.unwrap(), Some(before));
+
+    store.complete(&a, new.token, &response(1), TTL).await.unwrap();
+    assert_eq!(
+        store.acquire(&a, &fingerprint(1), TERMS).await.unwrap(),
+        Acquisition::Completed(response(1))
+    );
+}
+
+/// A holder whose lease ran out, but that nobody took over, may still complete.
+pub async fn late_completion_by_the_current_holder_is_accepted(subject: &impl Subject) {
+    let store = subject.store();
+    let a = address("late");
+    let lease = acquired(&store, &a, &fingerprint(1)).await;
+    subject.advance(LEASE + Duration::from_millis(100)).await;
+    store.complete(&a, lease.token, &response(3), TTL).await.unwrap();
+    assert_eq!(
+        store.acquire(&a, &fingerprint(1), TERMS).await.unwrap(),
+        Acquisition::Completed(response(3))
+    );
+}
+
+/// 6. `renew` extends the lease: the key stays in flight past the original lease's end.
+pub async fn renew_extends_the_lease(subject: &impl Subject) {
+    let store = subject.store();
+    let a = address("renew");
+    let lease = acquired(&store, &a, &fingerprint(1)).await;
+    let step = Duration::from_millis(1_300); // past two thirds of the lease
+    subject.advance(step).await;
+    let until = store.renew(&a, lease.token, LEASE).await.unwrap();
+    assert_close(
+        until.saturating_since(lease.until),
+        step,
+        subject.tolerance(),
+    );
+
+    subject.advance(step).await; // past the original lease, within the renewed one
+    match store.acquire(&a, &fingerprint(1), TERMS).await.unwrap() {
+        Acquisition::InFlight { retry_after } => {
+            assert_close(retry_after, LEASE - step, subject.tolerance());
+        }
+        other => panic!("expected InFlight, got {other:?}"),
+    }
+    match store.get(&a).await.unwrap().map(|r| r.state) {
+        Some(RecordState::Processing { token, lease_until }) => {
+            assert_eq!((token, lease_until), (lease.token, until));
+        }
+        other => panic!("expected processing, got {other:?}"),
+    }
+}
+
+/// 7a. A completed record counts until its TTL ends; then the key starts a new operation.
+pub async fn completed_key_expires_after_its_ttl(subject: &impl Subject) {
+    let store = subject.store();
+    let a = address("ttl");
+    let ttl = Duration::from_secs(1);
+    let lease = acquired(&store, &a, &fingerprint(1)).await;
+    store.complete(&a, lease.token, &response(1), ttl).await.unwrap();
+    assert_eq!(
+        store.acquire(&a, &fingerprint(1), TERMS).await.unwrap(),
+        Acquisition::Completed(response(1))
+    );
+
+    subject.advance(ttl).await;
+    assert_eq!(store.get(&a).await.unwrap(), None);
+    let next = acquired(&store, &a, &fingerprint(2)).await;
+    assert!(next.token > lease.token);
+    assert!(!next.took_over);
+}
+
+/// 7b. `purge_expired` removes expired records only, at most `limit` at a time; processing
+/// records with a live lease survive even when their TTL is shorter than the lease.
+pub async fn purge_removes_only_expired_records_in_bounded_batches(subject: &impl Subject) {
+    let store = subject.store();
+    let short = Duration::from_secs(1);
+    for n in 0..5 {
+        let a = address(&format!("expiring-{n}"));
+        let lease = acquired(&store, &a, &fingerprint(1)).await;
+        store.complete(&a, lease.token, &response(n), short).await.unwrap();
+    }
+    for n in 0..3 {
+        let a = address(&format!("kept-{n}"));
+        let lease = acquired(&store, &a, &fingerprint(1)).await;
+        store.complete(&a, lease.token, &response(n), TTL).await.unwrap();
+    }
+    let short_ttl = Terms {
+        lease: Duration::from_secs(5),
+        ttl: short,
+    };
+    for n in 0..2 {
+        let a = address(&format!("processing-{n}"));
+        let got = store.acquire(&a, &fingerprint(1), short_ttl).await.unwrap();
+        assert!(matches!(got, Acquisition::Acquired(_)), "{got:?}");
+    }
+    assert_eq!(store.purge_expired(100).await.unwrap(), 0);
+
+    subject.advance(short).await;
+    assert_eq!(store.purge_expired(2).await.unwrap(), 2);
+    assert_eq!(store.purge_expired(2).await.unwrap(), 2);
+    assert_eq!(store.purge_expired(2).await.unwrap(), 1);
+    assert_eq!(store.purge_expired(2).await.unwrap(), 0);
+
+    for n in 0..3 {
+        let a = address(&format!("kept-{n}"));
+        assert!(store.get(&a).await.unwrap().is_some(), "kept-{n}");
+    }
+    for n in 0..2 {
+        let a = address(&format!("processing-{n}"));
+        let state = store.get(&a).await.unwrap().map(|r| r.state.name());
+        assert_eq!(state, Some("processing"));
+    }
+}
+
+/// 8. Two scopes with the same key are independent records.
+pub async fn scopes_are_independent(subject: &impl Subject) {
+    let store = subject.store();
+    let key: IdempotencyKey = "shared-key".parse().unwrap();
+    let alice = Address::new(Scope::from_identity([b"alice".as_slice()]), key.clone());
+    let bob = Address::new(Scope::from_identity([b"bob".as_slice()]), key.clone());
+    let anonymous = Address::anonymous(key);
+
+    let a = acquired(&store, &alice, &fingerprint(1)).await;
+    let b = acquired(&store, &bob, &fingerprint(2)).await;
+    acquired(&store, &anonymous, &fingerprint(3)).await;
+    store.complete(&alice, a.token, &response(1), TTL).await.unwrap();
+    assert_lease_lost(store.complete(&bob, a.token, &response(1), TTL).await);
+    store.complete(&bob, b.token, &response(2), TTL).await.unwrap();
+
+    assert_eq!(
+        store.acquire(&alice, &fingerprint(1), TERMS).await.unwrap(),
+        Acquisition::Completed(response(1))
+    );
+    assert_eq!(
+        store.acquire(&bob, &fingerprint(2), TERMS).await.unwrap(),
+        Acquisition::Completed(response(2))
+    );
+    assert!(store.forget(&alice).await.unwrap());
+    assert_eq!(
+        store.acquire(&bob, &fingerprint(2), TERMS).await.unwrap(),
+        Acquisition::Completed(response(2))
+    );
+}
+
+/// 9. A 1 MiB binary body with many repeated headers and trailers round-trips byte-exact.
+pub async fn large_binary_response_round_trips(subject: &impl Subject) {
+    let store = subject.store();
+    let a = address("large");
+    let body: Vec<u8> = (0..1024 * 1024u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    let mut large = StoredResponse::new(200).body(body);
+    for i in 0..200u32 {
+        large = large.header("set-cookie", format!("c{i}={}", "x".repeat(i as usize)));
+        large = large.header("x-binary", Bytes::from(vec![0xff, 0x00, i as u8]));
+    }
+    large = large.trailer("grpc-status", "0").trailer("grpc-message", "");
+
+    let lease = acquired(&store, &a, &fingerprint(1)).await;
+    store.complete(&a, lease.token, &large, TTL).await.unwrap();
+    match store.acquire(&a, &fingerprint(1), TERMS).await.unwrap() {
+        Acquisition::Completed(replayed) => {
+            assert_eq!(replayed.body, large.body, "body differs");
+            assert_eq!(replayed, large);
+        }
+        other => panic!("expected Completed, got {other:?}"),
+    }
+}
+
+/// `forget` removes a record in any state; its holder is fenced out.
+pub async fn forget_removes_any_record_and_fences_its_holder(subject: &impl Subject) {
+    let store = subject.store();
+    let a = address("forget");
+    assert!(!store.forget(&a).await.unwrap());
+
+    let lease = acquired(&store, &a, &fingerprint(1)).await;
+    assert!(store.forget(&a).await.unwrap());
+    assert_eq!(store.get(&a).await.unwrap(), None);
+    assert_lease_lost(store.complete(&a, lease.token, &response(1), TTL).await);
+    assert_eq!(store.get(&a).await.unwrap(), None);
+
+    let next = acquired(&store, &a, &fingerprint(2)).await;
+    assert!(next.token > lease.token);
+    store.complete(&a, next.token, &response(2), TTL).await.unwrap();
+    assert!(store.forget(&a).await.unwrap());
+    assert!(!store.forget(&a).await.unwrap());
+}
+
+/// A completed record refuses `complete`, `renew` and `release`, even with its own token; an
+/// unknown address refuses them too.
+pub async fn settled_records_refuse_every_token(subject: &impl Subject) {
+    let store = subject.store();
+    let a = address("settled");
+    let lease = acquired(&store, &a, &fingerprint(1)).await;
+    store.complete(&a, lease.token, &response(1), TTL).await.unwrap();
+    assert_lease_lost(store.complete(&a, lease.token, &response(2), TTL).await);
+    assert_lease_lost(store.renew(&a, lease.token, LEASE).await);
+    assert_lease_lost(store.release(&a, lease.token).await);
+    assert_eq!(
+        store.acquire(&a, &fingerprint(1), TERMS).await.unwrap(),
+        Acquisition::Completed(response(1))
+    );
+
+    let unknown = address("never-acquired");
+    let token = FencingToken::new(lease.token.get() + 1_000);
+    assert_lease_lost(store.complete(&unknown, token, &response(1), TTL).await);
+    assert_lease_lost(store.renew(&unknown, token, LEASE).await);
+    assert_lease_lost(store.release(&unknown, token).await);
+    assert_eq!(store.get(&unknown).await.unwrap(), None);
+}
+
+/// `get` shows the record's fingerprint, state, token and times as the terms set them.
+pub async fn record_timestamps_follow_the_terms(subject: &impl Subject) {
+    let store = subject.store();
+    let a = address("times");
+    let lease = acquired(&store, &a, &fingerprint(4)).await;
+    let record = store.get(&a).await.unwrap().expect("record");
+    assert_eq!(record.fingerprint, fingerprint(4));
+    assert_eq!(
+        record.state,
+        RecordState::Processing {
+            token: lease.token,
+            lease_until: lease.until
+        }
+    );
+    assert_eq!(lease.until.saturating_since(record.created_at), LEASE);
+    assert_eq!(record.expires_at.saturating_since(record.created_at), TTL);
+
+    subject.advance(Duration::from_millis(300)).await;
+    store.complete(&a, lease.token, &response(4), TTL).await.unwrap();
+    let record = store.get(&a).await.unwrap().expect("record");
+    let RecordState::Completed {
+        token,
+        response: stored,
+        completed_at,
+    } = record.state
+    else {
+        panic!("expected completed, got {:?}", record.state);
+    };
+    assert_eq!((token, stored), (lease.token, response(4)));
+    assert_close(
+        completed_at.saturating_since(record.created_at),
+        Duration::from_millis(300),
+        subject.tolerance(),
+    );
+    assert_eq!(record.expires_at.saturating_since(completed_at), TTL);
+}
+
+/// 10. Records survive closing and reopening the store: a completed record still replays, a
+/// processing one still blocks until its lease ends. `reopen` closes the given store and opens
+/// a new one on the same data with the same clock.
+pub async fn records_survive_a_restart<S, F, Fut>(subject: &impl Subject<Store = S>, reopen: F)
+where
+    S: Store + Clone,
+    F: FnOnce(S) -> Fut,
+    Fut: std::future::Future<Output = S>,
+{
+    let store = subject.store();
+    let done = address("done-before-restart");
+    let busy = address("busy-before-restart");
+    let lease = acquired(&store, &done, &fingerprint(1)).await;
+    store.complete(&done, lease.token, &response(1), TTL).await.unwrap();
+    let held = acquired(&store, &busy, &fingerprint(2)).await;
+
+    let store = reopen(store).await;
+    assert_eq!(
+        store.acquire(&done, &fingerprint(1), TERMS).await.unwrap(),
+        Acquisition::Completed(response(1))
+    );
+    match store.acquire(&busy, &fingerprint(2), TERMS).await.unwrap() {
+        Acquisition::InFlight { retry_after } => {
+            assert_close(retry_after, LEASE, subject.tolerance());
+        }
+        other => panic!("expected InFlight, got {other:?}"),
+    }
+    subject.advance(LEASE).await;
+    let next = acquired(&store, &busy, &fingerprint(2)).await;
+    assert!(next.took_over);
+    assert!(next.token > held.token);
+}

@@ -1,0 +1,58 @@
+//! The [`Store`](idem_core::Store) contract as one test suite that every store runs.
+//!
+//! Each check is a plain generic `async fn` over a [`Subject`]: a fresh store plus a way to move
+//! its clock. A store crate stamps them all out as tests with [`conformance_tests!`]:
+//!
+//! ```ignore
+//! // crates/idem-sqlite/tests/conformance.rs
+//! idem_conformance::conformance_tests!(subject());
+//! ```
+//!
+//! where `subject()` is an `async` expression that builds a fresh [`Subject`] for one test.
+
+pub mod checks;
+pub mod model;
+mod subject;
+
+pub use subject::{ManualSubject, Subject};
+
+/// Stamps out every check of [`checks`] and the [`model`] test as `#[tokio::test]`s.
+///
+/// `$subject` is an expression evaluated once per test that yields a future of a fresh
+/// [`Subject`] (one store, empty, used by that test alone).
+#[macro_export]
+macro_rules! conformance_tests {
+    ($subject:expr) => {
+        $crate::conformance_tests!(@each $subject;
+            first_acquire_wins_and_the_second_is_in_flight,
+            completed_key_replays_the_response_byte_for_byte,
+            other_fingerprint_is_a_mismatch_while_processing_and_after_completion,
+            concurrent_acquires_elect_exactly_one_holder,
+            released_key_is_free_for_any_request_with_a_larger_token,
+            expired_lease_is_taken_over_and_the_old_token_is_fenced,
+            late_completion_by_the_current_holder_is_accepted,
+            renew_extends_the_lease,
+            completed_key_expires_after_its_ttl,
+            purge_removes_only_expired_records_in_bounded_batches,
+            scopes_are_independent,
+            large_binary_response_round_trips,
+            forget_removes_any_record_and_fences_its_holder,
+            settled_records_refuse_every_token,
+            record_timestamps_follow_the_terms,
+        );
+
+        #[test]
+        fn matches_the_reference_model() {
+            $crate::model::check(|| $subject);
+        }
+    };
+    (@each $subject:expr; $($check:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $check() {
+                let subject = $subject.await;
+                $crate::checks::$check(&subject).await;
+            }
+        )*
+    };
+}

@@ -1,0 +1,45 @@
+//! What a check needs from a store under test.
+
+use std::{future::Future, time::Duration};
+
+use idem_core::{ManualClock, Store};
+
+/// A fresh store under test, and control over its time.
+pub trait Subject: Send + Sync + 'static {
+    /// The store. Cloned into concurrent tasks, so it must share its state between clones.
+    type Store: Store + Clone;
+
+    /// A handle on the store.
+    fn store(&self) -> Self::Store;
+
+    /// Moves the store's time forward by `by`: advances a manual clock, or waits that long for a
+    /// store on a server clock.
+    fn advance(&self, by: Duration) -> impl Future<Output = ()> + Send;
+
+    /// How far a duration the store reports (a `retry_after`) may be from the exact value: zero on
+    /// a manual clock, some milliseconds on a server clock that keeps running during the check.
+    fn tolerance(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+/// A [`Subject`] for stores that read time from an injected [`ManualClock`].
+#[derive(Debug, Clone)]
+pub struct ManualSubject<S> {
+    /// The store.
+    pub store: S,
+    /// Its clock.
+    pub clock: ManualClock,
+}
+
+impl<S: Store + Clone> Subject for ManualSubject<S> {
+    type Store = S;
+
+    fn store(&self) -> S {
+        self.store.clone()
+    }
+
+    async fn advance(&self, by: Duration) {
+        self.clock.advance(by);
+    }
+}

@@ -1,0 +1,305 @@
+//! The compact, versioned binary encoding of [`StoredResponse`] that stores keep.
+//!
+//! Layout of version 1, integers little-endian:
+//!
+//! ```text
+//! "IDR" 0x01            magic and version
+//! u16                   status
+//! u32 n, n × field      headers
+//! u64 len, len bytes    body
+//! u8 0 | u8 1, u32 n, n × field   trailers: absent, or present
+//! field = u16 name_len, name (UTF-8), u32 value_len, value
+//! ```
+//!
+//! Decoding never panics and never trusts a length before checking it against the input, so a
+//! corrupted record gives a [`DecodeError`], not a crash or a huge allocation.
+
+use bytes::Bytes;
+
+use crate::StoredResponse;
+
+const MAGIC: &[u8; 3] = b"IDR";
+const VERSION: u8 = 1;
+/// The smallest encoded header line: two empty lengths.
+const MIN_FIELD_LEN: usize = 2 + 4;
+
+/// Why stored bytes are not a valid [`StoredResponse`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The bytes do not start with the record magic.
+    #[error("not a stored response (bad magic)")]
+    BadMagic,
+    /// A version this build does not know (written by a newer idem).
+    #[error("stored response version {0} is not supported")]
+    UnsupportedVersion(u8),
+    /// The bytes end before the record does.
+    #[error("stored response is truncated")]
+    Truncated,
+    /// A status outside 100–999.
+    #[error("stored response has an invalid status {0}")]
+    InvalidStatus(u16),
+    /// A header or trailer name that is empty or not UTF-8.
+    #[error("stored response has an invalid header name")]
+    InvalidHeaderName,
+    /// The trailer flag is neither 0 nor 1.
+    #[error("stored response has an invalid trailer flag {0}")]
+    InvalidTrailerFlag(u8),
+    /// Bytes left over after the record.
+    #[error("stored response has {0} trailing bytes")]
+    TrailingBytes(usize),
+}
+
+impl StoredResponse {
+    /// The number of bytes [`StoredResponse::encode`] produces.
+    pub fn encoded_len(&self) -> usize {
+        let fields = |f: &[(String, Bytes)]| {
+            4 + f
+                .iter()
+                .map(|(n, v)| MIN_FIELD_LEN + n.len() + v.len())
+                .sum::<usize>()
+        };
+        4 + 2
+            + fields(&self.headers)
+            + 8
+            + self.body.len()
+            + 1
+            + self.trailers.as_deref().map_or(0, fields)
+    }
+
+    /// Encodes the response (current version).
+    ///
+    /// # Panics
+    ///
+    /// If a header name is longer than 65,535 bytes or a value longer than 4 GiB, which no HTTP
+    /// implementation produces.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.encoded_len());
+        out.extend_from_slice(MAGIC);
+        out.push(VERSION);
+        out.extend_from_slice(&self.status.to_le_bytes());
+        encode_fields(&mut out, &self.headers);
+        out.extend_from_slice(&(self.body.len() as u64).to_le_bytes());
+        out.extend_from_slice(&self.body);
+        match &self.trailers {
+            None => out.push(0),
+            Some(trailers) => {
+                out.push(1);
+                encode_fields(&mut out, trailers);
+            }
+        }
+        out
+    }
+
+    /// Decodes bytes written by [`StoredResponse::encode`].
+    pub fn decode(input: &[u8]) -> Result<Self, DecodeError> {
+        let mut r = Reader(input);
+        if r.take(3)? != MAGIC {
+            return Err(DecodeError::BadMagic);
+        }
+        match r.u8()? {
+            VERSION => {}
+            other => return Err(DecodeError::UnsupportedVersion(other)),
+        }
+        let status = r.u16()?;
+        if !(100..=999).contains(&status) {
+            return Err(DecodeError::InvalidStatus(status));
+        }
+        let headers = r.fields()?;
+        let body_len = usize::try_from(r.u64()?).map_err(|_| DecodeError::Truncated)?;
+        let body = Bytes::copy_from_slice(r.take(body_len)?);
+        let trailers = match r.u8()? {
+            0 => None,
+            1 => Some(r.fields()?),
+            flag => return Err(DecodeError::InvalidTrailerFlag(flag)),
+        };
+        if !r.0.is_empty() {
+            return Err(DecodeError::TrailingBytes(r.0.len()));
+        }
+        Ok(Self {
+            status,
+            headers,
+            body,
+            trailers,
+        })
+    }
+}
+
+fn encode_fields(out: &mut Vec<u8>, fields: &[(String, Bytes)]) {
+    let count = u32::try_from(fields.len()).expect("fewer than 2^32 header lines");
+    out.extend_from_slice(&count.to_le_bytes());
+    for (name, value) in fields {
+        let name_len = u16::try_from(name.len()).expect("header name under 64 KiB");
+        let value_len = u32::try_from(value.len()).expect("header value under 4 GiB");
+        out.extend_from_slice(&name_len.to_le_bytes());
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(&value_len.to_le_bytes());
+        out.extend_from_slice(value);
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        if self.0.len() < n {
+            return Err(DecodeError::Truncated);
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        let mut out = [0; N];
+        out.copy_from_slice(self.take(N)?);
+        Ok(out)
+    }
+
+    fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.array::<1>()?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, DecodeError> {
+        self.array().map(u16::from_le_bytes)
+    }
+
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        self.array().map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        self.array().map(u64::from_le_bytes)
+    }
+
+    fn fields(&mut self) -> Result<Vec<(String, Bytes)>, DecodeError> {
+        let count = self.u32()? as usize;
+        // A corrupted count must not make us allocate more than the input could hold.
+        if count > self.0.len() / MIN_FIELD_LEN {
+            return Err(DecodeError::Truncated);
+        }
+        let mut fields = Vec::with_capacity(count);
+        for _ in 0..count {
+            let name_len = usize::from(self.u16()?);
+            let name = std::str::from_utf8(self.take(name_len)?)
+                .ok()
+                .filter(|n| !n.is_empty())
+                .ok_or(DecodeError::InvalidHeaderName)?;
+            let name = name.to_owned();
+            let value_len = self.u32()? as usize;
+            let value = Bytes::copy_from_slice(self.take(value_len)?);
+            fields.push((name, value));
+        }
+        Ok(fields)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::OUTCOME_UNKNOWN_TYPE;
+
+    fn sample() -> StoredResponse {
+        StoredResponse::new(200)
+            .header("content-type", "application/grpc")
+            .header("x-repeat", "1")
+            .header("x-repeat", &b"\xff\x00binary"[..])
+            .body(&b"\x00\x01\x02"[..])
+            .trailer("grpc-status", "0")
+    }
+
+    #[test]
+    fn round_trips_headers_body_and_trailers() {
+        let r = sample();
+        let bytes = r.encode();
+        assert_eq!(bytes.len(), r.encoded_len());
+        assert_eq!(StoredResponse::decode(&bytes), Ok(r));
+    }
+
+    #[test]
+    fn no_trailers_and_empty_trailers_are_different() {
+        let none = StoredResponse::new(204);
+        let mut empty = StoredResponse::new(204);
+        empty.trailers = Some(Vec::new());
+        assert_eq!(StoredResponse::decode(&none.encode()), Ok(none.clone()));
+        assert_eq!(StoredResponse::decode(&empty.encode()), Ok(empty.clone()));
+        assert_ne!(none.encode(), empty.encode());
+    }
+
+    #[test]
+    fn every_truncation_is_a_typed_error() {
+        let bytes = sample().encode();
+        for len in 0..bytes.len() {
+            let err = StoredResponse::decode(&bytes[..len]).unwrap_err();
+            assert!(
+                matches!(err, DecodeError::Truncated | DecodeError::BadMagic),
+                "at {len}: {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn corrupted_headers_are_rejected() {
+        let mut bytes = sample().encode();
+        bytes[3] = 9;
+        assert_eq!(
+            StoredResponse::decode(&bytes),
+            Err(DecodeError::UnsupportedVersion(9))
+        );
+        let mut bytes = sample().encode();
+        bytes[0] = b'X';
+        assert_eq!(StoredResponse::decode(&bytes), Err(DecodeError::BadMagic));
+        let mut bytes = sample().encode();
+        bytes[4..6].copy_from_slice(&42u16.to_le_bytes());
+        assert_eq!(
+            StoredResponse::decode(&bytes),
+            Err(DecodeError::InvalidStatus(42))
+        );
+        let mut bytes = sample().encode();
+        bytes.push(0);
+        assert_eq!(
+            StoredResponse::decode(&bytes),
+            Err(DecodeError::TrailingBytes(1))
+        );
+    }
+
+    #[test]
+    fn huge_counts_do_not_allocate() {
+        let mut bytes = b"IDR\x01\xc8\x00".to_vec();
+        bytes.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(StoredResponse::decode(&bytes), Err(DecodeError::Truncated));
+        let mut bytes = b"IDR\x01\xc8\x00\x00\x00\x00\x00".to_vec();
+        bytes.extend_from_slice(&u64::MAX.to_le_bytes());
+        assert_eq!(StoredResponse::decode(&bytes), Err(DecodeError::Truncated));
+    }
+
+    #[test]
+    fn invalid_names_and_flags_are_rejected() {
+        let mut empty_name = b"IDR\x01\xc8\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00".to_vec();
+        empty_name.extend_from_slice(&[0; 9]);
+        assert_eq!(
+            StoredResponse::decode(&empty_name),
+            Err(DecodeError::InvalidHeaderName)
+        );
+        let mut bad_flag = StoredResponse::new(200).encode();
+        *bad_flag.last_mut().unwrap() = 7;
+        assert_eq!(
+            StoredResponse::decode(&bad_flag),
+            Err(DecodeError::InvalidTrailerFlag(7))
+        );
+    }
+
+    #[test]
+    fn outcome_unknown_is_a_problem_document() {
+        let r = StoredResponse::outcome_unknown();
+        assert_eq!(r.status, 500);
+        assert_eq!(
+            r.header_values("Content-Type").collect::<Vec<_>>(),
+            [&Bytes::from_static(b"application/problem+json")]
+        );
+        let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(body["type"], OUTCOME_UNKNOWN_TYPE);
+        assert!(r.is_outcome_unknown());
+        assert!(!StoredResponse::new(500).is_outcome_unknown());
+    }
+}

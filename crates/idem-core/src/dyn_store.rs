@@ -1,0 +1,173 @@
+//! [`DynStore`]: one object-safe store, for choosing the backend at run time.
+
+use std::{sync::Arc, time::Duration};
+
+use futures_util::future::BoxFuture;
+
+use crate::{
+    Acquisition, Address, FencingToken, Fingerprint, Record, Store, StoreError, StoredResponse,
+    Terms, Timestamp,
+};
+
+/// A type-erased [`Store`]: the gateway picks a backend from a URL and hands this to the engine.
+///
+/// # Examples
+///
+/// ```
+/// use idem_core::{DynStore, MemoryStore};
+///
+/// let store = DynStore::new(MemoryStore::new());
+/// let shared = store.clone(); // cheap: an `Arc`
+/// # drop(shared);
+/// ```
+#[derive(Clone)]
+pub struct DynStore(Arc<dyn ErasedStore>);
+
+impl DynStore {
+    /// Erases the type of `store`.
+    pub fn new(store: impl Store) -> Self {
+        Self(Arc::new(store))
+    }
+}
+
+impl std::fmt::Debug for DynStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DynStore")
+    }
+}
+
+/// The object-safe mirror of [`Store`].
+trait ErasedStore: Send + Sync {
+    fn acquire<'a>(
+        &'a self,
+        address: &'a Address,
+        fingerprint: &'a Fingerprint,
+        terms: Terms,
+    ) -> BoxFuture<'a, Result<Acquisition, StoreError>>;
+    fn complete<'a>(
+        &'a self,
+        address: &'a Address,
+        token: FencingToken,
+        response: &'a StoredResponse,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn release<'a>(
+        &'a self,
+        address: &'a Address,
+        token: FencingToken,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn renew<'a>(
+        &'a self,
+        address: &'a Address,
+        token: FencingToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<Timestamp, StoreError>>;
+    fn get<'a>(&'a self, address: &'a Address) -> BoxFuture<'a, Result<Option<Record>, StoreError>>;
+    fn forget<'a>(&'a self, address: &'a Address) -> BoxFuture<'a, Result<bool, StoreError>>;
+    fn purge_expired(&self, limit: usize) -> BoxFuture<'_, Result<usize, StoreError>>;
+    fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>>;
+}
+
+impl<S: Store> ErasedStore for S {
+    fn acquire<'a>(
+        &'a self,
+        address: &'a Address,
+        fingerprint: &'a Fingerprint,
+        terms: Terms,
+    ) -> BoxFuture<'a, Result<Acquisition, StoreError>> {
+        Box::pin(Store::acquire(self, address, fingerprint, terms))
+    }
+
+    fn complete<'a>(
+        &'a self,
+        address: &'a Address,
+        token: FencingToken,
+        response: &'a StoredResponse,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(Store::complete(self, address, token, response, ttl))
+    }
+
+    fn release<'a>(
+        &'a self,
+        address: &'a Address,
+        token: FencingToken,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(Store::release(self, address, token))
+    }
+
+    fn renew<'a>(
+        &'a self,
+        address: &'a Address,
+        token: FencingToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<Timestamp, StoreError>> {
+        Box::pin(Store::renew(self, address, token, lease))
+    }
+
+    fn get<'a>(&'a self, address: &'a Address) -> BoxFuture<'a, Result<Option<Record>, StoreError>> {
+        Box::pin(Store::get(self, address))
+    }
+
+    fn forget<'a>(&'a self, address: &'a Address) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(Store::forget(self, address))
+    }
+
+    fn purge_expired(&self, limit: usize) -> BoxFuture<'_, Result<usize, StoreError>> {
+        Box::pin(Store::purge_expired(self, limit))
+    }
+
+    fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(Store::ping(self))
+    }
+}
+
+impl Store for DynStore {
+    async fn acquire(
+        &self,
+        address: &Address,
+        fingerprint: &Fingerprint,
+        terms: Terms,
+    ) -> Result<Acquisition, StoreError> {
+        self.0.acquire(address, fingerprint, terms).await
+    }
+
+    async fn complete(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        response: &StoredResponse,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        self.0.complete(address, token, response, ttl).await
+    }
+
+    async fn release(&self, address: &Address, token: FencingToken) -> Result<(), StoreError> {
+        self.0.release(address, token).await
+    }
+
+    async fn renew(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<Timestamp, StoreError> {
+        self.0.renew(address, token, lease).await
+    }
+
+    async fn get(&self, address: &Address) -> Result<Option<Record>, StoreError> {
+        self.0.get(address).await
+    }
+
+    async fn forget(&self, address: &Address) -> Result<bool, StoreError> {
+        self.0.forget(address).await
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
+        self.0.purge_expired(limit).await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.0.ping().await
+    }
+}

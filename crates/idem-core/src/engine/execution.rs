@@ -1,0 +1,117 @@
+//! What a piece of work reports, and what the engine records for it.
+
+use crate::{Ambiguous, StoredResponse};
+
+/// The result of running an operation, as the work reports it to the [`Engine`](crate::Engine).
+///
+/// `value` is handed back to the caller in every case; the variant decides what is recorded
+/// under the key.
+#[derive(Debug)]
+pub enum Execution<T> {
+    /// A final outcome (HTTP: 2xx, 3xx, 4xx but 408 and 429): stored and replayed to retries.
+    Final {
+        /// What is stored.
+        response: StoredResponse,
+        /// What the caller gets.
+        value: T,
+    },
+    /// An outcome that does not say whether the operation took effect (HTTP: 5xx, 408, 429).
+    /// Released under [`Ambiguous::Retry`], stored and replayed under [`Ambiguous::Reject`].
+    Ambiguous {
+        /// What is stored under [`Ambiguous::Reject`].
+        response: StoredResponse,
+        /// What the caller gets.
+        value: T,
+    },
+    /// The request was sent but its result was lost (the connection dropped). Released under
+    /// [`Ambiguous::Retry`]; recorded as [`StoredResponse::outcome_unknown`] under
+    /// [`Ambiguous::Reject`].
+    Lost {
+        /// What the caller gets.
+        value: T,
+    },
+    /// The request never reached the other side (connection refused, DNS, connect timeout): it
+    /// cannot have taken effect, so the key is released.
+    NotSent {
+        /// What the caller gets.
+        value: T,
+    },
+}
+
+/// What the engine does with the key once the work has finished.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Settlement {
+    Complete(StoredResponse),
+    Release,
+}
+
+impl<T> Execution<T> {
+    /// Splits the execution into the caller's value and what to record, under `ambiguous`.
+    pub(crate) fn settle(self, ambiguous: Ambiguous) -> (T, Settlement) {
+        match (self, ambiguous) {
+            (Execution::Final { response, value }, _)
+            | (Execution::Ambiguous { response, value }, Ambiguous::Reject) => {
+                (value, Settlement::Complete(response))
+            }
+            (Execution::Lost { value }, Ambiguous::Reject) => {
+                (value, Settlement::Complete(StoredResponse::outcome_unknown()))
+            }
+            (Execution::Ambiguous { value, .. }, Ambiguous::Retry)
+            | (Execution::Lost { value }, Ambiguous::Retry)
+            | (Execution::NotSent { value }, _) => (value, Settlement::Release),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok() -> StoredResponse {
+        StoredResponse::new(200)
+    }
+
+    #[test]
+    fn final_outcomes_are_stored_under_both_policies() {
+        for policy in [Ambiguous::Retry, Ambiguous::Reject] {
+            let (value, settlement) = Execution::Final {
+                response: ok(),
+                value: 1,
+            }
+            .settle(policy);
+            assert_eq!((value, settlement), (1, Settlement::Complete(ok())));
+        }
+    }
+
+    #[test]
+    fn ambiguous_outcomes_follow_the_policy() {
+        let failed = StoredResponse::new(503);
+        let ambiguous = || Execution::Ambiguous {
+            response: failed.clone(),
+            value: 2,
+        };
+        assert_eq!(ambiguous().settle(Ambiguous::Retry), (2, Settlement::Release));
+        assert_eq!(
+            ambiguous().settle(Ambiguous::Reject),
+            (2, Settlement::Complete(failed.clone()))
+        );
+        assert_eq!(
+            Execution::Lost { value: 3 }.settle(Ambiguous::Retry),
+            (3, Settlement::Release)
+        );
+        assert_eq!(
+            Execution::Lost { value: 3 }.settle(Ambiguous::Reject),
+            (3, Settlement::Complete(StoredResponse::outcome_unknown()))
+        );
+    }
+
+    #[test]
+    fn unsent_requests_are_always_released() {
+        for policy in [Ambiguous::Retry, Ambiguous::Reject] {
+            assert_eq!(
+                Execution::NotSent { value: 4 }.settle(policy),
+                (4, Settlement::Release)
+            );
+        }
+    }
+}

@@ -1,0 +1,304 @@
+//! The [`Engine`]: runs an operation under a key, exactly once.
+//!
+//! It acquires the key; runs the work in its own task, so a caller that goes away does not abandon
+//! it; renews the lease at a third of its length while the work runs; then completes or releases
+//! the key with its token and wakes the requests waiting on it. In wait mode it waits for another
+//! worker's result (woken in process, polling the store with backoff for other processes).
+
+mod execution;
+mod waiters;
+
+use std::{
+    future::Future,
+    panic::AssertUnwindSafe,
+    sync::Arc,
+    time::Duration,
+};
+
+use futures_util::FutureExt;
+use tokio::time::{Instant, sleep};
+
+pub use self::execution::Execution;
+use self::{execution::Settlement, waiters::Waiters};
+use crate::{
+    Acquisition, Address, Ambiguous, Fingerprint, InFlight, Lease, Policy, Store, StoreError,
+    StoredResponse, Terms,
+};
+
+/// The first and the longest pause between two polls of the store while waiting for a key.
+const POLL_BACKOFF: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(1));
+/// Attempts to record a result when the store fails transiently.
+const SETTLE_ATTEMPTS: u32 = 3;
+
+/// What happened to a request run by [`Engine::run`].
+#[derive(Debug)]
+pub enum RunOutcome<T> {
+    /// This request executed the operation; here is the work's value.
+    Executed(T),
+    /// The operation had completed before; here is its stored response. Also the answer when a
+    /// lease ran out without a result under [`Ambiguous::Reject`] (the response is then
+    /// [`StoredResponse::outcome_unknown`]).
+    Replayed(StoredResponse),
+    /// Another worker holds the key (and, in wait mode, did not finish within the timeout).
+    InFlight {
+        /// The holder's remaining lease.
+        retry_after: Duration,
+    },
+    /// The key is in use by a request with another fingerprint.
+    Mismatch,
+}
+
+/// Runs operations under idempotency keys with a [`Store`] and a [`Policy`]. Cheap to clone.
+///
+/// # Examples
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// use idem_core::{
+///     Address, Engine, Execution, Fingerprint, MemoryStore, Policy, RunOutcome, StoredResponse,
+/// };
+///
+/// let engine = Engine::new(MemoryStore::new(), Policy::default());
+/// let address = Address::anonymous("charge-1".parse()?);
+/// let fingerprint = Fingerprint::from_bytes([1; 32]);
+/// let charge = || async {
+///     let response = StoredResponse::new(201).body("charged 10 EUR");
+///     Execution::Final { value: response.clone(), response }
+/// };
+///
+/// let first = engine.run(address.clone(), fingerprint, |_lease| charge()).await?;
+/// assert!(matches!(first, RunOutcome::Executed(ref r) if r.status == 201));
+///
+/// let retry = engine.run(address, fingerprint, |_lease| charge()).await?;
+/// assert!(matches!(retry, RunOutcome::Replayed(ref r) if &r.body[..] == b"charged 10 EUR"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
+pub struct Engine<S> {
+    inner: Arc<Inner<S>>,
+}
+
+struct Inner<S> {
+    store: S,
+    policy: Policy,
+    waiters: Waiters,
+}
+
+impl<S> Clone for Engine<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<S> std::fmt::Debug for Engine<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("policy", &self.inner.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Store> Engine<S> {
+    /// An engine over `store` applying `policy`.
+    pub fn new(store: S, policy: Policy) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                policy,
+                waiters: Waiters::default(),
+            }),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.inner.store
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.inner.policy
+    }
+
+    /// Runs `work` under `address` unless it already ran (or is running) for the same
+    /// fingerprint.
+    ///
+    /// The work runs in its own task: if the caller drops this future, the work still runs to the
+    /// end and its result is recorded. A panic in the work releases the key and is resumed in the
+    /// caller. The only error is a store failure before the work started (HTTP front ends answer
+    /// 503); a failure to record the result afterwards is logged, and the key's lease then runs
+    /// out as if the worker had crashed.
+    pub async fn run<F, Fut, T>(
+        &self,
+        address: Address,
+        fingerprint: Fingerprint,
+        work: F,
+    ) -> Result<RunOutcome<T>, StoreError>
+    where
+        F: FnOnce(Lease) -> Fut + Send,
+        Fut: Future<Output = Execution<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let inner = &self.inner;
+        let terms = Terms::from(&inner.policy);
+        let deadline = match inner.policy.in_flight {
+            InFlight::Reject => None,
+            InFlight::Wait { timeout } => Some(Instant::now() + timeout),
+        };
+        let mut backoff = POLL_BACKOFF.0;
+        let lease = loop {
+            // Subscribe before looking, so a completion between the look and the wait wakes us.
+            let subscription = inner.waiters.subscribe(&address);
+            let notified = subscription.notify().notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+
+            let retry_after = match inner.store.acquire(&address, &fingerprint, terms).await? {
+                Acquisition::Acquired(lease) => break lease,
+                Acquisition::Completed(response) => return Ok(RunOutcome::Replayed(response)),
+                Acquisition::Mismatch => return Ok(RunOutcome::Mismatch),
+                Acquisition::InFlight { retry_after } => retry_after,
+            };
+            let now = Instant::now();
+            let Some(deadline) = deadline.filter(|d| now < *d) else {
+                return Ok(RunOutcome::InFlight { retry_after });
+            };
+            let pause = backoff.min(retry_after).min(deadline - now);
+            tokio::select! {
+                () = notified => {}
+                () = sleep(pause) => backoff = (backoff * 2).min(POLL_BACKOFF.1),
+            }
+        };
+        self.execute(address, lease, work).await
+    }
+
+    async fn execute<F, Fut, T>(
+        &self,
+        address: Address,
+        lease: Lease,
+        work: F,
+    ) -> Result<RunOutcome<T>, StoreError>
+    where
+        F: FnOnce(Lease) -> Fut + Send,
+        Fut: Future<Output = Execution<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let inner = &self.inner;
+        if lease.took_over && inner.policy.ambiguous == Ambiguous::Reject {
+            // The previous holder died without a result: it may have executed. Never run twice.
+            let unknown = StoredResponse::outcome_unknown();
+            inner
+                .store
+                .complete(&address, lease.token, &unknown, inner.policy.ttl)
+                .await?;
+            inner.waiters.notify(&address);
+            return Ok(RunOutcome::Replayed(unknown));
+        }
+        let work = match std::panic::catch_unwind(AssertUnwindSafe(|| work(lease))) {
+            Ok(work) => work,
+            Err(panic) => {
+                inner.settle(&address, lease, Settlement::Release).await;
+                inner.waiters.notify(&address);
+                std::panic::resume_unwind(panic);
+            }
+        };
+        let task = tokio::spawn(Arc::clone(inner).supervise(address, lease, work));
+        match task.await {
+            Ok(Ok(value)) => Ok(RunOutcome::Executed(value)),
+            Ok(Err(panic)) => std::panic::resume_unwind(panic),
+            Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+            Err(join) => Err(StoreError::unavailable(join)),
+        }
+    }
+}
+
+type Panic = Box<dyn std::any::Any + Send>;
+
+impl<S: Store> Inner<S> {
+    /// Runs the work while renewing its lease, then records its result.
+    async fn supervise<T>(
+        self: Arc<Self>,
+        address: Address,
+        lease: Lease,
+        work: impl Future<Output = Execution<T>> + Send,
+    ) -> Result<T, Panic> {
+        let outcome = tokio::select! {
+            outcome = AssertUnwindSafe(work).catch_unwind() => outcome,
+            never = self.heartbeat(&address, lease) => match never {},
+        };
+        let (result, settlement) = match outcome {
+            Ok(execution) => {
+                let (value, settlement) = execution.settle(self.policy.ambiguous);
+                (Ok(value), settlement)
+            }
+            Err(panic) => (Err(panic), Settlement::Release),
+        };
+        self.settle(&address, lease, settlement).await;
+        self.waiters.notify(&address);
+        result
+    }
+
+    /// Renews the lease every third of its length until dropped.
+    async fn heartbeat(&self, address: &Address, lease: Lease) -> std::convert::Infallible {
+        let every = self.policy.lease / 3;
+        loop {
+            sleep(every).await;
+            match self.store.renew(address, lease.token, self.policy.lease).await {
+                Ok(_) => {}
+                Err(StoreError::LeaseLost) => {
+                    tracing::warn!(
+                        key = %address.key.digest(),
+                        token = %lease.token,
+                        "lease lost while running; the result will be discarded"
+                    );
+                    return std::future::pending().await;
+                }
+                Err(error) => {
+                    tracing::warn!(key = %address.key.digest(), %error, "renewing the lease failed");
+                }
+            }
+        }
+    }
+
+    /// Completes or releases the key, retrying transient store failures a few times.
+    async fn settle(&self, address: &Address, lease: Lease, settlement: Settlement) {
+        let mut pause = Duration::from_millis(50);
+        for attempt in 1..=SETTLE_ATTEMPTS {
+            let result = match &settlement {
+                Settlement::Complete(response) => {
+                    self.store
+                        .complete(address, lease.token, response, self.policy.ttl)
+                        .await
+                }
+                Settlement::Release => self.store.release(address, lease.token).await,
+            };
+            match result {
+                Ok(()) => return,
+                Err(StoreError::LeaseLost) => {
+                    tracing::warn!(
+                        key = %address.key.digest(),
+                        token = %lease.token,
+                        "lease lost before the result was recorded; it is discarded"
+                    );
+                    return;
+                }
+                Err(error) if attempt == SETTLE_ATTEMPTS => {
+                    tracing::error!(
+                        key = %address.key.digest(),
+                        %error,
+                        "could not record the result; the key frees up when its lease ends"
+                    );
+                }
+                Err(_) => {
+                    sleep(pause).await;
+                    pause *= 4;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

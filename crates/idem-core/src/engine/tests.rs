@@ -1,0 +1,438 @@
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::oneshot;
+
+use super::*;
+use crate::{Clock, MemoryStore, RecordState, Timestamp};
+
+/// Wall time that follows tokio's clock, so paused-time tests move leases too.
+struct TokioClock(tokio::time::Instant);
+
+impl Clock for TokioClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_millis(1_000_000) + self.0.elapsed()
+    }
+}
+
+fn engine(policy: Policy) -> Engine<MemoryStore> {
+    Engine::new(
+        MemoryStore::with_clock(TokioClock(tokio::time::Instant::now())),
+        policy,
+    )
+}
+
+fn address() -> Address {
+    Address::anonymous("engine-key".parse().unwrap())
+}
+
+const FP: Fingerprint = Fingerprint::from_bytes([3; 32]);
+
+fn ok(body: &'static str) -> StoredResponse {
+    StoredResponse::new(201).body(body)
+}
+
+/// Work that counts its executions, takes `duration`, and answers `response` as final.
+fn counted(
+    runs: &Arc<AtomicUsize>,
+    duration: Duration,
+    response: StoredResponse,
+) -> impl FnOnce(Lease) -> std::pin::Pin<Box<dyn Future<Output = Execution<StoredResponse>> + Send>>
++ Send
++ use<> {
+    let runs = Arc::clone(runs);
+    move |_lease| {
+        Box::pin(async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            sleep(duration).await;
+            Execution::Final {
+                value: response.clone(),
+                response,
+            }
+        })
+    }
+}
+
+fn wait(timeout: Duration) -> Policy {
+    Policy::default().in_flight(InFlight::Wait { timeout })
+}
+
+#[tokio::test(start_paused = true)]
+async fn second_request_replays_without_executing() {
+    let engine = engine(Policy::default());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let first = engine
+        .run(address(), FP, counted(&runs, Duration::ZERO, ok("a")))
+        .await
+        .unwrap();
+    let second = engine
+        .run(address(), FP, counted(&runs, Duration::ZERO, ok("b")))
+        .await
+        .unwrap();
+    assert!(matches!(first, RunOutcome::Executed(r) if r == ok("a")));
+    assert!(matches!(second, RunOutcome::Replayed(r) if r == ok("a")));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_request_in_reject_mode_is_in_flight_with_the_remaining_lease() {
+    let engine = engine(Policy::default().lease(Duration::from_secs(30)));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let first = tokio::spawn({
+        let engine = engine.clone();
+        let work = counted(&runs, Duration::from_secs(5), ok("a"));
+        async move { engine.run(address(), FP, work).await }
+    });
+    sleep(Duration::from_secs(1)).await;
+    let second = engine
+        .run(address(), FP, counted(&runs, Duration::ZERO, ok("b")))
+        .await
+        .unwrap();
+    assert!(
+        matches!(second, RunOutcome::InFlight { retry_after } if retry_after == Duration::from_secs(29)),
+        "{second:?}"
+    );
+    assert!(matches!(first.await.unwrap().unwrap(), RunOutcome::Executed(_)));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn other_fingerprint_is_a_mismatch() {
+    let engine = engine(Policy::default());
+    let runs = Arc::new(AtomicUsize::new(0));
+    engine
+        .run(address(), FP, counted(&runs, Duration::ZERO, ok("a")))
+        .await
+        .unwrap();
+    let other = Fingerprint::from_bytes([4; 32]);
+    let outcome = engine
+        .run(address(), other, counted(&runs, Duration::ZERO, ok("b")))
+        .await
+        .unwrap();
+    assert!(matches!(outcome, RunOutcome::Mismatch), "{outcome:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropped_caller_work_still_completes_and_is_stored() {
+    let engine = engine(wait(Duration::from_secs(60)));
+    let (started_tx, started) = oneshot::channel();
+    let (finish, finish_rx) = oneshot::channel::<()>();
+    let caller = tokio::spawn({
+        let engine = engine.clone();
+        async move {
+            engine
+                .run(address(), FP, move |_lease| async move {
+                    started_tx.send(()).unwrap();
+                    finish_rx.await.unwrap();
+                    Execution::Final {
+                        value: (),
+                        response: ok("done after the caller left"),
+                    }
+                })
+                .await
+        }
+    });
+    started.await.unwrap();
+    caller.abort();
+    assert!(caller.await.unwrap_err().is_cancelled());
+    finish.send(()).unwrap();
+
+    let runs = Arc::new(AtomicUsize::new(0));
+    let retry = engine
+        .run(address(), FP, counted(&runs, Duration::ZERO, ok("again")))
+        .await
+        .unwrap();
+    assert!(
+        matches!(retry, RunOutcome::Replayed(ref r) if *r == ok("done after the caller left")),
+        "{retry:?}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn wait_mode_hands_the_first_result_to_every_waiter() {
+    let engine = engine(wait(Duration::from_secs(60)));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let callers: Vec<_> = (0..10)
+        .map(|_| {
+            let engine = engine.clone();
+            let work = counted(&runs, Duration::from_secs(2), ok("one"));
+            tokio::spawn(async move { engine.run(address(), FP, work).await.unwrap() })
+        })
+        .collect();
+    let (mut executed, mut replayed) = (0, 0);
+    for caller in callers {
+        match caller.await.unwrap() {
+            RunOutcome::Executed(r) if r == ok("one") => executed += 1,
+            RunOutcome::Replayed(r) if r == ok("one") => replayed += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!((executed, replayed), (1, 9));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(engine.inner.waiters.len(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn wait_mode_times_out_as_in_flight() {
+    let engine = engine(wait(Duration::from_secs(3)).lease(Duration::from_secs(30)));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let first = tokio::spawn({
+        let engine = engine.clone();
+        let work = counted(&runs, Duration::from_secs(10), ok("slow"));
+        async move { engine.run(address(), FP, work).await.unwrap() }
+    });
+    sleep(Duration::from_millis(1)).await;
+    let started = tokio::time::Instant::now();
+    let second = engine
+        .run(address(), FP, counted(&runs, Duration::ZERO, ok("b")))
+        .await
+        .unwrap();
+    assert_eq!(started.elapsed(), Duration::from_secs(3));
+    assert!(
+        matches!(second, RunOutcome::InFlight { retry_after } if retry_after == Duration::from_millis(26_999)),
+        "{second:?}"
+    );
+    assert!(matches!(first.await.unwrap(), RunOutcome::Executed(_)));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn released_key_is_taken_by_one_waiter_whose_result_the_others_replay() {
+    let engine = engine(wait(Duration::from_secs(60)));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let failing = {
+        let runs = Arc::clone(&runs);
+        move |_lease| async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            sleep(Duration::from_secs(1)).await;
+            Execution::Ambiguous {
+                value: StoredResponse::new(503),
+                response: StoredResponse::new(503),
+            }
+        }
+    };
+    let first = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.run(address(), FP, failing).await.unwrap() }
+    });
+    sleep(Duration::from_millis(1)).await;
+    let waiters: Vec<_> = (0..5)
+        .map(|_| {
+            let engine = engine.clone();
+            let work = counted(&runs, Duration::from_secs(1), ok("second try"));
+            tokio::spawn(async move { engine.run(address(), FP, work).await.unwrap() })
+        })
+        .collect();
+    assert!(matches!(first.await.unwrap(), RunOutcome::Executed(r) if r.status == 503));
+    let (mut executed, mut replayed) = (0, 0);
+    for waiter in waiters {
+        match waiter.await.unwrap() {
+            RunOutcome::Executed(r) if r == ok("second try") => executed += 1,
+            RunOutcome::Replayed(r) if r == ok("second try") => replayed += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!((executed, replayed), (1, 4));
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn long_job_with_a_short_lease_is_not_taken_over_while_it_renews() {
+    let lease = Duration::from_millis(300);
+    let engine = engine(Policy::default().lease(lease));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let long = tokio::spawn({
+        let engine = engine.clone();
+        let work = counted(&runs, lease * 10, ok("long"));
+        async move { engine.run(address(), FP, work).await.unwrap() }
+    });
+    for _ in 0..8 {
+        sleep(lease).await;
+        let probe = engine
+            .run(address(), FP, counted(&runs, Duration::ZERO, ok("stolen")))
+            .await
+            .unwrap();
+        assert!(matches!(probe, RunOutcome::InFlight { .. }), "{probe:?}");
+    }
+    assert!(matches!(long.await.unwrap(), RunOutcome::Executed(r) if r == ok("long")));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let replay = engine
+        .run(address(), FP, counted(&runs, Duration::ZERO, ok("stolen")))
+        .await
+        .unwrap();
+    assert!(matches!(replay, RunOutcome::Replayed(r) if r == ok("long")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn panicking_job_releases_the_key_and_the_panic_reaches_the_caller() {
+    let engine = engine(Policy::default());
+    let caller = tokio::spawn({
+        let engine = engine.clone();
+        async move {
+            engine
+                .run(address(), FP, |_lease| async {
+                    sleep(Duration::from_millis(5)).await;
+                    panic!("handler bug");
+                    #[allow(unreachable_code)]
+                    Execution::NotSent { value: () }
+                })
+                .await
+        }
+    });
+    let panic = caller.await.unwrap_err().into_panic();
+    assert_eq!(panic.downcast_ref::<&str>(), Some(&"handler bug"));
+    assert_eq!(engine.store().get(&address()).await.unwrap(), None);
+
+    let runs = Arc::new(AtomicUsize::new(0));
+    let retry = engine
+        .run(address(), FP, counted(&runs, Duration::ZERO, ok("fixed")))
+        .await
+        .unwrap();
+    assert!(matches!(retry, RunOutcome::Executed(_)));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn panic_while_building_the_work_releases_the_key() {
+    let engine = engine(Policy::default());
+    let caller = tokio::spawn({
+        let engine = engine.clone();
+        async move {
+            engine
+                .run(address(), FP, |_lease| -> std::future::Ready<Execution<()>> {
+                    panic!("bad closure")
+                })
+                .await
+        }
+    });
+    assert!(caller.await.unwrap_err().is_panic());
+    assert_eq!(engine.store().get(&address()).await.unwrap(), None);
+}
+
+async fn settle_once(policy: Policy, execution: Execution<()>) -> Option<RecordState> {
+    let engine = engine(policy);
+    let outcome = engine
+        .run(address(), FP, move |_lease| async move { execution })
+        .await
+        .unwrap();
+    assert!(matches!(outcome, RunOutcome::Executed(())));
+    engine
+        .store()
+        .get(&address())
+        .await
+        .unwrap()
+        .map(|r| r.state)
+}
+
+fn stored(state: Option<RecordState>) -> Option<StoredResponse> {
+    match state {
+        Some(RecordState::Completed { response, .. }) => Some(response),
+        _ => None,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn ambiguous_outcomes_follow_the_policy() {
+    let retry = Policy::default().ambiguous(Ambiguous::Retry);
+    let reject = Policy::default().ambiguous(Ambiguous::Reject);
+    let failed = || Execution::Ambiguous {
+        value: (),
+        response: StoredResponse::new(502),
+    };
+    assert_eq!(settle_once(retry, failed()).await, None);
+    assert_eq!(
+        stored(settle_once(reject, failed()).await),
+        Some(StoredResponse::new(502))
+    );
+    assert_eq!(settle_once(retry, Execution::Lost { value: () }).await, None);
+    assert_eq!(
+        stored(settle_once(reject, Execution::Lost { value: () }).await),
+        Some(StoredResponse::outcome_unknown())
+    );
+    assert_eq!(settle_once(reject, Execution::NotSent { value: () }).await, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_that_ran_out_without_a_result_is_outcome_unknown_under_reject() {
+    let engine = engine(Policy::default().ambiguous(Ambiguous::Reject));
+    let terms = Terms::from(engine.policy());
+    // A worker that acquired and died.
+    let dead = engine.store().acquire(&address(), &FP, terms).await.unwrap();
+    assert!(matches!(dead, Acquisition::Acquired(_)));
+    sleep(terms.lease).await;
+
+    let runs = Arc::new(AtomicUsize::new(0));
+    for _ in 0..2 {
+        let outcome = engine
+            .run(address(), FP, counted(&runs, Duration::ZERO, ok("twice")))
+            .await
+            .unwrap();
+        assert!(
+            matches!(outcome, RunOutcome::Replayed(ref r) if r.is_outcome_unknown()),
+            "{outcome:?}"
+        );
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_that_ran_out_is_executed_again_under_retry() {
+    let engine = engine(Policy::default());
+    let terms = Terms::from(engine.policy());
+    let dead = engine.store().acquire(&address(), &FP, terms).await.unwrap();
+    let Acquisition::Acquired(dead) = dead else {
+        panic!("{dead:?}")
+    };
+    sleep(terms.lease).await;
+
+    let runs = Arc::new(AtomicUsize::new(0));
+    let outcome = engine
+        .run(address(), FP, counted(&runs, Duration::ZERO, ok("retried")))
+        .await
+        .unwrap();
+    assert!(matches!(outcome, RunOutcome::Executed(_)));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // The dead worker's late result is refused.
+    let late = engine
+        .store()
+        .complete(&address(), dead.token, &ok("late"), terms.ttl)
+        .await;
+    assert!(matches!(late, Err(StoreError::LeaseLost)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn stale_workers_late_result_is_discarded_after_a_forget() {
+    let engine = engine(Policy::default());
+    let (finish, finish_rx) = oneshot::channel::<()>();
+    let worker = tokio::spawn({
+        let engine = engine.clone();
+        async move {
+            engine
+                .run(address(), FP, move |_lease| async move {
+                    finish_rx.await.unwrap();
+                    Execution::Final {
+                        value: (),
+                        response: ok("stale"),
+                    }
+                })
+                .await
+                .unwrap()
+        }
+    });
+    sleep(Duration::from_millis(10)).await;
+    assert!(engine.store().forget(&address()).await.unwrap());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let fresh = engine
+        .run(address(), FP, counted(&runs, Duration::ZERO, ok("fresh")))
+        .await
+        .unwrap();
+    assert!(matches!(fresh, RunOutcome::Executed(_)));
+
+    finish.send(()).unwrap();
+    assert!(matches!(worker.await.unwrap(), RunOutcome::Executed(())));
+    assert_eq!(
+        stored(engine.store().get(&address()).await.unwrap().map(|r| r.state)),
+        Some(ok("fresh"))
+    );
+}

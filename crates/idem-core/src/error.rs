@@ -1,0 +1,34 @@
+//! The failures of stores and of the engine.
+
+/// A store operation failed. Expected outcomes (a key in flight, a mismatch) are values of
+/// [`Acquisition`](crate::Acquisition), not errors.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The token presented to `complete`, `release` or `renew` is not the record's current one:
+    /// the lease was taken over, the key was released or forgotten, or the record expired.
+    /// Nothing was changed.
+    #[error("the lease was lost: the key is held by a newer token or no longer exists")]
+    LeaseLost,
+    /// The store cannot be reached or did not answer (HTTP front ends answer 503).
+    #[error("the store is unavailable")]
+    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The store holds data this build cannot read.
+    #[error("the store holds a corrupted record")]
+    Corrupted(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The store is not set up as this build expects (missing migrations, wrong schema).
+    #[error("the store is misconfigured: {0}")]
+    Misconfigured(String),
+}
+
+impl StoreError {
+    /// Wraps a transport or database failure.
+    pub fn unavailable(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self::Unavailable(source.into())
+    }
+
+    /// Wraps a decoding failure.
+    pub fn corrupted(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self::Corrupted(source.into())
+    }
+}

@@ -1,0 +1,68 @@
+//! The core of idem: exactly-once effects on top of at-least-once delivery.
+//!
+//! This crate holds the domain model and no I/O: the [`IdempotencyKey`], the caller's [`Scope`],
+//! the request [`Fingerprint`], the [`Record`] and its states, [`FencingToken`]s and
+//! [`Lease`]s, the [`Policy`], the [`Store`] contract every backend implements, the [`Engine`]
+//! that runs an operation under a key, and [`MemoryStore`], the reference store.
+//!
+//! The state machine is described in `docs/state-machine.md` of the repository.
+//!
+//! # Examples
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! use idem_core::{
+//!     Address, Engine, Execution, Fingerprint, FingerprintMode, MemoryStore, Policy, RunOutcome,
+//!     Scope, StoredResponse,
+//! };
+//!
+//! let engine = Engine::new(MemoryStore::new(), Policy::default());
+//! let scope = Scope::from_identity([b"Bearer sk_live_alice".as_slice()]);
+//! let address = Address::new(scope, r#""pay-1""#.parse()?);
+//! let fingerprint = Fingerprint::builder(FingerprintMode::Json)
+//!     .method("POST")
+//!     .path("/payments")
+//!     .query(None)
+//!     .body(Some("application/json"), br#"{"amount": 10}"#);
+//!
+//! let outcome = engine
+//!     .run(address, fingerprint, |_lease| async {
+//!         let response = StoredResponse::new(201).body("paid");
+//!         Execution::Final { value: (), response }
+//!     })
+//!     .await?;
+//! assert!(matches!(outcome, RunOutcome::Executed(())));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+
+mod clock;
+mod codec;
+mod dyn_store;
+mod engine;
+mod error;
+mod fingerprint;
+mod key;
+mod lease;
+mod memory;
+mod policy;
+mod record;
+mod response;
+mod scope;
+mod store;
+pub mod transition;
+
+pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use codec::DecodeError;
+pub use dyn_store::DynStore;
+pub use engine::{Engine, Execution, RunOutcome};
+pub use error::StoreError;
+pub use fingerprint::{Fingerprint, FingerprintBuilder, FingerprintMode, InvalidFingerprint};
+pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
+pub use lease::{FencingToken, Lease};
+pub use memory::MemoryStore;
+pub use policy::{Ambiguous, InFlight, Policy};
+pub use record::{Record, RecordState};
+pub use response::{OUTCOME_UNKNOWN_TYPE, StoredResponse};
+pub use scope::{Address, InvalidScope, Scope};
+pub use store::{Acquisition, Store, Terms};

@@ -1,0 +1,187 @@
+//! The [`Store`] contract that every backend implements.
+
+use std::{future::Future, sync::Arc, time::Duration};
+
+use crate::{
+    Address, FencingToken, Fingerprint, Lease, Policy, Record, StoreError, StoredResponse,
+    Timestamp,
+};
+
+/// The durations an acquisition is granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Terms {
+    /// How long the lease lasts unless renewed.
+    pub lease: Duration,
+    /// How long the record lasts: the minimum life of a processing record (never shorter than its
+    /// lease), and the life of a completed one from its completion.
+    pub ttl: Duration,
+}
+
+impl From<&Policy> for Terms {
+    fn from(policy: &Policy) -> Self {
+        Self {
+            lease: policy.lease,
+            ttl: policy.ttl,
+        }
+    }
+}
+
+/// The outcome of [`Store::acquire`]. Every variant is an expected result, not a failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Acquisition {
+    /// The caller holds the key and must execute, then `complete` or `release` with the token.
+    Acquired(Lease),
+    /// The operation already completed with the same fingerprint: replay this response.
+    Completed(StoredResponse),
+    /// Another worker holds a live lease; try again after `retry_after` (the lease's remaining
+    /// time).
+    InFlight {
+        /// Time left on the holder's lease.
+        retry_after: Duration,
+    },
+    /// The key is in use (processing, completed, or its lease ran out) by a request with another
+    /// fingerprint.
+    Mismatch,
+}
+
+/// Where idempotency records live.
+///
+/// A record is addressed by [`Address`] (scope and key) and is, at any moment, absent, processing
+/// or completed (see [`RecordState`](crate::RecordState) and `docs/state-machine.md`). A record
+/// whose `expires_at` has passed counts as absent everywhere, whether or not it has been purged.
+///
+/// Every method is **one atomic step**: concurrent calls on one address behave as if they ran one
+/// after the other, whatever the number of processes sharing the store. Stores that keep time
+/// themselves read it from an injected [`Clock`](crate::Clock); server stores use the server's
+/// clock.
+///
+/// Fencing: every acquisition issues a [`FencingToken`] strictly greater than every token issued
+/// before for the same address. [`complete`](Store::complete), [`release`](Store::release) and
+/// [`renew`](Store::renew) succeed only with the current token of a processing record; with any
+/// other token (the lease was taken over, the key released, forgotten, completed or expired) they
+/// return [`StoreError::LeaseLost`] and change nothing.
+pub trait Store: Send + Sync + 'static {
+    /// Tries to take the key for a request with `fingerprint`, atomically:
+    ///
+    /// - no record (never created, released, forgotten or expired) → a new processing record
+    ///   with a new token, lease `now + terms.lease`, expiry `now + max(terms.ttl, terms.lease)`:
+    ///   [`Acquisition::Acquired`] with `took_over: false`;
+    /// - a record with another fingerprint → [`Acquisition::Mismatch`], whatever its state;
+    /// - completed → [`Acquisition::Completed`] with the stored response, byte for byte;
+    /// - processing with a live lease (`now < lease_until`) → [`Acquisition::InFlight`] with
+    ///   `retry_after = lease_until - now`;
+    /// - processing with a lease that ran out → taken over: a new token and lease, expiry pushed
+    ///   to at least the new lease's end, [`Acquisition::Acquired`] with `took_over: true`.
+    fn acquire(
+        &self,
+        address: &Address,
+        fingerprint: &Fingerprint,
+        terms: Terms,
+    ) -> impl Future<Output = Result<Acquisition, StoreError>> + Send;
+
+    /// Completes a processing record held by `token`: stores `response`, which is replayed until
+    /// `now + ttl`. A late completion by the current holder after its lease ran out (but before
+    /// anyone took it over) is accepted. Any other token → [`StoreError::LeaseLost`].
+    fn complete(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        response: &StoredResponse,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Releases a processing record held by `token`: the record is removed, so the next acquire,
+    /// with any fingerprint, starts a new operation. Any other token → [`StoreError::LeaseLost`].
+    fn release(
+        &self,
+        address: &Address,
+        token: FencingToken,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Extends the lease of a processing record held by `token` to `now + lease` (and its expiry
+    /// to at least that) and returns the new end. Any other token → [`StoreError::LeaseLost`].
+    fn renew(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Timestamp, StoreError>> + Send;
+
+    /// Reads the record, or `None` when there is none or it has expired.
+    fn get(
+        &self,
+        address: &Address,
+    ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
+
+    /// Removes the record whatever its state (an operator's override). Returns whether a live
+    /// record was there. A worker that held it gets [`StoreError::LeaseLost`] on its next call.
+    fn forget(&self, address: &Address) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Removes at most `limit` expired records and returns how many it removed. A processing
+    /// record is never expired before its lease ends. Callers loop while the result equals `limit`.
+    fn purge_expired(&self, limit: usize)
+    -> impl Future<Output = Result<usize, StoreError>> + Send;
+
+    /// Checks that the store can be reached.
+    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+impl<S: Store> Store for Arc<S> {
+    fn acquire(
+        &self,
+        address: &Address,
+        fingerprint: &Fingerprint,
+        terms: Terms,
+    ) -> impl Future<Output = Result<Acquisition, StoreError>> + Send {
+        (**self).acquire(address, fingerprint, terms)
+    }
+
+    fn complete(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        response: &StoredResponse,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).complete(address, token, response, ttl)
+    }
+
+    fn release(
+        &self,
+        address: &Address,
+        token: FencingToken,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).release(address, token)
+    }
+
+    fn renew(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Timestamp, StoreError>> + Send {
+        (**self).renew(address, token, lease)
+    }
+
+    fn get(
+        &self,
+        address: &Address,
+    ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send {
+        (**self).get(address)
+    }
+
+    fn forget(&self, address: &Address) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        (**self).forget(address)
+    }
+
+    fn purge_expired(
+        &self,
+        limit: usize,
+    ) -> impl Future<Output = Result<usize, StoreError>> + Send {
+        (**self).purge_expired(limit)
+    }
+
+    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).ping()
+    }
+}
