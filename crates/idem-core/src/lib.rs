@@ -66,3 +66,8 @@ pub use record::{Record, RecordState};
 pub use response::{OUTCOME_UNKNOWN_TYPE, StoredResponse};
 pub use scope::{Address, InvalidScope, Scope};
 pub use store::{Acquisition, Store, Terms};
+
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
