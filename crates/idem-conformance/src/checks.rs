@@ -66,7 +66,7 @@ fn assert_lease_lost<T: std::fmt::Debug>(result: Result<T, StoreError>) {
     );
 }
 
-/// 1. The first acquire gets the key; a second gets `InFlight` with the lease's remaining time.
+/// Item 1: The first acquire gets the key; a second gets `InFlight` with the lease's remaining time.
 pub async fn first_acquire_wins_and_the_second_is_in_flight(subject: &impl Subject) {
     let store = subject.store();
     let a = address("first");
@@ -84,7 +84,7 @@ pub async fn first_acquire_wins_and_the_second_is_in_flight(subject: &impl Subje
     }
 }
 
-/// 2a. After `complete`, the same fingerprint gets the stored response, byte for byte, every time.
+/// Item 2a: After `complete`, the same fingerprint gets the stored response, byte for byte, every time.
 pub async fn completed_key_replays_the_response_byte_for_byte(subject: &impl Subject) {
     let store = subject.store();
     let a = address("replay");
@@ -99,7 +99,7 @@ pub async fn completed_key_replays_the_response_byte_for_byte(subject: &impl Sub
     }
 }
 
-/// 2b. Another fingerprint is a mismatch while processing, after completion, and after the lease
+/// Item 2b: Another fingerprint is a mismatch while processing, after completion, and after the lease
 /// ran out; it changes nothing.
 pub async fn other_fingerprint_is_a_mismatch_while_processing_and_after_completion(
     subject: &impl Subject,
@@ -129,7 +129,7 @@ pub async fn other_fingerprint_is_a_mismatch_while_processing_and_after_completi
     );
 }
 
-/// 3. 64 concurrent acquires of one address elect exactly one holder; repeated for 200 addresses.
+/// Item 3: 64 concurrent acquires of one address elect exactly one holder; repeated for 200 addresses.
 pub async fn concurrent_acquires_elect_exactly_one_holder(subject: &impl Subject) {
     const ADDRESSES: usize = 200;
     const CALLERS: usize = 64;
@@ -162,7 +162,7 @@ pub async fn concurrent_acquires_elect_exactly_one_holder(subject: &impl Subject
     );
 }
 
-/// 4. A released key is free for the next request, whatever its fingerprint, with a larger token.
+/// Item 4: A released key is free for the next request, whatever its fingerprint, with a larger token.
 pub async fn released_key_is_free_for_any_request_with_a_larger_token(subject: &impl Subject) {
     let store = subject.store();
     let a = address("release");
@@ -176,7 +176,7 @@ pub async fn released_key_is_free_for_any_request_with_a_larger_token(subject: &
     assert_lease_lost(store.release(&a, first.token).await);
 }
 
-/// 5. A lease that ran out is taken over with a larger token; the old token's `complete`, `renew`
+/// Item 5: A lease that ran out is taken over with a larger token; the old token's `complete`, `renew`
 /// and `release` get `LeaseLost` and leave the record as the new holder has it.
 pub async fn expired_lease_is_taken_over_and_the_old_token_is_fenced(subject: &impl Subject) {
     let store = subject.store();
@@ -214,7 +214,7 @@ pub async fn late_completion_by_the_current_holder_is_accepted(subject: &impl Su
     );
 }
 
-/// 6. `renew` extends the lease: the key stays in flight past the original lease's end.
+/// Item 6: `renew` extends the lease: the key stays in flight past the original lease's end.
 pub async fn renew_extends_the_lease(subject: &impl Subject) {
     let store = subject.store();
     let a = address("renew");
@@ -243,7 +243,7 @@ pub async fn renew_extends_the_lease(subject: &impl Subject) {
     }
 }
 
-/// 7a. A completed record counts until its TTL ends; then the key starts a new operation.
+/// Item 7a: A completed record counts until its TTL ends; then the key starts a new operation.
 pub async fn completed_key_expires_after_its_ttl(subject: &impl Subject) {
     let store = subject.store();
     let a = address("ttl");
@@ -262,7 +262,7 @@ pub async fn completed_key_expires_after_its_ttl(subject: &impl Subject) {
     assert!(!next.took_over);
 }
 
-/// 7b. `purge_expired` removes expired records only, at most `limit` at a time; processing
+/// Item 7b: `purge_expired` removes expired records only, at most `limit` at a time; processing
 /// records with a live lease survive even when their TTL is shorter than the lease.
 pub async fn purge_removes_only_expired_records_in_bounded_batches(subject: &impl Subject) {
     let store = subject.store();
@@ -305,7 +305,7 @@ pub async fn purge_removes_only_expired_records_in_bounded_batches(subject: &imp
     }
 }
 
-/// 8. Two scopes with the same key are independent records.
+/// Item 8: Two scopes with the same key are independent records.
 pub async fn scopes_are_independent(subject: &impl Subject) {
     let store = subject.store();
     let key: IdempotencyKey = "shared-key".parse().unwrap();
@@ -335,7 +335,7 @@ pub async fn scopes_are_independent(subject: &impl Subject) {
     );
 }
 
-/// 9. A 1 MiB binary body with many repeated headers and trailers round-trips byte-exact.
+/// Item 9: A 1 MiB binary body with many repeated headers and trailers round-trips byte-exact.
 pub async fn large_binary_response_round_trips(subject: &impl Subject) {
     let store = subject.store();
     let a = address("large");
@@ -439,7 +439,7 @@ pub async fn record_timestamps_follow_the_terms(subject: &impl Subject) {
     assert_eq!(record.expires_at.saturating_since(completed_at), TTL);
 }
 
-/// 10. Records survive closing and reopening the store: a completed record still replays, a
+/// Item 10: Records survive closing and reopening the store: a completed record still replays, a
 /// processing one still blocks until its lease ends. `reopen` closes the given store and opens
 /// a new one on the same data with the same clock.
 pub async fn records_survive_a_restart<S, F, Fut>(subject: &impl Subject<Store = S>, reopen: F)

@@ -1,4 +1,4 @@
-//! 11. A model-based property test: random sequences of operations and clock moves, the store
+//! Item 11: a model-based property test: random sequences of operations and clock moves, the store
 //! compared after every step with a small reference model of the contract.
 //!
 //! The model is written independently of the stores (it does not use
