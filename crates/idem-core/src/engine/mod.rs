@@ -17,6 +17,7 @@ use std::{
 
 use futures_util::FutureExt;
 use tokio::time::{Instant, sleep};
+use tokio_util::task::TaskTracker;
 
 pub use self::execution::Execution;
 use self::{execution::Settlement, waiters::Waiters};
@@ -82,6 +83,7 @@ struct Inner<S> {
     store: S,
     policy: Policy,
     waiters: Waiters,
+    tasks: TaskTracker,
 }
 
 impl<S> Clone for Engine<S> {
@@ -108,6 +110,7 @@ impl<S: Store> Engine<S> {
                 store,
                 policy,
                 waiters: Waiters::default(),
+                tasks: TaskTracker::new(),
             }),
         }
     }
@@ -120,6 +123,13 @@ impl<S: Store> Engine<S> {
     /// The policy.
     pub fn policy(&self) -> &Policy {
         &self.inner.policy
+    }
+
+    /// Waits until every operation this engine started has finished and its result is recorded,
+    /// including those whose callers went away. For graceful shutdown: stop taking requests first.
+    pub async fn shutdown(&self) {
+        self.inner.tasks.close();
+        self.inner.tasks.wait().await;
     }
 
     /// Runs `work` under `address` unless it already ran (or is running) for the same
@@ -204,7 +214,7 @@ impl<S: Store> Engine<S> {
                 std::panic::resume_unwind(panic);
             }
         };
-        let task = tokio::spawn(Arc::clone(inner).supervise(address, lease, work));
+        let task = inner.tasks.spawn(Arc::clone(inner).supervise(address, lease, work));
         match task.await {
             Ok(Ok(value)) => Ok(RunOutcome::Executed(value)),
             Ok(Err(panic)) => std::panic::resume_unwind(panic),
@@ -242,7 +252,8 @@ impl<S: Store> Inner<S> {
 
     /// Renews the lease every third of its length until dropped.
     async fn heartbeat(&self, address: &Address, lease: Lease) -> std::convert::Infallible {
-        let every = self.policy.lease / 3;
+        // A zero lease would spin; nothing useful renews more often than this.
+        let every = (self.policy.lease / 3).max(Duration::from_millis(10));
         loop {
             sleep(every).await;
             match self.store.renew(address, lease.token, self.policy.lease).await {

@@ -436,3 +436,23 @@ async fn stale_workers_late_result_is_discarded_after_a_forget() {
         Some(ok("fresh"))
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_waits_for_work_whose_caller_went_away() {
+    let engine = engine(Policy::default());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let caller = tokio::spawn({
+        let engine = engine.clone();
+        let work = counted(&runs, Duration::from_secs(5), ok("finished during shutdown"));
+        async move { engine.run(address(), FP, work).await }
+    });
+    sleep(Duration::from_millis(10)).await;
+    caller.abort();
+    let started = tokio::time::Instant::now();
+    engine.shutdown().await;
+    assert_eq!(started.elapsed(), Duration::from_millis(4_990));
+    assert_eq!(
+        stored(engine.store().get(&address()).await.unwrap().map(|r| r.state)),
+        Some(ok("finished during shutdown"))
+    );
+}
