@@ -45,7 +45,11 @@ pub fn response(n: u16) -> StoredResponse {
 
 /// Acquires and expects a fresh lease.
 pub async fn acquired<S: Store>(store: &S, address: &Address, fp: &Fingerprint) -> Lease {
-    match store.acquire(address, fp, TERMS).await.expect("store is up") {
+    match store
+        .acquire(address, fp, TERMS)
+        .await
+        .expect("store is up")
+    {
         Acquisition::Acquired(lease) => lease,
         other => panic!("expected Acquired, got {other:?}"),
     }
@@ -89,7 +93,9 @@ pub async fn completed_key_replays_the_response_byte_for_byte(subject: &impl Sub
     let store = subject.store();
     let a = address("replay");
     let lease = acquired(&store, &a, &fingerprint(1)).await;
-    let stored = response(1).header("x-empty", "").trailer("grpc-status", "0");
+    let stored = response(1)
+        .header("x-empty", "")
+        .trailer("grpc-status", "0");
     store.complete(&a, lease.token, &stored, TTL).await.unwrap();
     for _ in 0..2 {
         assert_eq!(
@@ -118,7 +124,10 @@ pub async fn other_fingerprint_is_a_mismatch_while_processing_and_after_completi
         Acquisition::Mismatch
     );
     // The mismatch did not take the key: its holder can still complete.
-    store.complete(&a, lease.token, &response(2), TTL).await.unwrap();
+    store
+        .complete(&a, lease.token, &response(2), TTL)
+        .await
+        .unwrap();
     assert_eq!(
         store.acquire(&a, &fingerprint(2), TERMS).await.unwrap(),
         Acquisition::Mismatch
@@ -156,10 +165,7 @@ pub async fn concurrent_acquires_elect_exactly_one_holder(subject: &impl Subject
         assert_eq!(acquired.load(Ordering::SeqCst), n + 1, "address {n}");
     }
     assert_eq!(acquired.load(Ordering::SeqCst), ADDRESSES);
-    assert_eq!(
-        in_flight.load(Ordering::SeqCst),
-        ADDRESSES * (CALLERS - 1)
-    );
+    assert_eq!(in_flight.load(Ordering::SeqCst), ADDRESSES * (CALLERS - 1));
 }
 
 /// Item 4: A released key is free for the next request, whatever its fingerprint, with a larger token.
@@ -194,7 +200,10 @@ pub async fn expired_lease_is_taken_over_and_the_old_token_is_fenced(subject: &i
     assert_lease_lost(store.release(&a, old.token).await);
     assert_eq!(store.get(&a).await.unwrap(), Some(before));
 
-    store.complete(&a, new.token, &response(1), TTL).await.unwrap();
+    store
+        .complete(&a, new.token, &response(1), TTL)
+        .await
+        .unwrap();
     assert_eq!(
         store.acquire(&a, &fingerprint(1), TERMS).await.unwrap(),
         Acquisition::Completed(response(1))
@@ -207,7 +216,10 @@ pub async fn late_completion_by_the_current_holder_is_accepted(subject: &impl Su
     let a = address("late");
     let lease = acquired(&store, &a, &fingerprint(1)).await;
     subject.advance(LEASE + Duration::from_millis(100)).await;
-    store.complete(&a, lease.token, &response(3), TTL).await.unwrap();
+    store
+        .complete(&a, lease.token, &response(3), TTL)
+        .await
+        .unwrap();
     assert_eq!(
         store.acquire(&a, &fingerprint(1), TERMS).await.unwrap(),
         Acquisition::Completed(response(3))
@@ -249,7 +261,10 @@ pub async fn completed_key_expires_after_its_ttl(subject: &impl Subject) {
     let a = address("ttl");
     let ttl = Duration::from_secs(1);
     let lease = acquired(&store, &a, &fingerprint(1)).await;
-    store.complete(&a, lease.token, &response(1), ttl).await.unwrap();
+    store
+        .complete(&a, lease.token, &response(1), ttl)
+        .await
+        .unwrap();
     assert_eq!(
         store.acquire(&a, &fingerprint(1), TERMS).await.unwrap(),
         Acquisition::Completed(response(1))
@@ -270,12 +285,18 @@ pub async fn purge_removes_only_expired_records_in_bounded_batches(subject: &imp
     for n in 0..5 {
         let a = address(&format!("expiring-{n}"));
         let lease = acquired(&store, &a, &fingerprint(1)).await;
-        store.complete(&a, lease.token, &response(n), short).await.unwrap();
+        store
+            .complete(&a, lease.token, &response(n), short)
+            .await
+            .unwrap();
     }
     for n in 0..3 {
         let a = address(&format!("kept-{n}"));
         let lease = acquired(&store, &a, &fingerprint(1)).await;
-        store.complete(&a, lease.token, &response(n), TTL).await.unwrap();
+        store
+            .complete(&a, lease.token, &response(n), TTL)
+            .await
+            .unwrap();
     }
     let short_ttl = Terms {
         lease: Duration::from_secs(5),
@@ -316,9 +337,15 @@ pub async fn scopes_are_independent(subject: &impl Subject) {
     let a = acquired(&store, &alice, &fingerprint(1)).await;
     let b = acquired(&store, &bob, &fingerprint(2)).await;
     acquired(&store, &anonymous, &fingerprint(3)).await;
-    store.complete(&alice, a.token, &response(1), TTL).await.unwrap();
+    store
+        .complete(&alice, a.token, &response(1), TTL)
+        .await
+        .unwrap();
     assert_lease_lost(store.complete(&bob, a.token, &response(1), TTL).await);
-    store.complete(&bob, b.token, &response(2), TTL).await.unwrap();
+    store
+        .complete(&bob, b.token, &response(2), TTL)
+        .await
+        .unwrap();
 
     assert_eq!(
         store.acquire(&alice, &fingerprint(1), TERMS).await.unwrap(),
@@ -347,7 +374,9 @@ pub async fn large_binary_response_round_trips(subject: &impl Subject) {
         large = large.header("set-cookie", format!("c{i}={}", "x".repeat(i as usize)));
         large = large.header("x-binary", Bytes::from(vec![0xff, 0x00, i as u8]));
     }
-    large = large.trailer("grpc-status", "0").trailer("grpc-message", "");
+    large = large
+        .trailer("grpc-status", "0")
+        .trailer("grpc-message", "");
 
     let lease = acquired(&store, &a, &fingerprint(1)).await;
     store.complete(&a, lease.token, &large, TTL).await.unwrap();
@@ -374,7 +403,10 @@ pub async fn forget_removes_any_record_and_fences_its_holder(subject: &impl Subj
 
     let next = acquired(&store, &a, &fingerprint(2)).await;
     assert!(next.token > lease.token);
-    store.complete(&a, next.token, &response(2), TTL).await.unwrap();
+    store
+        .complete(&a, next.token, &response(2), TTL)
+        .await
+        .unwrap();
     assert!(store.forget(&a).await.unwrap());
     assert!(!store.forget(&a).await.unwrap());
 }
@@ -385,7 +417,10 @@ pub async fn settled_records_refuse_every_token(subject: &impl Subject) {
     let store = subject.store();
     let a = address("settled");
     let lease = acquired(&store, &a, &fingerprint(1)).await;
-    store.complete(&a, lease.token, &response(1), TTL).await.unwrap();
+    store
+        .complete(&a, lease.token, &response(1), TTL)
+        .await
+        .unwrap();
     assert_lease_lost(store.complete(&a, lease.token, &response(2), TTL).await);
     assert_lease_lost(store.renew(&a, lease.token, LEASE).await);
     assert_lease_lost(store.release(&a, lease.token).await);
@@ -420,7 +455,10 @@ pub async fn record_timestamps_follow_the_terms(subject: &impl Subject) {
     assert_eq!(record.expires_at.saturating_since(record.created_at), TTL);
 
     subject.advance(Duration::from_millis(300)).await;
-    store.complete(&a, lease.token, &response(4), TTL).await.unwrap();
+    store
+        .complete(&a, lease.token, &response(4), TTL)
+        .await
+        .unwrap();
     let record = store.get(&a).await.unwrap().expect("record");
     let RecordState::Completed {
         token,
@@ -452,7 +490,10 @@ where
     let done = address("done-before-restart");
     let busy = address("busy-before-restart");
     let lease = acquired(&store, &done, &fingerprint(1)).await;
-    store.complete(&done, lease.token, &response(1), TTL).await.unwrap();
+    store
+        .complete(&done, lease.token, &response(1), TTL)
+        .await
+        .unwrap();
     let held = acquired(&store, &busy, &fingerprint(2)).await;
 
     let store = reopen(store).await;

@@ -20,14 +20,35 @@ const ADDRESSES: usize = 3;
 /// One step of a generated history.
 #[derive(Debug, Clone)]
 enum Op {
-    Acquire { at: usize, fp: u8 },
-    Complete { at: usize, pick: TokenPick, short_ttl: bool },
-    Release { at: usize, pick: TokenPick },
-    Renew { at: usize, pick: TokenPick },
-    Get { at: usize },
-    Forget { at: usize },
-    Purge { limit: usize },
-    Advance { millis: u64 },
+    Acquire {
+        at: usize,
+        fp: u8,
+    },
+    Complete {
+        at: usize,
+        pick: TokenPick,
+        short_ttl: bool,
+    },
+    Release {
+        at: usize,
+        pick: TokenPick,
+    },
+    Renew {
+        at: usize,
+        pick: TokenPick,
+    },
+    Get {
+        at: usize,
+    },
+    Forget {
+        at: usize,
+    },
+    Purge {
+        limit: usize,
+    },
+    Advance {
+        millis: u64,
+    },
 }
 
 /// Which token a `complete`, `release` or `renew` presents.
@@ -154,7 +175,11 @@ async fn run_history(subject: &impl Subject, ops: &[Op]) {
                 short_ttl,
             } => {
                 let token = model.token(at, pick);
-                let ttl = if short_ttl { Duration::from_secs(1) } else { TTL };
+                let ttl = if short_ttl {
+                    Duration::from_secs(1)
+                } else {
+                    TTL
+                };
                 let id = step as u16;
                 let got = store
                     .complete(&address(&format!("m{at}")), token, &response(id), ttl)
@@ -264,7 +289,10 @@ fn acquire(model: &mut Model, at: usize, fp: u8, got: Acquisition, context: &str
     };
     let issued = model.issued.entry(at).or_default();
     if let Some(last) = issued.last() {
-        assert!(lease.token > *last, "{context}: token {lease:?} after {last:?}");
+        assert!(
+            lease.token > *last,
+            "{context}: token {lease:?} after {last:?}"
+        );
     }
     issued.push(lease.token);
     let lease_until = now + MS(LEASE);

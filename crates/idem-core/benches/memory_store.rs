@@ -62,8 +62,14 @@ fn timed<K: Sync>(keys: &[Vec<K>], work: impl Fn(&[K]) + Sync) -> Duration {
 /// the baseline's cost is the write).
 #[allow(dead_code)]
 enum Entry {
-    Processing { fingerprint: Fingerprint, token: u64 },
-    Completed { fingerprint: Fingerprint, response: StoredResponse },
+    Processing {
+        fingerprint: Fingerprint,
+        token: u64,
+    },
+    Completed {
+        fingerprint: Fingerprint,
+        response: StoredResponse,
+    },
 }
 
 fn bench(c: &mut Criterion) {

@@ -153,7 +153,10 @@ mod tests {
             Timestamp::from_millis(u64::MAX - 1) + Duration::from_secs(1),
             Timestamp::from_millis(u64::MAX)
         );
-        assert_eq!(t.saturating_since(Timestamp::from_millis(30)), Duration::ZERO);
+        assert_eq!(
+            t.saturating_since(Timestamp::from_millis(30)),
+            Duration::ZERO
+        );
         assert_eq!(
             Timestamp::from_millis(30).saturating_since(t),
             Duration::from_millis(20)

@@ -62,7 +62,8 @@ trait ErasedStore: Send + Sync {
         token: FencingToken,
         lease: Duration,
     ) -> BoxFuture<'a, Result<Timestamp, StoreError>>;
-    fn get<'a>(&'a self, address: &'a Address) -> BoxFuture<'a, Result<Option<Record>, StoreError>>;
+    fn get<'a>(&'a self, address: &'a Address)
+    -> BoxFuture<'a, Result<Option<Record>, StoreError>>;
     fn forget<'a>(&'a self, address: &'a Address) -> BoxFuture<'a, Result<bool, StoreError>>;
     fn purge_expired(&self, limit: usize) -> BoxFuture<'_, Result<usize, StoreError>>;
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>>;
@@ -105,7 +106,10 @@ impl<S: Store> ErasedStore for S {
         Box::pin(Store::renew(self, address, token, lease))
     }
 
-    fn get<'a>(&'a self, address: &'a Address) -> BoxFuture<'a, Result<Option<Record>, StoreError>> {
+    fn get<'a>(
+        &'a self,
+        address: &'a Address,
+    ) -> BoxFuture<'a, Result<Option<Record>, StoreError>> {
         Box::pin(Store::get(self, address))
     }
 

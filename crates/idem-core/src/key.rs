@@ -51,7 +51,9 @@ pub enum KeyError {
     },
     /// A byte that the key syntax does not allow (a control character, non-ASCII, a space or `"`
     /// in a bare key).
-    #[error("the idempotency key has a character that is not allowed (byte 0x{byte:02x} at position {position})")]
+    #[error(
+        "the idempotency key has a character that is not allowed (byte 0x{byte:02x} at position {position})"
+    )]
     InvalidCharacter {
         /// The offending byte.
         byte: u8,

@@ -106,12 +106,18 @@ mod tests {
             expires_at: at(1_000),
             lease_until: None,
         };
-        assert_eq!(plan_acquire(Some(completed), &FP, at(999)), AcquirePlan::Replay);
+        assert_eq!(
+            plan_acquire(Some(completed), &FP, at(999)),
+            AcquirePlan::Replay
+        );
         assert_eq!(
             plan_acquire(Some(completed), &OTHER, at(999)),
             AcquirePlan::Mismatch
         );
-        assert_eq!(plan_acquire(Some(completed), &FP, at(1_000)), AcquirePlan::Create);
+        assert_eq!(
+            plan_acquire(Some(completed), &FP, at(1_000)),
+            AcquirePlan::Create
+        );
     }
 
     #[test]

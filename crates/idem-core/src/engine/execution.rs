@@ -53,9 +53,10 @@ impl<T> Execution<T> {
             | (Execution::Ambiguous { response, value }, Ambiguous::Reject) => {
                 (value, Settlement::Complete(response))
             }
-            (Execution::Lost { value }, Ambiguous::Reject) => {
-                (value, Settlement::Complete(StoredResponse::outcome_unknown()))
-            }
+            (Execution::Lost { value }, Ambiguous::Reject) => (
+                value,
+                Settlement::Complete(StoredResponse::outcome_unknown()),
+            ),
             (Execution::Ambiguous { value, .. }, Ambiguous::Retry)
             | (Execution::Lost { value }, Ambiguous::Retry)
             | (Execution::NotSent { value }, _) => (value, Settlement::Release),
@@ -90,7 +91,10 @@ mod tests {
             response: failed.clone(),
             value: 2,
         };
-        assert_eq!(ambiguous().settle(Ambiguous::Retry), (2, Settlement::Release));
+        assert_eq!(
+            ambiguous().settle(Ambiguous::Retry),
+            (2, Settlement::Release)
+        );
         assert_eq!(
             ambiguous().settle(Ambiguous::Reject),
             (2, Settlement::Complete(failed.clone()))

@@ -8,12 +8,7 @@
 mod execution;
 mod waiters;
 
-use std::{
-    future::Future,
-    panic::AssertUnwindSafe,
-    sync::Arc,
-    time::Duration,
-};
+use std::{future::Future, panic::AssertUnwindSafe, sync::Arc, time::Duration};
 
 use futures_util::FutureExt;
 use tokio::time::{Instant, sleep};
@@ -214,7 +209,9 @@ impl<S: Store> Engine<S> {
                 std::panic::resume_unwind(panic);
             }
         };
-        let task = inner.tasks.spawn(Arc::clone(inner).supervise(address, lease, work));
+        let task = inner
+            .tasks
+            .spawn(Arc::clone(inner).supervise(address, lease, work));
         match task.await {
             Ok(Ok(value)) => Ok(RunOutcome::Executed(value)),
             Ok(Err(panic)) => std::panic::resume_unwind(panic),
@@ -256,7 +253,11 @@ impl<S: Store> Inner<S> {
         let every = (self.policy.lease / 3).max(Duration::from_millis(10));
         loop {
             sleep(every).await;
-            match self.store.renew(address, lease.token, self.policy.lease).await {
+            match self
+                .store
+                .renew(address, lease.token, self.policy.lease)
+                .await
+            {
                 Ok(_) => {}
                 Err(StoreError::LeaseLost) => {
                     tracing::warn!(

@@ -91,7 +91,10 @@ async fn concurrent_request_in_reject_mode_is_in_flight_with_the_remaining_lease
         matches!(second, RunOutcome::InFlight { retry_after } if retry_after == Duration::from_secs(29)),
         "{second:?}"
     );
-    assert!(matches!(first.await.unwrap().unwrap(), RunOutcome::Executed(_)));
+    assert!(matches!(
+        first.await.unwrap().unwrap(),
+        RunOutcome::Executed(_)
+    ));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
@@ -300,9 +303,11 @@ async fn panic_while_building_the_work_releases_the_key() {
         let engine = engine.clone();
         async move {
             engine
-                .run(address(), FP, |_lease| -> std::future::Ready<Execution<()>> {
-                    panic!("bad closure")
-                })
+                .run(
+                    address(),
+                    FP,
+                    |_lease| -> std::future::Ready<Execution<()>> { panic!("bad closure") },
+                )
                 .await
         }
     });
@@ -345,12 +350,18 @@ async fn ambiguous_outcomes_follow_the_policy() {
         stored(settle_once(reject, failed()).await),
         Some(StoredResponse::new(502))
     );
-    assert_eq!(settle_once(retry, Execution::Lost { value: () }).await, None);
+    assert_eq!(
+        settle_once(retry, Execution::Lost { value: () }).await,
+        None
+    );
     assert_eq!(
         stored(settle_once(reject, Execution::Lost { value: () }).await),
         Some(StoredResponse::outcome_unknown())
     );
-    assert_eq!(settle_once(reject, Execution::NotSent { value: () }).await, None);
+    assert_eq!(
+        settle_once(reject, Execution::NotSent { value: () }).await,
+        None
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -358,7 +369,11 @@ async fn lease_that_ran_out_without_a_result_is_outcome_unknown_under_reject() {
     let engine = engine(Policy::default().ambiguous(Ambiguous::Reject));
     let terms = Terms::from(engine.policy());
     // A worker that acquired and died.
-    let dead = engine.store().acquire(&address(), &FP, terms).await.unwrap();
+    let dead = engine
+        .store()
+        .acquire(&address(), &FP, terms)
+        .await
+        .unwrap();
     assert!(matches!(dead, Acquisition::Acquired(_)));
     sleep(terms.lease).await;
 
@@ -380,7 +395,11 @@ async fn lease_that_ran_out_without_a_result_is_outcome_unknown_under_reject() {
 async fn lease_that_ran_out_is_executed_again_under_retry() {
     let engine = engine(Policy::default());
     let terms = Terms::from(engine.policy());
-    let dead = engine.store().acquire(&address(), &FP, terms).await.unwrap();
+    let dead = engine
+        .store()
+        .acquire(&address(), &FP, terms)
+        .await
+        .unwrap();
     let Acquisition::Acquired(dead) = dead else {
         panic!("{dead:?}")
     };
@@ -432,7 +451,14 @@ async fn stale_workers_late_result_is_discarded_after_a_forget() {
     finish.send(()).unwrap();
     assert!(matches!(worker.await.unwrap(), RunOutcome::Executed(())));
     assert_eq!(
-        stored(engine.store().get(&address()).await.unwrap().map(|r| r.state)),
+        stored(
+            engine
+                .store()
+                .get(&address())
+                .await
+                .unwrap()
+                .map(|r| r.state)
+        ),
         Some(ok("fresh"))
     );
 }
@@ -443,7 +469,11 @@ async fn shutdown_waits_for_work_whose_caller_went_away() {
     let runs = Arc::new(AtomicUsize::new(0));
     let caller = tokio::spawn({
         let engine = engine.clone();
-        let work = counted(&runs, Duration::from_secs(5), ok("finished during shutdown"));
+        let work = counted(
+            &runs,
+            Duration::from_secs(5),
+            ok("finished during shutdown"),
+        );
         async move { engine.run(address(), FP, work).await }
     });
     sleep(Duration::from_millis(10)).await;
@@ -452,7 +482,14 @@ async fn shutdown_waits_for_work_whose_caller_went_away() {
     engine.shutdown().await;
     assert_eq!(started.elapsed(), Duration::from_millis(4_990));
     assert_eq!(
-        stored(engine.store().get(&address()).await.unwrap().map(|r| r.state)),
+        stored(
+            engine
+                .store()
+                .get(&address())
+                .await
+                .unwrap()
+                .map(|r| r.state)
+        ),
         Some(ok("finished during shutdown"))
     );
 }

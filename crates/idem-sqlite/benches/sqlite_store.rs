@@ -1,0 +1,164 @@
+//! `SqliteStore` acquire + complete on new keys, against a baseline of the same SQL issued
+//! directly with sqlx: the same `BEGIN IMMEDIATE` transaction, statements and binds on an
+//! identical pool, without the store's Rust logic (planning, row decoding, error mapping,
+//! encoding the response). The ratio of the two is the store's overhead.
+//!
+//! Both use their own file in a temporary directory with `synchronous = NORMAL`, so that the
+//! numbers measure the code rather than the disk's flush latency.
+
+use std::{
+    hint::black_box,
+    sync::atomic::{AtomicU64, Ordering},
+    time::Duration,
+};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use idem_core::{
+    Acquisition, Address, Clock, Fingerprint, Policy, Scope, Store, StoredResponse, SystemClock,
+    Terms, transition::processing_expiry,
+};
+use idem_sqlite::{SqliteOptions, SqliteStore, Synchronous};
+use sqlx::{
+    SqlitePool,
+    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
+};
+use tokio::runtime::Runtime;
+
+const PROCESSING: i64 = 1;
+const COMPLETED: i64 = 2;
+
+fn response() -> StoredResponse {
+    StoredResponse::new(201)
+        .header("content-type", "application/json")
+        .body(r#"{"id":"ch_1","amount":1000,"currency":"eur"}"#)
+}
+
+/// A new address per call, built the same way for both benchmarks.
+fn next_address(scope: Scope) -> Address {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    Address::new(scope, format!("key-{n}").parse().expect("valid key"))
+}
+
+/// The pool `SqliteStore` opens with these options (see `src/options.rs`).
+async fn baseline_pool(path: &std::path::Path) -> SqlitePool {
+    let connect = SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .busy_timeout(Duration::from_secs(5));
+    SqlitePoolOptions::new()
+        .max_connections(4)
+        .test_before_acquire(false)
+        .connect_with(connect)
+        .await
+        .expect("baseline pool")
+}
+
+/// What `SqliteStore::acquire` then `complete` send for a new key.
+async fn baseline_acquire_complete(
+    pool: &SqlitePool,
+    address: &Address,
+    fingerprint: &Fingerprint,
+    terms: Terms,
+    encoded: &[u8],
+) {
+    let (scope, key) = (address.scope.as_bytes().as_slice(), address.key.as_str());
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.unwrap();
+    let now = SystemClock.now();
+    let found = sqlx::query(include_str!("../sql/acquire_read.sql"))
+        .bind(scope)
+        .bind(key)
+        .fetch_optional(&mut *tx)
+        .await
+        .unwrap();
+    assert!(found.is_none());
+    let token: i64 = sqlx::query_scalar(include_str!("../sql/next_token.sql"))
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    let lease_until = (now + terms.lease).as_millis() as i64;
+    sqlx::query(include_str!("../sql/create.sql"))
+        .bind(scope)
+        .bind(key)
+        .bind(fingerprint.as_bytes().as_slice())
+        .bind(PROCESSING)
+        .bind(token)
+        .bind(lease_until)
+        .bind(now.as_millis() as i64)
+        .bind(processing_expiry(now, terms).as_millis() as i64)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+
+    let now = SystemClock.now();
+    let done = sqlx::query(include_str!("../sql/complete.sql"))
+        .bind(scope)
+        .bind(key)
+        .bind(token)
+        .bind(PROCESSING)
+        .bind(now.as_millis() as i64)
+        .bind(COMPLETED)
+        .bind((now + terms.ttl).as_millis() as i64)
+        .bind(encoded)
+        .execute(pool)
+        .await
+        .unwrap();
+    assert_eq!(done.rows_affected(), 1);
+}
+
+fn acquire_complete(c: &mut Criterion) {
+    let runtime = Runtime::new().expect("tokio runtime");
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let terms = Terms::from(&Policy::default());
+    let fingerprint = Fingerprint::from_bytes([7; 32]);
+    let scope = Scope::from_identity([b"Bearer sk_test_bench".as_slice()]);
+    let response = response();
+
+    let store = runtime.block_on(async {
+        let options =
+            SqliteOptions::new(dir.path().join("store.db")).synchronous(Synchronous::Normal);
+        SqliteStore::open_with(options).await.expect("store")
+    });
+    let pool = runtime.block_on(async {
+        let path = dir.path().join("baseline.db");
+        // The store creates the schema; the baseline then runs on its own pool.
+        SqliteStore::open(&path)
+            .await
+            .expect("schema")
+            .close()
+            .await;
+        baseline_pool(&path).await
+    });
+
+    let mut group = c.benchmark_group("sqlite_acquire_complete");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("store", |b| {
+        b.to_async(&runtime).iter(|| async {
+            let address = next_address(scope);
+            let Acquisition::Acquired(lease) =
+                store.acquire(&address, &fingerprint, terms).await.unwrap()
+            else {
+                panic!("a new key is acquired");
+            };
+            store
+                .complete(&address, lease.token, &response, terms.ttl)
+                .await
+                .unwrap();
+            black_box(lease);
+        });
+    });
+    let encoded = response.encode();
+    group.bench_function("baseline_sqlx", |b| {
+        b.to_async(&runtime).iter(|| async {
+            let address = next_address(scope);
+            baseline_acquire_complete(&pool, &address, &fingerprint, terms, &encoded).await;
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, acquire_complete);
+criterion_main!(benches);

@@ -1,0 +1,3 @@
+SELECT response
+FROM idem_records
+WHERE scope = ?1 AND key = ?2

@@ -1,0 +1,3 @@
+DELETE FROM idem_records
+WHERE scope = ?1 AND key = ?2
+RETURNING expires_at

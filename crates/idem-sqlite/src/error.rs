@@ -1,0 +1,65 @@
+//! The failures of the SQLite store, and how database errors map to [`StoreError`].
+
+use idem_core::StoreError;
+
+/// Primary result codes, as SQLite defines them.
+const SQLITE_BUSY: i32 = 5;
+const SQLITE_CORRUPT: i32 = 11;
+const SQLITE_NOTADB: i32 = 26;
+
+/// A failure of the SQLite store: opening it, or a record it cannot read.
+///
+/// [`Store`](idem_core::Store) methods report [`StoreError`]; the record variants here are the
+/// sources of its [`StoreError::Corrupted`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The database file could not be opened, created or configured.
+    #[error("cannot open the SQLite database")]
+    Open(#[source] sqlx::Error),
+    /// The schema migrations could not be applied: the file was migrated by a newer idem, was
+    /// changed by hand, or is not an idem database.
+    #[error("cannot apply the idem schema to the SQLite database")]
+    Migrate(#[source] sqlx::migrate::MigrateError),
+    /// A record's `state` column holds a code this build does not know.
+    #[error("a record has the unknown state code {0}")]
+    UnknownState(i64),
+    /// A record lacks a column its state requires (a processing record without its lease end, a
+    /// completed one without its response).
+    #[error("a {state} record has no {column}")]
+    MissingColumn {
+        /// The record's state.
+        state: &'static str,
+        /// The column that is NULL.
+        column: &'static str,
+    },
+}
+
+/// Classifies a database error by its result code: data SQLite cannot read, or a value of the
+/// wrong type, is corruption; anything else (a busy or closed database, a full disk, I/O) makes
+/// the store unavailable.
+pub(crate) fn store_error(error: sqlx::Error) -> StoreError {
+    let corrupted = match &error {
+        sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => true,
+        _ => matches!(primary_code(&error), Some(SQLITE_CORRUPT | SQLITE_NOTADB)),
+    };
+    if corrupted {
+        StoreError::corrupted(error)
+    } else {
+        StoreError::unavailable(error)
+    }
+}
+
+/// Whether another connection holds a lock that SQLite did not wait for.
+pub(crate) fn is_busy(error: &sqlx::Error) -> bool {
+    primary_code(error) == Some(SQLITE_BUSY)
+}
+
+/// The primary part of SQLite's extended result code.
+fn primary_code(error: &sqlx::Error) -> Option<i32> {
+    let sqlx::Error::Database(db) = error else {
+        return None;
+    };
+    let extended: i32 = db.code()?.parse().ok()?;
+    Some(extended & 0xff)
+}

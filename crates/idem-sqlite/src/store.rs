@@ -1,0 +1,468 @@
+//! [`SqliteStore`]: idempotency records in a SQLite file.
+
+use std::{fmt, path::Path, sync::Arc, time::Duration};
+
+use idem_core::{
+    Acquisition, Address, Clock, FencingToken, Fingerprint, Lease, Record, Store, StoreError,
+    StoredResponse, Terms, Timestamp,
+    transition::{AcquirePlan, plan_acquire, processing_expiry},
+};
+use sqlx::{
+    SqlitePool,
+    migrate::Migrator,
+    query::Query,
+    sqlite::{Sqlite, SqliteArguments},
+};
+
+use crate::{
+    Error, SqliteOptions,
+    error::store_error,
+    row::{self, Found, StateCode, sql_int},
+};
+
+static MIGRATOR: Migrator = sqlx::migrate!();
+
+/// A durable store in one SQLite file (WAL journal), shared safely by every process that opens it.
+///
+/// Each write is one transaction that takes SQLite's write lock before it reads: `acquire` reads
+/// and writes inside `BEGIN IMMEDIATE`; the other writes are single statements, which SQLite
+/// runs the same way. So concurrent callers, in this process or in others, behave as if they ran
+/// one after the other. Time comes from the injected [`Clock`] only; processes sharing a file
+/// must agree on it.
+///
+/// Clones share the connection pool.
+///
+/// # Examples
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use idem_core::{Acquisition, Address, Fingerprint, Policy, Store, StoredResponse};
+/// use idem_sqlite::SqliteStore;
+///
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("idem.db");
+/// let address = Address::anonymous("order-42".parse()?);
+/// let fingerprint = Fingerprint::from_bytes([7; 32]);
+/// let terms = (&Policy::default()).into();
+///
+/// let store = SqliteStore::open(&path).await?;
+/// let Acquisition::Acquired(lease) = store.acquire(&address, &fingerprint, terms).await? else {
+///     unreachable!("a new key is acquired");
+/// };
+/// let response = StoredResponse::new(201).body("charged");
+/// store.complete(&address, lease.token, &response, terms.ttl).await?;
+/// store.close().await;
+///
+/// // The record outlives the process.
+/// let store = SqliteStore::open(&path).await?;
+/// let replay = store.acquire(&address, &fingerprint, terms).await?;
+/// assert_eq!(replay, Acquisition::Completed(response));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
+#[derive(Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    clock: Arc<dyn Clock>,
+}
+
+impl SqliteStore {
+    /// Opens the database at `path`, creating it if missing, with the default
+    /// [`SqliteOptions`], and brings its schema up to date.
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self, Error> {
+        Self::open_with(SqliteOptions::new(path)).await
+    }
+
+    /// Opens a database as `options` say, and brings its schema up to date.
+    pub async fn open_with(options: SqliteOptions) -> Result<Self, Error> {
+        let pool = options.connect().await.map_err(Error::Open)?;
+        // Under the write lock, processes opening a new file at once take turns: the second finds
+        // the schema applied instead of failing to create it again.
+        let mut tx = pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(Error::Open)?;
+        // `Migrator::run` on a transaction makes this future not `Send` (a known rustc
+        // limitation with its `Acquire` bound); `run_direct` is sqlx's way around it.
+        MIGRATOR
+            .run_direct(None, &mut *tx, false)
+            .await
+            .map_err(Error::Migrate)?;
+        tx.commit().await.map_err(|e| Error::Migrate(e.into()))?;
+        Ok(Self {
+            pool,
+            clock: options.clock,
+        })
+    }
+
+    /// Closes the connections once running operations finish. Every clone is closed too: later
+    /// calls fail with [`StoreError::Unavailable`].
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// Runs a write of the holder of `token`; no row changed means that `token` does not hold a
+    /// live processing record.
+    async fn run_as_holder(
+        &self,
+        write: Query<'_, Sqlite, SqliteArguments>,
+    ) -> Result<(), StoreError> {
+        let done = write.execute(&self.pool).await.map_err(store_error)?;
+        match done.rows_affected() {
+            0 => Err(StoreError::LeaseLost),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `sql` with the binds every holder-only write starts with: the address (?1, ?2), the token
+/// (?3), the processing state (?4) and now (?5).
+fn holder_write(
+    sql: &'static str,
+    address: &Address,
+    token: FencingToken,
+    now: Timestamp,
+) -> Query<'static, Sqlite, SqliteArguments> {
+    sqlx::query(sql)
+        .bind(address.scope.as_bytes().as_slice())
+        .bind(address.key.as_str())
+        .bind(sql_int(token.get()))
+        .bind(StateCode::Processing.code())
+        .bind(sql_int(now.as_millis()))
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store for SqliteStore {
+    async fn acquire(
+        &self,
+        address: &Address,
+        fingerprint: &Fingerprint,
+        terms: Terms,
+    ) -> Result<Acquisition, StoreError> {
+        let (scope, key) = (address.scope.as_bytes().as_slice(), address.key.as_str());
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(store_error)?;
+        // Read under the write lock, so that writers see time in the order they commit.
+        let now = self.clock.now();
+        let found = sqlx::query(include_str!("../sql/acquire_read.sql"))
+            .bind(scope)
+            .bind(key)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(store_error)?;
+        let found = found.as_ref().map(Found::read).transpose()?;
+        // Dropping `tx` rolls back the read-only outcomes.
+        let took_over = match plan_acquire(found.as_ref().map(Found::view), fingerprint, now) {
+            AcquirePlan::InFlight { retry_after } => {
+                return Ok(Acquisition::InFlight { retry_after });
+            }
+            AcquirePlan::Mismatch => return Ok(Acquisition::Mismatch),
+            AcquirePlan::Replay => {
+                let row = sqlx::query(include_str!("../sql/acquire_replay.sql"))
+                    .bind(scope)
+                    .bind(key)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(store_error)?;
+                return row::response(&row).map(Acquisition::Completed);
+            }
+            AcquirePlan::TakeOver => true,
+            AcquirePlan::Create => false,
+        };
+
+        let token: u64 = sqlx::query_scalar(include_str!("../sql/next_token.sql"))
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(store_error)?
+            .ok_or_else(|| StoreError::Misconfigured("the idem_fencing row is missing".into()))?;
+        let lease_until = now + terms.lease;
+        let write = if took_over {
+            sqlx::query(include_str!("../sql/take_over.sql"))
+                .bind(scope)
+                .bind(key)
+                .bind(sql_int(token))
+                .bind(sql_int(lease_until.as_millis()))
+        } else {
+            sqlx::query(include_str!("../sql/create.sql"))
+                .bind(scope)
+                .bind(key)
+                .bind(fingerprint.as_bytes().as_slice())
+                .bind(StateCode::Processing.code())
+                .bind(sql_int(token))
+                .bind(sql_int(lease_until.as_millis()))
+                .bind(sql_int(now.as_millis()))
+                .bind(sql_int(processing_expiry(now, terms).as_millis()))
+        };
+        write.execute(&mut *tx).await.map_err(store_error)?;
+        tx.commit().await.map_err(store_error)?;
+        Ok(Acquisition::Acquired(Lease {
+            token: FencingToken::new(token),
+            until: lease_until,
+            took_over,
+        }))
+    }
+
+    async fn complete(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        response: &StoredResponse,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let now = self.clock.now();
+        let write = holder_write(include_str!("../sql/complete.sql"), address, token, now)
+            .bind(StateCode::Completed.code())
+            .bind(sql_int((now + ttl).as_millis()))
+            .bind(response.encode());
+        self.run_as_holder(write).await
+    }
+
+    async fn release(&self, address: &Address, token: FencingToken) -> Result<(), StoreError> {
+        let now = self.clock.now();
+        let write = holder_write(include_str!("../sql/release.sql"), address, token, now);
+        self.run_as_holder(write).await
+    }
+
+    async fn renew(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<Timestamp, StoreError> {
+        let now = self.clock.now();
+        let until = now + lease;
+        let write = holder_write(include_str!("../sql/renew.sql"), address, token, now)
+            .bind(sql_int(until.as_millis()));
+        self.run_as_holder(write).await.map(|()| until)
+    }
+
+    async fn get(&self, address: &Address) -> Result<Option<Record>, StoreError> {
+        let now = self.clock.now();
+        let row = sqlx::query(include_str!("../sql/get.sql"))
+            .bind(address.scope.as_bytes().as_slice())
+            .bind(address.key.as_str())
+            .bind(sql_int(now.as_millis()))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(store_error)?;
+        row.as_ref().map(row::record).transpose()
+    }
+
+    async fn forget(&self, address: &Address) -> Result<bool, StoreError> {
+        let now = self.clock.now();
+        let expires_at: Option<u64> = sqlx::query_scalar(include_str!("../sql/forget.sql"))
+            .bind(address.scope.as_bytes().as_slice())
+            .bind(address.key.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(store_error)?;
+        Ok(expires_at.is_some_and(|at| now < Timestamp::from_millis(at)))
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
+        let now = self.clock.now();
+        let done = sqlx::query(include_str!("../sql/purge_expired.sql"))
+            .bind(sql_int(now.as_millis()))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .execute(&self.pool)
+            .await
+            .map_err(store_error)?;
+        Ok(usize::try_from(done.rows_affected()).expect("at most `limit` rows"))
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query(include_str!("../sql/ping.sql"))
+            .execute(&self.pool)
+            .await
+            .map_err(store_error)
+            .map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use idem_core::{DecodeError, ManualClock, Policy};
+    use sqlx::Row;
+
+    use super::*;
+    use crate::Synchronous;
+
+    fn address(key: &str) -> Address {
+        Address::anonymous(key.parse().unwrap())
+    }
+
+    fn terms() -> Terms {
+        (&Policy::default()).into()
+    }
+
+    const FP: Fingerprint = Fingerprint::from_bytes([1; 32]);
+
+    async fn open(path: &Path) -> SqliteStore {
+        SqliteStore::open_with(SqliteOptions::new(path).clock(ManualClock::default()))
+            .await
+            .unwrap()
+    }
+
+    async fn acquired(store: &SqliteStore, address: &Address) -> Lease {
+        match store.acquire(address, &FP, terms()).await.unwrap() {
+            Acquisition::Acquired(lease) => lease,
+            other => panic!("expected Acquired, got {other:?}"),
+        }
+    }
+
+    async fn applied_migrations(store: &SqliteStore) -> Vec<(i64, bool)> {
+        sqlx::query_as("SELECT version, success FROM _sqlx_migrations ORDER BY version")
+            .fetch_all(&store.pool)
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn migrations_are_applied_on_open_and_once_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new.db");
+        let store = open(&path).await;
+        assert_eq!(applied_migrations(&store).await, [(1, true)]);
+        let lease = acquired(&store, &address("kept")).await;
+        store.close().await;
+
+        let store = open(&path).await;
+        assert_eq!(applied_migrations(&store).await, [(1, true)]);
+        let record = store.get(&address("kept")).await.unwrap().unwrap();
+        assert_eq!(record.state.token(), lease.token);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_opens_of_a_new_file_apply_the_schema_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("race.db");
+        let opens: Vec<_> = (0..8)
+            .map(|_| {
+                let path = path.clone();
+                tokio::spawn(async move { open(&path).await })
+            })
+            .collect();
+        for store in opens {
+            let store = store.await.unwrap();
+            assert_eq!(applied_migrations(&store).await, [(1, true)]);
+        }
+    }
+
+    #[tokio::test]
+    async fn every_connection_uses_wal_and_the_chosen_synchronous() {
+        let dir = tempfile::tempdir().unwrap();
+        for (synchronous, code) in [(Synchronous::Full, 2), (Synchronous::Normal, 1)] {
+            let options = SqliteOptions::new(dir.path().join("pragmas.db"))
+                .synchronous(synchronous)
+                .pool_size(3);
+            let store = SqliteStore::open_with(options).await.unwrap();
+            let mut connections = Vec::new();
+            for _ in 0..3 {
+                connections.push(store.pool.acquire().await.unwrap());
+            }
+            for connection in &mut connections {
+                let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+                    .fetch_one(&mut **connection)
+                    .await
+                    .unwrap();
+                let level: i64 = sqlx::query_scalar("PRAGMA synchronous")
+                    .fetch_one(&mut **connection)
+                    .await
+                    .unwrap();
+                assert_eq!((mode.as_str(), level), ("wal", code), "{synchronous:?}");
+            }
+            drop(connections);
+            store.close().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn unreadable_rows_are_corrupted_not_unavailable() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir.path().join("corrupt.db")).await;
+        let a = address("corrupt");
+        let lease = acquired(&store, &a).await;
+        let response = StoredResponse::new(200).body("fine");
+        store
+            .complete(&a, lease.token, &response, terms().ttl)
+            .await
+            .unwrap();
+
+        sqlx::query("UPDATE idem_records SET response = X'494452'")
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        for result in [
+            store.acquire(&a, &FP, terms()).await.map(drop),
+            store.get(&a).await.map(drop),
+        ] {
+            let Err(StoreError::Corrupted(source)) = result else {
+                panic!("expected Corrupted, got {result:?}");
+            };
+            assert_eq!(
+                source.downcast_ref::<DecodeError>(),
+                Some(&DecodeError::Truncated)
+            );
+        }
+
+        sqlx::query("UPDATE idem_records SET state = 7")
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        let result = store.acquire(&a, &FP, terms()).await;
+        let Err(StoreError::Corrupted(source)) = result else {
+            panic!("expected Corrupted, got {result:?}");
+        };
+        assert!(
+            matches!(source.downcast_ref(), Some(Error::UnknownState(7))),
+            "{source:?}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn two_pools_on_one_file_elect_exactly_one_holder() {
+        const CALLERS: usize = 32;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shared.db");
+        // Two pools, as two processes would have.
+        let stores = [open(&path).await, open(&path).await];
+        let a = address("contended");
+        let (acquired, in_flight) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let tasks: Vec<_> = (0..CALLERS)
+            .map(|n| {
+                let (store, a) = (stores[n % 2].clone(), a.clone());
+                let (acquired, in_flight) = (acquired.clone(), in_flight.clone());
+                tokio::spawn(async move {
+                    match store.acquire(&a, &FP, terms()).await.unwrap() {
+                        Acquisition::Acquired(_) => acquired.fetch_add(1, Ordering::SeqCst),
+                        Acquisition::InFlight { .. } => in_flight.fetch_add(1, Ordering::SeqCst),
+                        other => panic!("unexpected {other:?}"),
+                    };
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert_eq!(acquired.load(Ordering::SeqCst), 1);
+        assert_eq!(in_flight.load(Ordering::SeqCst), CALLERS - 1);
+        let count: i64 = sqlx::query("SELECT count(*) FROM idem_records")
+            .fetch_one(&stores[1].pool)
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(count, 1);
+    }
+}
