@@ -3,7 +3,7 @@
 //! Each check is a plain generic `async fn` over a [`Subject`]: a fresh store plus a way to move
 //! its clock. A store crate stamps them all out as tests with [`conformance_tests!`]:
 //!
-//! ```ignore
+//! ```text
 //! // crates/idem-sqlite/tests/conformance.rs
 //! idem_conformance::conformance_tests!(subject());
 //! ```
