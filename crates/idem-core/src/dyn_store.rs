@@ -1,6 +1,6 @@
 //! [`DynStore`]: one object-safe store, for choosing the backend at run time.
 
-use std::{sync::Arc, time::Duration};
+use std::{future::Future, sync::Arc, time::Duration};
 
 use futures_util::future::BoxFuture;
 
@@ -67,6 +67,7 @@ trait ErasedStore: Send + Sync {
     fn forget<'a>(&'a self, address: &'a Address) -> BoxFuture<'a, Result<bool, StoreError>>;
     fn purge_expired(&self, limit: usize) -> BoxFuture<'_, Result<usize, StoreError>>;
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>>;
+    fn changed(&self, address: &Address) -> BoxFuture<'static, ()>;
 }
 
 impl<S: Store> ErasedStore for S {
@@ -124,6 +125,10 @@ impl<S: Store> ErasedStore for S {
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(Store::ping(self))
     }
+
+    fn changed(&self, address: &Address) -> BoxFuture<'static, ()> {
+        Box::pin(Store::changed(self, address))
+    }
 }
 
 impl Store for DynStore {
@@ -173,5 +178,9 @@ impl Store for DynStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         self.0.ping().await
+    }
+
+    fn changed(&self, address: &Address) -> impl Future<Output = ()> + Send + 'static {
+        self.0.changed(address)
     }
 }

@@ -124,6 +124,18 @@ pub trait Store: Send + Sync + 'static {
 
     /// Checks that the store can be reached.
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Resolves when the record at `address` may have been completed, released or forgotten by
+    /// another process sharing the store (Postgres `LISTEN/NOTIFY`, Redis pub/sub), so that
+    /// waiters on other instances wake up at once. Interest is registered when this method is
+    /// called, before the future is first polled, so a change right after the call is not missed.
+    /// A spurious wake-up is harmless: the engine looks again.
+    ///
+    /// Stores that cannot tell never resolve (the default); the engine then polls with backoff.
+    fn changed(&self, address: &Address) -> impl Future<Output = ()> + Send + 'static {
+        let _ = address;
+        std::future::pending()
+    }
 }
 
 impl<S: Store> Store for Arc<S> {
@@ -183,5 +195,9 @@ impl<S: Store> Store for Arc<S> {
 
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).ping()
+    }
+
+    fn changed(&self, address: &Address) -> impl Future<Output = ()> + Send + 'static {
+        (**self).changed(address)
     }
 }

@@ -3,7 +3,8 @@
 //! It acquires the key; runs the work in its own task, so a caller that goes away does not abandon
 //! it; renews the lease at a third of its length while the work runs; then completes or releases
 //! the key with its token and wakes the requests waiting on it. In wait mode it waits for another
-//! worker's result (woken in process, polling the store with backoff for other processes).
+//! worker's result: woken in process, woken by the store's [`Store::changed`] for other processes
+//! where the store supports it, and polling the store with backoff in any case.
 
 mod execution;
 mod waiters;
@@ -159,6 +160,7 @@ impl<S: Store> Engine<S> {
             let notified = subscription.notify().notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            let changed = inner.store.changed(&address);
 
             let retry_after = match inner.store.acquire(&address, &fingerprint, terms).await? {
                 Acquisition::Acquired(lease) => break lease,
@@ -173,6 +175,7 @@ impl<S: Store> Engine<S> {
             let pause = backoff.min(retry_after).min(deadline - now);
             tokio::select! {
                 () = notified => {}
+                () = changed => {}
                 () = sleep(pause) => backoff = (backoff * 2).min(POLL_BACKOFF.1),
             }
         };
