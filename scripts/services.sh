@@ -1,0 +1,60 @@
+# Sourced by scripts/test: makes sure every server the tests use is running on loopback, starting
+# (and, on a machine without it, installing with apt-get) each one that is not, and exports the
+# IDEM_TEST_* URLs the store and broker tests read. Any failure to start is fatal: CI never skips.
+
+listening() {
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+wait_for() { # NAME PORT
+  for _ in $(seq 150); do
+    listening "$2" && return 0
+    sleep 0.2
+  done
+  echo "error: $1 did not start listening on 127.0.0.1:$2" >&2
+  return 1
+}
+
+apt_install() {
+  echo "installing $* with apt-get" >&2
+  if [ -z "${IDEM_APT_UPDATED:-}" ]; then
+    apt-get update -qq >/dev/null
+    IDEM_APT_UPDATED=1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+ensure_postgres() {
+  if ! listening 5432; then
+    ls /etc/postgresql/*/main >/dev/null 2>&1 || apt_install postgresql
+    local version
+    version="$(ls /etc/postgresql | sort -V | tail -1)"
+    local hba="/etc/postgresql/$version/main/pg_hba.conf"
+    # Tests connect over TCP as postgres without a password: trust loopback (a test machine).
+    if ! grep -q '^host all all 127.0.0.1/32 trust' "$hba"; then
+      sed -i '1i host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust' "$hba"
+    fi
+    # The package may have started the cluster itself; then it only needs to reread pg_hba.conf.
+    if listening 5432; then
+      pg_ctlcluster --skip-systemctl-redirect "$version" main reload
+    else
+      pg_ctlcluster --skip-systemctl-redirect "$version" main start
+    fi
+    wait_for PostgreSQL 5432
+  fi
+  local psql=(psql -h 127.0.0.1 -U postgres -d postgres -tAq)
+  for _ in $(seq 50); do "${psql[@]}" -c 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
+  if [ "$("${psql[@]}" -c "select 1 from pg_database where datname = 'test'")" != 1 ]; then
+    "${psql[@]}" -c 'create database test'
+  fi
+  export IDEM_TEST_POSTGRES_URL="${IDEM_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}"
+}
+
+ensure_redis() {
+  command -v redis-server >/dev/null || apt_install redis-server
+  if ! listening 6379; then
+    redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no
+    wait_for Redis 6379
+  fi
+  export IDEM_TEST_REDIS_URL="${IDEM_TEST_REDIS_URL:-redis://127.0.0.1:6379}"
+}
