@@ -1,0 +1,220 @@
+//! [`ResponseBody`]: the body of every response the service returns.
+//!
+//! # Examples
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! use http_body_util::{BodyExt, Full};
+//! use idem_http::ResponseBody;
+//!
+//! let passed_through = ResponseBody::new(Full::new(bytes::Bytes::from("inner")));
+//! assert_eq!(passed_through.collect().await?.to_bytes(), "inner");
+//!
+//! let buffered = ResponseBody::<Full<bytes::Bytes>>::full("replayed");
+//! assert_eq!(buffered.collect().await?.to_bytes(), "replayed");
+//! # Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+//! # }).unwrap();
+//! ```
+
+use std::{
+    fmt,
+    pin::Pin,
+    task::{Context, Poll},
+};
+
+use bytes::Bytes;
+use http::HeaderMap;
+use http_body::{Frame, SizeHint};
+use pin_project_lite::pin_project;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+pin_project! {
+    /// The body of a response from [`Idempotency`](crate::Idempotency): bytes held in memory
+    /// (with trailers, if any), the inner service's body passed through untouched, or the
+    /// buffered start of the inner body followed by the rest of it.
+    pub struct ResponseBody<B> {
+        #[pin]
+        kind: Kind<B>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<B> {
+        Buffered {
+            data: Option<Bytes>,
+            trailers: Option<HeaderMap>,
+        },
+        Inner {
+            #[pin]
+            body: B,
+        },
+        // Boxed because the capture polled it before deciding to pass it on.
+        Prefixed {
+            prefix: Option<Bytes>,
+            rest: Pin<Box<B>>,
+        },
+    }
+}
+
+impl<B> ResponseBody<B> {
+    /// Passes `body` through untouched.
+    pub fn new(body: B) -> Self {
+        Self {
+            kind: Kind::Inner { body },
+        }
+    }
+
+    /// A body of `data`, held in memory.
+    pub fn full(data: impl Into<Bytes>) -> Self {
+        Self::buffered(data.into(), None)
+    }
+
+    /// `data` then `trailers`, held in memory.
+    pub(crate) fn buffered(data: Bytes, trailers: Option<HeaderMap>) -> Self {
+        Self {
+            kind: Kind::Buffered {
+                data: Some(data).filter(|data| !data.is_empty()),
+                trailers,
+            },
+        }
+    }
+
+    /// `prefix` (already read from `rest`), then the rest of the inner body.
+    pub(crate) fn prefixed(prefix: Bytes, rest: Pin<Box<B>>) -> Self {
+        Self {
+            kind: Kind::Prefixed {
+                prefix: Some(prefix).filter(|prefix| !prefix.is_empty()),
+                rest,
+            },
+        }
+    }
+}
+
+impl<B> http_body::Body for ResponseBody<B>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.project().kind.project() {
+            KindProj::Buffered { data, trailers } => Poll::Ready(
+                data.take()
+                    .map(Frame::data)
+                    .or_else(|| trailers.take().map(Frame::trailers))
+                    .map(Ok),
+            ),
+            KindProj::Inner { body } => body.poll_frame(cx).map_err(Into::into),
+            KindProj::Prefixed { prefix, rest } => match prefix.take() {
+                Some(prefix) => Poll::Ready(Some(Ok(Frame::data(prefix)))),
+                None => rest.as_mut().poll_frame(cx).map_err(Into::into),
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Buffered { data, trailers } => data.is_none() && trailers.is_none(),
+            Kind::Inner { body } => body.is_end_stream(),
+            Kind::Prefixed { prefix, rest } => prefix.is_none() && rest.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Buffered { data, trailers } => {
+                let len = data.as_ref().map_or(0, |data| data.len() as u64);
+                // Not exact with trailers, so that HTTP/1.1 servers send them chunked.
+                match trailers {
+                    None => SizeHint::with_exact(len),
+                    Some(_) => {
+                        let mut hint = SizeHint::new();
+                        hint.set_lower(len);
+                        hint
+                    }
+                }
+            }
+            Kind::Inner { body } => body.size_hint(),
+            Kind::Prefixed { prefix, rest } => {
+                let len = prefix.as_ref().map_or(0, |prefix| prefix.len() as u64);
+                let rest = rest.size_hint();
+                let mut hint = SizeHint::new();
+                hint.set_lower(rest.lower() + len);
+                if let Some(upper) = rest.upper() {
+                    hint.set_upper(upper + len);
+                }
+                hint
+            }
+        }
+    }
+}
+
+impl<B> fmt::Debug for ResponseBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match &self.kind {
+            Kind::Buffered { .. } => "Buffered",
+            Kind::Inner { .. } => "Inner",
+            Kind::Prefixed { .. } => "Prefixed",
+        };
+        f.debug_tuple("ResponseBody").field(&kind).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+
+    use http_body::Body as _;
+    use http_body_util::{BodyExt, Full};
+
+    use super::*;
+
+    /// Yields its chunks one frame at a time.
+    struct Chunks(VecDeque<&'static str>);
+
+    impl http_body::Body for Chunks {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            Poll::Ready(self.0.pop_front().map(|c| Ok(Frame::data(Bytes::from(c)))))
+        }
+    }
+
+    #[tokio::test]
+    async fn buffered_body_yields_data_then_trailers() {
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", "0".parse().unwrap());
+        let body =
+            ResponseBody::<Full<Bytes>>::buffered(Bytes::from("abc"), Some(trailers.clone()));
+        assert_eq!(body.size_hint().exact(), None);
+        let collected = body.collect().await.unwrap();
+        assert_eq!(collected.trailers(), Some(&trailers));
+        assert_eq!(collected.to_bytes(), "abc");
+    }
+
+    #[tokio::test]
+    async fn buffered_body_without_trailers_has_an_exact_size() {
+        let body = ResponseBody::<Full<Bytes>>::full("abc");
+        assert_eq!(body.size_hint().exact(), Some(3));
+        assert!(!body.is_end_stream());
+        assert!(ResponseBody::<Full<Bytes>>::full("").is_end_stream());
+    }
+
+    #[tokio::test]
+    async fn prefixed_body_yields_the_prefix_then_the_rest() {
+        let rest = Box::pin(Chunks(VecDeque::from(["de", "f"])));
+        let body = ResponseBody::prefixed(Bytes::from("abc"), rest);
+        assert_eq!(body.collect().await.unwrap().to_bytes(), "abcdef");
+    }
+}

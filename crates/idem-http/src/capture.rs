@@ -1,0 +1,384 @@
+//! Responses to and from the store: [`capture`] reads a response into a [`StoredResponse`] while
+//! keeping it for the client, and [`replay`] turns a stored response back into a response.
+//!
+//! # Examples
+//!
+//! A replay keeps the end-to-end headers, drops the hop-by-hop ones and recomputes
+//! `Content-Length`:
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! use std::{convert::Infallible, sync::Arc};
+//!
+//! use bytes::Bytes;
+//! use http::{Request, Response};
+//! use http_body_util::Full;
+//! use idem_http::IdempotencyLayer;
+//! use tower::{Layer, ServiceExt, service_fn};
+//!
+//! let service = IdempotencyLayer::new(Arc::new(idem_core::MemoryStore::new())).layer(
+//!     service_fn(|_: Request<Full<Bytes>>| async {
+//!         let response = Response::builder()
+//!             .header("keep-alive", "timeout=5")
+//!             .header("x-charge", "ch_1")
+//!             .body(Full::new(Bytes::from("charged")))
+//!             .unwrap();
+//!         Ok::<_, Infallible>(response)
+//!     }),
+//! );
+//! let request = || {
+//!     Request::post("/charges")
+//!         .header("idempotency-key", "k")
+//!         .body(Full::new(Bytes::new()))
+//!         .unwrap()
+//! };
+//! service.clone().oneshot(request()).await?;
+//! let replay = service.oneshot(request()).await?;
+//! let headers: Vec<_> = replay.headers().iter().map(|(name, _)| name.as_str()).collect();
+//! assert_eq!(headers, ["x-charge", "content-length", "idempotent-replayed"]);
+//! # Ok::<(), Infallible>(())
+//! # }).unwrap();
+//! ```
+
+use bytes::{Bytes, BytesMut};
+use http::{
+    HeaderMap, HeaderName, HeaderValue, Response, StatusCode,
+    header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, TRAILER},
+    response::Parts,
+};
+use http_body_util::BodyExt;
+use idem_core::StoredResponse;
+
+use crate::{ResponseBody, problem};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The header that marks a replay.
+const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+
+/// Headers that describe one connection, not the response (RFC 9110 §7.6.1), plus the
+/// non-standard ones still seen in the wild.
+const HOP_BY_HOP: [&str; 7] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+/// Headers that describe a body, dropped when the body is replaced by a problem.
+const BODY_HEADERS: [&str; 4] = [
+    "content-type",
+    "content-length",
+    "content-encoding",
+    "transfer-encoding",
+];
+
+/// A response read for storing: for the client, the same status, headers, body and trailers;
+/// for the store, the same, or a problem saying why the body was not stored.
+pub(crate) type Captured<B> = (Response<ResponseBody<B>>, StoredResponse);
+
+/// Reads `response`'s body up to `limit` bytes. A body over the limit is stored as a
+/// response-not-stored problem as soon as that is known, and the client gets all of it. Fails if
+/// the body fails before its end.
+pub(crate) async fn capture<B>(response: Response<B>, limit: usize) -> Result<Captured<B>, BoxError>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let (parts, body) = response.into_parts();
+    if usize::try_from(body.size_hint().lower()).map_or(true, |len| len > limit) {
+        let stored = not_stored(&parts, limit);
+        let response = Response::from_parts(parts, ResponseBody::new(body));
+        return Ok((response, stored));
+    }
+    let mut body = Box::pin(body);
+    let mut data = Data::default();
+    let mut trailers: Option<HeaderMap> = None;
+    while let Some(frame) = body.frame().await {
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(error) => return Err(error.into()),
+        };
+        match frame.into_data() {
+            Ok(chunk) => {
+                data.push(chunk);
+                if data.len() > limit {
+                    let stored = not_stored(&parts, limit);
+                    let body = ResponseBody::prefixed(data.into_bytes(), body);
+                    return Ok((Response::from_parts(parts, body), stored));
+                }
+            }
+            Err(frame) => {
+                if let Ok(more) = frame.into_trailers() {
+                    match &mut trailers {
+                        None => trailers = Some(more),
+                        Some(all) => {
+                            for (name, value) in &more {
+                                all.append(name, value.clone());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let data = data.into_bytes();
+    let stored = StoredResponse {
+        status: parts.status.as_u16(),
+        headers: header_lines(&parts.headers),
+        body: data.clone(),
+        trailers: trailers.as_ref().map(|trailers| {
+            trailers
+                .iter()
+                .map(|(name, value)| (name.as_str().to_owned(), bytes(value)))
+                .collect()
+        }),
+    };
+    let response = Response::from_parts(parts, ResponseBody::buffered(data, trailers));
+    Ok((response, stored))
+}
+
+/// What is stored for a response over the limit: its status and headers, but a problem body.
+fn not_stored(parts: &Parts, limit: usize) -> StoredResponse {
+    let body = problem::problem_json(
+        problem::RESPONSE_NOT_STORED,
+        "Response not stored",
+        parts.status,
+        &format!(
+            "The response to this request was larger than {limit} bytes; it was delivered once \
+             and is not replayed. The operation will not be executed again under this key."
+        ),
+    );
+    let mut headers = header_lines(&parts.headers);
+    headers.retain(|(name, _)| !BODY_HEADERS.contains(&name.as_str()));
+    headers.push((
+        CONTENT_TYPE.as_str().to_owned(),
+        bytes(&problem::content_type()),
+    ));
+    StoredResponse {
+        status: parts.status.as_u16(),
+        headers,
+        body,
+        trailers: None,
+    }
+}
+
+/// The header lines worth storing: every one but the hop-by-hop ones, in order, names in lower
+/// case (as `http` keeps them).
+fn header_lines(headers: &HeaderMap) -> Vec<(String, Bytes)> {
+    let hop_by_hop = HopByHop::new(
+        headers
+            .get_all(CONNECTION)
+            .iter()
+            .map(HeaderValue::as_bytes),
+    );
+    headers
+        .iter()
+        .filter(|(name, _)| !hop_by_hop.contains(name.as_str()))
+        .map(|(name, value)| (name.as_str().to_owned(), bytes(value)))
+        .collect()
+}
+
+fn bytes(value: &HeaderValue) -> Bytes {
+    Bytes::copy_from_slice(value.as_bytes())
+}
+
+/// The hop-by-hop header names of one response: the fixed ones and those its `Connection`
+/// header lists.
+struct HopByHop<'a> {
+    listed: Vec<&'a [u8]>,
+}
+
+impl<'a> HopByHop<'a> {
+    fn new(connection: impl Iterator<Item = &'a [u8]>) -> Self {
+        let listed = connection
+            .flat_map(|value| value.split(|b| *b == b','))
+            .map(<[u8]>::trim_ascii)
+            .filter(|name| !name.is_empty())
+            .collect();
+        Self { listed }
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        HOP_BY_HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
+            || self
+                .listed
+                .iter()
+                .any(|l| l.eq_ignore_ascii_case(name.as_bytes()))
+    }
+}
+
+/// The body of a response, read chunk by chunk: one chunk is kept as is, more are copied into
+/// one buffer.
+#[derive(Default)]
+enum Data {
+    #[default]
+    Empty,
+    One(Bytes),
+    Many(BytesMut),
+}
+
+impl Data {
+    fn push(&mut self, chunk: Bytes) {
+        *self = match std::mem::take(self) {
+            Data::Empty => Data::One(chunk),
+            Data::One(first) => {
+                let mut all = BytesMut::with_capacity(first.len() + chunk.len());
+                all.extend_from_slice(&first);
+                all.extend_from_slice(&chunk);
+                Data::Many(all)
+            }
+            Data::Many(mut all) => {
+                all.extend_from_slice(&chunk);
+                Data::Many(all)
+            }
+        };
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Data::Empty => 0,
+            Data::One(data) => data.len(),
+            Data::Many(data) => data.len(),
+        }
+    }
+
+    fn into_bytes(self) -> Bytes {
+        match self {
+            Data::Empty => Bytes::new(),
+            Data::One(data) => data,
+            Data::Many(data) => data.freeze(),
+        }
+    }
+}
+
+/// Whether a replayed response says it is a replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Replay {
+    /// A retry gets the stored response: `Idempotent-Replayed: true`.
+    Marked,
+    /// The request that recorded it gets it (an outcome-unknown record): no mark.
+    Unmarked,
+}
+
+/// The response for `stored`: its status, headers (hop-by-hop ones dropped, `Content-Length`
+/// recomputed), body and trailers.
+pub(crate) fn replay<B>(stored: StoredResponse, mark: Replay) -> Response<ResponseBody<B>> {
+    let StoredResponse {
+        status,
+        headers: lines,
+        body,
+        trailers,
+    } = stored;
+    let hop_by_hop = HopByHop::new(
+        lines
+            .iter()
+            .filter(|(name, _)| name.eq_ignore_ascii_case("connection"))
+            .map(|(_, value)| &value[..]),
+    );
+    let mut headers = header_map(lines.iter().filter(|(name, _)| {
+        !hop_by_hop.contains(name) && !name.eq_ignore_ascii_case("content-length")
+    }));
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    // With trailers there is no length, so that HTTP/1.1 sends them (chunked).
+    let has_length = trailers.is_none()
+        && !status.is_informational()
+        && status != StatusCode::NO_CONTENT
+        && status != StatusCode::NOT_MODIFIED;
+    if has_length {
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+    }
+    if mark == Replay::Marked {
+        headers.insert(
+            HeaderName::from_static(IDEMPOTENT_REPLAYED),
+            HeaderValue::from_static("true"),
+        );
+    }
+    let trailers = trailers.map(|lines| header_map(lines.iter()));
+    if let Some(announced) = trailers.as_ref().and_then(announce) {
+        // `Trailer` was dropped with the hop-by-hop headers; HTTP/1.1 servers (hyper) send only
+        // the trailer fields it announces.
+        headers.insert(TRAILER, announced);
+    }
+    let mut response = Response::new(ResponseBody::buffered(body, trailers));
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    response
+}
+
+/// The `Trailer` header announcing `trailers`' names, if there are any.
+fn announce(trailers: &HeaderMap) -> Option<HeaderValue> {
+    let names: Vec<&str> = trailers.keys().map(HeaderName::as_str).collect();
+    HeaderValue::from_str(&names.join(", "))
+        .ok()
+        .filter(|_| !names.is_empty())
+}
+
+fn header_map<'a>(lines: impl Iterator<Item = &'a (String, Bytes)>) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    for (name, value) in lines {
+        let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_maybe_shared(value.clone()),
+        ) else {
+            tracing::warn!(header = %name, "skipping a stored header that is not valid HTTP");
+            continue;
+        };
+        map.append(name, value);
+    }
+    map
+}
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::Full;
+
+    use super::*;
+
+    #[test]
+    fn replay_drops_hop_by_hop_headers_and_recomputes_the_length() {
+        let stored = StoredResponse::new(201)
+            .header("connection", "x-conn, close")
+            .header("x-conn", "1")
+            .header("keep-alive", "timeout=5")
+            .header("content-length", "999")
+            .header("set-cookie", "a=1")
+            .header("set-cookie", "b=2")
+            .body("four");
+        let response = replay::<Full<Bytes>>(stored, Replay::Marked);
+        let headers: Vec<_> = response
+            .headers()
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            headers,
+            [
+                ("set-cookie", "a=1"),
+                ("set-cookie", "b=2"),
+                ("content-length", "4"),
+                ("idempotent-replayed", "true"),
+            ]
+        );
+    }
+
+    #[test]
+    fn stored_headers_keep_order_and_repeats_without_hop_by_hop_ones() {
+        let mut headers = HeaderMap::new();
+        headers.append("x-b", HeaderValue::from_static("1"));
+        headers.append("connection", HeaderValue::from_static("X-Private"));
+        headers.append("x-private", HeaderValue::from_static("p"));
+        headers.append("transfer-encoding", HeaderValue::from_static("chunked"));
+        headers.append("x-b", HeaderValue::from_static("2"));
+        assert_eq!(
+            header_lines(&headers),
+            [
+                ("x-b".to_owned(), Bytes::from("1")),
+                ("x-b".to_owned(), Bytes::from("2"))
+            ]
+        );
+    }
+}

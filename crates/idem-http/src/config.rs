@@ -1,0 +1,92 @@
+//! The layer's settings, and the two choices that are not part of [`Policy`].
+//!
+//! # Examples
+//!
+//! ```
+//! use idem_http::{Delivery, IdempotencyLayer, OnStoreError};
+//! use std::sync::Arc;
+//!
+//! let layer = IdempotencyLayer::new(Arc::new(idem_core::MemoryStore::new()))
+//!     .on_store_error(OnStoreError::Passthrough)
+//!     .classify_error(|_error| Delivery::NotSent);
+//! # drop(layer);
+//! ```
+
+use std::{error::Error, fmt, sync::Arc};
+
+use http::{HeaderName, Method, header::AUTHORIZATION};
+use idem_core::{FingerprintMode, Policy};
+
+/// What to do with a request whose key cannot be looked up because the store failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnStoreError {
+    /// Fail closed: answer `503` problem+json with `Retry-After`; the request is not forwarded.
+    #[default]
+    Reject,
+    /// Forward the request without idempotency (and log a warning): availability over
+    /// exactly-once.
+    Passthrough,
+}
+
+/// Whether a request that failed with an error of the inner service may have reached the other
+/// side, as decided by [`IdempotencyLayer::classify_error`](crate::IdempotencyLayer::classify_error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// It cannot have taken effect (connection refused, DNS, connect timeout): the key is
+    /// released.
+    NotSent,
+    /// It may have taken effect (the connection was lost after the request was sent): an
+    /// ambiguous outcome, handled as [`Ambiguous`](idem_core::Ambiguous) says.
+    MaybeSent,
+}
+
+/// Decides how an inner service error maps to a [`Delivery`].
+pub(crate) type Classifier = Arc<dyn Fn(&(dyn Error + 'static)) -> Delivery + Send + Sync>;
+
+/// Everything the service needs to know; defaults as in DESIGN.md.
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) key_header: HeaderName,
+    pub(crate) methods: Vec<Method>,
+    pub(crate) require_key: bool,
+    pub(crate) policy: Policy,
+    pub(crate) scope_headers: Vec<HeaderName>,
+    pub(crate) fingerprint: FingerprintMode,
+    pub(crate) max_body: usize,
+    pub(crate) max_stored_response: usize,
+    pub(crate) on_store_error: OnStoreError,
+    pub(crate) classify_error: Classifier,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            key_header: HeaderName::from_static("idempotency-key"),
+            methods: vec![Method::POST, Method::PATCH],
+            require_key: false,
+            policy: Policy::default(),
+            scope_headers: vec![AUTHORIZATION],
+            fingerprint: FingerprintMode::Json,
+            max_body: 10 * 1024 * 1024,
+            max_stored_response: 1024 * 1024,
+            on_store_error: OnStoreError::Reject,
+            classify_error: Arc::new(|_| Delivery::MaybeSent),
+        }
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("key_header", &self.key_header)
+            .field("methods", &self.methods)
+            .field("require_key", &self.require_key)
+            .field("policy", &self.policy)
+            .field("scope_headers", &self.scope_headers)
+            .field("fingerprint", &self.fingerprint)
+            .field("max_body", &self.max_body)
+            .field("max_stored_response", &self.max_stored_response)
+            .field("on_store_error", &self.on_store_error)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,213 @@
+//! [`IdempotencyLayer`]: the settings, and the tower [`Layer`] that applies them.
+//!
+//! # Examples
+//!
+//! ```
+//! use std::{sync::Arc, time::Duration};
+//!
+//! use http::HeaderName;
+//! use idem_core::{Ambiguous, InFlight, MemoryStore};
+//! use idem_http::IdempotencyLayer;
+//!
+//! let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new()))
+//!     .require_key(true)
+//!     .ttl(Duration::from_secs(3600))
+//!     .in_flight(InFlight::Wait { timeout: Duration::from_secs(10) })
+//!     .ambiguous(Ambiguous::Reject)
+//!     .scope_headers([HeaderName::from_static("x-api-key")]);
+//! assert_eq!(layer.engine().policy().ambiguous, Ambiguous::Reject);
+//! ```
+
+use std::{
+    error::Error,
+    fmt,
+    sync::{Arc, OnceLock},
+    time::Duration,
+};
+
+use http::{HeaderName, Method};
+use idem_core::{Ambiguous, Engine, FingerprintMode, InFlight, Store};
+use tower::Layer;
+
+use crate::{Delivery, Idempotency, OnStoreError, config::Config, service::Shared};
+
+/// Applies [`Idempotency`] to a service: requests that carry an idempotency key run at most once
+/// per key, and their retries get the stored response.
+///
+/// What happens to a request, in this order (DESIGN.md's HTTP contract):
+///
+/// 1. A method not covered ([`methods`](Self::methods)), or no key when none is required: the
+///    request is forwarded untouched and its body streamed; nothing is stored.
+/// 2. A missing key when [`require_key`](Self::require_key) is on, an invalid key, or a key
+///    header sent twice: `400` problem+json.
+/// 3. A body over [`max_body`](Self::max_body): `413` problem+json, nothing stored.
+/// 4. The request is fingerprinted and run under its key by the [`Engine`]: executed, replayed
+///    (with `Idempotent-Replayed: true`), `409` while in flight (with `Retry-After`), or `422`
+///    when the key was used with another request. The key is completed before the response is
+///    returned.
+/// 5. If the store fails: `503` problem+json with `Retry-After`, unless
+///    [`on_store_error`](Self::on_store_error) is [`OnStoreError::Passthrough`].
+///
+/// Every response carries its [`Outcome`](crate::Outcome) as an extension, and its
+/// [`RequestKey`](crate::RequestKey) when the request had a valid key.
+///
+/// All the services made by one layer and its clones share one [`Engine`], built from the
+/// settings when [`layer`](Layer::layer) or [`engine`](Self::engine) is first called: configure
+/// the layer before using it (a setter called afterwards starts a new engine).
+pub struct IdempotencyLayer<St> {
+    store: St,
+    config: Config,
+    shared: Arc<OnceLock<Arc<Shared<St>>>>,
+}
+
+impl<St: Store + Clone> IdempotencyLayer<St> {
+    /// A layer over `store` with the defaults: key header `Idempotency-Key`, methods `POST` and
+    /// `PATCH`, key optional, TTL 24 h, lease 30 s, in-flight requests rejected, ambiguous
+    /// outcomes retried, scope from `Authorization`, JSON fingerprints, bodies up to 10 MiB,
+    /// stored responses up to 1 MiB, store failures rejected, every inner service error taken as
+    /// [`Delivery::MaybeSent`].
+    pub fn new(store: St) -> Self {
+        Self {
+            store,
+            config: Config::default(),
+            shared: Arc::default(),
+        }
+    }
+
+    /// The engine shared by every service this layer and its clones make (for example to call
+    /// [`Engine::shutdown`] on graceful shutdown).
+    pub fn engine(&self) -> Engine<St> {
+        self.shared().engine.clone()
+    }
+
+    fn shared(&self) -> Arc<Shared<St>> {
+        let shared = self.shared.get_or_init(|| {
+            Arc::new(Shared {
+                config: self.config.clone(),
+                engine: Engine::new(self.store.clone(), self.config.policy),
+            })
+        });
+        Arc::clone(shared)
+    }
+
+    fn configure(mut self, change: impl FnOnce(&mut Config)) -> Self {
+        change(&mut self.config);
+        self.shared = Arc::default();
+        self
+    }
+
+    /// The header that carries the key. Default `Idempotency-Key`.
+    #[must_use]
+    pub fn key_header(self, name: HeaderName) -> Self {
+        self.configure(|config| config.key_header = name)
+    }
+
+    /// The methods that keys apply to; other requests pass through. Default `POST` and `PATCH`.
+    #[must_use]
+    pub fn methods(self, methods: impl IntoIterator<Item = Method>) -> Self {
+        self.configure(|config| config.methods = methods.into_iter().collect())
+    }
+
+    /// Whether a request with a covered method must carry a key (`400` without). Default off.
+    #[must_use]
+    pub fn require_key(self, required: bool) -> Self {
+        self.configure(|config| config.require_key = required)
+    }
+
+    /// How long a completed key is replayed, counted from its completion. Default 24 h.
+    #[must_use]
+    pub fn ttl(self, ttl: Duration) -> Self {
+        self.configure(|config| config.policy = config.policy.ttl(ttl))
+    }
+
+    /// How long a request holds its key without renewing it; renewed every third of it while
+    /// the request runs. Default 30 s.
+    #[must_use]
+    pub fn lease(self, lease: Duration) -> Self {
+        self.configure(|config| config.policy = config.policy.lease(lease))
+    }
+
+    /// What a request does while another with the same key runs: `409` at once, or wait for its
+    /// result. Default [`InFlight::Reject`].
+    #[must_use]
+    pub fn in_flight(self, mode: InFlight) -> Self {
+        self.configure(|config| config.policy = config.policy.in_flight(mode))
+    }
+
+    /// What happens to a key after a 5xx, 408 or 429, or a response cut off after the request was
+    /// sent. Default [`Ambiguous::Retry`] (the key is released).
+    #[must_use]
+    pub fn ambiguous(self, mode: Ambiguous) -> Self {
+        self.configure(|config| config.policy = config.policy.ambiguous(mode))
+    }
+
+    /// The headers whose names and values identify the caller, hashed into the key's scope.
+    /// Replaces the default (`Authorization`); an empty list turns scoping off, so that every
+    /// request is in the anonymous scope.
+    #[must_use]
+    pub fn scope_headers(self, names: impl IntoIterator<Item = HeaderName>) -> Self {
+        self.configure(|config| config.scope_headers = names.into_iter().collect())
+    }
+
+    /// How request bodies are fingerprinted. Default [`FingerprintMode::Json`].
+    #[must_use]
+    pub fn fingerprint(self, mode: FingerprintMode) -> Self {
+        self.configure(|config| config.fingerprint = mode)
+    }
+
+    /// The largest body of a request with a key (it is buffered to be fingerprinted). Default
+    /// 10 MiB.
+    #[must_use]
+    pub fn max_body(self, bytes: usize) -> Self {
+        self.configure(|config| config.max_body = bytes)
+    }
+
+    /// The largest response body stored; a larger one is delivered whole and its replay is a
+    /// problem saying it was not stored. Default 1 MiB.
+    #[must_use]
+    pub fn max_stored_response(self, bytes: usize) -> Self {
+        self.configure(|config| config.max_stored_response = bytes)
+    }
+
+    /// What to do when the store fails. Default [`OnStoreError::Reject`].
+    #[must_use]
+    pub fn on_store_error(self, mode: OnStoreError) -> Self {
+        self.configure(|config| config.on_store_error = mode)
+    }
+
+    /// Says whether a request that failed with an error of the inner service may have reached
+    /// the other side. Default: every error is [`Delivery::MaybeSent`].
+    #[must_use]
+    pub fn classify_error(
+        self,
+        f: impl Fn(&(dyn Error + 'static)) -> Delivery + Send + Sync + 'static,
+    ) -> Self {
+        self.configure(|config| config.classify_error = Arc::new(f))
+    }
+}
+
+impl<S, St: Store + Clone> Layer<S> for IdempotencyLayer<St> {
+    type Service = Idempotency<S, St>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Idempotency::new(inner, self.shared())
+    }
+}
+
+impl<St: Clone> Clone for IdempotencyLayer<St> {
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            config: self.config.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<St> fmt::Debug for IdempotencyLayer<St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IdempotencyLayer")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,94 @@
+//! Idempotency keys for HTTP services written in Rust: a tower [`Layer`](tower::Layer) for axum,
+//! hyper and tonic.
+//!
+//! [`IdempotencyLayer`] wraps a service in [`Idempotency`]: a `POST` or `PATCH` that carries an
+//! `Idempotency-Key` header runs at most once per key and caller, and its retries get the stored
+//! response with `Idempotent-Replayed: true`. Concurrent duplicates get `409` (or wait for the
+//! first), a key reused for another request gets `422`, and every refusal is an
+//! `application/problem+json` body with a stable [`problem`] type. The records live in any
+//! [`idem_core::Store`]; the behaviour is the HTTP contract of the project's DESIGN.md.
+//!
+//! # Examples
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! use std::sync::{
+//!     Arc,
+//!     atomic::{AtomicUsize, Ordering},
+//! };
+//!
+//! use axum::{Router, body::Body, routing::post};
+//! use http::{Request, StatusCode};
+//! use idem_core::MemoryStore;
+//! use idem_http::{IdempotencyLayer, Outcome};
+//! use tower::ServiceExt;
+//!
+//! let charges = Arc::new(AtomicUsize::new(0));
+//! let counter = Arc::clone(&charges);
+//! let app = Router::new()
+//!     .route(
+//!         "/charges",
+//!         post(move || async move {
+//!             counter.fetch_add(1, Ordering::SeqCst);
+//!             (StatusCode::CREATED, "charged 10 EUR")
+//!         }),
+//!     )
+//!     .layer(IdempotencyLayer::new(Arc::new(MemoryStore::new())));
+//!
+//! let charge = || {
+//!     Request::post("/charges")
+//!         .header("idempotency-key", "8e03978e-40d5-43e8-bc93-6894a57f9324")
+//!         .header("authorization", "Bearer sk_test_alice")
+//!         .body(Body::from(r#"{"amount": 10}"#))
+//!         .unwrap()
+//! };
+//! let first = app.clone().oneshot(charge()).await?;
+//! assert_eq!(first.status(), StatusCode::CREATED);
+//!
+//! // The client did not get the answer and retries with the same key: no second charge.
+//! let retry = app.oneshot(charge()).await?;
+//! assert_eq!(retry.status(), StatusCode::CREATED);
+//! assert_eq!(retry.headers()["idempotent-replayed"], "true");
+//! assert_eq!(retry.extensions().get(), Some(&Outcome::Replayed));
+//! assert_eq!(charges.load(Ordering::SeqCst), 1);
+//! # Ok::<(), std::convert::Infallible>(())
+//! # }).unwrap();
+//! ```
+//!
+//! # Contents
+//!
+//! - [`IdempotencyLayer`] (settings) and [`Idempotency`] (the service), with [`OnStoreError`]
+//!   and [`Delivery`];
+//! - [`ResponseBody`] and [`ResponseFuture`]: what the service returns;
+//! - [`Outcome`] and [`RequestKey`]: response extensions, for logs and metrics;
+//! - [`problem`]: the typed rejections and their problem types;
+//! - [`FromBytes`]: the request bodies the layer can rebuild after buffering them.
+//!
+//! # Metrics
+//!
+//! Each request adds one to the counter `idem_requests_total{outcome}` of the
+//! [`metrics`](https://docs.rs/metrics) facade, with the labels of [`Outcome::as_str`].
+//!
+//! # Features
+//!
+//! - `tonic`: implements [`FromBytes`] for `tonic::body::Body`, so that the layer can wrap a
+//!   tonic server (gRPC trailers are stored and replayed with the response).
+
+mod body;
+mod capture;
+mod config;
+mod from_bytes;
+mod future;
+mod layer;
+mod outcome;
+pub mod problem;
+mod request;
+mod service;
+
+pub use body::ResponseBody;
+pub use config::{Delivery, OnStoreError};
+pub use from_bytes::FromBytes;
+pub use future::ResponseFuture;
+pub use layer::IdempotencyLayer;
+pub use outcome::{Outcome, RequestKey};
+pub use service::Idempotency;

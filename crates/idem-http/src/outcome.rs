@@ -1,0 +1,71 @@
+//! What the layer did with a request: the [`Outcome`] and [`RequestKey`] response extensions.
+//!
+//! # Examples
+//!
+//! ```
+//! use idem_http::Outcome;
+//!
+//! assert_eq!(Outcome::Replayed.as_str(), "replayed");
+//! assert_eq!(Outcome::TooLarge.to_string(), "too_large");
+//! ```
+
+use std::fmt;
+
+use idem_core::Scope;
+
+/// What the layer did with a request. Every response the service returns carries it as a
+/// response extension, and it labels the `idem_requests_total` counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// The request ran the operation; the response is the inner service's.
+    Executed,
+    /// The operation had completed before: the stored response was replayed.
+    Replayed,
+    /// Another request with the same key is still running (409).
+    Conflict,
+    /// The key is in use by a request with another fingerprint (422).
+    Mismatch,
+    /// The key was missing though required, or invalid (400).
+    Invalid,
+    /// Forwarded without idempotency: method not covered, no key, or the store failed under
+    /// [`OnStoreError::Passthrough`](crate::OnStoreError::Passthrough).
+    Passthrough,
+    /// The request body was over the limit (413).
+    TooLarge,
+    /// The store failed and the request was refused (503).
+    StoreError,
+}
+
+impl Outcome {
+    /// The label used in metrics and logs: `executed`, `replayed`, `conflict`, `mismatch`,
+    /// `invalid`, `passthrough`, `too_large` or `store_error`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Executed => "executed",
+            Outcome::Replayed => "replayed",
+            Outcome::Conflict => "conflict",
+            Outcome::Mismatch => "mismatch",
+            Outcome::Invalid => "invalid",
+            Outcome::Passthrough => "passthrough",
+            Outcome::TooLarge => "too_large",
+            Outcome::StoreError => "store_error",
+        }
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The key a request carried, in a form fit for logs: a response extension on every response
+/// to a request with a valid key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestKey {
+    /// [`IdempotencyKey::digest`](idem_core::IdempotencyKey::digest) of the key; the key itself
+    /// is never logged.
+    pub digest: String,
+    /// The caller's scope (a hash; its identity is never kept).
+    pub scope: Scope,
+}

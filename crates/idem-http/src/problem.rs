@@ -1,0 +1,258 @@
+//! The requests the layer answers itself: typed [`Rejection`]s with RFC 9457
+//! `application/problem+json` bodies, and the stable problem `type` values.
+//!
+//! # Examples
+//!
+//! ```
+//! use http::StatusCode;
+//! use idem_http::problem::{self, Rejection};
+//!
+//! let rejection = Rejection::FingerprintMismatch;
+//! assert_eq!(rejection.status(), StatusCode::UNPROCESSABLE_ENTITY);
+//! assert_eq!(rejection.problem_type(), problem::FINGERPRINT_MISMATCH);
+//!
+//! let response = rejection.into_response::<http_body_util::Empty<bytes::Bytes>>();
+//! assert_eq!(response.headers()["content-type"], "application/problem+json");
+//! ```
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{
+    HeaderName, HeaderValue, Response, StatusCode,
+    header::{CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER},
+};
+use idem_core::{KeyError, StoreError};
+
+use crate::ResponseBody;
+
+/// The request lacks the key header and the layer requires one (400).
+pub const MISSING_KEY: &str = "urn:idem:problem:missing-key";
+/// The key header is invalid or was sent more than once (400).
+pub const INVALID_KEY: &str = "urn:idem:problem:invalid-key";
+/// A request with the same key is still running (409, with `Retry-After`).
+pub const IN_FLIGHT: &str = "urn:idem:problem:in-flight";
+/// The key was used before with another method, path, query or body (422).
+pub const FINGERPRINT_MISMATCH: &str = "urn:idem:problem:fingerprint-mismatch";
+/// The request body is over the limit (413).
+pub const BODY_TOO_LARGE: &str = "urn:idem:problem:body-too-large";
+/// The request body could not be read (the client went away mid-upload) (400).
+pub const BODY_UNREADABLE: &str = "urn:idem:problem:body-unreadable";
+/// The idempotency store cannot be reached (503, with `Retry-After`).
+pub const STORE_UNAVAILABLE: &str = "urn:idem:problem:store-unavailable";
+/// The replay of a response that was too large to store; it carries the original status.
+pub const RESPONSE_NOT_STORED: &str = "urn:idem:problem:response-not-stored";
+/// The upstream's response was cut off after the request was sent; the key was released, so a
+/// retry executes again (502).
+pub const UPSTREAM_FAILED: &str = "urn:idem:problem:upstream-failed";
+pub use idem_core::OUTCOME_UNKNOWN_TYPE as OUTCOME_UNKNOWN;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A request the layer answers itself, with a fixed status and a problem+json body.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Rejection {
+    /// The key header is missing and keys are required (400, [`MISSING_KEY`]).
+    #[error("this request requires an idempotency key in the {header} header")]
+    MissingKey {
+        /// The configured key header.
+        header: HeaderName,
+    },
+    /// The key header is invalid or repeated (400, [`INVALID_KEY`]).
+    #[error("the idempotency key is invalid")]
+    InvalidKey(#[source] KeyError),
+    /// The request body is over the limit (413, [`BODY_TOO_LARGE`]).
+    #[error("the request body is larger than {limit} bytes")]
+    BodyTooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+    },
+    /// The request body failed while it was read (400, [`BODY_UNREADABLE`]).
+    #[error("the request body could not be read")]
+    BodyUnreadable(#[source] BoxError),
+    /// A request with the same key is still running (409, [`IN_FLIGHT`]).
+    #[error("a request with this idempotency key is still being processed")]
+    InFlight {
+        /// The running request's remaining lease; sent as `Retry-After` in whole seconds,
+        /// rounded up, at least 1.
+        retry_after: Duration,
+    },
+    /// The key is in use by a request with another fingerprint (422, [`FINGERPRINT_MISMATCH`]).
+    #[error("the idempotency key was used with another request")]
+    FingerprintMismatch,
+    /// The store failed (503, [`STORE_UNAVAILABLE`], `Retry-After: 1`).
+    #[error("the idempotency store is unavailable")]
+    StoreUnavailable(#[source] StoreError),
+    /// The upstream's response was cut off and the key released (502, [`UPSTREAM_FAILED`]).
+    #[error("the upstream response was cut off")]
+    UpstreamFailed(#[source] BoxError),
+}
+
+impl Rejection {
+    /// The response status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Rejection::MissingKey { .. }
+            | Rejection::InvalidKey(_)
+            | Rejection::BodyUnreadable(_) => StatusCode::BAD_REQUEST,
+            Rejection::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Rejection::InFlight { .. } => StatusCode::CONFLICT,
+            Rejection::FingerprintMismatch => StatusCode::UNPROCESSABLE_ENTITY,
+            Rejection::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Rejection::UpstreamFailed(_) => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    /// The problem `type`, one of this module's constants.
+    pub fn problem_type(&self) -> &'static str {
+        match self {
+            Rejection::MissingKey { .. } => MISSING_KEY,
+            Rejection::InvalidKey(_) => INVALID_KEY,
+            Rejection::BodyTooLarge { .. } => BODY_TOO_LARGE,
+            Rejection::BodyUnreadable(_) => BODY_UNREADABLE,
+            Rejection::InFlight { .. } => IN_FLIGHT,
+            Rejection::FingerprintMismatch => FINGERPRINT_MISMATCH,
+            Rejection::StoreUnavailable(_) => STORE_UNAVAILABLE,
+            Rejection::UpstreamFailed(_) => UPSTREAM_FAILED,
+        }
+    }
+
+    /// The problem `title`: a short summary that depends on the type only.
+    pub fn title(&self) -> &'static str {
+        match self {
+            Rejection::MissingKey { .. } => "Idempotency key missing",
+            Rejection::InvalidKey(_) => "Invalid idempotency key",
+            Rejection::BodyTooLarge { .. } => "Request body too large",
+            Rejection::BodyUnreadable(_) => "Request body unreadable",
+            Rejection::InFlight { .. } => "Request in flight",
+            Rejection::FingerprintMismatch => "Idempotency key reused",
+            Rejection::StoreUnavailable(_) => "Idempotency store unavailable",
+            Rejection::UpstreamFailed(_) => "Upstream failed",
+        }
+    }
+
+    /// The problem `detail`: what happened to this request and what the client can do.
+    pub fn detail(&self) -> String {
+        match self {
+            Rejection::MissingKey { header } => {
+                format!("This request requires an idempotency key in the {header} header.")
+            }
+            Rejection::InvalidKey(error) => error.to_string(),
+            Rejection::BodyTooLarge { limit } => format!(
+                "Requests with an idempotency key may have a body of at most {limit} bytes."
+            ),
+            Rejection::BodyUnreadable(_) => {
+                "The request body could not be read; nothing was executed.".to_owned()
+            }
+            Rejection::InFlight { .. } => concat!(
+                "A request with this idempotency key is still being processed; ",
+                "retry after the time given in Retry-After."
+            )
+            .to_owned(),
+            Rejection::FingerprintMismatch => concat!(
+                "This idempotency key was used with another method, path, query or body; ",
+                "use a new key for a new request."
+            )
+            .to_owned(),
+            // The store's own error may name hosts or files: it is logged, not sent.
+            Rejection::StoreUnavailable(_) => {
+                "The idempotency store cannot be reached; nothing was executed. Retry later."
+                    .to_owned()
+            }
+            Rejection::UpstreamFailed(_) => concat!(
+                "The response was cut off; the operation may or may not have taken effect. ",
+                "Retrying with the same idempotency key executes it again."
+            )
+            .to_owned(),
+        }
+    }
+
+    /// The `Retry-After` seconds, for the rejections that carry one.
+    fn retry_after(&self) -> Option<u64> {
+        match self {
+            Rejection::InFlight { retry_after } => {
+                let whole = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+                Some(whole.max(1))
+            }
+            Rejection::StoreUnavailable(_) => Some(1),
+            _ => None,
+        }
+    }
+
+    /// The response: the status, `Content-Type: application/problem+json`, `Retry-After` where
+    /// it applies, and the problem body.
+    pub fn into_response<B>(self) -> Response<ResponseBody<B>> {
+        let status = self.status();
+        let body = problem_json(self.problem_type(), self.title(), status, &self.detail());
+        let mut response = problem_response(status, body);
+        if let Some(seconds) = self.retry_after() {
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}
+
+/// An RFC 9457 body: `{"type","title","status","detail"}`.
+pub(crate) fn problem_json(
+    problem_type: &str,
+    title: &str,
+    status: StatusCode,
+    detail: &str,
+) -> Bytes {
+    #[derive(serde::Serialize)]
+    struct Problem<'a> {
+        #[serde(rename = "type")]
+        problem_type: &'a str,
+        title: &'a str,
+        status: u16,
+        detail: &'a str,
+    }
+    let problem = Problem {
+        problem_type,
+        title,
+        status: status.as_u16(),
+        detail,
+    };
+    // Serializing strings and a number into a Vec cannot fail.
+    serde_json::to_vec(&problem).map_or_else(|_| Bytes::new(), Bytes::from)
+}
+
+fn problem_response<B>(status: StatusCode, body: Bytes) -> Response<ResponseBody<B>> {
+    let mut response = Response::new(ResponseBody::full(body.clone()));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, content_type());
+    headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+    response
+}
+
+/// The media type of problem bodies.
+pub(crate) fn content_type() -> HeaderValue {
+    HeaderValue::from_static("application/problem+json")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_is_rounded_up_and_at_least_one_second() {
+        let seconds = |d| Rejection::InFlight { retry_after: d }.retry_after();
+        assert_eq!(seconds(Duration::ZERO), Some(1));
+        assert_eq!(seconds(Duration::from_millis(1)), Some(1));
+        assert_eq!(seconds(Duration::from_millis(1001)), Some(2));
+        assert_eq!(seconds(Duration::from_secs(30)), Some(30));
+    }
+
+    #[test]
+    fn problem_body_has_the_four_members_in_order() {
+        let body = problem_json(IN_FLIGHT, "T", StatusCode::CONFLICT, "d \"q\"");
+        assert_eq!(
+            &body[..],
+            br#"{"type":"urn:idem:problem:in-flight","title":"T","status":409,"detail":"d \"q\""}"#
+        );
+    }
+}

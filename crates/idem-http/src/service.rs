@@ -1,0 +1,359 @@
+//! [`Idempotency`]: the service that [`IdempotencyLayer`](crate::IdempotencyLayer) wraps around
+//! another.
+//!
+//! # Examples
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! use std::{convert::Infallible, sync::Arc};
+//!
+//! use http::{Request, Response};
+//! use http_body_util::Full;
+//! use idem_http::{IdempotencyLayer, Outcome};
+//! use tower::{Layer, ServiceExt, service_fn};
+//!
+//! let charge = service_fn(|_request: Request<Full<bytes::Bytes>>| async {
+//!     Ok::<_, Infallible>(Response::new(Full::new(bytes::Bytes::from("charged"))))
+//! });
+//! let layer = IdempotencyLayer::new(Arc::new(idem_core::MemoryStore::new()));
+//! let service = layer.layer(charge);
+//!
+//! let request = || {
+//!     Request::post("/charges")
+//!         .header("idempotency-key", "charge-1")
+//!         .body(Full::new(bytes::Bytes::from("10 EUR")))
+//!         .unwrap()
+//! };
+//! let first = service.clone().oneshot(request()).await?;
+//! assert_eq!(first.extensions().get(), Some(&Outcome::Executed));
+//! let retry = service.oneshot(request()).await?;
+//! assert_eq!(retry.extensions().get(), Some(&Outcome::Replayed));
+//! assert_eq!(retry.headers()["idempotent-replayed"], "true");
+//! # Ok::<(), Infallible>(())
+//! # }).unwrap();
+//! ```
+
+use std::{
+    error::Error,
+    fmt,
+    sync::{Arc, Mutex, PoisonError},
+    task::{Context, Poll},
+};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use idem_core::{Address, Ambiguous, Engine, Execution, RunOutcome, Store, StoredResponse};
+use tower::Service;
+
+use crate::{
+    Delivery, FromBytes, OnStoreError, Outcome, RequestKey, ResponseBody, ResponseFuture,
+    capture::{Replay, capture, replay},
+    config::Config,
+    problem::Rejection,
+    request,
+};
+
+type BoxError = Box<dyn Error + Send + Sync>;
+
+/// What every service made by one configured layer shares: its settings and its engine.
+pub(crate) struct Shared<St> {
+    pub(crate) config: Config,
+    pub(crate) engine: Engine<St>,
+}
+
+/// Makes the requests of an inner service idempotent: a request with a key runs at most once
+/// per key, and its retries get the stored response. Made by
+/// [`IdempotencyLayer`](crate::IdempotencyLayer), whose docs say what it does with each request.
+pub struct Idempotency<S, St> {
+    inner: S,
+    shared: Arc<Shared<St>>,
+}
+
+impl<S, St> Idempotency<S, St> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared<St>>) -> Self {
+        Self { inner, shared }
+    }
+
+    /// The engine this service shares with every other service of its layer.
+    pub fn engine(&self) -> &Engine<St> {
+        &self.shared.engine
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Clone, St> Clone for Idempotency<S, St> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S: fmt::Debug, St> fmt::Debug for Idempotency<S, St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Idempotency")
+            .field("inner", &self.inner)
+            .field("config", &self.shared.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, St, ReqBody, ResBody> Service<Request<ReqBody>> for Idempotency<S, St>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Error + Send + Sync + 'static,
+    St: Store,
+    ReqBody: http_body::Body<Data = Bytes> + FromBytes + Send + 'static,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<ResBody, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // The ready service goes with this request; the clone waits for the next poll_ready.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture::new(handle(Arc::clone(&self.shared), inner, request))
+    }
+}
+
+type Answer<B, E> = Result<Response<ResponseBody<B>>, E>;
+
+/// Answers one request, then labels the response with its [`Outcome`] and [`RequestKey`].
+async fn handle<S, St, ReqBody, ResBody>(
+    shared: Arc<Shared<St>>,
+    inner: S,
+    request: Request<ReqBody>,
+) -> Answer<ResBody, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send + 'static,
+    S::Future: Send,
+    S::Error: Error + Send + Sync + 'static,
+    St: Store,
+    ReqBody: http_body::Body<Data = Bytes> + FromBytes + Send + 'static,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    let mut key = None;
+    let (outcome, answer) = respond(&shared, inner, request, &mut key).await;
+    metrics::counter!("idem_requests_total", "outcome" => outcome.as_str()).increment(1);
+    if let Some(key) = &key {
+        tracing::debug!(
+            key = %key.digest,
+            scope = %key.scope,
+            outcome = outcome.as_str(),
+            "idempotent request"
+        );
+    }
+    let mut response = answer?;
+    response.extensions_mut().insert(outcome);
+    if let Some(key) = key {
+        response.extensions_mut().insert(key);
+    }
+    Ok(response)
+}
+
+/// The request and the service that is ready for it, until the engine's work takes them.
+type Slot<S, B> = Arc<Mutex<Option<(S, Request<B>)>>>;
+
+fn take<S, B>(slot: &Slot<S, B>) -> Option<(S, Request<B>)> {
+    slot.lock().unwrap_or_else(PoisonError::into_inner).take()
+}
+
+/// Checks the request in the order DESIGN.md gives (method, key, body, fingerprint), then runs it
+/// under its key.
+async fn respond<S, St, ReqBody, ResBody>(
+    shared: &Arc<Shared<St>>,
+    inner: S,
+    request: Request<ReqBody>,
+    request_key: &mut Option<RequestKey>,
+) -> (Outcome, Answer<ResBody, S::Error>)
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send + 'static,
+    S::Future: Send,
+    S::Error: Error + Send + Sync + 'static,
+    St: Store,
+    ReqBody: http_body::Body<Data = Bytes> + FromBytes + Send + 'static,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    let config = &shared.config;
+    if !config.methods.contains(request.method()) {
+        return (Outcome::Passthrough, forward(inner, request).await);
+    }
+    let key = match request::key(request.headers(), &config.key_header) {
+        Ok(Some(key)) => key,
+        Ok(None) if config.require_key => {
+            let header = config.key_header.clone();
+            return rejected(Outcome::Invalid, Rejection::MissingKey { header });
+        }
+        Ok(None) => return (Outcome::Passthrough, forward(inner, request).await),
+        Err(error) => return rejected(Outcome::Invalid, Rejection::InvalidKey(error)),
+    };
+    let scope = request::scope(request.headers(), &config.scope_headers);
+    let digest = key.digest();
+    *request_key = Some(RequestKey {
+        digest: digest.clone(),
+        scope,
+    });
+
+    let (parts, body) = request.into_parts();
+    let body = match request::buffer(&parts.headers, body, config.max_body).await {
+        Ok(body) => body,
+        Err(rejection @ Rejection::BodyTooLarge { .. }) => {
+            return rejected(Outcome::TooLarge, rejection);
+        }
+        Err(rejection) => return rejected(Outcome::Invalid, rejection),
+    };
+    let fingerprint = request::fingerprint(config.fingerprint, &parts, &body);
+    let request = Request::from_parts(parts, ReqBody::from_bytes(body));
+
+    // The work takes the request when the engine starts it; if the store fails before that, it
+    // is still here for a passthrough.
+    let slot: Slot<S, ReqBody> = Arc::new(Mutex::new(Some((inner, request))));
+    let work = {
+        let slot = Arc::clone(&slot);
+        let shared = Arc::clone(shared);
+        move |_lease| {
+            let (inner, request) = take(&slot).expect("the engine starts the work once");
+            execute(shared, inner, request)
+        }
+    };
+    match shared
+        .engine
+        .run(Address::new(scope, key), fingerprint, work)
+        .await
+    {
+        Ok(RunOutcome::Executed(answer)) => (Outcome::Executed, answer),
+        Ok(RunOutcome::Replayed(stored)) => (Outcome::Replayed, Ok(replay(stored, Replay::Marked))),
+        Ok(RunOutcome::InFlight { retry_after }) => {
+            rejected(Outcome::Conflict, Rejection::InFlight { retry_after })
+        }
+        Ok(RunOutcome::Mismatch) => rejected(Outcome::Mismatch, Rejection::FingerprintMismatch),
+        Err(error) => match (config.on_store_error, take(&slot)) {
+            (OnStoreError::Passthrough, Some((inner, request))) => {
+                tracing::warn!(
+                    key = %digest,
+                    error = &error as &(dyn Error + 'static),
+                    "the idempotency store failed; forwarding the request without idempotency"
+                );
+                (Outcome::Passthrough, forward(inner, request).await)
+            }
+            _ => {
+                tracing::error!(
+                    key = %digest,
+                    error = &error as &(dyn Error + 'static),
+                    "the idempotency store failed; refusing the request"
+                );
+                rejected(Outcome::StoreError, Rejection::StoreUnavailable(error))
+            }
+        },
+    }
+}
+
+fn rejected<B, E>(outcome: Outcome, rejection: Rejection) -> (Outcome, Answer<B, E>) {
+    (outcome, Ok(rejection.into_response()))
+}
+
+/// Passes the request on without idempotency; the response body streams through.
+async fn forward<S, ReqBody, ResBody>(
+    mut inner: S,
+    request: Request<ReqBody>,
+) -> Answer<ResBody, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+{
+    inner
+        .call(request)
+        .await
+        .map(|response| response.map(ResponseBody::new))
+}
+
+/// The engine's work: calls the inner service, reads its response for the store, and says how
+/// final the outcome is.
+async fn execute<S, St, ReqBody, ResBody>(
+    shared: Arc<Shared<St>>,
+    mut inner: S,
+    request: Request<ReqBody>,
+) -> Execution<Answer<ResBody, S::Error>>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S::Error: Error + 'static,
+    St: Store,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    let ambiguous = shared.engine.policy().ambiguous;
+    let response = match inner.call(request).await {
+        Ok(response) => response,
+        Err(error) => {
+            return match ((shared.config.classify_error)(&error), ambiguous) {
+                (Delivery::NotSent, _) => Execution::NotSent { value: Err(error) },
+                (Delivery::MaybeSent, Ambiguous::Retry) => Execution::Lost { value: Err(error) },
+                (Delivery::MaybeSent, Ambiguous::Reject) => {
+                    tracing::warn!(
+                        error = &error as &(dyn Error + 'static),
+                        "the service failed after the request may have taken effect; \
+                         its outcome is recorded as unknown"
+                    );
+                    let unknown = replay(StoredResponse::outcome_unknown(), Replay::Unmarked);
+                    Execution::Lost { value: Ok(unknown) }
+                }
+            };
+        }
+    };
+    let status = response.status();
+    match capture(response, shared.config.max_stored_response).await {
+        Ok((response, stored)) if is_ambiguous(status) => Execution::Ambiguous {
+            response: stored,
+            value: Ok(response),
+        },
+        Ok((response, stored)) => Execution::Final {
+            response: stored,
+            value: Ok(response),
+        },
+        Err(error) => {
+            tracing::warn!(
+                error = &*error as &(dyn Error + 'static),
+                "the response body failed after the request was sent"
+            );
+            let answer = match ambiguous {
+                Ambiguous::Retry => Rejection::UpstreamFailed(error).into_response(),
+                Ambiguous::Reject => replay(StoredResponse::outcome_unknown(), Replay::Unmarked),
+            };
+            Execution::Lost { value: Ok(answer) }
+        }
+    }
+}
+
+/// 5xx, 408 and 429 do not say whether the operation took effect.
+fn is_ambiguous(status: StatusCode) -> bool {
+    status.as_u16() >= 500
+        || status == StatusCode::REQUEST_TIMEOUT
+        || status == StatusCode::TOO_MANY_REQUESTS
+}

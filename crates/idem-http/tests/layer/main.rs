@@ -1,0 +1,13 @@
+//! The HTTP contract of DESIGN.md, row by row, through an axum application (and a tonic server)
+//! wrapped in the layer.
+
+mod ambiguous;
+mod common;
+mod concurrency;
+mod grpc;
+mod keys;
+mod limits;
+mod replay;
+mod socket;
+mod store_errors;
+mod trailers;
