@@ -1,0 +1,180 @@
+//! The admin listener: health, readiness, metrics, and the records of single keys.
+//!
+//! | route | answer |
+//! | --- | --- |
+//! | `GET /healthz` | 200: the process is up |
+//! | `GET /readyz` | 200 when the store answers a ping, 503 otherwise (and while shutting down) |
+//! | `GET /metrics` | Prometheus text |
+//! | `GET /v1/keys/{key}?scope=HEX` | the record as JSON ([`RecordView`]); 404 when there is none |
+//! | `DELETE /v1/keys/{key}?scope=HEX` | 204: the record is forgotten; 404 when there was none |
+//!
+//! `scope` is the scope hash in hex, as the logs show it; without it, the anonymous scope. A bad
+//! key or scope is a 400. Errors are problem+json.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use axum::{
+    Json, Router,
+    extract::{Path, Query, State},
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use http::{HeaderValue, StatusCode, header::CONTENT_TYPE};
+use idem_core::{Address, IdempotencyKey, Scope, Store};
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde::Deserialize;
+
+use crate::{GatewayStore, RecordView, problem};
+
+/// How long `/readyz` waits for the store's ping.
+const PING_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the admin handlers share.
+#[derive(Clone)]
+pub(crate) struct AdminState {
+    pub(crate) store: GatewayStore,
+    pub(crate) metrics: PrometheusHandle,
+    /// Set once the gateway stops taking requests.
+    pub(crate) draining: Arc<AtomicBool>,
+}
+
+/// The admin routes.
+pub(crate) fn router(state: AdminState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/v1/keys/{key}", get(show_key).delete(forget_key))
+        .with_state(state)
+}
+
+async fn readyz(State(state): State<AdminState>) -> Response {
+    if state.draining.load(Ordering::SeqCst) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
+    }
+    match tokio::time::timeout(PING_TIMEOUT, state.store.ping()).await {
+        Ok(Ok(())) => (StatusCode::OK, "ready\n").into_response(),
+        Ok(Err(error)) => {
+            tracing::warn!(
+                error = &error as &(dyn std::error::Error + 'static),
+                "readiness: the store failed"
+            );
+            (StatusCode::SERVICE_UNAVAILABLE, "store unreachable\n").into_response()
+        }
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "store unreachable\n").into_response(),
+    }
+}
+
+async fn metrics(State(state): State<AdminState>) -> Response {
+    let mut response = state.metrics.render().into_response();
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    response
+}
+
+/// The `?scope=HEX` query.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ScopeQuery {
+    scope: Option<String>,
+}
+
+/// A key or scope in an admin URL that cannot be used (400).
+#[derive(Debug)]
+enum BadAddress {
+    Key(idem_core::KeyError),
+    Scope,
+}
+
+impl IntoResponse for BadAddress {
+    fn into_response(self) -> Response {
+        match self {
+            BadAddress::Key(error) => problem::response(
+                StatusCode::BAD_REQUEST,
+                problem::INVALID_KEY,
+                "Invalid idempotency key",
+                &error.to_string(),
+            ),
+            BadAddress::Scope => problem::response(
+                StatusCode::BAD_REQUEST,
+                problem::INVALID_SCOPE,
+                "Invalid scope",
+                "The scope is the scope hash as the logs show it: 64 hexadecimal digits.",
+            ),
+        }
+    }
+}
+
+/// The address named by a key path segment and an optional scope.
+fn address(key: &str, query: &ScopeQuery) -> Result<Address, BadAddress> {
+    let key = IdempotencyKey::parse_header(key.as_bytes()).map_err(BadAddress::Key)?;
+    let scope = match &query.scope {
+        None => Scope::ANONYMOUS,
+        Some(hex) => hex.parse().map_err(|_| BadAddress::Scope)?,
+    };
+    Ok(Address::new(scope, key))
+}
+
+fn not_found() -> Response {
+    problem::response(
+        StatusCode::NOT_FOUND,
+        problem::KEY_NOT_FOUND,
+        "Key not found",
+        "There is no live record under this key in this scope.",
+    )
+}
+
+fn store_failed(error: &idem_core::StoreError) -> Response {
+    tracing::error!(
+        error = error as &(dyn std::error::Error + 'static),
+        "admin: the store failed"
+    );
+    problem::response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        idem_http::problem::STORE_UNAVAILABLE,
+        "Idempotency store unavailable",
+        "The idempotency store cannot be reached.",
+    )
+}
+
+async fn show_key(
+    State(state): State<AdminState>,
+    Path(key): Path<String>,
+    Query(query): Query<ScopeQuery>,
+) -> Response {
+    let address = match address(&key, &query) {
+        Ok(address) => address,
+        Err(bad) => return bad.into_response(),
+    };
+    match state.store.get(&address).await {
+        Ok(Some(record)) => Json(RecordView::new(&address, &record)).into_response(),
+        Ok(None) => not_found(),
+        Err(error) => store_failed(&error),
+    }
+}
+
+async fn forget_key(
+    State(state): State<AdminState>,
+    Path(key): Path<String>,
+    Query(query): Query<ScopeQuery>,
+) -> Response {
+    let address = match address(&key, &query) {
+        Ok(address) => address,
+        Err(bad) => return bad.into_response(),
+    };
+    match state.store.forget(&address).await {
+        Ok(true) => {
+            tracing::info!(key = %address.key.digest(), scope = %address.scope, "admin: key forgotten");
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Ok(false) => not_found(),
+        Err(error) => store_failed(&error),
+    }
+}

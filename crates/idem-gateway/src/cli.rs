@@ -1,0 +1,279 @@
+//! The command line of `idem`: `serve`, `keys` and `migrate` (`demo` and `relay` come later).
+//!
+//! Every `serve` option is also read from `IDEM_<FLAG>` and from the TOML file given by
+//! `--config`; see [`Cli::parse_from_env_and_file`] for the precedence.
+
+use std::{ffi::OsString, net::SocketAddr, path::PathBuf};
+
+use clap::{
+    Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum,
+    builder::BoolishValueParser,
+};
+use http::HeaderName;
+use idem_core::{IdempotencyKey, Scope};
+
+use crate::{
+    ByteSize, Error, HumanDuration, StoreUrl, Upstream,
+    config::{self, MethodList},
+};
+
+/// Exactly-once effects on top of at-least-once delivery: idempotency keys for any HTTP API.
+#[derive(Debug, Parser)]
+#[command(name = "idem", version, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+#[non_exhaustive]
+pub enum Command {
+    /// Run the reverse proxy that adds idempotency keys in front of an HTTP API.
+    Serve(Box<ServeArgs>),
+    /// Show, forget or purge idempotency records.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+    /// Create the store's schema or bring it up to date.
+    Migrate(MigrateArgs),
+}
+
+/// `idem serve`: every option, as given (see [`Config`](crate::Config) for their meaning).
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Every option can also be set as IDEM_<OPTION> (e.g. IDEM_KEY_HEADER) or in the \
+                  TOML file given by --config (e.g. key-header = \"X-Key\"). Precedence: flag, then \
+                  environment, then file, then default."
+)]
+pub struct ServeArgs {
+    /// A TOML file of settings named like the flags (`ttl = "1h"`).
+    #[arg(long, env = "IDEM_CONFIG", value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
+    /// Where clients connect.
+    #[arg(long, env = "IDEM_LISTEN", value_name = "ADDR", default_value = config::DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+
+    /// The API to forward to, as http://HOST:PORT (required).
+    #[arg(long, env = "IDEM_UPSTREAM", value_name = "URL")]
+    pub upstream: Option<Upstream>,
+
+    /// Speak HTTP/2 without TLS (h2c, prior knowledge) to the upstream instead of HTTP/1.1
+    /// [default: off].
+    #[arg(long, env = "IDEM_UPSTREAM_H2C", value_parser = BoolishValueParser::new())]
+    pub upstream_h2c: bool,
+
+    /// How long to wait for a connection to the upstream (then 502, and the key is released).
+    #[arg(long, env = "IDEM_CONNECT_TIMEOUT", value_name = "DURATION",
+          default_value_t = HumanDuration(config::DEFAULT_CONNECT_TIMEOUT))]
+    pub connect_timeout: HumanDuration,
+
+    /// How long to wait for the upstream's response head (then 504; the outcome is ambiguous).
+    #[arg(long, env = "IDEM_UPSTREAM_TIMEOUT", value_name = "DURATION",
+          default_value_t = HumanDuration(config::DEFAULT_UPSTREAM_TIMEOUT))]
+    pub upstream_timeout: HumanDuration,
+
+    /// Where the admin endpoints listen (/healthz, /readyz, /metrics, /v1/keys).
+    #[arg(long, env = "IDEM_ADMIN_LISTEN", value_name = "ADDR", default_value = config::DEFAULT_ADMIN_LISTEN)]
+    pub admin_listen: SocketAddr,
+
+    /// Where records are kept: memory://, sqlite://PATH (relative) or sqlite:///ABSOLUTE/PATH.
+    #[arg(long, env = "IDEM_STORE", value_name = "URL", default_value = config::DEFAULT_STORE)]
+    pub store: StoreUrl,
+
+    /// The request header that carries the idempotency key.
+    #[arg(long, env = "IDEM_KEY_HEADER", value_name = "NAME", default_value = config::DEFAULT_KEY_HEADER)]
+    pub key_header: HeaderName,
+
+    /// The methods whose requests are deduplicated (comma-separated); others pass through.
+    #[arg(long, env = "IDEM_METHODS", value_name = "LIST", default_value = config::DEFAULT_METHODS)]
+    pub methods: MethodList,
+
+    /// Answer 400 to a covered request without a key, instead of passing it through [default:
+    /// off].
+    #[arg(long, env = "IDEM_REQUIRE_KEY", value_parser = BoolishValueParser::new())]
+    pub require_key: bool,
+
+    /// How long a completed key is replayed, counted from its completion.
+    #[arg(long, env = "IDEM_TTL", value_name = "DURATION",
+          default_value_t = HumanDuration(config::DEFAULT_TTL))]
+    pub ttl: HumanDuration,
+
+    /// How long a key is held without renewal; a crashed gateway's keys are free after it.
+    #[arg(long, env = "IDEM_LEASE", value_name = "DURATION",
+          default_value_t = HumanDuration(config::DEFAULT_LEASE))]
+    pub lease: HumanDuration,
+
+    /// A request whose key is in flight: answer 409 at once, or wait for the first one's result.
+    #[arg(long, env = "IDEM_IN_FLIGHT", value_enum, default_value_t = InFlightMode::Reject)]
+    pub in_flight: InFlightMode,
+
+    /// In wait mode, how long to wait before answering 409.
+    #[arg(long, env = "IDEM_WAIT_TIMEOUT", value_name = "DURATION",
+          default_value_t = HumanDuration(config::DEFAULT_WAIT_TIMEOUT))]
+    pub wait_timeout: HumanDuration,
+
+    /// A 5xx, 408, 429 or lost upstream connection: release the key (retry executes again) or
+    /// store it (never execute twice; a lost connection becomes "outcome unknown").
+    #[arg(long, env = "IDEM_AMBIGUOUS", value_enum, default_value_t = AmbiguousMode::Retry)]
+    pub ambiguous: AmbiguousMode,
+
+    /// A header hashed into the key's scope (repeatable or comma-separated; replaces the
+    /// default; an empty value turns scoping off).
+    #[arg(long = "scope-header", env = "IDEM_SCOPE_HEADER", value_name = "NAME",
+          value_delimiter = ',', default_value = config::DEFAULT_SCOPE_HEADER)]
+    pub scope_headers: Vec<String>,
+
+    /// How request bodies are compared: JSON canonicalized first, or raw bytes.
+    #[arg(long, env = "IDEM_FINGERPRINT", value_enum, default_value_t = FingerprintArg::Json)]
+    pub fingerprint: FingerprintArg,
+
+    /// The largest body of a request with a key (it is buffered to fingerprint it); over it, 413.
+    #[arg(long, env = "IDEM_MAX_BODY", value_name = "BYTES",
+          default_value_t = ByteSize(config::DEFAULT_MAX_BODY))]
+    pub max_body: ByteSize,
+
+    /// The largest response stored for replay; a bigger one is delivered but not stored.
+    #[arg(long, env = "IDEM_MAX_STORED_RESPONSE", value_name = "BYTES",
+          default_value_t = ByteSize(config::DEFAULT_MAX_STORED_RESPONSE))]
+    pub max_stored_response: ByteSize,
+
+    /// When the store is unreachable: answer 503 (fail closed) or forward without idempotency.
+    #[arg(long, env = "IDEM_ON_STORE_ERROR", value_enum, default_value_t = StoreErrorMode::Reject)]
+    pub on_store_error: StoreErrorMode,
+
+    /// On SIGTERM or SIGINT, how long open connections may take to finish their requests.
+    #[arg(long, env = "IDEM_SHUTDOWN_TIMEOUT", value_name = "DURATION",
+          default_value_t = HumanDuration(config::DEFAULT_SHUTDOWN_TIMEOUT))]
+    pub shutdown_timeout: HumanDuration,
+
+    /// Log lines as text or as JSON objects.
+    #[arg(long, env = "IDEM_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Which logs to write, as a tracing filter (`info`, `idem_gateway=debug,warn`).
+    #[arg(
+        long,
+        env = "IDEM_LOG_LEVEL",
+        value_name = "FILTER",
+        default_value = "info"
+    )]
+    pub log_level: String,
+}
+
+/// `--in-flight`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InFlightMode {
+    /// 409 with `Retry-After`.
+    Reject,
+    /// Wait up to `--wait-timeout` for the first request's response.
+    Wait,
+}
+
+/// `--ambiguous`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AmbiguousMode {
+    /// Release the key.
+    Retry,
+    /// Store the outcome.
+    Reject,
+}
+
+/// `--fingerprint`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FingerprintArg {
+    /// Canonicalize JSON bodies.
+    Json,
+    /// Hash bodies as sent.
+    Raw,
+}
+
+/// `--on-store-error`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StoreErrorMode {
+    /// 503 with `Retry-After`; the request is not forwarded.
+    Reject,
+    /// Forward the request without idempotency.
+    Passthrough,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `idem keys`.
+#[derive(Debug, Subcommand)]
+#[non_exhaustive]
+pub enum KeysCommand {
+    /// Print a key's record as JSON.
+    Show(KeyArgs),
+    /// Remove a key's record, whatever its state, so the next request executes.
+    Forget(KeyArgs),
+    /// Remove every expired record and print how many there were.
+    Purge(StoreArgs),
+}
+
+/// A key in a store.
+#[derive(Debug, Args)]
+pub struct KeyArgs {
+    /// The idempotency key, as clients send it.
+    pub key: IdempotencyKey,
+    /// The scope hash in hex, as the logs show it (default: the anonymous scope).
+    #[arg(long, value_name = "HEX")]
+    pub scope: Option<Scope>,
+    /// The store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// The store a command works on.
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    /// memory://, sqlite://PATH (relative) or sqlite:///ABSOLUTE/PATH.
+    #[arg(long, env = "IDEM_STORE", value_name = "URL", default_value = config::DEFAULT_STORE)]
+    pub store: StoreUrl,
+}
+
+/// `idem migrate`.
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// The store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+impl Cli {
+    /// Parses `args` (the program name first), filling the `serve` options that neither a flag
+    /// nor an `IDEM_*` variable set from the `--config` file, if any.
+    ///
+    /// Clap's refusals (and requests for help or the version) are [`Error::Cli`].
+    pub fn parse_from_env_and_file<I, T>(args: I) -> Result<Self, Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+        let command = Self::command();
+        let matches = command.clone().try_get_matches_from(&args)?;
+        let cli = Self::from_arg_matches(&matches)?;
+        if let Command::Serve(serve) = &cli.command
+            && let Some(path) = &serve.config
+            && let (Some(serve_command), Some(serve_matches)) = (
+                command.find_subcommand("serve"),
+                matches.subcommand_matches("serve"),
+            )
+        {
+            let extra = config::file_args(path, serve_command, serve_matches)?;
+            if !extra.is_empty() {
+                return Ok(Self::try_parse_from(args.into_iter().chain(extra))?);
+            }
+        }
+        Ok(cli)
+    }
+}

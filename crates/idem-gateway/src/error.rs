@@ -1,0 +1,137 @@
+//! The failures of the gateway and of the `idem` commands.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use idem_core::StoreError;
+
+/// A failure of the gateway: bad configuration, a store that cannot be opened, a socket that
+/// cannot be bound, or an upstream that did not answer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The command line was refused, or help or the version was asked for.
+    #[error(transparent)]
+    Cli(#[from] clap::Error),
+    /// A duration that is not a whole number followed by `ms`, `s`, `m`, `h` or `d`.
+    #[error(
+        "invalid duration `{0}`: expected a whole number and a unit (ms, s, m, h or d), e.g. 500ms, 2s, 30m, 24h"
+    )]
+    InvalidDuration(String),
+    /// A size that is not a whole number of bytes, optionally in `KiB`, `MiB` or `GiB`.
+    #[error(
+        "invalid size `{0}`: expected a whole number of bytes, optionally with a unit (KiB, MiB or GiB), e.g. 1024, 64KiB, 10MiB"
+    )]
+    InvalidSize(String),
+    /// A store URL that cannot be parsed or has an unknown scheme.
+    #[error("invalid store URL `{url}`: {reason}")]
+    InvalidStoreUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A store URL for a backend this build does not include yet.
+    #[error(
+        "the {scheme}:// store is not available in this build (use memory:// or sqlite://PATH)"
+    )]
+    UnsupportedStore {
+        /// The URL's scheme.
+        scheme: String,
+    },
+    /// An upstream URL that is not `http://HOST[:PORT]`.
+    #[error("invalid upstream URL `{url}`: {reason}")]
+    InvalidUpstream {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// An HTTP method or header name that is not valid.
+    #[error("invalid {what} `{value}`")]
+    InvalidHttpToken {
+        /// `"method"` or `"header name"`.
+        what: &'static str,
+        /// The value as given.
+        value: String,
+    },
+    /// No upstream was configured.
+    #[error("no upstream: set --upstream, IDEM_UPSTREAM or `upstream` in the config file")]
+    MissingUpstream,
+    /// The config file could not be read.
+    #[error("cannot read the config file {}", path.display())]
+    ReadConfig {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The config file is not valid TOML.
+    #[error("the config file {} is not valid TOML", path.display())]
+    ParseConfig {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: toml::de::Error,
+    },
+    /// The config file has a setting that `idem serve` does not know, or a value of the wrong
+    /// type.
+    #[error("the config file {} has {problem} `{key}`", path.display())]
+    InvalidSetting {
+        /// The file.
+        path: PathBuf,
+        /// The setting's name.
+        key: String,
+        /// `"an unknown setting"` or `"a value of the wrong type for"`.
+        problem: &'static str,
+    },
+    /// The store could not be opened (a file that cannot be created, a server that cannot be
+    /// reached, a schema that cannot be migrated).
+    #[error("cannot open the store {url}")]
+    OpenStore {
+        /// The store URL.
+        url: String,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A store operation failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// `idem keys` found no record under the key.
+    #[error("no record for key {key_digest} in scope {scope}")]
+    KeyNotFound {
+        /// The key's digest, as logs show it.
+        key_digest: String,
+        /// The scope in hex.
+        scope: String,
+    },
+    /// `--log-level` is not a valid tracing filter.
+    #[error("invalid log filter `{filter}`")]
+    InvalidLogFilter {
+        /// The filter as given.
+        filter: String,
+        /// Why.
+        #[source]
+        source: tracing_subscriber::filter::ParseError,
+    },
+    /// A listening socket could not be bound.
+    #[error("cannot listen on {addr}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The upstream could not be reached: nothing of the request was sent.
+    #[error("cannot connect to the upstream")]
+    UpstreamConnect(#[source] hyper_util::client::legacy::Error),
+    /// The upstream exchange failed after the request may have been sent.
+    #[error("the upstream exchange failed")]
+    Upstream(#[source] hyper_util::client::legacy::Error),
+    /// The upstream did not answer in time; the request may have been sent.
+    #[error("the upstream did not answer within {}", humantime::format_duration(*.0))]
+    UpstreamTimeout(Duration),
+}

@@ -1,0 +1,86 @@
+//! `idem`: the command line. Parses, sets up logging and runs; errors are one line on stderr.
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::error::ErrorKind;
+use idem_gateway::{
+    Cli, Config, Error, Gateway,
+    cli::{Command, ServeArgs},
+    keys, logging, migrate,
+};
+
+fn main() -> ExitCode {
+    let cli = match Cli::parse_from_env_and_file(std::env::args_os()) {
+        Ok(cli) => cli,
+        Err(Error::Cli(error)) => return clap_failure(&error),
+        Err(error) => return failure(&anyhow::Error::new(error)),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+    {
+        Ok(runtime) => runtime,
+        Err(error) => return failure(&error),
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => failure(&error),
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => serve(&args).await,
+        Command::Keys(command) => {
+            println!("{}", keys::run(command).await?);
+            Ok(())
+        }
+        Command::Migrate(args) => {
+            println!("{}", migrate::run(&args.store.store).await?);
+            Ok(())
+        }
+        _ => unreachable!("every subcommand is handled"),
+    }
+}
+
+async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
+    let config = Config::try_from(args)?;
+    logging::init(args.log_format, &args.log_level)?;
+    // Installed before the sockets are bound, so that a signal sent as soon as the gateway says
+    // it listens is not lost.
+    let shutdown = idem_gateway::shutdown_signal();
+    let gateway = Gateway::bind(config).await?;
+    gateway.run(shutdown).await?;
+    Ok(())
+}
+
+/// Prints `error: <msg>: <cause>…` on one line.
+fn failure(error: &anyhow::Error) -> ExitCode {
+    let message = format!("{error:#}");
+    eprintln!("error: {}", one_line(&message));
+    ExitCode::FAILURE
+}
+
+/// Help and version go to stdout with success; a refused command line is one line on stderr.
+fn clap_failure(error: &clap::Error) -> ExitCode {
+    if matches!(
+        error.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        error.exit();
+    }
+    // Clap's own rendering is a paragraph, then usage and tips: keep the paragraph.
+    let rendered = error.render().to_string();
+    let paragraph = rendered.split("\n\n").next().unwrap_or_default();
+    let message = paragraph.strip_prefix("error: ").unwrap_or(paragraph);
+    eprintln!("error: {}", one_line(message));
+    ExitCode::from(2)
+}
+
+fn one_line(message: &str) -> String {
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
+}

@@ -1,0 +1,57 @@
+//! The process-wide Prometheus recorder behind `GET /metrics`.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::{instrumented_store::STORE_DURATION, proxy::UPSTREAM_DURATION};
+
+/// Latency buckets, in seconds: from half a millisecond (a memory store) to a minute (a slow
+/// upstream).
+const BUCKETS: [f64; 16] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0,
+];
+
+/// The handle of the recorder, installed as the global `metrics` recorder on first use.
+///
+/// Metrics are process-wide: gateways started in one process (tests, `idem demo`) share them.
+/// When another recorder was installed first, this handle renders only what it records itself
+/// (nothing), and a warning is logged.
+pub(crate) fn handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Full(UPSTREAM_DURATION.to_owned()), &BUCKETS)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(STORE_DURATION.to_owned()), &BUCKETS)
+                })
+                .expect("the buckets are not empty")
+                .build_recorder();
+            let handle = recorder.handle();
+            if metrics::set_global_recorder(recorder).is_err() {
+                tracing::warn!("another metrics recorder is installed; /metrics will be empty");
+            }
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    metrics::describe_counter!(
+        "idem_requests_total",
+        "Requests by outcome: executed, replayed, conflict, mismatch, invalid, passthrough, too_large, store_error."
+    );
+    metrics::describe_histogram!(
+        UPSTREAM_DURATION,
+        metrics::Unit::Seconds,
+        "Time from forwarding a request to the upstream's response head."
+    );
+    metrics::describe_histogram!(
+        STORE_DURATION,
+        metrics::Unit::Seconds,
+        "Latency of store calls, by operation."
+    );
+}

@@ -1,0 +1,381 @@
+//! [`Gateway`]: `idem serve`, startable in-process.
+//!
+//! The stack for each client request is: the request log line, errors turned into 502/504
+//! problems, the idempotency layer, and the [`Proxy`]. Keyed requests run in the layer's
+//! engine, in their own task: a client that disconnects does not cancel the forwarded call, and
+//! its result is stored for the retry.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), idem_gateway::Error> {
+//! use idem_gateway::{Config, Gateway};
+//!
+//! let mut config = Config::new("http://127.0.0.1:3000".parse()?);
+//! config.listen = "127.0.0.1:0".parse().unwrap();
+//! config.admin_listen = "127.0.0.1:0".parse().unwrap();
+//! config.store = "memory://".parse()?;
+//! let gateway = Gateway::bind(config).await?;
+//! println!("proxying on {}, admin on {}", gateway.addr(), gateway.admin_addr());
+//! gateway.run(idem_gateway::shutdown_signal()).await
+//! # }
+//! ```
+
+use std::{
+    convert::Infallible,
+    future::{Future, IntoFuture},
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use axum::body::Body;
+use http::{HeaderName, Request, Response};
+use hyper::body::Incoming;
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo, TokioTimer},
+    server::{conn::auto, graceful::GracefulShutdown},
+};
+use idem_core::{DynStore, IdempotencyKey, Store};
+use idem_http::{IdempotencyLayer, Outcome, RequestKey};
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::{net::TcpListener, time::Instant};
+use tokio_util::sync::CancellationToken;
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+use crate::{
+    Config, Error, InstrumentedStore, Proxy,
+    admin::{self, AdminState},
+    logging::RequestLine,
+    metrics_recorder,
+    proxy::{self, ClientAddr},
+};
+
+/// The store as the gateway uses it: chosen at run time, its calls timed.
+pub type GatewayStore = InstrumentedStore<DynStore>;
+
+/// How often expired records are purged, and how many at most per store call.
+const PURGE_EVERY: Duration = Duration::from_secs(60);
+const PURGE_BATCH: usize = 1000;
+/// How often the metrics recorder drains its histograms.
+const METRICS_UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// The gateway with its store open and its sockets bound, ready to [`run`](Gateway::run).
+pub struct Gateway {
+    config: Config,
+    store: GatewayStore,
+    listener: TcpListener,
+    admin_listener: TcpListener,
+    addr: SocketAddr,
+    admin_addr: SocketAddr,
+    metrics: PrometheusHandle,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("addr", &self.addr)
+            .field("admin_addr", &self.admin_addr)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Gateway {
+    /// Opens the store (for SQLite: creates the file and applies migrations), binds both
+    /// listeners and installs the metrics recorder (once per process).
+    pub async fn bind(config: Config) -> Result<Self, Error> {
+        let metrics = metrics_recorder::handle();
+        let store = InstrumentedStore::new(config.store.open().await?);
+        let bind = |addr| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| Error::Bind { addr, source })
+        };
+        let listener = bind(config.listen).await?;
+        let admin_listener = bind(config.admin_listen).await?;
+        let local = |listener: &TcpListener, addr| {
+            listener
+                .local_addr()
+                .map_err(|source| Error::Bind { addr, source })
+        };
+        Ok(Self {
+            addr: local(&listener, config.listen)?,
+            admin_addr: local(&admin_listener, config.admin_listen)?,
+            config,
+            store,
+            listener,
+            admin_listener,
+            metrics,
+        })
+    }
+
+    /// Where clients connect.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Where the admin endpoints listen.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+
+    /// The store, as the gateway uses it.
+    pub fn store(&self) -> &GatewayStore {
+        &self.store
+    }
+
+    /// Serves until `shutdown` completes, then shuts down gracefully: stops accepting, lets
+    /// open requests finish (for at most the configured shutdown timeout), waits until every
+    /// keyed operation has recorded its result, and returns.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), Error> {
+        let Gateway {
+            config,
+            store,
+            listener,
+            admin_listener,
+            addr,
+            admin_addr,
+            metrics,
+        } = self;
+        let layer = idempotency_layer(&config, store.clone());
+        let engine = layer.engine();
+        let proxy = Proxy::new(
+            config.upstream.clone(),
+            config.upstream_h2c,
+            config.connect_timeout,
+            config.upstream_timeout,
+        );
+        let service = ServiceBuilder::new().layer(layer).service(proxy);
+
+        let background = CancellationToken::new();
+        let draining = Arc::new(AtomicBool::new(false));
+        let admin = admin::router(AdminState {
+            store: store.clone(),
+            metrics: metrics.clone(),
+            draining: Arc::clone(&draining),
+        });
+        let admin_task = tokio::spawn(
+            axum::serve(admin_listener, admin)
+                .with_graceful_shutdown(background.clone().cancelled_owned())
+                .into_future(),
+        );
+        tokio::spawn(purge_expired(store, background.clone()));
+        tokio::spawn(metrics_upkeep(metrics, background.clone()));
+
+        tracing::info!(
+            listen = %addr,
+            admin = %admin_addr,
+            upstream = %config.upstream,
+            store = %config.store,
+            "listening"
+        );
+
+        let graceful = GracefulShutdown::new();
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        // A timer makes hyper's header read timeout (slow clients) and HTTP/2 keep-alive work.
+        builder.http1().timer(TokioTimer::new());
+        builder.http2().timer(TokioTimer::new());
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            let (stream, peer) = tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(error) => {
+                        // Out of file descriptors, or a connection reset before accept: wait a
+                        // little rather than spin.
+                        tracing::warn!(%error, "accepting a connection failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            // Responses are written whole; waiting to fill a segment only adds latency.
+            let _ = stream.set_nodelay(true);
+            let service = service.clone();
+            let key_header = config.key_header.clone();
+            let per_request = hyper::service::service_fn(move |request: Request<Incoming>| {
+                let mut request = request.map(Body::new);
+                request.extensions_mut().insert(ClientAddr(peer));
+                answer(service.clone(), key_header.clone(), request)
+            });
+            let connection = builder
+                .serve_connection(TokioIo::new(stream), per_request)
+                .into_owned();
+            let connection = graceful.watch(connection);
+            tokio::spawn(async move {
+                if let Err(error) = connection.await {
+                    tracing::debug!(%peer, error = &*error as &(dyn std::error::Error + 'static), "connection ended with an error");
+                }
+            });
+        }
+
+        drop(listener);
+        draining.store(true, Ordering::SeqCst);
+        tracing::info!("shutting down: finishing open requests");
+        if tokio::time::timeout(config.shutdown_timeout, graceful.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                timeout = %crate::HumanDuration(config.shutdown_timeout),
+                "connections still open at the shutdown timeout are closed"
+            );
+        }
+        // Requests whose clients went away may still be running in the engine: their results
+        // must be recorded before the process exits.
+        engine.shutdown().await;
+        background.cancel();
+        if let Ok(Err(error)) = admin_task.await {
+            tracing::warn!(%error, "the admin listener failed");
+        }
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// The idempotency layer, configured as `config` says.
+fn idempotency_layer(config: &Config, store: GatewayStore) -> IdempotencyLayer<GatewayStore> {
+    IdempotencyLayer::new(store)
+        .key_header(config.key_header.clone())
+        .methods(config.methods.iter().cloned())
+        .require_key(config.require_key)
+        .ttl(config.ttl)
+        .lease(config.lease)
+        .in_flight(config.in_flight)
+        .ambiguous(config.ambiguous)
+        .scope_headers(config.scope_headers.iter().cloned())
+        .fingerprint(config.fingerprint)
+        .max_body(config.max_body)
+        .max_stored_response(config.max_stored_response)
+        .on_store_error(config.on_store_error)
+        .classify_error(proxy::delivery)
+}
+
+/// Answers one request: the response, or a 502/504 problem when the upstream gave none; then
+/// its log line.
+async fn answer<S, B>(
+    service: S,
+    key_header: HeaderName,
+    request: Request<Body>,
+) -> Result<Response<Body>, Infallible>
+where
+    S: Service<Request<Body>, Response = Response<B>, Error = Error>,
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let start = Instant::now();
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    // The layer labels the responses it returns; a failed forward returns none, so its line
+    // names the key from the header (by digest).
+    let mut key_values = request.headers().get_all(&key_header).iter();
+    let key_value = match (key_values.next(), key_values.next()) {
+        (Some(value), None) => Some(value.clone()),
+        _ => None,
+    };
+    let (response, fallback_digest) = match service.oneshot(request).await {
+        Ok(response) => (response.map(Body::new), None),
+        Err(error) => {
+            tracing::warn!(
+                %method,
+                path,
+                error = &error as &(dyn std::error::Error + 'static),
+                "forwarding failed"
+            );
+            let digest = key_value
+                .and_then(|value| IdempotencyKey::parse_header(value.as_bytes()).ok())
+                .map(|key| key.digest());
+            (proxy::error_response(&error), digest)
+        }
+    };
+    let key = response.extensions().get::<RequestKey>();
+    RequestLine {
+        method: &method,
+        path: &path,
+        status: response.status(),
+        latency: start.elapsed(),
+        outcome: response.extensions().get::<Outcome>(),
+        key_digest: key
+            .map(|k| k.digest.as_str())
+            .or(fallback_digest.as_deref()),
+        scope: key.map(|k| k.scope),
+    }
+    .log();
+    Ok(response)
+}
+
+/// Removes expired records every minute, in batches, until cancelled.
+async fn purge_expired(store: GatewayStore, cancel: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(PURGE_EVERY) => {}
+        }
+        let mut purged = 0;
+        loop {
+            match store.purge_expired(PURGE_BATCH).await {
+                Ok(n) => {
+                    purged += n;
+                    if n < PURGE_BATCH {
+                        break;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(
+                        error = &error as &(dyn std::error::Error + 'static),
+                        "purging expired records failed"
+                    );
+                    break;
+                }
+            }
+        }
+        if purged > 0 {
+            tracing::info!(purged, "purged expired records");
+        }
+    }
+}
+
+/// Drains the histograms of the metrics recorder regularly, until cancelled.
+async fn metrics_upkeep(metrics: PrometheusHandle, cancel: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(METRICS_UPKEEP_EVERY) => metrics.run_upkeep(),
+        }
+    }
+}
+
+/// Completes on SIGTERM or SIGINT (Ctrl-C). The handlers are installed when this is called, so
+/// a signal that arrives before the future is first polled is not lost.
+///
+/// # Panics
+///
+/// Outside a Tokio runtime, or when the handlers cannot be installed.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut terminate = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+        let mut interrupt = signal(SignalKind::interrupt()).expect("installing a SIGINT handler");
+        async move {
+            let name = tokio::select! {
+                _ = terminate.recv() => "SIGTERM",
+                _ = interrupt.recv() => "SIGINT",
+            };
+            tracing::info!(signal = name, "shutdown signal received");
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+            tracing::info!(signal = "Ctrl-C", "shutdown signal received");
+        }
+    }
+}

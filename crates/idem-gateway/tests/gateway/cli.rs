@@ -1,0 +1,205 @@
+//! The command line: help, error messages, `idem keys` and `idem migrate`.
+
+use std::time::Duration;
+
+use crate::support::{Client, Gateway, Upstream, idem, sqlite_url};
+
+/// Runs `idem ARGS…`, expects it to fail with `code`, and returns its one line on stderr.
+fn fails(args: &[&str], code: i32) -> String {
+    let output = idem(args);
+    assert_eq!(output.code, Some(code), "{args:?}: {}", output.stderr);
+    assert_eq!(output.stdout, "");
+    let lines: Vec<&str> = output.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{args:?} printed {lines:?}");
+    lines[0].to_owned()
+}
+
+#[test]
+fn help_shows_every_default() {
+    let output = idem(&["serve", "--help"]);
+    assert_eq!(output.code, Some(0));
+    for default in [
+        "[default: 127.0.0.1:8080]",
+        "[default: 127.0.0.1:9090]",
+        "[default: sqlite://idem.db]",
+        "[default: Idempotency-Key]",
+        "[default: POST,PATCH]",
+        "[default: 24h]",
+        "[default: 30s]",
+        "[default: reject]",
+        "[default: 10s]",
+        "[default: retry]",
+        "[default: Authorization]",
+        "[default: json]",
+        "[default: 10MiB]",
+        "[default: 1MiB]",
+        "[env: IDEM_ON_STORE_ERROR=]",
+    ] {
+        assert!(
+            output.stdout.contains(default),
+            "no {default} in:\n{}",
+            output.stdout
+        );
+    }
+}
+
+#[test]
+fn bad_command_lines_fail_with_one_line() {
+    let upstream = ["serve", "--upstream", "http://127.0.0.1:9"];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> {
+        upstream.iter().chain(extra).copied().collect()
+    };
+    assert_eq!(
+        fails(&with(&["--store", "mysql://db"]), 2),
+        "error: invalid value 'mysql://db' for '--store <URL>': invalid store URL `mysql://db`: \
+         unknown scheme; expected memory:// or sqlite://PATH"
+    );
+    assert_eq!(
+        fails(&with(&["--frobnicate"]), 2),
+        "error: unexpected argument '--frobnicate' found"
+    );
+    assert_eq!(
+        fails(&with(&["--ttl", "10x"]), 2),
+        "error: invalid value '10x' for '--ttl <DURATION>': invalid duration `10x`: expected a \
+         whole number and a unit (ms, s, m, h or d), e.g. 500ms, 2s, 30m, 24h"
+    );
+    assert_eq!(
+        fails(&with(&["--max-body", "10MB"]), 2),
+        "error: invalid value '10MB' for '--max-body <BYTES>': invalid size `10MB`: expected a \
+         whole number of bytes, optionally with a unit (KiB, MiB or GiB), e.g. 1024, 64KiB, 10MiB"
+    );
+    assert_eq!(
+        fails(&["serve", "--store", "memory://"], 1),
+        "error: no upstream: set --upstream, IDEM_UPSTREAM or `upstream` in the config file"
+    );
+    let unreachable = fails(&with(&["--store", "sqlite:///nonexistent-dir/idem.db"]), 1);
+    assert!(
+        unreachable.starts_with(
+            "error: cannot open the store sqlite:///nonexistent-dir/idem.db: cannot open the SQLite database: "
+        ),
+        "{unreachable}"
+    );
+    assert_eq!(
+        fails(&["keys", "show", "k", "--store", "redis://localhost"], 2),
+        "error: invalid value 'redis://localhost' for '--store <URL>': the redis:// store is not \
+         available in this build (use memory:// or sqlite://PATH)"
+    );
+    assert_eq!(
+        fails(&["frobnicate"], 2),
+        "error: unrecognized subcommand 'frobnicate'"
+    );
+}
+
+#[test]
+fn a_bad_config_file_fails_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.toml");
+    let config = path.to_str().unwrap();
+    let serve = [
+        "serve",
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--config",
+        config,
+    ];
+
+    std::fs::write(&path, "colour = \"blue\"\n").unwrap();
+    assert_eq!(
+        fails(&serve, 1),
+        format!("error: the config file {config} has an unknown setting `colour`")
+    );
+    std::fs::write(&path, "ttl = \"forever\"\n").unwrap();
+    assert_eq!(
+        fails(&serve, 2),
+        "error: invalid value 'forever' for '--ttl <DURATION>': invalid duration `forever`: \
+         expected a whole number and a unit (ms, s, m, h or d), e.g. 500ms, 2s, 30m, 24h"
+    );
+    std::fs::write(&path, "ttl = [\n").unwrap();
+    assert!(fails(&serve, 1).starts_with(&format!(
+        "error: the config file {config} is not valid TOML: "
+    )));
+    let missing = dir.path().join("missing.toml");
+    let missing = missing.to_str().unwrap();
+    assert!(
+        fails(&["serve", "--config", missing], 1)
+            .starts_with(&format!("error: cannot read the config file {missing}: "))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_and_migrate_work_on_a_sqlite_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_url(dir.path(), "idem.db");
+
+    let migrated = idem(&["migrate", "--store", &store]);
+    assert_eq!(migrated.code, Some(0), "{}", migrated.stderr);
+    assert_eq!(
+        migrated.stdout,
+        format!("created {store}: the idem schema is up to date\n")
+    );
+    let again = idem(&["migrate", "--store", &store]);
+    assert_eq!(
+        again.stdout,
+        format!("{store}: the idem schema is up to date\n")
+    );
+
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&upstream.url(), &["--store", &store, "--ttl", "3s"]);
+    let client = Client::new();
+    assert_eq!(
+        client
+            .post(&gateway.url("/charges"), "cli-1", "{}")
+            .await
+            .status,
+        201
+    );
+    assert_eq!(
+        client
+            .post(&gateway.url("/charges"), "cli-2", "{}")
+            .await
+            .status,
+        201
+    );
+    let completed = tokio::time::Instant::now();
+    gateway.stop().await;
+
+    let shown = idem(&["keys", "show", "cli-1", "--store", &store]);
+    assert_eq!(shown.code, Some(0), "{}", shown.stderr);
+    let record: serde_json::Value = serde_json::from_str(&shown.stdout).unwrap();
+    let digest = "cli-1"
+        .parse::<idem_core::IdempotencyKey>()
+        .unwrap()
+        .digest();
+    assert_eq!(record["key_digest"], digest.as_str());
+    assert_eq!(record["scope"], "0".repeat(64));
+    assert_eq!(record["state"], "completed");
+    assert_eq!(record["status"], 201);
+
+    let anonymous = "0".repeat(64);
+    let forgot = idem(&[
+        "keys", "forget", "cli-1", "--store", &store, "--scope", &anonymous,
+    ]);
+    assert_eq!(forgot.code, Some(0), "{}", forgot.stderr);
+    assert_eq!(
+        forgot.stdout,
+        format!("forgot key {digest} in scope {anonymous}\n")
+    );
+    assert_eq!(
+        fails(&["keys", "show", "cli-1", "--store", &store], 1),
+        format!("error: no record for key {digest} in scope {anonymous}")
+    );
+    assert_eq!(
+        fails(&["keys", "forget", "cli-1", "--store", &store], 1),
+        format!("error: no record for key {digest} in scope {anonymous}")
+    );
+
+    // cli-2 expires 3 s after its completion; then purge removes it, once.
+    tokio::time::sleep_until(completed + Duration::from_millis(3200)).await;
+    let purged = idem(&["keys", "purge", "--store", &store]);
+    assert_eq!(purged.code, Some(0), "{}", purged.stderr);
+    assert_eq!(purged.stdout, "purged 1 expired records\n");
+    assert_eq!(
+        idem(&["keys", "purge", "--store", &store]).stdout,
+        "purged 0 expired records\n"
+    );
+}

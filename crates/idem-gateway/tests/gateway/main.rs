@@ -1,0 +1,12 @@
+//! The `idem` binary end to end: real sockets, real processes, an upstream that counts
+//! executions.
+
+mod admin;
+mod cli;
+mod concurrency;
+mod config;
+mod durability;
+mod failures;
+mod in_process;
+mod proxying;
+mod support;
