@@ -63,10 +63,10 @@ pub enum RunOutcome<T> {
 ///     Execution::Final { value: response.clone(), response }
 /// };
 ///
-/// let first = engine.run(address.clone(), fingerprint, |_lease| charge()).await?;
+/// let first = engine.run(address.clone(), fingerprint, move |_lease| charge()).await?;
 /// assert!(matches!(first, RunOutcome::Executed(ref r) if r.status == 201));
 ///
-/// let retry = engine.run(address, fingerprint, |_lease| charge()).await?;
+/// let retry = engine.run(address, fingerprint, move |_lease| charge()).await?;
 /// assert!(matches!(retry, RunOutcome::Replayed(ref r) if &r.body[..] == b"charged 10 EUR"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # }).unwrap();
@@ -131,11 +131,13 @@ impl<S: Store> Engine<S> {
     /// Runs `work` under `address` unless it already ran (or is running) for the same
     /// fingerprint.
     ///
-    /// The work runs in its own task: if the caller drops this future, the work still runs to the
-    /// end and its result is recorded. A panic in the work releases the key and is resumed in the
-    /// caller. The only error is a store failure before the work started (HTTP front ends answer
-    /// 503); a failure to record the result afterwards is logged, and the key's lease then runs
-    /// out as if the worker had crashed.
+    /// Each attempt to acquire the key runs in its own task, and so does the work once the key is
+    /// acquired: if the caller drops this future at any point, a key it acquired is still worked
+    /// on to the end and its result recorded — never left held by nobody until its lease runs out.
+    /// A panic in the work releases the key and is resumed in the caller. The only error is a
+    /// store failure before the work started (HTTP front ends answer 503); a failure to record
+    /// the result afterwards is logged, and the key's lease then runs out as if the worker had
+    /// crashed.
     pub async fn run<F, Fut, T>(
         &self,
         address: Address,
@@ -143,18 +145,18 @@ impl<S: Store> Engine<S> {
         work: F,
     ) -> Result<RunOutcome<T>, StoreError>
     where
-        F: FnOnce(Lease) -> Fut + Send,
+        F: FnOnce(Lease) -> Fut + Send + 'static,
         Fut: Future<Output = Execution<T>> + Send + 'static,
         T: Send + 'static,
     {
         let inner = &self.inner;
-        let terms = Terms::from(&inner.policy);
         let deadline = match inner.policy.in_flight {
             InFlight::Reject => None,
             InFlight::Wait { timeout } => Some(Instant::now() + timeout),
         };
         let mut backoff = POLL_BACKOFF.0;
-        let lease = loop {
+        let mut work = work;
+        loop {
             // Subscribe before looking, so a completion between the look and the wait wakes us.
             let subscription = inner.waiters.subscribe(&address);
             let notified = subscription.notify().notified();
@@ -162,11 +164,22 @@ impl<S: Store> Engine<S> {
             notified.as_mut().enable();
             let changed = inner.store.changed(&address);
 
-            let retry_after = match inner.store.acquire(&address, &fingerprint, terms).await? {
-                Acquisition::Acquired(lease) => break lease,
-                Acquisition::Completed(response) => return Ok(RunOutcome::Replayed(response)),
-                Acquisition::Mismatch => return Ok(RunOutcome::Mismatch),
-                Acquisition::InFlight { retry_after } => retry_after,
+            let attempt =
+                inner
+                    .tasks
+                    .spawn(Arc::clone(inner).attempt(address.clone(), fingerprint, work));
+            let retry_after = match attempt.await {
+                Ok(Attempt::Done(outcome)) => return outcome,
+                Ok(Attempt::Panicked(panic)) => std::panic::resume_unwind(panic),
+                Ok(Attempt::Busy {
+                    retry_after,
+                    work: returned,
+                }) => {
+                    work = returned;
+                    retry_after
+                }
+                Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+                Err(join) => return Err(StoreError::unavailable(join)),
             };
             let now = Instant::now();
             let Some(deadline) = deadline.filter(|d| now < *d) else {
@@ -178,65 +191,79 @@ impl<S: Store> Engine<S> {
                 () = changed => {}
                 () = sleep(pause) => backoff = (backoff * 2).min(POLL_BACKOFF.1),
             }
-        };
-        self.execute(address, lease, work).await
+        }
     }
+}
 
-    async fn execute<F, Fut, T>(
-        &self,
-        address: Address,
-        lease: Lease,
-        work: F,
-    ) -> Result<RunOutcome<T>, StoreError>
-    where
-        F: FnOnce(Lease) -> Fut + Send,
-        Fut: Future<Output = Execution<T>> + Send + 'static,
-        T: Send + 'static,
-    {
-        let inner = &self.inner;
-        if lease.took_over && inner.policy.ambiguous == Ambiguous::Reject {
-            // The previous holder died without a result: it may have executed. Never run twice.
-            let unknown = StoredResponse::outcome_unknown();
-            inner
-                .store
-                .complete(&address, lease.token, &unknown, inner.policy.ttl)
-                .await?;
-            inner.waiters.notify(&address);
-            return Ok(RunOutcome::Replayed(unknown));
-        }
-        let work = match std::panic::catch_unwind(AssertUnwindSafe(|| work(lease))) {
-            Ok(work) => work,
-            Err(panic) => {
-                inner.settle(&address, lease, Settlement::Release).await;
-                inner.waiters.notify(&address);
-                std::panic::resume_unwind(panic);
-            }
-        };
-        let task = inner
-            .tasks
-            .spawn(Arc::clone(inner).supervise(address, lease, work));
-        match task.await {
-            Ok(Ok(value)) => Ok(RunOutcome::Executed(value)),
-            Ok(Err(panic)) => std::panic::resume_unwind(panic),
-            Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
-            Err(join) => Err(StoreError::unavailable(join)),
-        }
-    }
+/// How one attempt at the key ended.
+enum Attempt<F, T> {
+    /// The request is answered: executed, replayed, mismatched, or the store failed.
+    Done(Result<RunOutcome<T>, StoreError>),
+    /// The work panicked; the key was released.
+    Panicked(Panic),
+    /// Another worker holds the key: the work comes back for the next attempt.
+    Busy { retry_after: Duration, work: F },
 }
 
 type Panic = Box<dyn std::any::Any + Send>;
 
 impl<S: Store> Inner<S> {
-    /// Runs the work while renewing its lease, then records its result.
-    async fn supervise<T>(
+    /// Acquires the key and, when it is ours, runs the work to the end. Runs in its own task.
+    async fn attempt<F, Fut, T>(
         self: Arc<Self>,
         address: Address,
+        fingerprint: Fingerprint,
+        work: F,
+    ) -> Attempt<F, T>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = Execution<T>> + Send,
+    {
+        let terms = Terms::from(&self.policy);
+        let lease = match self.store.acquire(&address, &fingerprint, terms).await {
+            Ok(Acquisition::Acquired(lease)) => lease,
+            Ok(Acquisition::Completed(response)) => {
+                return Attempt::Done(Ok(RunOutcome::Replayed(response)));
+            }
+            Ok(Acquisition::Mismatch) => return Attempt::Done(Ok(RunOutcome::Mismatch)),
+            Ok(Acquisition::InFlight { retry_after }) => {
+                return Attempt::Busy { retry_after, work };
+            }
+            Err(error) => return Attempt::Done(Err(error)),
+        };
+        if lease.took_over && self.policy.ambiguous == Ambiguous::Reject {
+            // The previous holder died without a result: it may have executed. Never run twice.
+            let unknown = StoredResponse::outcome_unknown();
+            let recorded = self
+                .store
+                .complete(&address, lease.token, &unknown, self.policy.ttl)
+                .await;
+            self.waiters.notify(&address);
+            return Attempt::Done(recorded.map(|()| RunOutcome::Replayed(unknown)));
+        }
+        let work = match std::panic::catch_unwind(AssertUnwindSafe(|| work(lease))) {
+            Ok(work) => work,
+            Err(panic) => {
+                self.settle(&address, lease, Settlement::Release).await;
+                self.waiters.notify(&address);
+                return Attempt::Panicked(panic);
+            }
+        };
+        match self.supervise(&address, lease, work).await {
+            Ok(value) => Attempt::Done(Ok(RunOutcome::Executed(value))),
+            Err(panic) => Attempt::Panicked(panic),
+        }
+    }
+    /// Runs the work while renewing its lease, then records its result.
+    async fn supervise<T>(
+        &self,
+        address: &Address,
         lease: Lease,
         work: impl Future<Output = Execution<T>> + Send,
     ) -> Result<T, Panic> {
         let outcome = tokio::select! {
             outcome = AssertUnwindSafe(work).catch_unwind() => outcome,
-            never = self.heartbeat(&address, lease) => match never {},
+            never = self.heartbeat(address, lease) => match never {},
         };
         let (result, settlement) = match outcome {
             Ok(execution) => {
@@ -245,8 +272,8 @@ impl<S: Store> Inner<S> {
             }
             Err(panic) => (Err(panic), Settlement::Release),
         };
-        self.settle(&address, lease, settlement).await;
-        self.waiters.notify(&address);
+        self.settle(address, lease, settlement).await;
+        self.waiters.notify(address);
         result
     }
 

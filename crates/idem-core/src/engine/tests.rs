@@ -493,3 +493,102 @@ async fn shutdown_waits_for_work_whose_caller_went_away() {
         Some(ok("finished during shutdown"))
     );
 }
+
+/// A store whose `acquire` takes a while after the record is written, like a database whose
+/// commit is acknowledged late: the window in which a caller can go away holding the key.
+struct SlowAcquire(MemoryStore);
+
+impl Store for SlowAcquire {
+    async fn acquire(
+        &self,
+        address: &Address,
+        fingerprint: &Fingerprint,
+        terms: Terms,
+    ) -> Result<Acquisition, StoreError> {
+        let acquisition = self.0.acquire(address, fingerprint, terms).await;
+        sleep(Duration::from_millis(100)).await;
+        acquisition
+    }
+
+    async fn complete(
+        &self,
+        address: &Address,
+        token: crate::FencingToken,
+        response: &StoredResponse,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        self.0.complete(address, token, response, ttl).await
+    }
+
+    async fn release(
+        &self,
+        address: &Address,
+        token: crate::FencingToken,
+    ) -> Result<(), StoreError> {
+        self.0.release(address, token).await
+    }
+
+    async fn renew(
+        &self,
+        address: &Address,
+        token: crate::FencingToken,
+        lease: Duration,
+    ) -> Result<Timestamp, StoreError> {
+        self.0.renew(address, token, lease).await
+    }
+
+    async fn get(&self, address: &Address) -> Result<Option<crate::Record>, StoreError> {
+        self.0.get(address).await
+    }
+
+    async fn forget(&self, address: &Address) -> Result<bool, StoreError> {
+        self.0.forget(address).await
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
+        self.0.purge_expired(limit).await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.0.ping().await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn caller_dropped_while_acquiring_does_not_leave_the_key_held_by_nobody() {
+    let store = SlowAcquire(MemoryStore::with_clock(TokioClock(
+        tokio::time::Instant::now(),
+    )));
+    let engine = Engine::new(store, wait(Duration::from_secs(60)));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let caller = tokio::spawn({
+        let engine = engine.clone();
+        let work = counted(&runs, Duration::from_millis(10), ok("charged once"));
+        async move { engine.run(address(), FP, work).await }
+    });
+    // The record is written; the caller goes away before the store has answered.
+    sleep(Duration::from_millis(50)).await;
+    caller.abort();
+    assert!(caller.await.unwrap_err().is_cancelled());
+
+    let started = tokio::time::Instant::now();
+    let retry = engine
+        .run(
+            address(),
+            FP,
+            counted(&runs, Duration::ZERO, ok("charged twice")),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(retry, RunOutcome::Replayed(ref r) if *r == ok("charged once")),
+        "{retry:?}"
+    );
+    // Answered as soon as the first work finished, not when its lease ran out.
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
