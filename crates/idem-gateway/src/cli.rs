@@ -30,6 +30,8 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 #[non_exhaustive]
 pub enum Command {
+    /// See what idem is for: payments through a lossy network, with and without the gateway.
+    Demo(crate::demo::DemoArgs),
     /// Run the reverse proxy that adds idempotency keys in front of an HTTP API.
     Serve(Box<ServeArgs>),
     /// Show, forget or purge idempotency records.

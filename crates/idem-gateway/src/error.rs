@@ -54,6 +54,15 @@ pub enum Error {
         /// The value as given.
         value: String,
     },
+    /// `idem demo` could not set itself up (a temporary directory, a loopback port).
+    #[error("the demo could not {what}")]
+    Demo {
+        /// What it tried.
+        what: &'static str,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
     /// No upstream was configured.
     #[error("no upstream: set --upstream, IDEM_UPSTREAM or `upstream` in the config file")]
     MissingUpstream,

@@ -26,6 +26,7 @@
 mod admin;
 pub mod cli;
 pub mod config;
+pub mod demo;
 mod duration;
 mod error;
 mod instrumented_store;

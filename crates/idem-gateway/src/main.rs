@@ -7,7 +7,7 @@ use clap::error::ErrorKind;
 use idem_gateway::{
     Cli, Config, Error, Gateway,
     cli::{Command, ServeArgs},
-    keys, logging, migrate,
+    demo, keys, logging, migrate,
 };
 
 fn main() -> ExitCode {
@@ -32,6 +32,18 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Demo(args) => {
+            let report = demo::run(args).await?;
+            let tally = report.with_gateway;
+            if tally.duplicates > 0 || tally.missing > 0 {
+                anyhow::bail!(
+                    "{} duplicate and {} missing charges through idem",
+                    tally.duplicates,
+                    tally.missing
+                );
+            }
+            Ok(())
+        }
         Command::Serve(args) => serve(&args).await,
         Command::Keys(command) => {
             println!("{}", keys::run(command).await?);

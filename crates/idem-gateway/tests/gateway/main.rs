@@ -5,6 +5,7 @@ mod admin;
 mod cli;
 mod concurrency;
 mod config;
+mod demo;
 mod durability;
 mod failures;
 mod in_process;
