@@ -5,6 +5,7 @@ mod admin;
 mod cli;
 mod concurrency;
 mod config;
+mod contract;
 mod demo;
 mod durability;
 mod failures;

@@ -54,6 +54,8 @@ impl Upstream {
     /// - `POST /big?bytes=N`: 200 with N bytes of `0123456789`…;
     /// - `POST /binary`: 200 echoing the body as `application/octet-stream`;
     /// - `ANY /echo`: 200 with the request as JSON (method, path, query, version, headers, body);
+    /// - `POST /hop`: 200 `hop` with hop-by-hop headers (`Connection: x-custom`, `X-Custom`,
+    ///   `Keep-Alive`) and an end-to-end one (`X-Kept`);
     /// - `GET /hello`: 200 `hello`.
     pub(crate) async fn start() -> Self {
         let hits: Hits = Arc::default();
@@ -64,6 +66,7 @@ impl Upstream {
             .route("/big", post(big))
             .route("/binary", post(binary))
             .route("/echo", any(echo))
+            .route("/hop", post(hop))
             .route("/hello", get(hello))
             .with_state(Arc::clone(&hits));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -164,6 +167,20 @@ async fn echo(
         "headers": map,
         "body": String::from_utf8_lossy(&body),
     }))
+}
+
+async fn hop(State(hits): State<Hits>) -> Response {
+    hit(&hits, "hop");
+    (
+        [
+            ("connection", "x-custom"),
+            ("x-custom", "1"),
+            ("keep-alive", "timeout=5"),
+            ("x-kept", "yes"),
+        ],
+        "hop",
+    )
+        .into_response()
 }
 
 async fn hello(State(hits): State<Hits>) -> &'static str {
