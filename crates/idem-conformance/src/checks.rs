@@ -341,7 +341,6 @@ pub async fn scopes_are_independent(subject: &impl Subject) {
         .complete(&alice, a.token, &response(1), TTL)
         .await
         .unwrap();
-    assert_lease_lost(store.complete(&bob, a.token, &response(1), TTL).await);
     store
         .complete(&bob, b.token, &response(2), TTL)
         .await

@@ -1,0 +1,184 @@
+//! `RedisStore` acquire + complete on new keys at a fixed concurrency, against its own limit: the
+//! very same Lua scripts sent with `EVALSHA` straight through a `ConnectionManager`, at the same
+//! concurrency, without the store's Rust logic (hashing the address into keys, building the
+//! arguments, decoding the reply, encoding the response).
+//!
+//! Needs `IDEM_TEST_REDIS_URL` (skipped without it). Records get a one-minute TTL, so the keys
+//! the bench leaves behind expire by themselves.
+
+use std::{
+    hint::black_box,
+    io::Write,
+    sync::atomic::{AtomicU64, Ordering},
+    time::{Duration, Instant},
+};
+
+use criterion::{Criterion, Throughput, criterion_group};
+use idem_core::{Acquisition, Address, Fingerprint, Scope, Store, StoredResponse, Terms};
+use idem_redis::{RedisOptions, RedisStore};
+use redis::{Script, Value, aio::ConnectionManager};
+
+/// Tasks issuing operations at once.
+const CONCURRENCY: u64 = 16;
+const TERMS: Terms = Terms {
+    lease: Duration::from_secs(30),
+    ttl: Duration::from_secs(60),
+};
+
+fn response() -> StoredResponse {
+    StoredResponse::new(201)
+        .header("content-type", "application/json")
+        .body(r#"{"id":"ch_1","amount":1000,"currency":"eur"}"#)
+}
+
+fn url() -> Option<String> {
+    std::env::var("IDEM_TEST_REDIS_URL")
+        .ok()
+        .filter(|url| !url.is_empty())
+}
+
+/// A number no other operation of this process uses, for a new key each time.
+fn next() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Runs `iters` calls of `op` spread over [`CONCURRENCY`] tasks and returns the wall time.
+async fn concurrently<F, Fut>(iters: u64, op: F) -> Duration
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..CONCURRENCY)
+        .map(|task| {
+            let op = op.clone();
+            let share = iters / CONCURRENCY + u64::from(task < iters % CONCURRENCY);
+            tokio::spawn(async move {
+                for _ in 0..share {
+                    op().await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("bench task");
+    }
+    start.elapsed()
+}
+
+/// The scripts exactly as the store builds them (`src/scripts.rs`).
+fn script(body: &str) -> Script {
+    Script::new(&format!("{}{body}", include_str!("../lua/common.lua")))
+}
+
+/// What `RedisStore::acquire` then `complete` send for a new key: two `EVALSHA`s.
+async fn baseline_acquire_complete(
+    mut connection: ConnectionManager,
+    scripts: &(Script, Script),
+    prefix: &str,
+    encoded: &[u8],
+) {
+    let record = format!("{{{prefix}:{:064x}}}", next());
+    let reply: Value = scripts
+        .0
+        .key(&record)
+        .key(format!("{record}:fence"))
+        .arg("")
+        .arg([7u8; 32].as_slice())
+        .arg(TERMS.lease.as_millis() as u64)
+        .arg(TERMS.ttl.as_millis() as u64)
+        .invoke_async(&mut connection)
+        .await
+        .expect("acquire");
+    let Value::Array(items) = reply else {
+        panic!("unexpected acquire reply {reply:?}");
+    };
+    let [Value::Int(1), Value::Int(token), ..] = items.as_slice() else {
+        panic!("a new key is acquired: {items:?}");
+    };
+    let done: i64 = scripts
+        .1
+        .key(&record)
+        .arg("")
+        .arg(*token)
+        .arg(TERMS.ttl.as_millis() as u64)
+        .arg(encoded)
+        .arg("PUBLISH")
+        .arg(format!("{record}:changed"))
+        .invoke_async(&mut connection)
+        .await
+        .expect("complete");
+    assert_eq!(done, 1);
+}
+
+fn acquire_complete(c: &mut Criterion) {
+    let Some(url) = url() else {
+        let _ = writeln!(std::io::stderr(), "skipped: IDEM_TEST_REDIS_URL is not set");
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let run = std::process::id();
+    let store = runtime.block_on(async {
+        let prefix = format!("idem-bench:{run}").parse().expect("prefix");
+        RedisStore::open_with(RedisOptions::new(url.as_str()).prefix(prefix))
+            .await
+            .expect("store")
+    });
+    let connection = runtime.block_on(async {
+        let client = redis::Client::open(url.as_str()).expect("client");
+        ConnectionManager::new(client).await.expect("connection")
+    });
+    let scripts: &'static (Script, Script) = Box::leak(Box::new((
+        script(include_str!("../lua/acquire.lua")),
+        script(include_str!("../lua/complete.lua")),
+    )));
+    let baseline_prefix: &'static str = Box::leak(format!("idem-bench-baseline:{run}").into());
+    let encoded: &'static [u8] = Box::leak(response().encode().into_boxed_slice());
+    let scope = Scope::from_identity([b"Bearer sk_test_bench".as_slice()]);
+    let fingerprint = Fingerprint::from_bytes([7; 32]);
+
+    let mut group = c.benchmark_group(format!("redis_acquire_complete_c{CONCURRENCY}"));
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("store", |b| {
+        b.to_async(&runtime).iter_custom(|iters| {
+            let store = store.clone();
+            concurrently(iters, move || {
+                let store = store.clone();
+                async move {
+                    let address = Address::new(scope, format!("key-{}", next()).parse().unwrap());
+                    let Acquisition::Acquired(lease) =
+                        store.acquire(&address, &fingerprint, TERMS).await.unwrap()
+                    else {
+                        panic!("a new key is acquired");
+                    };
+                    store
+                        .complete(&address, lease.token, &response(), TERMS.ttl)
+                        .await
+                        .unwrap();
+                    black_box(lease);
+                }
+            })
+        });
+    });
+    group.bench_function("baseline_evalsha", |b| {
+        b.to_async(&runtime).iter_custom(|iters| {
+            let connection = connection.clone();
+            concurrently(iters, move || {
+                baseline_acquire_complete(connection.clone(), scripts, baseline_prefix, encoded)
+            })
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, acquire_complete);
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

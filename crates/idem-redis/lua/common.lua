@@ -1,0 +1,81 @@
+-- The start of every idem script: the record's encoding, the clock, expiry and fencing.
+--
+-- A record is a hash under KEYS[1]:
+--   s  state: 1 processing, 2 completed     f  fingerprint (32 bytes)
+--   t  fencing token (decimal)              c  created_at (ms since the epoch)
+--   e  expires_at (ms)                      l  lease_until (ms, processing only)
+--   d  completed_at (ms, completed only)    r  encoded response (completed only)
+-- A record whose expires_at has passed is absent for every script, whether or not Redis has
+-- removed the key yet.
+--
+-- ARGV[1] is the time override: empty in production, where the server's TIME is the only clock,
+-- or a time in ms set by a test that drives a manual clock.
+
+local PROCESSING, COMPLETED = '1', '2'
+-- Under a test clock, keys outlive their record's expires_at by this much real time, so that
+-- Redis never removes a record that the test's clock still sees live.
+local TEST_EXPIRY_MARGIN = 60000
+
+local now, test_clock
+if ARGV[1] == '' then
+  local time = redis.call('TIME')
+  now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+else
+  now = tonumber(ARGV[1])
+  test_clock = true
+end
+
+-- Integers as decimal text: `tostring` would print 1.8e+15 for a token.
+local function int(n)
+  return string.format('%d', n)
+end
+
+local function num(value, field)
+  local n = tonumber(value)
+  if not n then
+    error({err = 'IDEMCORRUPT the record field ' .. field .. ' is not a number'})
+  end
+  return n
+end
+
+-- Gives a key the expiry of its record, so that Redis removes it then by itself.
+local function expire_at(key, expires_at)
+  if test_clock then
+    redis.call('PEXPIRE', key, int(math.max(expires_at - now, 0) + TEST_EXPIRY_MARGIN))
+  else
+    redis.call('PEXPIREAT', key, int(expires_at))
+  end
+end
+
+-- The next fencing token of the address: above the token of the record still in the key (live
+-- or not) and above the fence left by one removed early, and never below now * 1024 + the
+-- address's spread (10 bits of a hash of its key). So tokens exceed every token issued before
+-- the fence and the record expired, even after a restart that lost them, as long as the
+-- server's clock does not go back; and tokens issued in one millisecond to different addresses
+-- differ unless their spreads collide. Exact in Lua's doubles until the year 2248.
+local function next_token(record, record_token, fence)
+  local last = math.max(tonumber(record_token) or 0, tonumber(redis.call('GET', fence)) or 0)
+  local spread = tonumber(string.sub(redis.sha1hex(record), 1, 3), 16) % 1024
+  return math.max(last + 1, now * 1024 + spread)
+end
+
+-- Keeps the token of a record removed before its expiry (released, forgotten, purged) for as
+-- long as the record would have lived.
+local function keep_fence(fence, token, expires_at)
+  redis.call('SET', fence, token)
+  expire_at(fence, math.max(expires_at, now + 1))
+end
+
+-- The expiry of the live processing record held by `token`, or nil.
+local function holder_expiry(record, token)
+  local found = redis.call('HMGET', record, 's', 't', 'e')
+  if found[1] ~= PROCESSING or found[2] ~= token then
+    return nil
+  end
+  local expires_at = num(found[3], 'e')
+  if now >= expires_at then
+    return nil
+  end
+  return expires_at
+end
+

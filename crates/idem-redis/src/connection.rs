@@ -1,0 +1,261 @@
+//! The command connection: one server through a `ConnectionManager`, or a Redis Cluster.
+
+use std::time::Duration;
+
+use redis::{
+    Client, Cmd, ErrorKind, IntoConnectionInfo, ProtocolVersion, RedisError, RedisResult, Script,
+    ScriptInvocation, Value,
+    aio::{AsyncPushSender, ConnectionManager, ConnectionManagerConfig},
+    cluster::{ClusterClient, ClusterClientBuilder},
+    cluster_async::ClusterConnection,
+    cluster_routing::{RoutingInfo, SingleNodeRoutingInfo},
+    from_redis_value, from_redis_value_ref,
+};
+
+use crate::{Error, RedisOptions, options::Target};
+
+/// Keys asked for per `SCAN` call.
+const SCAN_COUNT: usize = 1_000;
+
+/// Where commands go. Clones share the connections.
+#[derive(Clone)]
+pub(crate) enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl Connection {
+    /// Connects as `options` say.
+    pub(crate) async fn open(options: &RedisOptions) -> Result<Self, Error> {
+        match &options.target {
+            Target::Single(url) => {
+                let client = Client::open(url.as_str()).map_err(Error::Settings)?;
+                ConnectionManager::new_with_config(client, manager_config(options))
+                    .await
+                    .map(Self::Single)
+                    .map_err(Error::Connect)
+            }
+            Target::Cluster(nodes) => cluster_client(nodes, options)
+                .build()
+                .map_err(Error::Settings)?
+                .get_async_connection()
+                .await
+                .map(Self::Cluster)
+                .map_err(Error::Connect),
+        }
+    }
+
+    /// Runs a script with `EVALSHA`, loading it first when the server lacks it (after a restart
+    /// or a failover). A cluster routes it by its first key.
+    pub(crate) async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<Value> {
+        match self {
+            Self::Single(connection) => invocation.invoke_async(&mut connection.clone()).await,
+            Self::Cluster(connection) => invocation.invoke_async(&mut connection.clone()).await,
+        }
+    }
+
+    /// Loads a script on the server, or on every node of a cluster.
+    pub(crate) async fn load(&self, script: &Script) -> RedisResult<()> {
+        match self {
+            Self::Single(connection) => script.load_async(&mut connection.clone()).await,
+            Self::Cluster(connection) => script.load_async(&mut connection.clone()).await,
+        }
+        .map(drop)
+    }
+
+    /// Sends a command; a cluster routes it as the command's kind says (`PING` goes to every
+    /// master).
+    pub(crate) async fn query(&self, command: &Cmd) -> RedisResult<Value> {
+        match self {
+            Self::Single(connection) => command.query_async(&mut connection.clone()).await,
+            Self::Cluster(connection) => command.query_async(&mut connection.clone()).await,
+        }
+    }
+
+    /// The command that announces a change on a channel: sharded pub/sub on a cluster, so that
+    /// the message stays on the shard that holds the key instead of reaching every node.
+    pub(crate) fn publish_command(&self) -> &'static str {
+        match self {
+            Self::Single(_) => "PUBLISH",
+            Self::Cluster(_) => "SPUBLISH",
+        }
+    }
+
+    /// Every hash key matching `pattern`, on the server or on every master of a cluster.
+    pub(crate) async fn scan(&self, pattern: &str) -> RedisResult<Vec<String>> {
+        let mut keys = Vec::new();
+        match self {
+            Self::Single(connection) => {
+                let mut connection = connection.clone();
+                let mut cursor = 0;
+                loop {
+                    let (next, found): (u64, Vec<String>) = scan_command(cursor, pattern)
+                        .query_async(&mut connection)
+                        .await?;
+                    keys.extend(found);
+                    cursor = next;
+                    if cursor == 0 {
+                        return Ok(keys);
+                    }
+                }
+            }
+            Self::Cluster(connection) => {
+                let mut connection = connection.clone();
+                for (host, port) in masters(&mut connection).await? {
+                    let mut cursor = 0;
+                    loop {
+                        let node = SingleNodeRoutingInfo::ByAddress {
+                            host: host.clone(),
+                            port,
+                        };
+                        let page = connection
+                            .route_command(
+                                scan_command(cursor, pattern),
+                                RoutingInfo::SingleNode(node),
+                            )
+                            .await?;
+                        let (next, found): (u64, Vec<String>) = from_redis_value(page)?;
+                        keys.extend(found);
+                        cursor = next;
+                        if cursor == 0 {
+                            break;
+                        }
+                    }
+                }
+                Ok(keys)
+            }
+        }
+    }
+}
+
+fn scan_command(cursor: u64, pattern: &str) -> Cmd {
+    let mut command = redis::cmd("SCAN");
+    command
+        .arg(cursor)
+        .arg("MATCH")
+        .arg(pattern)
+        .arg("COUNT")
+        .arg(SCAN_COUNT)
+        .arg("TYPE")
+        .arg("hash");
+    command
+}
+
+/// The address of every master, from `CLUSTER SLOTS`: `[start, end, [host, port, …], replicas…]`.
+async fn masters(connection: &mut ClusterConnection) -> RedisResult<Vec<(String, u16)>> {
+    let reply: Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(connection)
+        .await?;
+    let unexpected = || RedisError::from((ErrorKind::UnexpectedReturnType, "CLUSTER SLOTS"));
+    let Value::Array(ranges) = reply else {
+        return Err(unexpected());
+    };
+    let mut masters = Vec::new();
+    for range in &ranges {
+        let Value::Array(range) = range else {
+            return Err(unexpected());
+        };
+        let Some(Value::Array(master)) = range.get(2) else {
+            return Err(unexpected());
+        };
+        let [host, port, ..] = master.as_slice() else {
+            return Err(unexpected());
+        };
+        masters.push((from_redis_value_ref(host)?, from_redis_value_ref(port)?));
+    }
+    masters.sort();
+    masters.dedup();
+    Ok(masters)
+}
+
+/// The pub/sub connection: RESP3, so that messages arrive as pushes on `on_push` while the
+/// connection takes commands, and separate from the command connection.
+pub(crate) enum Subscriber {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl Subscriber {
+    /// Connects as `options` say, handing every push (messages, disconnections) to `on_push`.
+    pub(crate) async fn open(
+        options: &RedisOptions,
+        on_push: impl AsyncPushSender,
+    ) -> Result<Self, Error> {
+        match &options.target {
+            Target::Single(url) => {
+                let info = url
+                    .as_str()
+                    .into_connection_info()
+                    .map_err(Error::Settings)?;
+                let resp3 = info
+                    .redis_settings()
+                    .clone()
+                    .set_protocol(ProtocolVersion::RESP3);
+                let client =
+                    Client::open(info.set_redis_settings(resp3)).map_err(Error::Settings)?;
+                let config = manager_config(options).set_push_sender(on_push);
+                ConnectionManager::new_with_config(client, config)
+                    .await
+                    .map(Self::Single)
+                    .map_err(Error::Connect)
+            }
+            Target::Cluster(nodes) => cluster_client(nodes, options)
+                .use_protocol(ProtocolVersion::RESP3)
+                .push_sender(on_push)
+                .build()
+                .map_err(Error::Settings)?
+                .get_async_connection()
+                .await
+                .map(Self::Cluster)
+                .map_err(Error::Connect),
+        }
+    }
+
+    /// Subscribes to `channels` and waits for Redis to confirm.
+    pub(crate) async fn subscribe(&mut self, channels: &[String]) -> RedisResult<()> {
+        match self {
+            Self::Single(connection) => connection.subscribe(channels).await,
+            // A sharded subscription names channels of one slot: one call per channel.
+            Self::Cluster(connection) => {
+                let calls = channels.iter().map(|channel| {
+                    let mut connection = connection.clone();
+                    async move { connection.ssubscribe(channel).await }
+                });
+                futures_util::future::try_join_all(calls).await.map(drop)
+            }
+        }
+    }
+
+    /// Unsubscribes from `channels`.
+    pub(crate) async fn unsubscribe(&mut self, channels: &[String]) -> RedisResult<()> {
+        match self {
+            Self::Single(connection) => connection.unsubscribe(channels).await,
+            Self::Cluster(connection) => {
+                let calls = channels.iter().map(|channel| {
+                    let mut connection = connection.clone();
+                    async move { connection.sunsubscribe(channel).await }
+                });
+                futures_util::future::try_join_all(calls).await.map(drop)
+            }
+        }
+    }
+}
+
+/// A lost connection is retried twice, quickly, before the waiting calls fail: while Redis is
+/// down, callers hear so within about the connection timeout instead of queueing; the next
+/// call tries again.
+fn manager_config(options: &RedisOptions) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(options.connection_timeout))
+        .set_response_timeout(Some(options.response_timeout))
+        .set_number_of_retries(2)
+        .set_min_delay(Duration::from_millis(50))
+        .set_max_delay(Duration::from_millis(500))
+}
+
+fn cluster_client(nodes: &[String], options: &RedisOptions) -> ClusterClientBuilder {
+    ClusterClient::builder(nodes.iter().map(String::as_str))
+        .connection_timeout(options.connection_timeout)
+        .response_timeout(options.response_timeout)
+}

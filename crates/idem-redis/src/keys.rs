@@ -1,0 +1,91 @@
+//! The Redis names of an address's keys and channel.
+
+use idem_core::Address;
+
+use crate::KeyPrefix;
+
+/// An address's record key, `{prefix:hex}`: the hex of a keyed hash of the scope and key, never
+/// the key in clear. The fence key and the channel add a suffix after the braces, so all three
+/// share the hash tag and live in one Cluster slot, as Lua scripts require.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Keys {
+    record: String,
+}
+
+impl Keys {
+    pub(crate) fn new(prefix: &KeyPrefix, address: &Address) -> Self {
+        let mut hasher = blake3::Hasher::new_derive_key("idem 2026-11 redis address v1");
+        // The scope has a fixed length, so scope and key cannot run into each other.
+        hasher.update(address.scope.as_bytes());
+        hasher.update(address.key.as_str().as_bytes());
+        let digest = hasher.finalize().to_hex();
+        Self {
+            record: format!("{{{prefix}:{digest}}}"),
+        }
+    }
+
+    /// The hash that holds the record.
+    pub(crate) fn record(&self) -> &str {
+        &self.record
+    }
+
+    /// The record key, owned.
+    pub(crate) fn into_record(self) -> String {
+        self.record
+    }
+
+    /// The key that keeps the last token of a record removed before it expired.
+    pub(crate) fn fence(&self) -> String {
+        format!("{}:fence", self.record)
+    }
+
+    /// The channel that completions, releases and forgets are announced on.
+    pub(crate) fn channel(&self) -> String {
+        format!("{}:changed", self.record)
+    }
+
+    /// The record key that a fence key belongs to (for keys found by `SCAN`).
+    pub(crate) fn from_record(record: String) -> Self {
+        Self { record }
+    }
+}
+
+/// The `SCAN` pattern matching every record key of `prefix` (and no fence key).
+pub(crate) fn record_pattern(prefix: &KeyPrefix) -> String {
+    format!("{{{prefix}:*}}")
+}
+
+#[cfg(test)]
+mod tests {
+    use idem_core::Scope;
+
+    use super::*;
+
+    #[test]
+    fn keys_share_one_hash_tag_and_hide_the_key() {
+        let address = Address::anonymous("order-42".parse().unwrap());
+        let keys = Keys::new(&KeyPrefix::default(), &address);
+        assert_eq!(keys.record().len(), "{idem:}".len() + 64);
+        assert!(keys.record().starts_with("{idem:") && keys.record().ends_with('}'));
+        assert!(!keys.record().contains("order-42"));
+        assert_eq!(keys.fence(), format!("{}:fence", keys.record()));
+        assert_eq!(keys.channel(), format!("{}:changed", keys.record()));
+    }
+
+    #[test]
+    fn scope_key_and_prefix_all_matter() {
+        let key: idem_core::IdempotencyKey = "k".parse().unwrap();
+        let alice = Address::new(Scope::from_identity([b"alice".as_slice()]), key.clone());
+        let anonymous = Address::anonymous(key);
+        let other: KeyPrefix = "other".parse().unwrap();
+        let idem = KeyPrefix::default();
+        assert_ne!(Keys::new(&idem, &alice), Keys::new(&idem, &anonymous));
+        assert_ne!(Keys::new(&idem, &alice), Keys::new(&other, &alice));
+        assert_eq!(Keys::new(&idem, &alice), Keys::new(&idem, &alice));
+    }
+
+    #[test]
+    fn the_pattern_matches_record_keys_only() {
+        assert_eq!(record_pattern(&KeyPrefix::default()), "{idem:*}");
+    }
+}

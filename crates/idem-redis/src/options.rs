@@ -1,0 +1,121 @@
+//! [`RedisOptions`]: how to open a [`RedisStore`](crate::RedisStore).
+
+use std::{fmt, time::Duration};
+
+use idem_core::ManualClock;
+
+use crate::KeyPrefix;
+
+/// Which Redis to use.
+#[derive(Clone)]
+pub(crate) enum Target {
+    /// One server (or a primary behind a proxy), by URL.
+    Single(String),
+    /// The seed nodes of a Redis Cluster, by URL.
+    Cluster(Vec<String>),
+}
+
+/// How to open a [`RedisStore`](crate::RedisStore): the server or cluster, the key prefix and
+/// the timeouts.
+///
+/// URLs are those of the `redis` crate: `redis://[user:password@]host:port[/db]`, or
+/// `rediss://` for TLS when the crate is built with TLS.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use idem_redis::RedisOptions;
+///
+/// let single = RedisOptions::new("redis://127.0.0.1:6379")
+///     .prefix("payments".parse()?)
+///     .response_timeout(Duration::from_secs(1));
+/// let cluster = RedisOptions::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]);
+/// # drop((single, cluster));
+/// # Ok::<(), idem_redis::InvalidPrefix>(())
+/// ```
+#[derive(Clone)]
+pub struct RedisOptions {
+    pub(crate) target: Target,
+    pub(crate) prefix: KeyPrefix,
+    pub(crate) clock: Option<ManualClock>,
+    pub(crate) connection_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+}
+
+impl RedisOptions {
+    /// One Redis server at `url`, with the prefix `idem`, a connection timeout of 2 seconds and a
+    /// response timeout of 5 seconds.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self::with_target(Target::Single(url.into()))
+    }
+
+    /// A Redis Cluster, discovered from one or more of its nodes (`redis://host:port` each).
+    pub fn cluster(nodes: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self::with_target(Target::Cluster(nodes.into_iter().map(Into::into).collect()))
+    }
+
+    fn with_target(target: Target) -> Self {
+        Self {
+            target,
+            prefix: KeyPrefix::default(),
+            clock: None,
+            connection_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// Puts every key and channel under `prefix`, so that several stores can share one Redis.
+    #[must_use]
+    pub fn prefix(mut self, prefix: KeyPrefix) -> Self {
+        self.prefix = prefix;
+        self
+    }
+
+    /// Sets how long connecting to a server may take.
+    #[must_use]
+    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+        self.connection_timeout = timeout;
+        self
+    }
+
+    /// Sets how long a command may wait for its answer before the store reports itself
+    /// unavailable.
+    #[must_use]
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// **For tests only.** Reads time from `clock` instead of the server's `TIME`, so that a
+    /// test moves time by hand and checks exact durations.
+    ///
+    /// The scripts then take "now" from the clock and decide by each record's `expires_at`, as
+    /// they always do. Redis still removes keys in real time, so under a manual clock every key
+    /// is given 60 seconds of real time beyond its record's expiry, and
+    /// [`purge_expired`](idem_core::Store::purge_expired) scans the prefix for records the clock
+    /// has expired (in production Redis removes them itself and there is nothing to purge).
+    /// Processes sharing a store must share the clock.
+    #[must_use]
+    pub fn manual_clock(mut self, clock: ManualClock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+}
+
+impl fmt::Debug for RedisOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // URLs may carry a password: show the shape only.
+        let target = match &self.target {
+            Target::Single(_) => "single server".to_owned(),
+            Target::Cluster(nodes) => format!("cluster with {} seed nodes", nodes.len()),
+        };
+        f.debug_struct("RedisOptions")
+            .field("target", &target)
+            .field("prefix", &self.prefix)
+            .field("manual_clock", &self.clock.is_some())
+            .field("connection_timeout", &self.connection_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .finish()
+    }
+}

@@ -1,0 +1,290 @@
+//! The storage edge: script replies and record fields as idem's types.
+
+use std::time::Duration;
+
+use idem_core::{
+    Acquisition, FencingToken, Fingerprint, Lease, Record, RecordState, StoreError, StoredResponse,
+    Timestamp,
+};
+use redis::Value;
+
+use crate::Error;
+
+/// The `s` field of a record.
+const PROCESSING: &[u8] = b"1";
+const COMPLETED: &[u8] = b"2";
+
+fn unexpected() -> StoreError {
+    StoreError::corrupted(Error::UnexpectedReply)
+}
+
+/// An integer reply.
+fn uint(value: &Value) -> Result<u64, StoreError> {
+    match value {
+        Value::Int(n) => u64::try_from(*n).map_err(|_| unexpected()),
+        _ => Err(unexpected()),
+    }
+}
+
+/// A bulk string, or `None` for a missing field.
+fn bytes(value: &Value) -> Result<Option<&[u8]>, StoreError> {
+    match value {
+        Value::BulkString(bytes) => Ok(Some(bytes)),
+        Value::Nil => Ok(None),
+        _ => Err(unexpected()),
+    }
+}
+
+/// A field that a record in `state` must have.
+fn required<'v>(
+    value: &'v Value,
+    state: &'static str,
+    field: &'static str,
+) -> Result<&'v [u8], StoreError> {
+    bytes(value)?.ok_or_else(|| StoreError::corrupted(Error::MissingField { state, field }))
+}
+
+/// A field holding a decimal number.
+fn number(value: &Value, state: &'static str, field: &'static str) -> Result<u64, StoreError> {
+    let text = required(value, state, field)?;
+    std::str::from_utf8(text)
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .ok_or_else(|| StoreError::corrupted(Error::InvalidField(field)))
+}
+
+fn response(value: &Value) -> Result<StoredResponse, StoreError> {
+    let bytes = required(value, "completed", "r")?;
+    StoredResponse::decode(bytes).map_err(StoreError::corrupted)
+}
+
+/// The reply of `lua/acquire.lua`.
+pub(crate) fn acquisition(reply: &Value) -> Result<Acquisition, StoreError> {
+    let Value::Array(items) = reply else {
+        return Err(unexpected());
+    };
+    match items.as_slice() {
+        [Value::Int(1), token, until, took_over] => Ok(Acquisition::Acquired(Lease {
+            token: FencingToken::new(uint(token)?),
+            until: Timestamp::from_millis(uint(until)?),
+            took_over: match uint(took_over)? {
+                0 => false,
+                1 => true,
+                _ => return Err(unexpected()),
+            },
+        })),
+        [Value::Int(2), stored] => response(stored).map(Acquisition::Completed),
+        [Value::Int(3), retry_after] => Ok(Acquisition::InFlight {
+            retry_after: Duration::from_millis(uint(retry_after)?),
+        }),
+        [Value::Int(4)] => Ok(Acquisition::Mismatch),
+        _ => Err(unexpected()),
+    }
+}
+
+/// The reply of the holder-only scripts (`complete`, `release`): 1, or 0 for a lost lease.
+pub(crate) fn held(reply: &Value) -> Result<(), StoreError> {
+    match uint(reply)? {
+        1 => Ok(()),
+        0 => Err(StoreError::LeaseLost),
+        _ => Err(unexpected()),
+    }
+}
+
+/// The reply of `lua/renew.lua`: the new end of the lease, or nil for a lost lease.
+pub(crate) fn renewed(reply: &Value) -> Result<Timestamp, StoreError> {
+    match reply {
+        Value::Nil => Err(StoreError::LeaseLost),
+        until => uint(until).map(Timestamp::from_millis),
+    }
+}
+
+/// A 0-or-1 reply (`forget`, `purge`).
+pub(crate) fn flag(reply: &Value) -> Result<bool, StoreError> {
+    match uint(reply)? {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(unexpected()),
+    }
+}
+
+/// The reply of `lua/get.lua`: nil, or the fields s, f, t, c, e, l, d, r.
+pub(crate) fn record(reply: &Value) -> Result<Option<Record>, StoreError> {
+    let fields = match reply {
+        Value::Nil => return Ok(None),
+        Value::Array(fields) => fields.as_slice(),
+        _ => return Err(unexpected()),
+    };
+    let [s, f, t, c, e, l, d, r] = fields else {
+        return Err(unexpected());
+    };
+    let state = match required(s, "stored", "s")? {
+        PROCESSING => "processing",
+        COMPLETED => "completed",
+        other => {
+            let code = String::from_utf8_lossy(other).into_owned();
+            return Err(StoreError::corrupted(Error::UnknownState(code)));
+        }
+    };
+    let token = FencingToken::new(number(t, state, "t")?);
+    let state = match state {
+        "processing" => RecordState::Processing {
+            token,
+            lease_until: Timestamp::from_millis(number(l, state, "l")?),
+        },
+        _ => RecordState::Completed {
+            token,
+            response: response(r)?,
+            completed_at: Timestamp::from_millis(number(d, state, "d")?),
+        },
+    };
+    let fingerprint = Fingerprint::try_from(required(f, state.name(), "f")?)
+        .map_err(|_| StoreError::corrupted(Error::InvalidField("f")))?;
+    Ok(Some(Record {
+        fingerprint,
+        created_at: Timestamp::from_millis(number(c, state.name(), "c")?),
+        expires_at: Timestamp::from_millis(number(e, state.name(), "e")?),
+        state,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use idem_core::DecodeError;
+
+    use super::*;
+
+    fn bulk(text: impl AsRef<[u8]>) -> Value {
+        Value::BulkString(text.as_ref().to_vec())
+    }
+
+    fn completed_fields(response: Value) -> Vec<Value> {
+        vec![
+            bulk("2"),
+            bulk([7; 32]),
+            bulk("42"),
+            bulk("1000"),
+            bulk("9000"),
+            Value::Nil,
+            bulk("1500"),
+            response,
+        ]
+    }
+
+    #[test]
+    fn acquisitions_are_read_from_tagged_arrays() {
+        let reply = Value::Array(vec![
+            Value::Int(1),
+            Value::Int(7),
+            Value::Int(99),
+            Value::Int(1),
+        ]);
+        assert_eq!(
+            acquisition(&reply).unwrap(),
+            Acquisition::Acquired(Lease {
+                token: FencingToken::new(7),
+                until: Timestamp::from_millis(99),
+                took_over: true
+            })
+        );
+        let stored = StoredResponse::new(201).body("done");
+        let reply = Value::Array(vec![Value::Int(2), bulk(stored.encode())]);
+        assert_eq!(acquisition(&reply).unwrap(), Acquisition::Completed(stored));
+        let reply = Value::Array(vec![Value::Int(3), Value::Int(250)]);
+        assert_eq!(
+            acquisition(&reply).unwrap(),
+            Acquisition::InFlight {
+                retry_after: Duration::from_millis(250)
+            }
+        );
+        assert_eq!(
+            acquisition(&Value::Array(vec![Value::Int(4)])).unwrap(),
+            Acquisition::Mismatch
+        );
+        for bad in [Value::Nil, Value::Array(vec![Value::Int(5)]), Value::Int(1)] {
+            let error = acquisition(&bad).unwrap_err();
+            assert!(
+                matches!(error, StoreError::Corrupted(_)),
+                "{bad:?}: {error:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_completed_record_is_read_field_by_field() {
+        let stored = StoredResponse::new(200).body("ok");
+        let record = record(&Value::Array(completed_fields(bulk(stored.encode()))))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            record,
+            Record {
+                fingerprint: Fingerprint::from_bytes([7; 32]),
+                created_at: Timestamp::from_millis(1000),
+                expires_at: Timestamp::from_millis(9000),
+                state: RecordState::Completed {
+                    token: FencingToken::new(42),
+                    response: stored,
+                    completed_at: Timestamp::from_millis(1500),
+                },
+            }
+        );
+        assert_eq!(super::record(&Value::Nil).unwrap(), None);
+    }
+
+    /// The source of the `Corrupted` error that reading `fields` gives.
+    fn corruption(fields: Vec<Value>) -> Box<dyn std::error::Error + Send + Sync> {
+        match record(&Value::Array(fields)) {
+            Err(StoreError::Corrupted(source)) => source,
+            other => panic!("expected Corrupted, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn unreadable_records_are_corrupted_with_a_typed_source() {
+        let valid = || bulk(StoredResponse::new(200).encode());
+
+        let source = corruption(completed_fields(bulk("IDR")));
+        assert_eq!(source.downcast_ref(), Some(&DecodeError::Truncated));
+
+        let source = corruption(completed_fields(Value::Nil));
+        assert!(
+            matches!(
+                source.downcast_ref(),
+                Some(Error::MissingField {
+                    state: "completed",
+                    field: "r"
+                })
+            ),
+            "{source:?}"
+        );
+
+        let mut fields = completed_fields(valid());
+        fields[0] = bulk("7");
+        let source = corruption(fields);
+        assert!(
+            matches!(source.downcast_ref(), Some(Error::UnknownState(s)) if s == "7"),
+            "{source:?}"
+        );
+
+        let mut fields = completed_fields(valid());
+        fields[4] = bulk("soon");
+        let source = corruption(fields);
+        assert!(
+            matches!(source.downcast_ref(), Some(Error::InvalidField("e"))),
+            "{source:?}"
+        );
+    }
+
+    #[test]
+    fn holder_replies_map_to_lease_lost() {
+        assert!(held(&Value::Int(1)).is_ok());
+        assert!(matches!(held(&Value::Int(0)), Err(StoreError::LeaseLost)));
+        assert!(matches!(renewed(&Value::Nil), Err(StoreError::LeaseLost)));
+        assert_eq!(renewed(&Value::Int(5)).unwrap(), Timestamp::from_millis(5));
+        assert_eq!(
+            (flag(&Value::Int(0)).unwrap(), flag(&Value::Int(1)).unwrap()),
+            (false, true)
+        );
+    }
+}

@@ -1,0 +1,220 @@
+//! The store on a Redis Cluster of three masters that this test binary starts on loopback ports
+//! (`redis-server --cluster-enabled yes` ×3, `redis-cli --cluster create`), shared by its tests,
+//! each under its own key prefix: the whole contract on a manual clock, records spread over the
+//! shards, contended acquires from two instances, and wake-ups over sharded pub/sub.
+//!
+//! The servers are started from a thread that never ends, through `setpriv --pdeathsig KILL`:
+//! the kernel kills them when the test process ends, however it ends (see `support`).
+
+mod support;
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    sync::{
+        Arc, OnceLock,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use idem_conformance::{
+    ManualSubject,
+    checks::{TERMS, TTL, acquired, address, fingerprint, response},
+};
+use idem_core::{Acquisition, ManualClock, Store};
+use idem_redis::{KeyPrefix, RedisOptions, RedisStore};
+use support::{Server, free_port, fresh_prefix, inspect, server_configured};
+
+/// The seed URLs of the cluster, started on first use.
+fn cluster() -> &'static [String] {
+    static NODES: OnceLock<Vec<String>> = OnceLock::new();
+    NODES.get_or_init(|| {
+        let (ready, started) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("redis-cluster".into())
+            .spawn(move || {
+                let dir = cluster_dir();
+                let servers: Vec<Server> = (0..3)
+                    .map(|_| {
+                        let port = free_port();
+                        let config = format!("nodes-{port}.conf");
+                        let args = ["--cluster-enabled", "yes", "--cluster-config-file", &config];
+                        Server::start(&dir, port, &[&args[..], &["--appendonly", "no"]].concat())
+                    })
+                    .collect();
+                create_cluster(&servers);
+                ready
+                    .send(servers.iter().map(Server::url).collect())
+                    .expect("the test waits");
+                // Keep the servers (and their directory) until the process ends.
+                loop {
+                    std::thread::park();
+                }
+            })
+            .expect("spawn the cluster thread");
+        started.recv().expect("the cluster started")
+    })
+}
+
+/// The directory of this process's cluster (`nodes-PORT.conf`, logs), in Cargo's temporary
+/// directory. It outlives the process with its servers' files, so the directories of processes
+/// that have ended are removed first.
+fn cluster_dir() -> PathBuf {
+    let parent = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let mine = format!("redis-cluster-{}", std::process::id());
+    for entry in std::fs::read_dir(parent).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        let pid = name.to_str().and_then(|n| n.strip_prefix("redis-cluster-"));
+        if pid.is_some_and(|pid| !Path::new("/proc").join(pid).exists()) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    let dir = parent.join(mine);
+    std::fs::create_dir_all(&dir).expect("cluster dir");
+    dir
+}
+
+fn create_cluster(servers: &[Server]) {
+    let status = std::process::Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(servers.iter().map(|s| format!("127.0.0.1:{}", s.port())))
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run redis-cli");
+    assert!(status.success(), "redis-cli --cluster create failed");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for server in servers {
+        loop {
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query(&mut inspect(&server.url()))
+                .expect("CLUSTER INFO");
+            if info.contains("cluster_state:ok") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cluster did not become ready"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+async fn open(prefix: &KeyPrefix) -> RedisStore {
+    let options = RedisOptions::cluster(cluster()).prefix(prefix.clone());
+    RedisStore::open_with(options)
+        .await
+        .expect("open the store")
+}
+
+async fn subject() -> ManualSubject<RedisStore> {
+    let clock = ManualClock::default();
+    let options = RedisOptions::cluster(cluster())
+        .prefix(fresh_prefix())
+        .manual_clock(clock.clone());
+    let store = RedisStore::open_with(options)
+        .await
+        .expect("open the store");
+    ManualSubject { store, clock }
+}
+
+idem_conformance::conformance_tests!(subject(), if server_configured());
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn records_spread_over_the_masters() {
+    const ADDRESSES: usize = 64;
+    if !server_configured() {
+        return;
+    }
+    let prefix = fresh_prefix();
+    let store = open(&prefix).await;
+    for n in 0..ADDRESSES {
+        acquired(&store, &address(&format!("spread-{n}")), &fingerprint(1)).await;
+    }
+    let mut per_node = HashMap::new();
+    for node in cluster() {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{{{prefix}:*}}"))
+            .query(&mut inspect(node))
+            .expect("KEYS");
+        per_node.insert(node.clone(), keys.len());
+    }
+    assert_eq!(per_node.values().sum::<usize>(), ADDRESSES, "{per_node:?}");
+    let holding = per_node.values().filter(|&&n| n > 0).count();
+    assert!(holding >= 2, "records on {holding} node(s): {per_node:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_acquires_from_two_instances_elect_one_holder_per_address() {
+    const ADDRESSES: usize = 100;
+    const CALLERS: usize = 64;
+    if !server_configured() {
+        return;
+    }
+    let prefix = fresh_prefix();
+    let stores = [open(&prefix).await, open(&prefix).await];
+    let acquired = Arc::new(AtomicUsize::new(0));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let mut holders: Vec<_> = (0..ADDRESSES)
+        .map(|_| Arc::new(AtomicUsize::new(0)))
+        .collect();
+    let tasks: Vec<_> = (0..ADDRESSES * CALLERS)
+        .map(|n| {
+            let store = stores[n % 2].clone();
+            let at = address(&format!("race-{}", n % ADDRESSES));
+            let holder = Arc::clone(&holders[n % ADDRESSES]);
+            let (acquired, in_flight) = (Arc::clone(&acquired), Arc::clone(&in_flight));
+            tokio::spawn(async move {
+                match store.acquire(&at, &fingerprint(1), TERMS).await.unwrap() {
+                    Acquisition::Acquired(_) => {
+                        holder.fetch_add(1, Ordering::SeqCst);
+                        acquired.fetch_add(1, Ordering::SeqCst)
+                    }
+                    Acquisition::InFlight { .. } => in_flight.fetch_add(1, Ordering::SeqCst),
+                    other => panic!("unexpected {other:?}"),
+                };
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    for (n, holder) in holders.drain(..).enumerate() {
+        assert_eq!(holder.load(Ordering::SeqCst), 1, "address {n}");
+    }
+    assert_eq!(acquired.load(Ordering::SeqCst), ADDRESSES);
+    assert_eq!(in_flight.load(Ordering::SeqCst), ADDRESSES * (CALLERS - 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn changed_wakes_a_waiter_on_another_instance_over_sharded_pub_sub() {
+    if !server_configured() {
+        return;
+    }
+    let prefix = fresh_prefix();
+    let (a, b) = (open(&prefix).await, open(&prefix).await);
+    for n in 0..6 {
+        let at = address(&format!("wake-{n}"));
+        tokio::time::timeout(Duration::from_secs(5), b.changed(&at))
+            .await
+            .expect("woken once Redis confirms the subscription");
+        let lease = acquired(&a, &at, &fingerprint(1)).await;
+        let waiting = b.changed(&at);
+        tokio::pin!(waiting);
+        let early = tokio::time::timeout(Duration::from_millis(200), waiting.as_mut()).await;
+        assert!(early.is_err(), "woken before anything changed");
+        a.complete(&at, lease.token, &response(1), TTL)
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("woken by the completion on the other instance");
+        assert_eq!(
+            b.acquire(&at, &fingerprint(1), TERMS).await.unwrap(),
+            Acquisition::Completed(response(1))
+        );
+    }
+}

@@ -1,0 +1,83 @@
+//! The store contract on one Redis server (`IDEM_TEST_REDIS_URL`), each test under its own key
+//! prefix: every check and the model test on a manual clock, exact to the millisecond, then the
+//! time-based checks again on the server's own clock, the path production takes.
+
+mod support;
+
+use std::time::Duration;
+
+use idem_conformance::{ManualSubject, Subject, checks};
+use idem_core::ManualClock;
+use idem_redis::{RedisOptions, RedisStore};
+use support::{fresh_prefix, manual_store, redis_url, server_configured};
+
+async fn subject() -> ManualSubject<RedisStore> {
+    let clock = ManualClock::default();
+    let store = manual_store(redis_url(), &clock).await;
+    ManualSubject { store, clock }
+}
+
+idem_conformance::conformance_tests!(subject(), if server_configured());
+
+/// The store on the server's clock: moving time means waiting.
+struct ServerClockSubject {
+    store: RedisStore,
+}
+
+impl Subject for ServerClockSubject {
+    type Store = RedisStore;
+
+    fn store(&self) -> RedisStore {
+        self.store.clone()
+    }
+
+    async fn advance(&self, by: Duration) {
+        // A millisecond more: the server's clock is read in whole milliseconds.
+        tokio::time::sleep(by + Duration::from_millis(1)).await;
+    }
+
+    fn tolerance(&self) -> Duration {
+        // Round trips and scheduling on a loaded machine, in a check that sleeps seconds.
+        Duration::from_millis(250)
+    }
+}
+
+async fn server_clock_subject() -> ServerClockSubject {
+    let options = RedisOptions::new(redis_url()).prefix(fresh_prefix());
+    let store = RedisStore::open_with(options)
+        .await
+        .expect("open the store");
+    ServerClockSubject { store }
+}
+
+/// The checks that move time, on the server's clock. `purge_expired` is left out: there Redis
+/// removes expired records itself and the purge finds none (see `server.rs`).
+mod server_clock {
+    use super::*;
+
+    macro_rules! server_clock_checks {
+        ($($check:ident),* $(,)?) => {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $check() {
+                    if !server_configured() {
+                        return;
+                    }
+                    checks::$check(&server_clock_subject().await).await;
+                }
+            )*
+        };
+    }
+
+    server_clock_checks!(
+        first_acquire_wins_and_the_second_is_in_flight,
+        other_fingerprint_is_a_mismatch_while_processing_and_after_completion,
+        released_key_is_free_for_any_request_with_a_larger_token,
+        expired_lease_is_taken_over_and_the_old_token_is_fenced,
+        late_completion_by_the_current_holder_is_accepted,
+        renew_extends_the_lease,
+        completed_key_expires_after_its_ttl,
+        forget_removes_any_record_and_fences_its_holder,
+        record_timestamps_follow_the_terms,
+    );
+}

@@ -1,0 +1,459 @@
+//! The Redis store's own behaviour on a real server: wake-ups across instances, restarts with and
+//! without an append-only file, server-side expiry, unreadable records and connection failures.
+//!
+//! Tests on the shared test server (`IDEM_TEST_REDIS_URL`) use their own key prefix; those that
+//! kill or restart Redis start a `redis-server` of their own on a free port (and are skipped with
+//! the others when the variable is not set: it says Redis is installed).
+
+mod support;
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use idem_conformance::{
+    ManualSubject,
+    checks::{self, TERMS, TTL, acquired, address, fingerprint, response},
+};
+use idem_core::{
+    Acquisition, Address, DecodeError, Engine, Execution, Fingerprint, InFlight, ManualClock,
+    Policy, RunOutcome, Store, StoreError, StoredResponse,
+};
+use idem_redis::{Error, KeyPrefix, RedisOptions, RedisStore};
+use redis::Commands;
+use support::{
+    Server, free_port, fresh_prefix, inspect, manual_store, redis_url, server_configured,
+};
+use tokio::time::timeout;
+
+async fn open(url: &str, prefix: &KeyPrefix) -> RedisStore {
+    let options = RedisOptions::new(url).prefix(prefix.clone());
+    RedisStore::open_with(options)
+        .await
+        .expect("open the store")
+}
+
+/// Waits until `store` has subscribed to `address`'s changes: the first wait resolves when
+/// Redis confirms the subscription.
+async fn subscribed(store: &RedisStore, address: &Address) {
+    timeout(Duration::from_secs(5), store.changed(address))
+        .await
+        .expect("woken once Redis confirms the subscription");
+}
+
+async fn assert_not_woken(waiting: std::pin::Pin<&mut (impl Future<Output = ()> + Send)>) {
+    let early = timeout(Duration::from_millis(200), waiting).await;
+    assert!(early.is_err(), "woken before anything changed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn changed_wakes_a_waiter_on_another_instance() {
+    if !server_configured() {
+        return;
+    }
+    let prefix = fresh_prefix();
+    let (a, b) = (
+        open(&redis_url(), &prefix).await,
+        open(&redis_url(), &prefix).await,
+    );
+    for change in ["complete", "release", "forget"] {
+        let at = address(&format!("wake-on-{change}"));
+        subscribed(&b, &at).await;
+        let lease = acquired(&a, &at, &fingerprint(1)).await;
+        let waiting = b.changed(&at);
+        tokio::pin!(waiting);
+        assert_not_woken(waiting.as_mut()).await;
+        match change {
+            "complete" => a
+                .complete(&at, lease.token, &response(1), TTL)
+                .await
+                .unwrap(),
+            "release" => a.release(&at, lease.token).await.unwrap(),
+            _ => assert!(a.forget(&at).await.unwrap()),
+        }
+        timeout(Duration::from_secs(5), waiting)
+            .await
+            .unwrap_or_else(|_| panic!("a waiter on the other instance is woken by {change}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn changed_survives_a_lost_subscriber_connection() {
+    if !server_configured() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), free_port(), &["--appendonly", "no"]);
+    let prefix = fresh_prefix();
+    let (a, b) = (
+        open(&server.url(), &prefix).await,
+        open(&server.url(), &prefix).await,
+    );
+    let at = address("reconnect");
+    subscribed(&b, &at).await;
+    let waiting = b.changed(&at);
+    tokio::pin!(waiting);
+    assert_not_woken(waiting.as_mut()).await;
+
+    let killed: usize = redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "pubsub"][..])
+        .query(&mut inspect(&server.url()))
+        .unwrap();
+    assert_eq!(killed, 1, "the one subscriber connection");
+    timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("a lost connection wakes the waiters: a change may have been missed");
+
+    // The subscriber reconnects by itself, and messages reach new waiters again.
+    subscribed(&b, &at).await;
+    let waiting = b.changed(&at);
+    tokio::pin!(waiting);
+    let lease = acquired(&a, &at, &fingerprint(1)).await;
+    assert_not_woken(waiting.as_mut()).await;
+    a.complete(&at, lease.token, &response(1), TTL)
+        .await
+        .unwrap();
+    timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("woken by the completion after the reconnection");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn engines_on_two_instances_execute_once_and_every_waiter_replays() {
+    const CALLERS: usize = 16;
+    if !server_configured() {
+        return;
+    }
+    let prefix = fresh_prefix();
+    let policy = Policy::default().in_flight(InFlight::Wait {
+        timeout: Duration::from_secs(20),
+    });
+    let engines = [
+        Engine::new(open(&redis_url(), &prefix).await, policy),
+        Engine::new(open(&redis_url(), &prefix).await, policy),
+    ];
+    let executions = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..CALLERS)
+        .map(|n| {
+            let (engine, executions) = (engines[n % 2].clone(), Arc::clone(&executions));
+            tokio::spawn(async move {
+                engine
+                    .run(address("charge"), fingerprint(1), |_lease| async move {
+                        executions.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                        let response = StoredResponse::new(201).body("charged once");
+                        Execution::Final {
+                            value: (),
+                            response,
+                        }
+                    })
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let (mut executed, mut replayed) = (0, 0);
+    for task in tasks {
+        match task.await.unwrap() {
+            RunOutcome::Executed(()) => executed += 1,
+            RunOutcome::Replayed(r) => {
+                assert_eq!((r.status, &r.body[..]), (201, &b"charged once"[..]));
+                replayed += 1;
+            }
+            other => panic!("expected a replay, got {other:?}"),
+        }
+    }
+    assert_eq!(executions.load(Ordering::SeqCst), 1);
+    assert_eq!((executed, replayed), (1, CALLERS - 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn records_survive_a_restart_with_appendfsync_always() {
+    if !server_configured() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--appendonly", "yes", "--appendfsync", "always"];
+    let mut server = Server::start(dir.path(), free_port(), &args);
+    let clock = ManualClock::default();
+    let store = manual_store(server.url(), &clock).await;
+    let prefix = store.prefix().clone();
+    let subject = ManualSubject {
+        store,
+        clock: clock.clone(),
+    };
+    let server = &mut server; // not moved in: dropping it would stop the server
+    checks::records_survive_a_restart(&subject, |store| async move {
+        server.kill(); // as a crash would: no save on shutdown
+        let down = store.ping().await;
+        assert!(matches!(down, Err(StoreError::Unavailable(_))), "{down:?}");
+        drop(store);
+        server.restart();
+        let options = RedisOptions::new(server.url())
+            .prefix(prefix)
+            .manual_clock(clock);
+        RedisStore::open_with(options)
+            .await
+            .expect("reopen the store")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restart_without_an_append_only_file_loses_records_but_not_fencing() {
+    if !server_configured() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), free_port(), &["--appendonly", "no"]);
+    let prefix = fresh_prefix();
+    let store = open(&server.url(), &prefix).await;
+    let done = address("completed-before-restart");
+    let lease = acquired(&store, &done, &fingerprint(1)).await;
+    store
+        .complete(&done, lease.token, &response(1), TTL)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.acquire(&done, &fingerprint(1), TERMS).await.unwrap(),
+        Acquisition::Completed(response(1))
+    );
+
+    server.kill();
+    server.restart();
+    let store = open(&server.url(), &prefix).await;
+    // The completion is gone: a retry now would execute the operation a second time.
+    assert_eq!(store.get(&done).await.unwrap(), None);
+    let again = acquired(&store, &done, &fingerprint(1)).await;
+    assert!(!again.took_over);
+    // Tokens come from the server's clock, so they still grow past the ones the restart lost.
+    assert!(again.token > lease.token, "{again:?} after {lease:?}");
+    assert_lease_lost(store.complete(&done, lease.token, &response(2), TTL).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_expires_records_itself_so_purge_finds_none() {
+    if !server_configured() {
+        return;
+    }
+    let store = open(&redis_url(), &fresh_prefix()).await;
+    let mut redis = inspect(&redis_url());
+    let at = address("expiring");
+    let lease = acquired(&store, &at, &fingerprint(1)).await;
+    let key = store.record_key(&at);
+    let ttl: i64 = redis.pttl(&key).unwrap();
+    assert!(
+        (9_000..=10_000).contains(&ttl),
+        "a processing record lives its TTL: {ttl}"
+    );
+
+    let short = Duration::from_millis(300);
+    store
+        .complete(&at, lease.token, &response(1), short)
+        .await
+        .unwrap();
+    let ttl: i64 = redis.pttl(&key).unwrap();
+    assert!(
+        (1..=300).contains(&ttl),
+        "a completed record lives its TTL: {ttl}"
+    );
+
+    tokio::time::sleep(short + Duration::from_millis(50)).await;
+    assert_eq!(store.purge_expired(100).await.unwrap(), 0);
+    assert_eq!(store.get(&at).await.unwrap(), None);
+    let exists: bool = redis.exists(&key).unwrap();
+    assert!(!exists, "Redis removed the key");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_released_record_leaves_a_fence_that_expires_with_it() {
+    if !server_configured() {
+        return;
+    }
+    let store = open(&redis_url(), &fresh_prefix()).await;
+    let mut redis = inspect(&redis_url());
+    let at = address("fenced");
+    let first = acquired(&store, &at, &fingerprint(1)).await;
+    store.release(&at, first.token).await.unwrap();
+
+    let fence = format!("{}:fence", store.record_key(&at));
+    let kept: u64 = redis.get(&fence).unwrap();
+    assert_eq!(kept, first.token.get());
+    let ttl: i64 = redis.pttl(&fence).unwrap();
+    assert!(
+        (9_000..=10_000).contains(&ttl),
+        "as long as the record would have lived: {ttl}"
+    );
+    let second = acquired(&store, &at, &fingerprint(2)).await;
+    assert!(second.token > first.token);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unreadable_records_are_corrupted_not_unavailable() {
+    if !server_configured() {
+        return;
+    }
+    let store = open(&redis_url(), &fresh_prefix()).await;
+    let mut redis = inspect(&redis_url());
+    let at = address("corrupt");
+    let lease = acquired(&store, &at, &fingerprint(1)).await;
+    store
+        .complete(&at, lease.token, &response(1), TTL)
+        .await
+        .unwrap();
+    let key = store.record_key(&at);
+
+    let () = redis.hset(&key, "r", "IDR").unwrap();
+    for result in [
+        store.acquire(&at, &fingerprint(1), TERMS).await.map(drop),
+        store.get(&at).await.map(drop),
+    ] {
+        let Err(StoreError::Corrupted(source)) = result else {
+            panic!("expected Corrupted, got {result:?}");
+        };
+        assert_eq!(source.downcast_ref(), Some(&DecodeError::Truncated));
+    }
+
+    let () = redis.hset(&key, "s", "7").unwrap();
+    let result = store.get(&at).await;
+    let Err(StoreError::Corrupted(source)) = result else {
+        panic!("expected Corrupted, got {result:?}");
+    };
+    assert!(
+        matches!(source.downcast_ref(), Some(Error::UnknownState(s)) if s == "7"),
+        "{source:?}"
+    );
+    // The scripts refuse it too, with their own error code.
+    let result = store.acquire(&at, &fingerprint(1), TERMS).await;
+    let Err(StoreError::Corrupted(source)) = result else {
+        panic!("expected Corrupted, got {result:?}");
+    };
+    let code = source
+        .downcast_ref::<redis::RedisError>()
+        .and_then(|e| e.code());
+    assert_eq!(code, Some("IDEMCORRUPT"));
+
+    let () = redis.set(&key, "not a hash").unwrap();
+    let result = store.acquire(&at, &fingerprint(1), TERMS).await;
+    let Err(StoreError::Corrupted(source)) = result else {
+        panic!("expected Corrupted, got {result:?}");
+    };
+    let code = source
+        .downcast_ref::<redis::RedisError>()
+        .and_then(|e| e.code());
+    assert_eq!(code, Some("WRONGTYPE"));
+}
+
+#[tokio::test]
+async fn bad_settings_and_unreachable_servers_fail_to_open() {
+    let invalid = RedisStore::open("http://127.0.0.1:6379").await;
+    assert!(matches!(invalid, Err(Error::Settings(_))), "{invalid:?}");
+    let options = RedisOptions::new(format!("redis://127.0.0.1:{}", free_port()))
+        .connection_timeout(Duration::from_millis(200));
+    let unreachable = RedisStore::open_with(options).await;
+    assert!(
+        matches!(unreachable, Err(Error::Connect(_))),
+        "{unreachable:?}"
+    );
+}
+
+/// The commands a store can send, counted from `INFO commandstats`: script calls, script loads
+/// and pings. (The statistics also count the commands that scripts run inside Redis, which are
+/// not round trips.)
+fn round_trips(redis: &mut redis::Connection) -> u64 {
+    const SENT: [&str; 4] = ["evalsha", "eval", "script|load", "ping"];
+    let stats: String = redis::cmd("INFO").arg("commandstats").query(redis).unwrap();
+    stats
+        .lines()
+        .filter_map(|line| {
+            let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            SENT.contains(&name).then_some(fields)
+        })
+        .filter_map(|fields| {
+            fields
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_key_takes_two_round_trips_and_a_replay_one() {
+    if !server_configured() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), free_port(), &["--appendonly", "no"]);
+    let store = open(&server.url(), &fresh_prefix()).await;
+    let mut redis = inspect(&server.url());
+    let at = address("counted");
+
+    let before = round_trips(&mut redis);
+    let lease = acquired(&store, &at, &fingerprint(1)).await;
+    store
+        .complete(&at, lease.token, &response(1), TTL)
+        .await
+        .unwrap();
+    let after_new_key = round_trips(&mut redis);
+    assert_eq!(after_new_key - before, 2, "acquire and complete");
+
+    assert_eq!(
+        store.acquire(&at, &fingerprint(1), TERMS).await.unwrap(),
+        Acquisition::Completed(response(1))
+    );
+    assert_eq!(round_trips(&mut redis) - after_new_key, 1, "acquire");
+}
+
+/// The `no_run` examples of the crate docs and of `RedisStore`, on the test server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_documented_examples_work() {
+    if !server_configured() {
+        return;
+    }
+    let store = open(&redis_url(), &fresh_prefix()).await;
+    let address = Address::anonymous("order-42".parse().unwrap());
+    let fingerprint = Fingerprint::from_bytes([7; 32]);
+    let terms = (&Policy::default()).into();
+    let Acquisition::Acquired(lease) = store.acquire(&address, &fingerprint, terms).await.unwrap()
+    else {
+        unreachable!("a new key is acquired");
+    };
+    let response = StoredResponse::new(201).body("charged");
+    store
+        .complete(&address, lease.token, &response, terms.ttl)
+        .await
+        .unwrap();
+    let replay = store.acquire(&address, &fingerprint, terms).await.unwrap();
+    assert_eq!(replay, Acquisition::Completed(response));
+
+    let options = RedisOptions::new(redis_url()).prefix(fresh_prefix());
+    let engine = Engine::new(
+        RedisStore::open_with(options).await.unwrap(),
+        Policy::default(),
+    );
+    let address = Address::anonymous("pay-1".parse().unwrap());
+    let outcome = engine
+        .run(address, Fingerprint::from_bytes([1; 32]), |_lease| async {
+            Execution::Final {
+                value: "paid",
+                response: StoredResponse::new(201),
+            }
+        })
+        .await
+        .unwrap();
+    assert!(matches!(outcome, RunOutcome::Executed("paid")));
+}
+
+fn assert_lease_lost<T: std::fmt::Debug>(result: Result<T, StoreError>) {
+    assert!(
+        matches!(result, Err(StoreError::LeaseLost)),
+        "expected LeaseLost, got {result:?}"
+    );
+}

@@ -1,0 +1,165 @@
+//! What the server tests share: the test server's URL, a fresh key prefix per test, and
+//! `redis-server` processes of their own.
+//!
+//! No server outlives the test process. Each is started through `setpriv --pdeathsig KILL`, so
+//! the kernel kills it when the thread that started it ends, whatever way the process ends
+//! (even `SIGKILL`). A test's own server is also killed when its [`Server`] is dropped; the
+//! servers of the shared cluster are started from a thread that never ends, so they live until
+//! the test process does.
+
+#![allow(dead_code, unreachable_pub)] // each test binary uses a part of it
+
+use std::{
+    io::Write,
+    net::TcpListener,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::atomic::{AtomicU64, Ordering},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use idem_core::ManualClock;
+use idem_redis::{KeyPrefix, RedisOptions, RedisStore};
+
+const URL_VARIABLE: &str = "IDEM_TEST_REDIS_URL";
+
+/// Whether the test server is configured; says so on stderr when it is not.
+pub fn server_configured() -> bool {
+    let configured = std::env::var_os(URL_VARIABLE).is_some_and(|url| !url.is_empty());
+    if !configured {
+        // Straight to the process's stderr: the test harness captures `eprintln!`.
+        let _ = writeln!(std::io::stderr(), "skipped: {URL_VARIABLE} is not set");
+    }
+    configured
+}
+
+/// The test server's URL, once [`server_configured`] said it is there.
+pub fn redis_url() -> String {
+    std::env::var(URL_VARIABLE).expect("checked by server_configured")
+}
+
+/// A prefix no other test uses, so that tests run in parallel on one server.
+pub fn fresh_prefix() -> KeyPrefix {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("idem-test:{}-{nanos:x}-{n}", std::process::id())
+        .parse()
+        .expect("valid prefix")
+}
+
+/// A store on the test server under a fresh prefix, on `clock`.
+pub async fn manual_store(url: impl Into<String>, clock: &ManualClock) -> RedisStore {
+    let options = RedisOptions::new(url)
+        .prefix(fresh_prefix())
+        .manual_clock(clock.clone());
+    RedisStore::open_with(options)
+        .await
+        .expect("open the store")
+}
+
+/// A plain (synchronous) connection for looking at what the store wrote.
+pub fn inspect(url: &str) -> redis::Connection {
+    redis::Client::open(url)
+        .and_then(|client| client.get_connection())
+        .expect("connect to Redis")
+}
+
+/// A port that was free a moment ago, with its cluster bus port (+10,000) free too.
+pub fn free_port() -> u16 {
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a port");
+        let port = listener.local_addr().expect("local address").port();
+        if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// A `redis-server` of a test's own, killed when dropped.
+pub struct Server {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    args: Vec<String>,
+}
+
+impl Server {
+    /// Starts `redis-server` on `port` with its files in `dir` and `args` (`--appendonly yes`),
+    /// no RDB snapshots, and waits until it answers.
+    pub fn start(dir: &Path, port: u16, args: &[&str]) -> Self {
+        let mut server = Self {
+            child: None,
+            port,
+            dir: dir.to_owned(),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+        };
+        server.restart();
+        server
+    }
+
+    /// `redis://127.0.0.1:port`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Kills the server as a crash would (`SIGKILL`: no shutdown save).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and files (after [`kill`](Self::kill)).
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "the server is still running");
+        let log = self.dir.join(format!("redis-{}.log", self.port));
+        let mut command = Command::new("setpriv");
+        command
+            .args(["--pdeathsig", "KILL", "--", "redis-server"])
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(&log)
+            .args(["--save", "", "--daemonize", "no"])
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = command
+            .spawn()
+            .expect("start redis-server (setpriv from util-linux and redis-server installed)");
+        self.child = Some(child);
+        wait_until_ready(&self.url());
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Waits until the server at `url` answers `PING` (it refuses connections while starting and
+/// answers `LOADING` while it reads its append-only file).
+pub fn wait_until_ready(url: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let pong = redis::Client::open(url)
+            .and_then(|client| client.get_connection_with_timeout(Duration::from_secs(1)))
+            .and_then(|mut connection| redis::cmd("PING").query::<String>(&mut connection));
+        match pong {
+            Ok(_) => return,
+            Err(error) if Instant::now() > deadline => panic!("{url} did not start: {error}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
