@@ -129,7 +129,9 @@ pub trait Store: Send + Sync + 'static {
     /// another process sharing the store (Postgres `LISTEN/NOTIFY`, Redis pub/sub), so that
     /// waiters on other instances wake up at once. Interest is registered when this method is
     /// called, before the future is first polled, so a change right after the call is not missed.
-    /// A spurious wake-up is harmless: the engine looks again.
+    /// A spurious wake-up is harmless: the engine looks again. A store may notify only for records
+    /// that an `acquire` has answered [`Acquisition::InFlight`] (so that completions nobody waits
+    /// for cost nothing); the engine calls this method before each such `acquire`.
     ///
     /// Stores that cannot tell never resolve (the default); the engine then polls with backoff.
     fn changed(&self, address: &Address) -> impl Future<Output = ()> + Send + 'static {

@@ -11,7 +11,7 @@ mod waiters;
 
 use std::{future::Future, panic::AssertUnwindSafe, sync::Arc, time::Duration};
 
-use futures_util::FutureExt;
+use futures_util::{FutureExt, future::OptionFuture};
 use tokio::time::{Instant, sleep};
 use tokio_util::task::TaskTracker;
 
@@ -162,7 +162,8 @@ impl<S: Store> Engine<S> {
             let notified = subscription.notify().notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let changed = inner.store.changed(&address);
+            // Only waiters listen for other processes (a listener can cost the store a connection).
+            let changed = deadline.map(|_| inner.store.changed(&address));
 
             let attempt =
                 inner
@@ -188,7 +189,7 @@ impl<S: Store> Engine<S> {
             let pause = backoff.min(retry_after).min(deadline - now);
             tokio::select! {
                 () = notified => {}
-                () = changed => {}
+                Some(()) = OptionFuture::from(changed) => {}
                 () = sleep(pause) => backoff = (backoff * 2).min(POLL_BACKOFF.1),
             }
         }

@@ -1,0 +1,146 @@
+//! The storage edge: how the rows the statements return map to records and outcomes.
+
+use std::time::Duration;
+
+use idem_core::{
+    Acquisition, FencingToken, Fingerprint, Lease, Record, RecordState, StoreError, StoredResponse,
+    Timestamp,
+};
+use sqlx::{Decode, Postgres, Row, Type, postgres::PgRow};
+
+use crate::{Error, error::store_error};
+
+/// The `state` column.
+const PROCESSING: &str = "processing";
+const COMPLETED: &str = "completed";
+
+/// What `sql/acquire.sql` decided.
+#[derive(Debug)]
+pub(crate) enum AcquireRow {
+    /// The statement's answer.
+    Decided(Acquisition),
+    /// It meant to write but a concurrent writer changed the record first: run it again.
+    Raced,
+}
+
+/// A row read from the store, with the table's name for error messages.
+pub(crate) struct Columns<'r> {
+    pub(crate) row: &'r PgRow,
+    pub(crate) table: &'r str,
+}
+
+impl Columns<'_> {
+    fn get<'r, T: Decode<'r, Postgres> + Type<Postgres>>(
+        &'r self,
+        name: &str,
+    ) -> Result<T, StoreError> {
+        self.row
+            .try_get(name)
+            .map_err(|e| store_error(e, self.table))
+    }
+
+    /// A nullable column that a record in `state` must have.
+    fn required<'r, T: Decode<'r, Postgres> + Type<Postgres>>(
+        &'r self,
+        state: &'static str,
+        column: &'static str,
+    ) -> Result<T, StoreError> {
+        self.get::<Option<T>>(column)?
+            .ok_or_else(|| StoreError::corrupted(Error::MissingColumn { state, column }))
+    }
+
+    fn millis(&self, name: &str) -> Result<Timestamp, StoreError> {
+        self.get::<i64>(name).map(timestamp)
+    }
+
+    /// Tokens come from a sequence that starts at 1.
+    fn token(&self) -> Result<FencingToken, StoreError> {
+        let token: i64 = self.get("token")?;
+        Ok(FencingToken::new(u64::try_from(token).unwrap_or(0)))
+    }
+
+    fn response(&self) -> Result<StoredResponse, StoreError> {
+        let bytes: &[u8] = self.required(COMPLETED, "response")?;
+        StoredResponse::decode(bytes).map_err(StoreError::corrupted)
+    }
+
+    /// The columns of `sql/acquire.sql`.
+    pub(crate) fn acquisition(&self) -> Result<AcquireRow, StoreError> {
+        if self.get::<bool>("raced")? {
+            return Ok(AcquireRow::Raced);
+        }
+        let acquired = |took_over| -> Result<Acquisition, StoreError> {
+            Ok(Acquisition::Acquired(Lease {
+                token: self.token()?,
+                until: self.millis("lease_until")?,
+                took_over,
+            }))
+        };
+        let acquisition = match self.get::<&str>("plan")? {
+            "create" => acquired(false)?,
+            "take_over" => acquired(true)?,
+            "replay" => Acquisition::Completed(self.response()?),
+            "mismatch" => Acquisition::Mismatch,
+            "in_flight" => {
+                // Computed from the lease's end, which a processing record always has.
+                let millis: i64 = self.get::<Option<i64>>("retry_after")?.ok_or_else(|| {
+                    StoreError::corrupted(Error::MissingColumn {
+                        state: PROCESSING,
+                        column: "lease_until",
+                    })
+                })?;
+                let retry_after = Duration::from_millis(u64::try_from(millis).unwrap_or(0));
+                Acquisition::InFlight { retry_after }
+            }
+            other => unreachable!("acquire.sql has no plan {other:?}"),
+        };
+        Ok(AcquireRow::Decided(acquisition))
+    }
+
+    /// The columns of `sql/get.sql`.
+    pub(crate) fn record(&self) -> Result<Record, StoreError> {
+        let token = self.token()?;
+        let state = match self.get::<&str>("state")? {
+            PROCESSING => RecordState::Processing {
+                token,
+                lease_until: timestamp(self.required(PROCESSING, "lease_until")?),
+            },
+            COMPLETED => RecordState::Completed {
+                token,
+                response: self.response()?,
+                completed_at: timestamp(self.required(COMPLETED, "completed_at")?),
+            },
+            other => return Err(StoreError::corrupted(Error::UnknownState(other.to_owned()))),
+        };
+        let fingerprint: &[u8] = self.get("fingerprint")?;
+        Ok(Record {
+            fingerprint: Fingerprint::try_from(fingerprint).map_err(StoreError::corrupted)?,
+            created_at: self.millis("created_at")?,
+            expires_at: self.millis("expires_at")?,
+            state,
+        })
+    }
+}
+
+/// Milliseconds since the epoch from the database; the store writes none before 1970.
+fn timestamp(millis: i64) -> Timestamp {
+    Timestamp::from_millis(u64::try_from(millis).unwrap_or(0))
+}
+
+/// A token as the `bigint` column holds it. Tokens the store issued fit; a larger one (forged by
+/// a caller) matches no record either way.
+pub(crate) fn sql_token(token: FencingToken) -> i64 {
+    i64::try_from(token.get()).unwrap_or(-1)
+}
+
+/// A duration as the statements take it: whole milliseconds (the resolution the store keeps),
+/// at most a thousand years so that the server's date arithmetic cannot overflow.
+pub(crate) fn sql_millis(duration: Duration) -> i64 {
+    const MAX: u128 = 1_000 * 366 * 24 * 3_600 * 1_000;
+    i64::try_from(duration.as_millis().min(MAX)).expect("a thousand years of milliseconds fit")
+}
+
+/// The test clock's "now" as `$1` takes it; `None` makes the statement read the server's clock.
+pub(crate) fn sql_now(now: Option<Timestamp>) -> Option<i64> {
+    now.map(|t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX))
+}

@@ -1,0 +1,369 @@
+//! [`PostgresStore`]: idempotency records in a PostgreSQL table.
+
+use std::{fmt, future::Future, sync::Arc, time::Duration};
+
+use idem_core::{
+    Acquisition, Address, Clock, FencingToken, Fingerprint, ManualClock, Record, Store, StoreError,
+    StoredResponse, Terms, Timestamp,
+};
+use sqlx::{
+    PgConnection, PgPool, Postgres, Row,
+    postgres::{PgArguments, PgPoolOptions, PgRow},
+    query::Query,
+};
+
+use crate::{
+    Error, PostgresOptions, Purger, Statement,
+    changes::Changes,
+    error::store_error,
+    row::{AcquireRow, Columns, sql_millis, sql_now, sql_token},
+    schema,
+    sql::{Sql, query_text},
+};
+
+/// How many times `acquire` runs again after losing a race to a concurrent writer of the same
+/// key. Each loss means another writer committed a change to that record in between, so this is
+/// only reached under pathological contention.
+const ACQUIRE_ATTEMPTS: u32 = 8;
+
+/// A store in a PostgreSQL table, shared by every instance that connects to the database.
+///
+/// Every operation is one SQL statement (`acquire` included: see `sql/acquire.sql`), so a new key
+/// costs two round trips (acquire, complete) and a replay one. Time is the database server's
+/// (`statement_timestamp()`), so instances with skewed clocks agree. Fencing tokens come from a
+/// sequence. Completing, releasing or forgetting a record that a request found in flight notifies
+/// the other instances through `LISTEN`/`NOTIFY` ([`Store::changed`]).
+///
+/// Beyond the [`Store`] trait, [`acquire_in`](Self::acquire_in) and
+/// [`complete_in`](Self::complete_in) run in the caller's own transaction, so that business rows
+/// and the key's completion commit or roll back together.
+///
+/// Clones share the pool and the listener.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use idem_core::{Acquisition, Address, Fingerprint, Policy, Store, StoredResponse};
+/// use idem_postgres::{PostgresOptions, PostgresStore};
+///
+/// let options = PostgresOptions::new();
+/// let pool = sqlx::PgPool::connect("postgres://postgres@127.0.0.1/app").await?;
+/// PostgresStore::migrate(&pool, &options).await?;
+/// let store = PostgresStore::open(pool, options).await?;
+///
+/// let address = Address::anonymous("order-42".parse()?);
+/// let fingerprint = Fingerprint::from_bytes([7; 32]);
+/// let terms = (&Policy::default()).into();
+/// let Acquisition::Acquired(lease) = store.acquire(&address, &fingerprint, terms).await? else {
+///     unreachable!("a new key is acquired");
+/// };
+/// let response = StoredResponse::new(201).body("charged");
+/// store.complete(&address, lease.token, &response, terms.ttl).await?;
+/// assert_eq!(
+///     store.acquire(&address, &fingerprint, terms).await?,
+///     Acquisition::Completed(response)
+/// );
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: PgPool,
+    sql: Sql,
+    clock: Option<ManualClock>,
+    changes: Changes,
+}
+
+impl PostgresStore {
+    /// Connects to `url` with a pool as [`PostgresOptions::pool_size`] and
+    /// [`PostgresOptions::pool_timeout`] say, then [`open`](Self::open)s the store. The pool does
+    /// not ping connections before handing them out, so that an operation is one round trip.
+    pub async fn connect(url: &str, options: PostgresOptions) -> Result<Self, Error> {
+        let pool = PgPoolOptions::new()
+            .max_connections(options.pool_size)
+            .acquire_timeout(options.pool_timeout)
+            .test_before_acquire(false)
+            .connect(url)
+            .await
+            .map_err(Error::Connect)?;
+        Self::open(pool, options).await
+    }
+
+    /// A store on `pool` (yours: the transactional API shares it), after checking that the
+    /// schema, the table and its migrations are this build's: a missing or older table is
+    /// [`Error::NotMigrated`] or [`Error::MigrationPending`], a changed one
+    /// [`Error::UnexpectedColumn`] or [`Error::ChangedMigration`].
+    ///
+    /// sqlx pools ping every connection they hand out by default; build yours with
+    /// `test_before_acquire(false)` to save that round trip on every operation.
+    pub async fn open(pool: PgPool, options: PostgresOptions) -> Result<Self, Error> {
+        let sql = Sql::new(&options.schema, &options.table);
+        let migrator = sql.migrator(&options.schema, &options.table);
+        schema::verify(&pool, &sql, &migrator).await?;
+        let changes = Changes::new(&pool, sql.channel.clone());
+        Ok(Self {
+            inner: Arc::new(Inner {
+                pool,
+                sql,
+                clock: options.test_clock,
+                changes,
+            }),
+        })
+    }
+
+    /// Creates the schema (if missing), the table and its sequence, or brings them up to date:
+    /// what `idem migrate` runs. Applied migrations are recorded in `<table>_migrations`; running
+    /// it again, or from several processes at once, is safe.
+    pub async fn migrate(pool: &PgPool, options: &PostgresOptions) -> Result<(), Error> {
+        let sql = Sql::new(&options.schema, &options.table);
+        schema::migrate(pool, &sql.migrator(&options.schema, &options.table)).await
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.inner.pool
+    }
+
+    /// The `LISTEN`/`NOTIFY` channel: `idem_` and 24 hex digits of a hash of the schema and
+    /// table names. Payloads are the hex SHA-256 of a record's scope bytes followed by its key,
+    /// sent when a record that a request found in flight is completed, released or forgotten.
+    pub fn channel(&self) -> &str {
+        &self.inner.sql.channel
+    }
+
+    /// The SQL the store runs for `statement`, with its schema and table filled in: for `EXPLAIN`,
+    /// a load test, or a review. `$1` is always the test clock's "now" in milliseconds, `NULL`
+    /// in production (see [`PostgresOptions::test_clock`]).
+    pub fn sql(&self, statement: Statement) -> &str {
+        self.inner.sql.text(statement)
+    }
+
+    /// Closes the pool once running operations finish, and the listener's connection; every
+    /// clone is closed too: later calls fail with [`StoreError::Unavailable`].
+    pub async fn close(&self) {
+        self.inner.changes.close().await;
+        self.inner.pool.close().await;
+    }
+
+    /// Starts a task that, every `every`, removes expired records `batch` at a time until none is
+    /// left. Several instances may run one: a batch skips the rows another one holds.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime.
+    pub fn spawn_purger(&self, every: Duration, batch: usize) -> Purger {
+        Purger::spawn(self.clone(), every, batch)
+    }
+
+    /// [`Store::acquire`] on `connection`, inside the caller's transaction if one is open on it
+    /// (pass `&mut tx`).
+    ///
+    /// In a transaction, the new or taken-over record is invisible to other sessions until the
+    /// commit: a concurrent `acquire` of the same key waits for the transaction to end, then
+    /// replays its completion, or takes the key if it rolled back. A rollback leaves no record.
+    /// Under `REPEATABLE READ` or `SERIALIZABLE`, a concurrent change of the same key fails the
+    /// statement with a serialization error ([`StoreError::Unavailable`]): retry the
+    /// transaction, as always at those levels.
+    pub async fn acquire_in(
+        &self,
+        connection: &mut PgConnection,
+        address: &Address,
+        fingerprint: &Fingerprint,
+        terms: Terms,
+    ) -> Result<Acquisition, StoreError> {
+        for _ in 0..ACQUIRE_ATTEMPTS {
+            let row = self
+                .at(Statement::Acquire, address)
+                .bind(fingerprint.as_bytes().as_slice())
+                .bind(sql_millis(terms.lease))
+                .bind(sql_millis(terms.ttl))
+                .fetch_one(&mut *connection)
+                .await
+                .map_err(|e| self.error(e))?;
+            match self.columns(&row).acquisition()? {
+                AcquireRow::Decided(acquisition) => return Ok(acquisition),
+                AcquireRow::Raced => continue,
+            }
+        }
+        Err(StoreError::unavailable(Error::Contended(ACQUIRE_ATTEMPTS)))
+    }
+
+    /// [`Store::complete`] on `connection`, inside the caller's transaction if one is open on it
+    /// (pass `&mut tx`): the completion commits or rolls back with the caller's own writes.
+    ///
+    /// The statement locks the record until the transaction ends, so a worker that would take an
+    /// expired lease over waits for the outcome: after a commit it replays the response, after a
+    /// rollback it takes the key. With a token that no longer holds the key it returns
+    /// [`StoreError::LeaseLost`]: roll the transaction back, another worker owns the operation.
+    /// Other instances' waiters are notified when the transaction commits.
+    pub async fn complete_in(
+        &self,
+        connection: &mut PgConnection,
+        address: &Address,
+        token: FencingToken,
+        response: &StoredResponse,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let done = self
+            .holder_write(Statement::Complete, address, token)
+            .bind(response.encode())
+            .bind(sql_millis(ttl))
+            .execute(connection)
+            .await
+            .map_err(|e| self.error(e))?;
+        held(done.rows_affected())
+    }
+
+    fn now(&self) -> Option<i64> {
+        sql_now(self.inner.clock.as_ref().map(Clock::now))
+    }
+
+    /// `statement` with the binds every statement on one record starts with: now, the address.
+    fn at<'q>(
+        &self,
+        statement: Statement,
+        address: &'q Address,
+    ) -> Query<'q, Postgres, PgArguments> {
+        sqlx::query(query_text(self.inner.sql.text(statement)))
+            .bind(self.now())
+            .bind(address.scope.as_bytes().as_slice())
+            .bind(address.key.as_str())
+    }
+
+    /// `statement` as the holder of `token` runs it.
+    fn holder_write<'q>(
+        &self,
+        statement: Statement,
+        address: &'q Address,
+        token: FencingToken,
+    ) -> Query<'q, Postgres, PgArguments> {
+        self.at(statement, address).bind(sql_token(token))
+    }
+
+    fn columns<'r>(&'r self, row: &'r PgRow) -> Columns<'r> {
+        Columns {
+            row,
+            table: &self.inner.sql.table,
+        }
+    }
+
+    fn error(&self, error: sqlx::Error) -> StoreError {
+        store_error(error, &self.inner.sql.table)
+    }
+}
+
+/// A holder-only write changed its row, or the token does not hold the key.
+fn held(rows: u64) -> Result<(), StoreError> {
+    match rows {
+        0 => Err(StoreError::LeaseLost),
+        _ => Ok(()),
+    }
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("table", &self.inner.sql.table)
+            .field("pool", &self.inner.pool)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store for PostgresStore {
+    async fn acquire(
+        &self,
+        address: &Address,
+        fingerprint: &Fingerprint,
+        terms: Terms,
+    ) -> Result<Acquisition, StoreError> {
+        let mut connection = self.inner.pool.acquire().await.map_err(|e| self.error(e))?;
+        self.acquire_in(&mut connection, address, fingerprint, terms)
+            .await
+    }
+
+    async fn complete(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        response: &StoredResponse,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let mut connection = self.inner.pool.acquire().await.map_err(|e| self.error(e))?;
+        self.complete_in(&mut connection, address, token, response, ttl)
+            .await
+    }
+
+    async fn release(&self, address: &Address, token: FencingToken) -> Result<(), StoreError> {
+        let done = self
+            .holder_write(Statement::Release, address, token)
+            .execute(&self.inner.pool)
+            .await
+            .map_err(|e| self.error(e))?;
+        held(done.rows_affected())
+    }
+
+    async fn renew(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<Timestamp, StoreError> {
+        let until: Option<i64> = self
+            .holder_write(Statement::Renew, address, token)
+            .bind(sql_millis(lease))
+            .try_map(|row: PgRow| row.try_get("lease_until"))
+            .fetch_optional(&self.inner.pool)
+            .await
+            .map_err(|e| self.error(e))?;
+        let until = until.ok_or(StoreError::LeaseLost)?;
+        Ok(Timestamp::from_millis(u64::try_from(until).unwrap_or(0)))
+    }
+
+    async fn get(&self, address: &Address) -> Result<Option<Record>, StoreError> {
+        let row = self
+            .at(Statement::Get, address)
+            .fetch_optional(&self.inner.pool)
+            .await
+            .map_err(|e| self.error(e))?;
+        row.as_ref()
+            .map(|row| self.columns(row).record())
+            .transpose()
+    }
+
+    async fn forget(&self, address: &Address) -> Result<bool, StoreError> {
+        let live: Option<bool> = self
+            .at(Statement::Forget, address)
+            .try_map(|row: PgRow| row.try_get("live"))
+            .fetch_optional(&self.inner.pool)
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(live.unwrap_or(false))
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
+        let done = sqlx::query(query_text(self.inner.sql.text(Statement::PurgeExpired)))
+            .bind(self.now())
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .execute(&self.inner.pool)
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(usize::try_from(done.rows_affected()).expect("at most `limit` rows"))
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query(include_str!("../sql/ping.sql"))
+            .execute(&self.inner.pool)
+            .await
+            .map(drop)
+            .map_err(|e| self.error(e))
+    }
+
+    fn changed(&self, address: &Address) -> impl Future<Output = ()> + Send + 'static {
+        self.inner.changes.changed(address)
+    }
+}

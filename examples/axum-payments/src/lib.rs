@@ -1,0 +1,47 @@
+//! A payments service on axum and sqlx that charges an account and completes the request's
+//! idempotency key **in one transaction**, with idem's Postgres transactional API.
+//!
+//! `POST /accounts/{id}/charges` with an `Idempotency-Key` header runs in one transaction:
+//!
+//! 1. [`PostgresStore::acquire_in`](idem_postgres::PostgresStore::acquire_in) takes the key (a
+//!    retry of a completed charge gets its stored response instead, with `Idempotent-Replayed:
+//!    true`; a concurrent duplicate waits for this transaction to end, then replays it);
+//! 2. the account is debited and the charge inserted;
+//! 3. [`PostgresStore::complete_in`](idem_postgres::PostgresStore::complete_in) stores the
+//!    response under the key;
+//! 4. the transaction commits: the charge and the completed key together, or neither.
+//!
+//! Whatever step fails (the tests inject a failure before the charge, after it, and before the
+//! commit), the transaction rolls back: there is never a charge without a completed key nor a
+//! completed key without its charge, and the client's retry charges exactly once.
+//!
+//! Two database-level patterns need no key at all: creating an account is `INSERT … ON CONFLICT
+//! (id) DO NOTHING` (no row inserted: it already existed), and a refund is the conditional
+//! transition `UPDATE charges SET status = 'refunded' WHERE id = $1 AND status = 'succeeded'` (no
+//! row updated: already refunded).
+//!
+//! # Examples
+//!
+//! ```no_run
+//! # async fn serve() -> anyhow::Result<()> {
+//! use axum_payments::App;
+//! use idem_postgres::PostgresOptions;
+//!
+//! let pool = sqlx::PgPool::connect("postgres://postgres@127.0.0.1/payments").await?;
+//! let app = App::new(pool, PostgresOptions::new()).await?; // migrates its tables and idem's
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! axum::serve(listener, app.router()).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod accounts;
+mod app;
+mod charges;
+mod error;
+mod faults;
+mod refunds;
+
+pub use app::App;
+pub use error::AppError;
+pub use faults::{Faults, Step};
