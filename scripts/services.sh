@@ -58,3 +58,12 @@ ensure_redis() {
   fi
   export IDEM_TEST_REDIS_URL="${IDEM_TEST_REDIS_URL:-redis://127.0.0.1:6379}"
 }
+
+ensure_rabbitmq() {
+  if ! listening 5672; then
+    command -v rabbitmq-server >/dev/null || apt_install rabbitmq-server
+    rabbitmq-server -detached
+    wait_for RabbitMQ 5672
+  fi
+  export IDEM_TEST_AMQP_URL="${IDEM_TEST_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/%2f}"
+}

@@ -1,0 +1,172 @@
+//! [`InboxDatabase`]: the databases an inbox can live in, PostgreSQL and SQLite.
+
+use futures_util::future::BoxFuture;
+use sqlx::{AssertSqlSafe, Connection, Pool, Postgres, Sqlite, migrate::Migrator};
+
+use crate::Error;
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for sqlx::Postgres {}
+    impl Sealed for sqlx::Sqlite {}
+}
+
+/// A database an [`Inbox`](crate::Inbox) can live in: [`sqlx::Postgres`] or [`sqlx::Sqlite`].
+///
+/// Sealed: the inbox's guarantees rest on each database's exact locking behaviour, described on
+/// [`Inbox::process`](crate::Inbox::process).
+pub trait InboxDatabase: sqlx::Database + sealed::Sealed {
+    #[doc(hidden)]
+    const DEFAULT_SCHEMA: &'static str;
+    #[doc(hidden)]
+    const CREATE_SCHEMA: bool;
+    #[doc(hidden)]
+    const MIGRATIONS: &'static [(i64, &'static str, &'static str)];
+    #[doc(hidden)]
+    const RECORD: &'static str;
+    #[doc(hidden)]
+    const PURGE: &'static str;
+
+    /// Runs [`Self::RECORD`]: whether a row was inserted.
+    #[doc(hidden)]
+    fn record<'c>(
+        connection: &'c mut Self::Connection,
+        statement: &'c str,
+        consumer: &'c str,
+        message_id: &'c str,
+    ) -> BoxFuture<'c, Result<bool, sqlx::Error>>;
+
+    /// Runs [`Self::PURGE`]: how many rows were deleted.
+    #[doc(hidden)]
+    fn purge<'c>(
+        pool: &'c Pool<Self>,
+        statement: &'c str,
+        window_millis: i64,
+        batch: i64,
+    ) -> BoxFuture<'c, Result<u64, sqlx::Error>>;
+
+    /// Applies the missing migrations.
+    #[doc(hidden)]
+    fn migrate<'c>(
+        pool: &'c Pool<Self>,
+        migrator: &'c Migrator,
+    ) -> BoxFuture<'c, Result<(), Error>>;
+}
+
+impl InboxDatabase for Postgres {
+    const DEFAULT_SCHEMA: &'static str = "public";
+    const CREATE_SCHEMA: bool = true;
+    const MIGRATIONS: &'static [(i64, &'static str, &'static str)] = &[(
+        1,
+        "idem inbox",
+        include_str!("../../migrations/postgres/0001_inbox.sql"),
+    )];
+    const RECORD: &'static str = include_str!("../../sql/postgres/inbox_record.sql");
+    const PURGE: &'static str = include_str!("../../sql/postgres/inbox_purge.sql");
+
+    fn record<'c>(
+        connection: &'c mut Self::Connection,
+        statement: &'c str,
+        consumer: &'c str,
+        message_id: &'c str,
+    ) -> BoxFuture<'c, Result<bool, sqlx::Error>> {
+        Box::pin(async move {
+            let done = sqlx::query(AssertSqlSafe(statement))
+                .bind(consumer)
+                .bind(message_id)
+                .execute(connection)
+                .await?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+
+    fn purge<'c>(
+        pool: &'c Pool<Self>,
+        statement: &'c str,
+        window_millis: i64,
+        batch: i64,
+    ) -> BoxFuture<'c, Result<u64, sqlx::Error>> {
+        Box::pin(async move {
+            let done = sqlx::query(AssertSqlSafe(statement))
+                .bind(window_millis)
+                .bind(batch)
+                .execute(pool)
+                .await?;
+            Ok(done.rows_affected())
+        })
+    }
+
+    fn migrate<'c>(
+        pool: &'c Pool<Self>,
+        migrator: &'c Migrator,
+    ) -> BoxFuture<'c, Result<(), Error>> {
+        Box::pin(migrate_postgres(pool, migrator))
+    }
+}
+
+impl InboxDatabase for Sqlite {
+    const DEFAULT_SCHEMA: &'static str = "main";
+    const CREATE_SCHEMA: bool = false;
+    const MIGRATIONS: &'static [(i64, &'static str, &'static str)] = &[(
+        1,
+        "idem inbox",
+        include_str!("../../migrations/sqlite/0001_inbox.sql"),
+    )];
+    const RECORD: &'static str = include_str!("../../sql/sqlite/inbox_record.sql");
+    const PURGE: &'static str = include_str!("../../sql/sqlite/inbox_purge.sql");
+
+    fn record<'c>(
+        connection: &'c mut Self::Connection,
+        statement: &'c str,
+        consumer: &'c str,
+        message_id: &'c str,
+    ) -> BoxFuture<'c, Result<bool, sqlx::Error>> {
+        Box::pin(async move {
+            let done = sqlx::query(AssertSqlSafe(statement))
+                .bind(consumer)
+                .bind(message_id)
+                .execute(connection)
+                .await?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+
+    fn purge<'c>(
+        pool: &'c Pool<Self>,
+        statement: &'c str,
+        window_millis: i64,
+        batch: i64,
+    ) -> BoxFuture<'c, Result<u64, sqlx::Error>> {
+        Box::pin(async move {
+            let done = sqlx::query(AssertSqlSafe(statement))
+                .bind(window_millis)
+                .bind(batch)
+                .execute(pool)
+                .await?;
+            Ok(done.rows_affected())
+        })
+    }
+
+    fn migrate<'c>(
+        pool: &'c Pool<Self>,
+        migrator: &'c Migrator,
+    ) -> BoxFuture<'c, Result<(), Error>> {
+        Box::pin(async move { migrator.run(pool).await.map_err(Error::Migrate) })
+    }
+}
+
+/// Applies `migrator` on PostgreSQL. Safe to run from several processes at once: sqlx serializes
+/// them with an advisory lock.
+pub(crate) async fn migrate_postgres(
+    pool: &Pool<Postgres>,
+    migrator: &Migrator,
+) -> Result<(), Error> {
+    let mut connection = pool.acquire().await?;
+    let result = migrator.run_direct(None, &mut *connection, false).await;
+    if result.is_err() {
+        // A failed run can leave sqlx's session-level advisory lock held: never give that
+        // connection back to the pool.
+        let _ = connection.detach().close().await;
+    }
+    result.map_err(Error::Migrate)
+}

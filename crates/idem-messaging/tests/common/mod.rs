@@ -1,0 +1,253 @@
+//! What the server tests share: the servers' URLs, a schema of the test's own with a ledger
+//! table, and publishers that record, refuse or stall.
+
+#![allow(dead_code, unreachable_pub)] // each test file uses a part
+
+use std::{
+    hash::{BuildHasher, RandomState},
+    io::Write,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use idem_messaging::{
+    Confirmations, ConsumerName, Envelope, InboxOptions, Outbox, OutboxOptions, PgInbox,
+    PublishError, Publisher,
+};
+use sqlx::{AssertSqlSafe, PgPool, postgres::PgPoolOptions};
+use tokio::sync::Notify;
+
+/// How long a test waits for something that should happen in milliseconds.
+pub const EVENTUALLY: Duration = Duration::from_secs(60);
+
+/// The URL in `variable`, or `None` after saying why the test is skipped.
+pub fn server_url(variable: &str) -> Option<String> {
+    match std::env::var(variable) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            // Straight to stderr: the test harness captures `eprintln!` of passing tests.
+            let _ = writeln!(std::io::stderr(), "skipped: {variable} is not set");
+            None
+        }
+    }
+}
+
+/// Returns from the test when a server it needs is not configured.
+#[macro_export]
+macro_rules! require {
+    ($variable:literal) => {
+        match common::server_url($variable) {
+            Some(url) => url,
+            None => return,
+        }
+    };
+}
+
+/// A random lower-case suffix for names of the test's own.
+pub fn suffix() -> String {
+    let random = RandomState::new().hash_one(std::thread::current().id());
+    format!("{random:016x}")
+}
+
+/// A schema of the test's own, with a `ledger` table, dropped when this is.
+pub struct TestSchema {
+    pub url: String,
+    pub name: String,
+    pub pool: PgPool,
+}
+
+impl TestSchema {
+    pub async fn new(url: &str) -> Self {
+        let name = format!("idem_test_{}", suffix());
+        let pool = PgPoolOptions::new()
+            .max_connections(20)
+            .connect(url)
+            .await
+            .expect("connect to the test server");
+        sqlx::query(AssertSqlSafe(format!(r#"CREATE SCHEMA "{name}""#)))
+            .execute(&pool)
+            .await
+            .unwrap();
+        // One row per effect: duplicates would show as repeated message ids.
+        sqlx::query(AssertSqlSafe(format!(
+            r#"CREATE TABLE "{name}".ledger (
+                id bigserial PRIMARY KEY,
+                message_id text NOT NULL,
+                entry text NOT NULL
+            )"#
+        )))
+        .execute(&pool)
+        .await
+        .unwrap();
+        Self {
+            url: url.to_owned(),
+            name,
+            pool,
+        }
+    }
+
+    pub fn inbox_options(&self) -> InboxOptions {
+        InboxOptions::new().schema(self.name.parse().unwrap())
+    }
+
+    pub async fn inbox(&self) -> PgInbox {
+        let inbox = PgInbox::new(self.inbox_options());
+        inbox.migrate(&self.pool).await.unwrap();
+        inbox
+    }
+
+    pub async fn outbox(&self) -> Outbox {
+        let outbox = Outbox::new(OutboxOptions::new().schema(self.name.parse().unwrap()));
+        outbox.migrate(&self.pool).await.unwrap();
+        outbox
+    }
+
+    /// `sql` with `{schema}` replaced by this schema's name.
+    pub fn sql(&self, sql: &str) -> AssertSqlSafe<String> {
+        AssertSqlSafe(sql.replace("{schema}", &format!(r#""{}""#, self.name)))
+    }
+
+    /// The ledger write, in the handler's transaction.
+    pub async fn book(&self, connection: &mut sqlx::PgConnection, message_id: &str, entry: &str) {
+        sqlx::query(self.sql("INSERT INTO {schema}.ledger (message_id, entry) VALUES ($1, $2)"))
+            .bind(message_id)
+            .bind(entry)
+            .execute(connection)
+            .await
+            .unwrap();
+    }
+
+    pub async fn count(&self, sql: &str) -> i64 {
+        sqlx::query_scalar(self.sql(sql))
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+
+    pub async fn ledger(&self) -> i64 {
+        self.count("SELECT count(*) FROM {schema}.ledger").await
+    }
+
+    /// Ledger rows beyond the first for each message id.
+    pub async fn duplicated_effects(&self) -> i64 {
+        self.count("SELECT count(*) - count(DISTINCT message_id) FROM {schema}.ledger")
+            .await
+    }
+
+    pub async fn inbox_rows(&self) -> i64 {
+        self.count("SELECT count(*) FROM {schema}.idem_inbox").await
+    }
+}
+
+impl Drop for TestSchema {
+    fn drop(&mut self) {
+        let (url, name) = (self.url.clone(), self.name.clone());
+        // Drop is synchronous and may run inside a runtime: use a thread with its own.
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(async {
+                let pool = PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect(&url)
+                    .await?;
+                sqlx::query(AssertSqlSafe(format!(
+                    r#"DROP SCHEMA IF EXISTS "{name}" CASCADE"#
+                )))
+                .execute(&pool)
+                .await?;
+                pool.close().await;
+                anyhow::Ok(())
+            })
+        })
+        .join();
+        if let Ok(Err(error)) = dropped {
+            eprintln!("could not drop the test schema {}: {error:#}", self.name);
+        }
+    }
+}
+
+pub fn consumer(name: &str) -> ConsumerName {
+    name.parse().unwrap()
+}
+
+/// Decides, per message, whether the broker refuses it.
+pub type Refusal = Box<dyn Fn(&Envelope) -> Option<PublishError> + Send + Sync>;
+
+/// A broker in memory: records what it confirms, in order, and refuses what `refuse` says.
+#[derive(Clone, Default)]
+pub struct Recorder {
+    pub confirmed: Arc<Mutex<Vec<Envelope>>>,
+    pub batches: Arc<Mutex<Vec<Vec<Envelope>>>>,
+    refuse: Option<Arc<Refusal>>,
+}
+
+impl Recorder {
+    pub fn refusing(
+        refuse: impl Fn(&Envelope) -> Option<PublishError> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            refuse: Some(Arc::new(Box::new(refuse))),
+            ..Self::default()
+        }
+    }
+
+    pub fn confirmed(&self) -> Vec<Envelope> {
+        self.confirmed.lock().unwrap().clone()
+    }
+
+    /// The ids confirmed, in order.
+    pub fn ids(&self) -> Vec<String> {
+        self.confirmed()
+            .iter()
+            .map(|e| e.id().as_str().to_owned())
+            .collect()
+    }
+}
+
+impl Publisher for Recorder {
+    async fn publish_batch(&self, batch: &[Envelope]) -> Confirmations {
+        self.batches.lock().unwrap().push(batch.to_vec());
+        batch
+            .iter()
+            .map(|envelope| {
+                if let Some(error) = self.refuse.as_ref().and_then(|refuse| refuse(envelope)) {
+                    return Err(error);
+                }
+                self.confirmed.lock().unwrap().push(envelope.clone());
+                Ok(())
+            })
+            .collect()
+    }
+}
+
+/// Publishes through `inner`, then tells `published` and never returns: a relay that dies
+/// between the broker's confirmation and marking the messages sent (the test aborts it).
+pub struct DiesAfterPublish<P> {
+    pub inner: P,
+    pub published: Arc<Notify>,
+}
+
+impl<P: Publisher> Publisher for DiesAfterPublish<P> {
+    async fn publish_batch(&self, batch: &[Envelope]) -> Confirmations {
+        let _ = self.inner.publish_batch(batch).await;
+        self.published.notify_one();
+        std::future::pending().await
+    }
+}
+
+/// Publishes through `inner` once `open` gives a permit; tells `waiting` when a batch arrives.
+pub struct Gated<P> {
+    pub inner: P,
+    pub open: Arc<tokio::sync::Semaphore>,
+    pub waiting: Arc<Notify>,
+}
+
+impl<P: Publisher> Publisher for Gated<P> {
+    async fn publish_batch(&self, batch: &[Envelope]) -> Confirmations {
+        self.waiting.notify_one();
+        self.open.acquire().await.unwrap().forget();
+        self.inner.publish_batch(batch).await
+    }
+}

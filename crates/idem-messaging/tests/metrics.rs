@@ -1,0 +1,132 @@
+//! The relay's metrics, read back through a recorder of the test's own.
+
+mod common;
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+};
+
+use idem_messaging::{OutboxMessage, PublishError, Relay, metrics as names};
+use metrics::{
+    Counter, CounterFn, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
+    SharedString, Unit,
+};
+
+use common::{Recorder as Broker, TestSchema};
+
+/// Every value recorded, by metric name and labels.
+#[derive(Default)]
+struct Values(Mutex<BTreeMap<String, Vec<f64>>>);
+
+struct Handle {
+    key: String,
+    values: Arc<Values>,
+}
+
+impl CounterFn for Handle {
+    fn increment(&self, value: u64) {
+        self.values
+            .0
+            .lock()
+            .unwrap()
+            .entry(self.key.clone())
+            .or_default()
+            .push(value as f64);
+    }
+
+    fn absolute(&self, value: u64) {
+        self.increment(value);
+    }
+}
+
+impl HistogramFn for Handle {
+    fn record(&self, value: f64) {
+        self.values
+            .0
+            .lock()
+            .unwrap()
+            .entry(self.key.clone())
+            .or_default()
+            .push(value);
+    }
+}
+
+#[derive(Default)]
+struct TestRecorder(Arc<Values>);
+
+impl TestRecorder {
+    fn handle(&self, key: &Key) -> Arc<Handle> {
+        let labels: Vec<String> = key
+            .labels()
+            .map(|label| format!("{}={}", label.key(), label.value()))
+            .collect();
+        Arc::new(Handle {
+            key: format!("{}{{{}}}", key.name(), labels.join(",")),
+            values: Arc::clone(&self.0),
+        })
+    }
+
+    fn values(&self) -> BTreeMap<String, Vec<f64>> {
+        self.0.0.lock().unwrap().clone()
+    }
+}
+
+impl Recorder for TestRecorder {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        Counter::from_arc(self.handle(key))
+    }
+
+    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::noop()
+    }
+
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        Histogram::from_arc(self.handle(key))
+    }
+}
+
+// The default runtime of `tokio::test` is one thread, so the thread's local recorder sees
+// everything the relay records.
+#[tokio::test]
+async fn a_cycle_counts_published_failed_and_dead_lettered_messages() {
+    let url = require!("IDEM_TEST_POSTGRES_URL");
+    let schema = TestSchema::new(&url).await;
+    let outbox = schema.outbox().await;
+    let mut tx = schema.pool.begin().await.unwrap();
+    for destination in ["orders", "nowhere", "orders"] {
+        outbox
+            .enqueue(&mut tx, OutboxMessage::new(destination, "x"))
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    let broker = Broker::refusing(|envelope| {
+        (envelope.message().destination == "nowhere").then(|| PublishError::Rejected {
+            reason: "NO_ROUTE".into(),
+        })
+    });
+    let relay = Relay::new(schema.pool.clone(), outbox, broker).max_attempts(1);
+
+    let recorder = TestRecorder::default();
+    let guard = metrics::set_default_local_recorder(&recorder);
+    relay.run_once().await.unwrap();
+    relay.run_once().await.unwrap(); // claims nothing: records nothing
+    drop(guard);
+
+    let label = format!(r#"outbox="{}"."idem_outbox""#, schema.name);
+    let values = recorder.values();
+    let counter = |name: &str| values.get(&format!("{name}{{{label}}}")).cloned();
+    assert_eq!(counter(names::PUBLISHED), Some(vec![2.0]));
+    assert_eq!(counter(names::FAILED), Some(vec![1.0]));
+    assert_eq!(counter(names::DEAD_LETTERED), Some(vec![1.0]));
+    assert_eq!(counter(names::RELEASED), None);
+    let batches = counter(names::BATCH_SECONDS).unwrap();
+    assert_eq!(batches.len(), 1);
+    assert!(batches[0] > 0.0);
+    assert_eq!(values.len(), 4, "{values:?}");
+}
