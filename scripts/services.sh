@@ -67,3 +67,29 @@ ensure_rabbitmq() {
   fi
   export IDEM_TEST_AMQP_URL="${IDEM_TEST_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/%2f}"
 }
+
+ensure_nats() {
+  if ! listening 4222; then
+    command -v nats-server >/dev/null || apt_install nats-server
+    local store="${TMPDIR:-/tmp}/idem-nats"
+    mkdir -p "$store"
+    # JetStream on (-js), its streams under $store; the server outlives this script, like Redis.
+    nohup nats-server -a 127.0.0.1 -p 4222 -js -sd "$store" -l "$store/nats-server.log" \
+      >/dev/null 2>&1 &
+    disown
+    wait_for NATS 4222
+  fi
+  export IDEM_TEST_NATS_URL="${IDEM_TEST_NATS_URL:-nats://127.0.0.1:4222}"
+}
+
+# The `kafka` feature builds librdkafka from source (rdkafka-sys runs its ./configure and make):
+# no Kafka server is needed, the Kafka tests use librdkafka's in-process mock cluster.
+ensure_kafka_build_tools() {
+  local missing=()
+  command -v cc >/dev/null || missing+=(gcc)
+  command -v make >/dev/null || missing+=(make)
+  command -v perl >/dev/null || missing+=(perl)
+  if [ "${#missing[@]}" -gt 0 ]; then
+    apt_install "${missing[@]}"
+  fi
+}

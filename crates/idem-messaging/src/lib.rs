@@ -14,7 +14,11 @@
 //!   retries with backoff, dead-letters what keeps failing, keeps per-key order when asked.
 //!   Several relays may share an outbox.
 //! - [`Publisher`] and [`Incoming`]: what a broker provides. RabbitMQ is the `amqp` feature
-//!   (`amqp::AmqpPublisher`, and `lapin`'s deliveries as [`Incoming`]).
+//!   (`amqp::AmqpPublisher`, and `lapin`'s deliveries as [`Incoming`]); NATS JetStream the
+//!   `nats` feature (`nats::NatsPublisher`, and JetStream messages as [`Incoming`]); Kafka the
+//!   `kafka` feature (`kafka::KafkaPublisher`, and `kafka::KafkaMessage`).
+//! - [`RelayProcess`]: a relay as a process, its broker chosen by a [`BrokerUrl`] (what
+//!   `idem relay` runs).
 //!
 //! Together they give **effectively-once** effects for what a consumer writes in its inbox
 //! transaction, and **at-least-once** for everything else it does. `docs/messaging.md` in the
@@ -80,12 +84,19 @@ mod broker;
 mod error;
 mod id;
 mod inbox;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 mod names;
+#[cfg(feature = "nats")]
+pub mod nats;
 mod outbox;
 mod relay;
 mod sql;
 
-pub use broker::{BoxPublisher, Confirmations, DynPublisher, Incoming, PublishError, Publisher};
+pub use broker::{
+    BoxPublisher, BrokerUrl, Confirmations, DynPublisher, Incoming, InvalidBrokerUrl, PublishError,
+    Publisher,
+};
 pub use error::{BoxError, Error};
 pub use id::{ConsumerName, InvalidId, MessageId};
 pub use inbox::{
@@ -93,4 +104,4 @@ pub use inbox::{
 };
 pub use names::{InvalidName, SchemaName, TableName};
 pub use outbox::{DeadLetter, Envelope, Outbox, OutboxMessage, OutboxOptions};
-pub use relay::{BatchReport, Relay, metrics};
+pub use relay::{BatchReport, Relay, RelayProcess, metrics, shutdown_on_signals};

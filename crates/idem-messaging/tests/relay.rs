@@ -505,3 +505,56 @@ async fn drain_owned<P: Publisher>(relay: Relay<P>) -> usize {
         published += report.published;
     }
 }
+
+#[tokio::test]
+async fn behind_a_backlog_the_next_batch_is_claimed_early_and_given_back_at_shutdown() {
+    let url = require!("IDEM_TEST_POSTGRES_URL");
+    let schema = TestSchema::new(&url).await;
+    let outbox = schema.outbox().await;
+    let messages = (0..30)
+        .map(|n| OutboxMessage::new("orders", n.to_string()))
+        .collect();
+    let ids = enqueue(&schema, &outbox, messages).await;
+    let broker = Recorder::default();
+    let (open, waiting) = (Arc::new(Semaphore::new(0)), Arc::new(Notify::new()));
+    let relay = relay(
+        &schema,
+        &outbox,
+        Gated {
+            inner: broker.clone(),
+            open: Arc::clone(&open),
+            waiting: Arc::clone(&waiting),
+        },
+    )
+    .batch_size(10);
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { relay.run(shutdown).await }
+    });
+
+    // The first batch waits for its confirmations; meanwhile the second is claimed.
+    waiting.notified().await;
+    let claimed = "SELECT count(*) FROM {schema}.idem_outbox WHERE claim IS NOT NULL";
+    tokio::time::timeout(EVENTUALLY, async {
+        while schema.count(claimed).await < 20 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the next batch is claimed while the first is in flight");
+    shutdown.cancel();
+    open.add_permits(1);
+    task.await.unwrap();
+
+    // The first batch was published; the second is back in line, its attempt not counted.
+    assert_eq!(broker.ids(), ids[..10]);
+    assert_eq!(outbox.pending(&schema.pool).await.unwrap(), 20);
+    assert_eq!(schema.count(claimed).await, 0);
+    assert_eq!(
+        schema
+            .count("SELECT sum(attempts) FROM {schema}.idem_outbox")
+            .await,
+        0
+    );
+}

@@ -2,7 +2,9 @@
 //! with the broker's confirmation, and an [`Incoming`] message that can be acknowledged.
 //!
 //! Each broker implements them in its own module, behind its own cargo feature: `amqp`
-//! (RabbitMQ, `amqp::AmqpPublisher` and `lapin`'s `Delivery`).
+//! (RabbitMQ, `amqp::AmqpPublisher` and `lapin`'s `Delivery`), `nats` (NATS JetStream,
+//! `nats::NatsPublisher` and `async_nats::jetstream::Message`), `kafka` (Kafka,
+//! `kafka::KafkaPublisher` and `kafka::KafkaMessage`).
 //!
 //! # Examples
 //!
@@ -41,12 +43,14 @@
 //! ```
 
 mod dyn_publisher;
+mod url;
 
 use std::future::Future;
 
 use crate::{BoxError, Envelope};
 
 pub use dyn_publisher::{BoxPublisher, DynPublisher};
+pub use url::{BrokerUrl, InvalidBrokerUrl};
 
 /// One outcome per message of a batch, in the batch's order.
 pub type Confirmations = Vec<Result<(), PublishError>>;
@@ -114,7 +118,9 @@ impl PublishError {
 /// A message received from a broker, as [`Inbox::consume`](crate::Inbox::consume) needs it:
 /// the producer's message id, the payload, and the three ways to settle it.
 ///
-/// Implemented by `lapin::message::Delivery` with the `amqp` feature.
+/// Implemented by `lapin::message::Delivery` with the `amqp` feature and by
+/// `async_nats::jetstream::Message` with the `nats` feature and by `kafka::KafkaMessage` with the
+/// `kafka` feature.
 pub trait Incoming: Send + Sync + Sized {
     /// The producer's id of the message (AMQP's `message_id` property, NATS's `Nats-Msg-Id`
     /// header, a Kafka header), if it has one. Never a delivery tag or an offset: those differ

@@ -13,6 +13,9 @@ pub const FAILED: &str = "idem_outbox_failed_total";
 pub const DEAD_LETTERED: &str = "idem_outbox_dead_lettered_total";
 /// Counter: claimed messages given back untried (broker unavailable, shutdown).
 pub const RELEASED: &str = "idem_outbox_released_total";
+/// Gauge: messages waiting to be published, set by [`RelayProcess`](crate::RelayProcess) at each
+/// progress report.
+pub const PENDING: &str = "idem_outbox_pending";
 /// Histogram: seconds from a claim to the end of its batch (publish and marks), for batches that
 /// claimed at least one message.
 pub const BATCH_SECONDS: &str = "idem_outbox_batch_seconds";

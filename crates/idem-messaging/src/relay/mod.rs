@@ -56,6 +56,7 @@
 mod claim;
 mod listener;
 pub mod metrics;
+mod process;
 mod report;
 
 use std::{
@@ -73,6 +74,7 @@ use crate::{Confirmations, Envelope, Error, Outbox, PublishError, Publisher};
 use claim::{Backoff, ClaimRequest, Claimed};
 use listener::Listener;
 
+pub use process::{RelayProcess, shutdown_on_signals};
 pub use report::BatchReport;
 
 /// The relay's own pause after a database error or an unavailable broker: doubled each time,
@@ -212,7 +214,9 @@ impl<P: Publisher> Relay<P> {
     /// shutdown grace) and returns. Failures are logged and retried after a pause; nothing but
     /// `shutdown` ends it.
     ///
-    /// A full batch is followed at once by the next; otherwise the relay sleeps until an enqueue
+    /// A full batch is followed at once by the next, which is claimed while the first is being
+    /// published (a batch claimed but not published, because the relay pauses or shuts down, is
+    /// given back without counting an attempt); otherwise the relay sleeps until an enqueue
     /// notifies it or the poll interval ends.
     ///
     /// # Panics
@@ -226,8 +230,23 @@ impl<P: Publisher> Relay<P> {
             Arc::clone(&wake),
         );
         let mut pause = Duration::ZERO;
+        // Behind a backlog, the next batch is claimed while this one is published.
+        let mut prefetched: Option<Result<Batch, Error>> = None;
         while !shutdown.is_cancelled() {
-            let outcome = self.cycle(&shutdown).await;
+            let claimed = match prefetched.take() {
+                Some(claimed) => claimed,
+                None => self.claim().await,
+            };
+            let outcome = match claimed {
+                Ok(batch) if batch.is_full(self.batch_size) => {
+                    let (outcome, next) =
+                        tokio::join!(self.deliver(batch, &shutdown), self.claim());
+                    prefetched = Some(next);
+                    outcome
+                }
+                Ok(batch) => self.deliver(batch, &shutdown).await,
+                Err(error) => Err(error),
+            };
             let trouble = match &outcome {
                 Ok(report) => report.released > 0,
                 Err(error) => {
@@ -240,6 +259,8 @@ impl<P: Publisher> Relay<P> {
                 }
             };
             if trouble {
+                // The prefetched batch would wait out the pause under its lease: give it back.
+                self.give_back(prefetched.take()).await;
                 pause = (pause * 2).clamp(PAUSE.0, PAUSE.1);
                 tokio::select! {
                     () = tokio::time::sleep(pause) => {}
@@ -251,7 +272,7 @@ impl<P: Publisher> Relay<P> {
             let full = outcome.is_ok_and(|report| {
                 report.claimed + report.dead_lettered >= self.batch_size as usize
             });
-            if !full {
+            if !full && prefetched.is_none() {
                 tokio::select! {
                     () = wake.notified() => {}
                     () = tokio::time::sleep(self.poll_interval) => {}
@@ -259,14 +280,17 @@ impl<P: Publisher> Relay<P> {
                 }
             }
         }
+        self.give_back(prefetched).await;
     }
 
     /// Runs one cycle: claims a batch, publishes it, marks what was confirmed.
     pub async fn run_once(&self) -> Result<BatchReport, Error> {
-        self.cycle(&CancellationToken::new()).await
+        let batch = self.claim().await?;
+        self.deliver(batch, &CancellationToken::new()).await
     }
 
-    async fn cycle(&self, shutdown: &CancellationToken) -> Result<BatchReport, Error> {
+    /// Claims a batch of due messages under a fresh token.
+    async fn claim(&self) -> Result<Batch, Error> {
         let started = Instant::now();
         let token = Uuid::now_v7();
         let request = ClaimRequest {
@@ -277,17 +301,21 @@ impl<P: Publisher> Relay<P> {
             max_attempts: self.max_attempts,
             ordering: self.ordering,
         };
-        let mut report = BatchReport::default();
-        let mut ids = Vec::new();
-        let mut envelopes = Vec::new();
+        let mut batch = Batch {
+            started,
+            token,
+            ids: Vec::new(),
+            envelopes: Vec::new(),
+            report: BatchReport::default(),
+        };
         for claimed in claim::claim(&self.pool, &self.outbox, &request).await? {
             match claimed {
                 Claimed::Leased { uuid, envelope } => {
-                    ids.push(uuid);
-                    envelopes.push(envelope);
+                    batch.ids.push(uuid);
+                    batch.envelopes.push(envelope);
                 }
                 Claimed::Exhausted { id } => {
-                    report.dead_lettered += 1;
+                    batch.report.dead_lettered += 1;
                     tracing::warn!(
                         relay = self.name,
                         message_id = id.as_str(),
@@ -297,17 +325,45 @@ impl<P: Publisher> Relay<P> {
                 }
             }
         }
-        report.claimed = envelopes.len();
-        if !envelopes.is_empty() {
-            let confirmations = self.publish(&envelopes, shutdown).await;
-            self.settle(token, &ids, confirmations, &mut report).await?;
+        batch.report.claimed = batch.envelopes.len();
+        Ok(batch)
+    }
+
+    /// Publishes a claimed batch and marks what was confirmed.
+    async fn deliver(
+        &self,
+        batch: Batch,
+        shutdown: &CancellationToken,
+    ) -> Result<BatchReport, Error> {
+        let mut report = batch.report;
+        if !batch.envelopes.is_empty() {
+            let confirmations = self.publish(&batch.envelopes, shutdown).await;
+            self.settle(batch.token, &batch.ids, confirmations, &mut report)
+                .await?;
         }
         metrics::record(
             &self.outbox.inner().location.qualified(),
             &report,
-            started.elapsed(),
+            batch.started.elapsed(),
         );
         Ok(report)
+    }
+
+    /// Releases a prefetched batch that will not be published, without counting an attempt; if
+    /// that fails, its lease frees it.
+    async fn give_back(&self, prefetched: Option<Result<Batch, Error>>) {
+        let Some(Ok(batch)) = prefetched else { return };
+        if batch.ids.is_empty() {
+            return;
+        }
+        if let Err(error) = claim::release(&self.pool, &self.outbox, batch.token, &batch.ids).await
+        {
+            tracing::warn!(
+                relay = self.name,
+                error = &error as &dyn std::error::Error,
+                "cannot give back a claimed batch; its lease will free it"
+            );
+        }
     }
 
     /// Publishes a batch within the publish timeout; once shut down, within the grace.
@@ -395,6 +451,22 @@ impl<P: Publisher> Relay<P> {
             report.released = untried.len();
         }
         Ok(())
+    }
+}
+
+/// Messages claimed by one claim, not yet published.
+struct Batch {
+    started: Instant,
+    token: Uuid,
+    ids: Vec<Uuid>,
+    envelopes: Vec<Envelope>,
+    report: BatchReport,
+}
+
+impl Batch {
+    /// Whether the claim took all it could: more messages are probably due.
+    fn is_full(&self, batch_size: u32) -> bool {
+        self.report.claimed + self.report.dead_lettered >= batch_size as usize
     }
 }
 

@@ -1,0 +1,124 @@
+//! A relay process for the fault tests (`tests/faults`): a [`RelayProcess`] configured from the
+//! environment, that says on stdout what the broker confirmed and can be told to stop dead right
+//! after a batch's confirmations, before it marks the messages sent, for the test to SIGKILL it.
+//!
+//! | variable | meaning |
+//! | --- | --- |
+//! | `IDEM_STORE` | the PostgreSQL URL (required) |
+//! | `IDEM_BROKER` | the broker URL (required) |
+//! | `IDEM_OUTBOX_SCHEMA` | the outbox's schema (default `public`) |
+//! | `IDEM_RELAY_NAME` | the relay's name |
+//! | `IDEM_RELAY_BATCH_SIZE`, `IDEM_RELAY_LEASE_MS`, `IDEM_RELAY_POLL_MS` | its settings |
+//! | `IDEM_RELAY_ORDERING` | `1` for per-key ordering |
+//! | `IDEM_FAULT_HALT_AFTER` | after this many confirmed batches, print `halted` and hang |
+//!
+//! Each batch with confirmations prints `confirmed <count>`. SIGTERM stops it gracefully.
+
+use std::{
+    io::Write,
+    sync::atomic::{AtomicU32, Ordering},
+    time::Duration,
+};
+
+use idem_messaging::{
+    BoxPublisher, Confirmations, Envelope, OutboxOptions, Publisher, RelayProcess,
+    shutdown_on_signals,
+};
+
+/// Reports confirmations on stdout; hangs after the `halt_after`th confirmed batch.
+struct Reporting {
+    inner: BoxPublisher,
+    halt_after: Option<u32>,
+    batches: AtomicU32,
+}
+
+impl Publisher for Reporting {
+    async fn publish_batch(&self, batch: &[Envelope]) -> Confirmations {
+        let confirmations = self.inner.publish_batch(batch).await;
+        let confirmed = confirmations.iter().filter(|c| c.is_ok()).count();
+        if confirmed > 0 {
+            say(&format!("confirmed {confirmed}"));
+            let batches = self.batches.fetch_add(1, Ordering::SeqCst) + 1;
+            if self.halt_after == Some(batches) {
+                // Confirmed by the broker, not yet marked sent: the test kills us here.
+                say("halted");
+                std::future::pending::<()>().await;
+            }
+        }
+        confirmations
+    }
+}
+
+fn say(line: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{line}");
+    let _ = stdout.flush();
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|value| !value.is_empty())
+}
+
+type BoxError = Box<dyn std::error::Error>;
+
+fn number<T: std::str::FromStr>(name: &str) -> Result<Option<T>, BoxError> {
+    var(name)
+        .map(|value| {
+            value
+                .parse()
+                .map_err(|_| format!("{name}: not a number: {value}").into())
+        })
+        .transpose()
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), BoxError> {
+    let store = var("IDEM_STORE").ok_or("IDEM_STORE is not set")?;
+    let broker: idem_messaging::BrokerUrl = var("IDEM_BROKER")
+        .ok_or("IDEM_BROKER is not set")?
+        .parse()?;
+    let mut outbox = OutboxOptions::new();
+    if let Some(schema) = var("IDEM_OUTBOX_SCHEMA") {
+        outbox = outbox.schema(schema.parse()?);
+    }
+    let name = var("IDEM_RELAY_NAME");
+    let batch_size: Option<u32> = number("IDEM_RELAY_BATCH_SIZE")?;
+    let lease: Option<u64> = number("IDEM_RELAY_LEASE_MS")?;
+    let poll: Option<u64> = number("IDEM_RELAY_POLL_MS")?;
+    let ordering = var("IDEM_RELAY_ORDERING").as_deref() == Some("1");
+    let halt_after: Option<u32> = number("IDEM_FAULT_HALT_AFTER")?;
+
+    let shutdown = shutdown_on_signals()?;
+    RelayProcess::new(store, broker)
+        .outbox(outbox)
+        .wrap_publisher(move |inner| {
+            BoxPublisher::new(Reporting {
+                inner,
+                halt_after,
+                batches: AtomicU32::new(0),
+            })
+        })
+        .relay(move |mut relay| {
+            if let Some(name) = name {
+                relay = relay.name(name);
+            }
+            if let Some(size) = batch_size {
+                relay = relay.batch_size(size);
+            }
+            if let Some(lease) = lease {
+                relay = relay.lease(Duration::from_millis(lease));
+            }
+            if let Some(poll) = poll {
+                relay = relay.poll_interval(Duration::from_millis(poll));
+            }
+            relay
+                .ordering(ordering)
+                .max_attempts(1000)
+                .backoff(Duration::from_millis(50), Duration::from_secs(1))
+                .publish_timeout(Duration::from_secs(5))
+                .shutdown_grace(Duration::from_secs(2))
+        })
+        .run(shutdown)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,242 @@
+//! [`KafkaPublisher`]: produces with `acks=all` and waits for each message's delivery report.
+
+use std::{fmt, time::Duration};
+
+use rdkafka::{
+    ClientConfig,
+    error::{KafkaError, RDKafkaErrorCode},
+    message::{Header, OwnedHeaders},
+    producer::{DeliveryFuture, FutureProducer, FutureRecord},
+};
+use tokio::sync::OnceCell;
+
+use super::MESSAGE_ID_HEADER;
+use crate::{Confirmations, Envelope, PublishError, Publisher};
+
+/// Produces to Kafka, each message confirmed by its delivery report with `acks=all`: the
+/// [`Publisher`] of the `kafka` feature.
+///
+/// Each message goes to the topic named by its destination, keyed by its ordering key (so that
+/// the messages of one key share a partition and keep their order there), with its outbox id in
+/// the `message-id` header and its headers as message headers. The producer is idempotent
+/// (`enable.idempotence=true`, which implies `acks=all`): librdkafka's own retries neither
+/// duplicate nor reorder within a partition.
+///
+/// A batch is handed to librdkafka at once, then its delivery reports are awaited together.
+/// librdkafka gives up on a message after the delivery timeout (8 s by default: keep it under
+/// the relay's publish timeout); the relay then gives it back and publishes it again later.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use idem_messaging::{Envelope, OutboxMessage, Publisher, kafka::KafkaPublisher};
+///
+/// let publisher = KafkaPublisher::new("127.0.0.1:9092");
+/// let envelope = Envelope::new(
+///     "order-42/paid".parse()?,
+///     OutboxMessage::new("orders", "{}").ordering_key("order-42"),
+///     1,
+/// );
+/// publisher.publish(&envelope).await?; // acknowledged by every in-sync replica
+/// # Ok(())
+/// # }
+/// ```
+pub struct KafkaPublisher {
+    config: ClientConfig,
+    producer: OnceCell<FutureProducer>,
+}
+
+impl KafkaPublisher {
+    /// A publisher to the cluster whose bootstrap servers are `bootstrap_servers`
+    /// (`host:port[,host:port…]`). Creates its producer on the first batch.
+    pub fn new(bootstrap_servers: &str) -> Self {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", bootstrap_servers);
+        Self::with_config(config)
+    }
+
+    /// A publisher with the caller's librdkafka settings (security, client id, linger, …);
+    /// `acks=all` and `enable.idempotence=true` are set over them, and the delivery timeout
+    /// (`message.timeout.ms`) unless they set it.
+    pub fn with_config(mut config: ClientConfig) -> Self {
+        config.set("acks", "all").set("enable.idempotence", "true");
+        if config.get("message.timeout.ms").is_none() {
+            config.set("message.timeout.ms", "8000");
+        }
+        Self {
+            config,
+            producer: OnceCell::new(),
+        }
+    }
+
+    /// Sets how long librdkafka tries to deliver a message (`message.timeout.ms`, 8 s by
+    /// default) before the message counts as unavailable.
+    #[must_use]
+    pub fn delivery_timeout(mut self, timeout: Duration) -> Self {
+        self.config
+            .set("message.timeout.ms", timeout.as_millis().max(1).to_string());
+        self
+    }
+
+    async fn producer(&self) -> Result<&FutureProducer, PublishError> {
+        self.producer
+            .get_or_try_init(|| async { self.config.create().map_err(PublishError::unavailable) })
+            .await
+    }
+
+    /// Hands one message to librdkafka; its delivery report comes later.
+    fn send(
+        producer: &FutureProducer,
+        envelope: &Envelope,
+    ) -> Result<DeliveryFuture, PublishError> {
+        let message = envelope.message();
+        let mut headers = OwnedHeaders::new_with_capacity(message.headers.len() + 1);
+        for (name, value) in message
+            .headers
+            .iter()
+            .filter(|(name, _)| name != MESSAGE_ID_HEADER)
+        {
+            headers = headers.insert(Header {
+                key: name,
+                value: Some(value.as_bytes()),
+            });
+        }
+        headers = headers.insert(Header {
+            key: MESSAGE_ID_HEADER,
+            value: Some(envelope.id().as_str().as_bytes()),
+        });
+        let mut record = FutureRecord::<str, [u8]>::to(&message.destination)
+            .payload(&message.payload)
+            .headers(headers);
+        if let Some(key) = &message.ordering_key {
+            record = record.key(key.as_str());
+        }
+        producer
+            .send_result(record)
+            .map_err(|(error, _)| classify(error))
+    }
+}
+
+/// librdkafka retries what can succeed later by itself, until the delivery timeout: what it
+/// reports about the message itself (too large, an unknown or invalid topic, refused by a
+/// policy or an ACL) is a rejection; a timeout, a full queue or brokers down say nothing about
+/// the message.
+fn classify(error: KafkaError) -> PublishError {
+    use RDKafkaErrorCode as Code;
+    let rejected = matches!(
+        error.rdkafka_error_code(),
+        Some(
+            Code::MessageSizeTooLarge
+                | Code::InvalidMessageSize
+                | Code::InvalidMessage
+                | Code::UnknownTopic
+                | Code::UnknownTopicOrPartition
+                | Code::InvalidTopic
+                | Code::TopicAuthorizationFailed
+                | Code::UnsupportedForMessageFormat
+                | Code::PolicyViolation
+                | Code::InvalidRecord
+                | Code::InvalidArgument
+        )
+    );
+    if rejected {
+        PublishError::Rejected {
+            reason: error.to_string(),
+        }
+    } else {
+        PublishError::unavailable(error)
+    }
+}
+
+impl Publisher for KafkaPublisher {
+    async fn publish_batch(&self, batch: &[Envelope]) -> Confirmations {
+        let producer = match self.producer().await {
+            Ok(producer) => producer,
+            Err(error) => {
+                tracing::warn!(
+                    error = &error as &dyn std::error::Error,
+                    "cannot create the Kafka producer"
+                );
+                let mut error = Some(error);
+                return batch
+                    .iter()
+                    .map(|_| {
+                        Err(error
+                            .take()
+                            .unwrap_or_else(|| PublishError::unavailable("no producer")))
+                    })
+                    .collect();
+            }
+        };
+        let pending: Vec<_> = batch
+            .iter()
+            .map(|envelope| Self::send(producer, envelope))
+            .collect();
+        let mut confirmations = Vec::with_capacity(batch.len());
+        for sent in pending {
+            confirmations.push(match sent {
+                Ok(delivery) => match delivery.await {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err((error, _))) => Err(classify(error)),
+                    Err(canceled) => Err(PublishError::unavailable(canceled)),
+                },
+                Err(error) => Err(error),
+            });
+        }
+        confirmations
+    }
+}
+
+impl fmt::Debug for KafkaPublisher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The configuration may hold credentials.
+        f.debug_struct("KafkaPublisher")
+            .field("bootstrap_servers", &self.config.get("bootstrap.servers"))
+            .field("created", &self.producer.initialized())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_are_rejections_and_timeouts_unavailability() {
+        let produced = |code| classify(KafkaError::MessageProduction(code));
+        assert!(matches!(
+            produced(RDKafkaErrorCode::MessageSizeTooLarge),
+            PublishError::Rejected { .. }
+        ));
+        assert!(matches!(
+            produced(RDKafkaErrorCode::UnknownTopicOrPartition),
+            PublishError::Rejected { .. }
+        ));
+        assert!(matches!(
+            produced(RDKafkaErrorCode::MessageTimedOut),
+            PublishError::Unavailable(_)
+        ));
+        assert!(matches!(
+            produced(RDKafkaErrorCode::QueueFull),
+            PublishError::Unavailable(_)
+        ));
+        assert!(matches!(
+            produced(RDKafkaErrorCode::AllBrokersDown),
+            PublishError::Unavailable(_)
+        ));
+    }
+
+    #[test]
+    fn acks_all_and_idempotence_are_enforced() {
+        let mut config = ClientConfig::new();
+        config.set("acks", "1").set("message.timeout.ms", "2000");
+        let publisher = KafkaPublisher::with_config(config);
+        assert_eq!(publisher.config.get("acks"), Some("all"));
+        assert_eq!(publisher.config.get("enable.idempotence"), Some("true"));
+        assert_eq!(publisher.config.get("message.timeout.ms"), Some("2000"));
+        let publisher = KafkaPublisher::new("h:9092").delivery_timeout(Duration::from_secs(3));
+        assert_eq!(publisher.config.get("message.timeout.ms"), Some("3000"));
+        assert_eq!(publisher.config.get("bootstrap.servers"), Some("h:9092"));
+    }
+}

@@ -1,0 +1,281 @@
+//! [`RelayProcess`]: a relay as a process of its own, what `idem relay` runs.
+
+use std::{
+    fmt,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use sqlx::{PgPool, postgres::PgPoolOptions};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    BoxPublisher, BrokerUrl, Confirmations, Envelope, Error, Outbox, OutboxOptions, Publisher,
+    Relay,
+};
+
+/// How long a statement waits for a connection; at start, how long the database may take to
+/// answer before the process gives up.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+type Configure = Box<dyn FnOnce(Relay<BoxPublisher>) -> Relay<BoxPublisher> + Send>;
+type Wrap = Box<dyn FnOnce(BoxPublisher) -> BoxPublisher + Send>;
+
+/// A relay run as a process: connects to PostgreSQL, optionally migrates the outbox, publishes
+/// to the broker of a [`BrokerUrl`] until shut down, and reports its progress in the logs
+/// (`tracing`, every 10 s by default) and in the metrics (the relay's counters, and the gauge
+/// `idem_outbox_pending`).
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[cfg(feature = "amqp")]
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use idem_messaging::{RelayProcess, shutdown_on_signals};
+///
+/// let shutdown = shutdown_on_signals()?; // SIGTERM or SIGINT: finish the batch, then stop
+/// RelayProcess::new("postgres://postgres@127.0.0.1/app", "amqp://127.0.0.1:5672/%2f".parse()?)
+///     .migrate(true)
+///     .relay(|relay| relay.batch_size(200).ordering(true))
+///     .run(shutdown)
+///     .await?;
+/// # Ok(())
+/// # }
+/// ```
+pub struct RelayProcess {
+    store: String,
+    broker: BrokerUrl,
+    outbox: OutboxOptions,
+    migrate: bool,
+    max_connections: u32,
+    progress_interval: Duration,
+    configure: Option<Configure>,
+    wrap: Option<Wrap>,
+}
+
+impl RelayProcess {
+    /// A relay of the outbox in the PostgreSQL database at `store` (`postgres://…`) to
+    /// `broker`: the outbox `public.idem_outbox`, not migrated, a pool of 4 connections, progress
+    /// every 10 s, and [`Relay`]'s defaults.
+    pub fn new(store: impl Into<String>, broker: BrokerUrl) -> Self {
+        Self {
+            store: store.into(),
+            broker,
+            outbox: OutboxOptions::new(),
+            migrate: false,
+            max_connections: 4,
+            progress_interval: Duration::from_secs(10),
+            configure: None,
+            wrap: None,
+        }
+    }
+
+    /// Sets the outbox's schema and table.
+    #[must_use]
+    pub fn outbox(mut self, options: OutboxOptions) -> Self {
+        self.outbox = options;
+        self
+    }
+
+    /// Sets whether to create the outbox, or bring it up to date, before relaying (off by
+    /// default: migrations are usually a deployment step).
+    #[must_use]
+    pub fn migrate(mut self, migrate: bool) -> Self {
+        self.migrate = migrate;
+        self
+    }
+
+    /// Sets the most connections the relay's pool opens (at least 2: the claims and marks
+    /// take one; the `LISTEN` connection is separate).
+    #[must_use]
+    pub fn max_connections(mut self, connections: u32) -> Self {
+        self.max_connections = connections.max(2);
+        self
+    }
+
+    /// Sets how often the progress is logged.
+    #[must_use]
+    pub fn progress_interval(mut self, interval: Duration) -> Self {
+        self.progress_interval = interval.max(Duration::from_millis(100));
+        self
+    }
+
+    /// Sets the relay's settings: `configure` gets the relay with its defaults and returns it
+    /// with the setters applied.
+    #[must_use]
+    pub fn relay(
+        mut self,
+        configure: impl FnOnce(Relay<BoxPublisher>) -> Relay<BoxPublisher> + Send + 'static,
+    ) -> Self {
+        self.configure = Some(Box::new(configure));
+        self
+    }
+
+    /// Wraps the broker's publisher, to add behaviour around publishing (fault injection in
+    /// tests, tracing, a rate limit).
+    #[must_use]
+    pub fn wrap_publisher(
+        mut self,
+        wrap: impl FnOnce(BoxPublisher) -> BoxPublisher + Send + 'static,
+    ) -> Self {
+        self.wrap = Some(Box::new(wrap));
+        self
+    }
+
+    /// Connects, migrates if asked, and relays until `shutdown` is cancelled; then finishes the
+    /// batch in flight (within the relay's shutdown grace) and returns.
+    ///
+    /// Fails when the database cannot be reached at start (within 5 s), or the migration fails. Once
+    /// running, failures of the database or the broker are logged and retried, never returned.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
+        let pool = PgPoolOptions::new()
+            .max_connections(self.max_connections)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect(&self.store)
+            .await?;
+        let outbox = Outbox::new(self.outbox);
+        if self.migrate {
+            outbox.migrate(&pool).await?;
+        }
+        let confirmed = Arc::new(AtomicU64::new(0));
+        let mut publisher = self.broker.publisher();
+        if let Some(wrap) = self.wrap {
+            publisher = wrap(publisher);
+        }
+        let publisher = BoxPublisher::new(Counting {
+            inner: publisher,
+            confirmed: Arc::clone(&confirmed),
+        });
+        let mut relay = Relay::new(pool.clone(), outbox.clone(), publisher);
+        if let Some(configure) = self.configure {
+            relay = configure(relay);
+        }
+        let location = outbox.inner().location.qualified();
+        tracing::info!(
+            outbox = %location,
+            broker = %self.broker,
+            relay = ?relay,
+            "the outbox relay is running"
+        );
+        let progress = tokio::spawn(progress(
+            pool.clone(),
+            outbox,
+            Arc::clone(&confirmed),
+            self.progress_interval,
+        ));
+        relay.run(shutdown).await;
+        progress.abort();
+        tracing::info!(
+            outbox = %location,
+            confirmed = confirmed.load(Ordering::Relaxed),
+            "the outbox relay stopped"
+        );
+        pool.close().await;
+        Ok(())
+    }
+}
+
+impl fmt::Debug for RelayProcess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The store URL may hold a password.
+        f.debug_struct("RelayProcess")
+            .field("broker", &self.broker)
+            .field("outbox", &self.outbox)
+            .field("migrate", &self.migrate)
+            .field("max_connections", &self.max_connections)
+            .field("progress_interval", &self.progress_interval)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Counts the messages the broker confirmed.
+struct Counting {
+    inner: BoxPublisher,
+    confirmed: Arc<AtomicU64>,
+}
+
+impl Publisher for Counting {
+    async fn publish_batch(&self, batch: &[Envelope]) -> Confirmations {
+        let confirmations = self.inner.publish_batch(batch).await;
+        let ok = confirmations.iter().filter(|c| c.is_ok()).count();
+        self.confirmed
+            .fetch_add(u64::try_from(ok).unwrap_or(u64::MAX), Ordering::Relaxed);
+        confirmations
+    }
+}
+
+/// Logs, every `interval`, how many messages were confirmed since the last time and how many
+/// are pending, and sets the pending gauge.
+async fn progress(pool: PgPool, outbox: Outbox, confirmed: Arc<AtomicU64>, interval: Duration) {
+    let location = outbox.inner().location.qualified();
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    let (mut last, mut since) = (0, Instant::now());
+    loop {
+        ticks.tick().await;
+        let total = confirmed.load(Ordering::Relaxed);
+        let elapsed = since.elapsed().as_secs_f64();
+        match outbox.pending(&pool).await {
+            Ok(pending) => {
+                metrics::gauge!(super::metrics::PENDING, "outbox" => location.clone())
+                    .set(pending as f64);
+                tracing::info!(
+                    outbox = %location,
+                    confirmed = total - last,
+                    per_second = ((total - last) as f64 / elapsed).round(),
+                    pending,
+                    "outbox relay progress"
+                );
+            }
+            Err(error) => tracing::warn!(
+                outbox = %location,
+                confirmed = total - last,
+                error = &error as &dyn std::error::Error,
+                "outbox relay progress: cannot count the pending messages"
+            ),
+        }
+        (last, since) = (total, Instant::now());
+    }
+}
+
+/// A token cancelled on the first SIGTERM or SIGINT (Ctrl-C elsewhere than Unix): give it to
+/// [`Relay::run`] or [`RelayProcess::run`] for a graceful stop.
+///
+/// # Errors
+///
+/// When the signal handlers cannot be installed.
+///
+/// # Panics
+///
+/// Outside a Tokio runtime.
+pub fn shutdown_on_signals() -> std::io::Result<CancellationToken> {
+    let token = CancellationToken::new();
+    let cancel = token.clone();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut terminate = signal(SignalKind::terminate())?;
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        tokio::spawn(async move {
+            let name = tokio::select! {
+                _ = terminate.recv() => "SIGTERM",
+                _ = interrupt.recv() => "SIGINT",
+            };
+            tracing::info!(signal = name, "shutting down");
+            cancel.cancel();
+        });
+    }
+    #[cfg(not(unix))]
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            tracing::info!("shutting down");
+            cancel.cancel();
+        }
+    });
+    Ok(token)
+}

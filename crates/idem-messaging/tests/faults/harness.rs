@@ -1,0 +1,485 @@
+//! The scenario every broker goes through, the relay processes, the consumer's handler, and the
+//! final checks.
+
+#![allow(unreachable_pub)] // shared with the broker modules of this test only
+
+use std::{
+    collections::HashMap,
+    future::Future,
+    io::Write,
+    process::Stdio,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use idem_messaging::{ConsumerName, Error, Handled, Incoming, MessageId, OutboxMessage, PgInbox};
+use tokio::{
+    io::{AsyncBufReadExt, BufReader},
+    process::{Child, Command},
+    sync::Notify,
+    task::JoinHandle,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::common::TestSchema;
+
+/// Messages per run: `IDEM_FAULT_MESSAGES`, 2,000 by default (the CI form).
+pub fn message_count() -> usize {
+    std::env::var("IDEM_FAULT_MESSAGES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(2_000)
+}
+
+/// Ordering keys: every message has one, and the relays keep per-key order.
+const KEYS: usize = 100;
+/// Producers, each owning the keys equal to its number modulo their count.
+const PRODUCERS: usize = 4;
+/// Messages per business transaction; every tenth transaction rolls back.
+const PER_TRANSACTION: usize = 50;
+/// The relays' lease: how soon a killed relay's claims go to the others.
+const LEASE: Duration = Duration::from_secs(2);
+
+/// A broker the scenario can run on.
+pub trait FaultBroker {
+    /// For the table.
+    const NAME: &'static str;
+    /// The URL the relay processes publish to.
+    fn relay_url(&self) -> String;
+    /// The outbox messages' destination.
+    fn destination(&self) -> String;
+    /// Stops the broker and starts it again, with its data.
+    fn restart(&mut self) -> impl Future<Output = ()>;
+    /// Consumes the destination until `consumer.stop`, reconnecting whenever it must, handing
+    /// every message to [`Consumer::handle`].
+    fn spawn_consumer(&self, consumer: Consumer) -> JoinHandle<()>;
+}
+
+/// What the consumer side counts.
+#[derive(Default)]
+pub struct Tally {
+    processed: AtomicUsize,
+    skipped: AtomicUsize,
+    crashes: AtomicUsize,
+}
+
+/// The ledger consumer: its handler books one ledger row per message, in the inbox transaction.
+#[derive(Clone)]
+pub struct Consumer {
+    schema: Arc<TestSchema>,
+    inbox: PgInbox,
+    name: ConsumerName,
+    tally: Arc<Tally>,
+    crash_at: usize,
+    pub stop: CancellationToken,
+}
+
+/// What the consumer loop does after a message.
+#[must_use]
+pub enum Next {
+    /// Take the next message.
+    Continue,
+    /// Drop the connection and start again: the consumer crashed after a commit, before the
+    /// ack, or could not settle a message.
+    Reconnect,
+}
+
+impl Consumer {
+    /// Handles one message. Once `crash_at` messages are processed, the next first delivery is
+    /// committed and then abandoned without an ack, as by a consumer that died at that instant.
+    pub async fn handle<M: Incoming>(&self, message: M) -> Next {
+        if self.tally.processed.load(Ordering::SeqCst) >= self.crash_at
+            && self.tally.crashes.load(Ordering::SeqCst) == 0
+        {
+            let id: MessageId = message.message_id().unwrap().parse().unwrap();
+            let entry = std::str::from_utf8(message.payload()).unwrap().to_owned();
+            let handled = self
+                .inbox
+                .handle(&self.schema.pool, &self.name, &id, |tx| {
+                    Box::pin(async {
+                        self.schema.book(tx, id.as_str(), &entry).await;
+                        Ok::<_, Error>(())
+                    })
+                })
+                .await
+                .unwrap();
+            return match handled {
+                Handled::Processed(()) => {
+                    self.tally.processed.fetch_add(1, Ordering::SeqCst);
+                    self.tally.crashes.fetch_add(1, Ordering::SeqCst);
+                    drop(message); // never acknowledged
+                    Next::Reconnect
+                }
+                Handled::Duplicate => {
+                    self.tally.skipped.fetch_add(1, Ordering::SeqCst);
+                    match message.ack().await {
+                        Ok(()) => Next::Continue,
+                        Err(_) => Next::Reconnect,
+                    }
+                }
+            };
+        }
+        let outcome = self
+            .inbox
+            .consume(&self.schema.pool, &self.name, message, |tx, message| {
+                Box::pin(async move {
+                    let entry = std::str::from_utf8(message.payload()).unwrap();
+                    self.schema
+                        .book(tx, message.message_id().unwrap(), entry)
+                        .await;
+                    Ok::<_, Error>(())
+                })
+            })
+            .await;
+        match outcome {
+            Ok(Handled::Processed(())) => {
+                self.tally.processed.fetch_add(1, Ordering::SeqCst);
+                Next::Continue
+            }
+            Ok(Handled::Duplicate) => {
+                self.tally.skipped.fetch_add(1, Ordering::SeqCst);
+                Next::Continue
+            }
+            // The broker went away mid-message: whatever committed is skipped on redelivery.
+            Err(Error::Settle(_)) => Next::Reconnect,
+            Err(error) => panic!("the ledger consumer failed: {error}"),
+        }
+    }
+}
+
+/// A relay process (`idem-relay-test`) and what it says on stdout.
+struct RelayChild {
+    child: Child,
+    halted: Arc<Notify>,
+}
+
+impl RelayChild {
+    fn spawn(
+        name: &str,
+        schema: &TestSchema,
+        broker: &str,
+        halt_after: Option<u32>,
+        confirmed: &Arc<AtomicUsize>,
+    ) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_idem-relay-test"));
+        command
+            .env("IDEM_STORE", &schema.url)
+            .env("IDEM_BROKER", broker)
+            .env("IDEM_OUTBOX_SCHEMA", &schema.name)
+            .env("IDEM_RELAY_NAME", name)
+            .env("IDEM_RELAY_BATCH_SIZE", "50")
+            .env("IDEM_RELAY_LEASE_MS", LEASE.as_millis().to_string())
+            .env("IDEM_RELAY_POLL_MS", "100")
+            .env("IDEM_RELAY_ORDERING", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        if let Some(batches) = halt_after {
+            command.env("IDEM_FAULT_HALT_AFTER", batches.to_string());
+        }
+        let mut child = command.spawn().expect("start idem-relay-test");
+        let halted = Arc::new(Notify::new());
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        tokio::spawn({
+            let (halted, confirmed) = (Arc::clone(&halted), Arc::clone(confirmed));
+            async move {
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if let Some(count) = line.strip_prefix("confirmed ") {
+                        confirmed.fetch_add(count.parse().unwrap(), Ordering::SeqCst);
+                    } else if line == "halted" {
+                        halted.notify_one();
+                    }
+                }
+            }
+        });
+        Self { child, halted }
+    }
+
+    /// SIGKILL.
+    async fn kill(mut self) {
+        self.child.kill().await.unwrap();
+    }
+
+    /// SIGTERM, then waits for the graceful exit.
+    async fn terminate(mut self) {
+        let pid = self.child.id().unwrap();
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .await
+            .unwrap();
+        assert!(sent.success());
+        let status = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .expect("the relay stops within 30 s of SIGTERM")
+            .unwrap();
+        assert!(status.success(), "the relay exited with {status}");
+    }
+}
+
+/// Enqueues `count` messages from [`PRODUCERS`] tasks, in business transactions that also
+/// record each message in `sent`; every tenth transaction rolls back. Returns how many
+/// committed.
+async fn produce(schema: Arc<TestSchema>, destination: String, count: usize) -> usize {
+    let outbox = schema.outbox().await;
+    let tasks: Vec<_> =
+        (0..PRODUCERS)
+            .map(|producer| {
+                let (schema, outbox, destination) =
+                    (Arc::clone(&schema), outbox.clone(), destination.clone());
+                let share = count / PRODUCERS + usize::from(producer < count % PRODUCERS);
+                tokio::spawn(async move {
+                    let keys: Vec<usize> = (producer..KEYS).step_by(PRODUCERS).collect();
+                    let mut next = vec![0_usize; KEYS];
+                    let (mut committed, mut transactions) = (0, 0);
+                    while committed < share {
+                        transactions += 1;
+                        let rollback = transactions % 10 == 0;
+                        let size = PER_TRANSACTION.min(share - committed);
+                        let mut planned = next.clone();
+                        let mut tx = schema.pool.begin().await.unwrap();
+                        for n in 0..size {
+                            let key = keys[(committed + n) % keys.len()];
+                            let entry = format!("k{key}:{}", planned[key]);
+                            planned[key] += 1;
+                            let message = OutboxMessage::new(destination.clone(), entry.clone())
+                                .ordering_key(format!("k{key}"));
+                            let id = outbox.enqueue(&mut tx, message).await.unwrap();
+                            sqlx::query(schema.sql(
+                                "INSERT INTO {schema}.sent (message_id, entry) VALUES ($1, $2)",
+                            ))
+                            .bind(id.as_str())
+                            .bind(&entry)
+                            .execute(&mut *tx)
+                            .await
+                            .unwrap();
+                        }
+                        if rollback {
+                            tx.rollback().await.unwrap();
+                        } else {
+                            tx.commit().await.unwrap();
+                            next = planned;
+                            committed += size;
+                        }
+                    }
+                    committed
+                })
+            })
+            .collect();
+    let mut committed = 0;
+    for task in tasks {
+        committed += task.await.unwrap();
+    }
+    committed
+}
+
+/// The outcome, as printed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    pub sent: i64,
+    pub published: usize,
+    pub effects: i64,
+    pub skipped: usize,
+    pub lost: i64,
+    pub duplicated: i64,
+    pub unexpected: i64,
+    pub order_violations: usize,
+    pub dead_letters: usize,
+    pub relays_killed: usize,
+    pub consumer_crashes: usize,
+    pub broker_restarts: usize,
+}
+
+/// Runs the scenario on `broker` and returns what it found, once it printed it.
+pub async fn run<B: FaultBroker>(mut broker: B, postgres: &str) -> Report {
+    let started = Instant::now();
+    let messages = message_count();
+    let schema = Arc::new(TestSchema::new(postgres).await);
+    sqlx::query(
+        schema.sql("CREATE TABLE {schema}.sent (message_id text PRIMARY KEY, entry text NOT NULL)"),
+    )
+    .execute(&schema.pool)
+    .await
+    .unwrap();
+    let (inbox, outbox) = (schema.inbox().await, schema.outbox().await);
+    let tally = Arc::new(Tally::default());
+    let stop = CancellationToken::new();
+    let consumer = broker.spawn_consumer(Consumer {
+        schema: Arc::clone(&schema),
+        inbox,
+        name: crate::common::consumer("ledger"),
+        tally: Arc::clone(&tally),
+        crash_at: messages / 4,
+        stop: stop.clone(),
+    });
+
+    // Two relays compete; the first stops dead after its third confirmed batch.
+    let confirmed = Arc::new(AtomicUsize::new(0));
+    let url = broker.relay_url();
+    let doomed = RelayChild::spawn("relay-a", &schema, &url, Some(3), &confirmed);
+    let steady = RelayChild::spawn("relay-b", &schema, &url, None, &confirmed);
+    let producers = tokio::spawn(produce(Arc::clone(&schema), broker.destination(), messages));
+
+    let deadline = Duration::from_secs(120) + Duration::from_millis(messages as u64 * 20);
+    tokio::time::timeout(deadline, doomed.halted.notified())
+        .await
+        .expect("relay-a reaches its third batch");
+    // Confirmed by the broker, not marked sent: SIGKILL, and a new relay in its place.
+    doomed.kill().await;
+    let replacement = RelayChild::spawn("relay-a2", &schema, &url, None, &confirmed);
+
+    let halfway = tokio::time::timeout(deadline, async {
+        while tally.processed.load(Ordering::SeqCst) < messages / 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    halfway.expect("half of the messages reach the ledger");
+    broker.restart().await;
+
+    let sent = producers.await.unwrap();
+    let done = tokio::time::timeout(deadline, async {
+        loop {
+            let effects = schema
+                .count("SELECT count(DISTINCT message_id) FROM {schema}.ledger")
+                .await;
+            if effects >= sent as i64 && outbox.pending(&schema.pool).await.unwrap() == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    // Stray copies still on their way (redeliveries after an ack wait) get the time to arrive.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    replacement.terminate().await;
+    steady.terminate().await;
+    stop.cancel();
+    consumer.await.unwrap();
+
+    let report = Report {
+        sent: schema.count("SELECT count(*) FROM {schema}.sent").await,
+        published: confirmed.load(Ordering::SeqCst),
+        effects: schema.ledger().await,
+        skipped: tally.skipped.load(Ordering::SeqCst),
+        lost: schema
+            .count(
+                "SELECT count(*) FROM {schema}.sent AS s WHERE NOT EXISTS \
+                 (SELECT 1 FROM {schema}.ledger AS l WHERE l.message_id = s.message_id)",
+            )
+            .await,
+        duplicated: schema.duplicated_effects().await,
+        unexpected: schema
+            .count(
+                "SELECT count(*) FROM {schema}.ledger AS l WHERE NOT EXISTS \
+                 (SELECT 1 FROM {schema}.sent AS s \
+                  WHERE s.message_id = l.message_id AND s.entry = l.entry)",
+            )
+            .await,
+        order_violations: order_violations(&schema).await,
+        dead_letters: outbox.dead_letters(&schema.pool, 1000).await.unwrap().len(),
+        relays_killed: 1,
+        consumer_crashes: tally.crashes.load(Ordering::SeqCst),
+        broker_restarts: 1,
+    };
+    print(B::NAME, messages, &report, started.elapsed());
+    assert_eq!(sent as i64, report.sent);
+    done.expect("every committed message reaches the ledger");
+    report
+}
+
+/// Messages of a key booked out of their enqueue order: the ledger's ids are the consumer's
+/// processing order; each key's entries must read 0, 1, 2…
+async fn order_violations(schema: &TestSchema) -> usize {
+    let entries: Vec<String> =
+        sqlx::query_scalar(schema.sql("SELECT entry FROM {schema}.ledger ORDER BY id"))
+            .fetch_all(&schema.pool)
+            .await
+            .unwrap();
+    let mut expected: HashMap<String, usize> = HashMap::new();
+    let mut violations = 0;
+    for entry in entries {
+        let (key, n) = entry.split_once(':').unwrap();
+        let n: usize = n.parse().unwrap();
+        let next = expected.entry(key.to_owned()).or_default();
+        if n != *next {
+            violations += 1;
+        }
+        *next = n + 1;
+    }
+    violations
+}
+
+/// Straight to stderr, so that the table shows even when the test passes.
+fn print(broker: &str, messages: usize, report: &Report, elapsed: Duration) {
+    let rows: [(&str, String); 12] = [
+        ("sent (committed in the outbox)", report.sent.to_string()),
+        (
+            "published attempts (broker confirmations)",
+            report.published.to_string(),
+        ),
+        ("effects (ledger rows)", report.effects.to_string()),
+        ("copies skipped by the inbox", report.skipped.to_string()),
+        ("lost (committed, no effect)", report.lost.to_string()),
+        ("duplicated effects", report.duplicated.to_string()),
+        ("unexpected effects", report.unexpected.to_string()),
+        (
+            "per-key order violations (ordering on)",
+            report.order_violations.to_string(),
+        ),
+        ("dead letters", report.dead_letters.to_string()),
+        (
+            "relays SIGKILLed after publish, before mark-sent",
+            report.relays_killed.to_string(),
+        ),
+        (
+            "consumer crashes after commit, before ack",
+            report.consumer_crashes.to_string(),
+        ),
+        ("broker restarts", report.broker_restarts.to_string()),
+    ];
+    let mut table = format!(
+        "\nfault test, {broker}: {messages} messages, {KEYS} keys, 2 relays, {:.1} s\n",
+        elapsed.as_secs_f64()
+    );
+    table.push_str("| check | count |\n| --- | ---: |\n");
+    for (name, value) in rows {
+        table.push_str(&format!("| {name} | {value} |\n"));
+    }
+    let _ = std::io::stderr().write_all(table.as_bytes());
+}
+
+/// A TCP port nobody listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Whether something accepts connections on `port`.
+pub async fn listening(port: u16) -> bool {
+    tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_ok()
+}
+
+/// Waits until `port` is `up` (or down), for at most 60 s.
+pub async fn wait_port(port: u16, up: bool) {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while listening(port).await != up {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "port {port} did not become {}",
+            if up { "open" } else { "closed" }
+        )
+    });
+}

@@ -1,0 +1,18 @@
+//! Jepsen-style fault tests, one per broker: messages pushed from the outbox through the broker
+//! into an inbox consumer whose handler books a ledger row, while a relay process is SIGKILLed
+//! between publish and mark-sent, two relay processes compete, the consumer crashes after its
+//! commit and before its ack, and the broker is restarted once. At the end each prints a table
+//! and asserts that nothing was lost, duplicated or made up, and that per-key order held.
+//!
+//! `IDEM_FAULT_MESSAGES` sets the number of messages (default 2,000, the CI form);
+//! `scripts/faults` runs the full form, 10,000.
+//!
+//! The brokers are the tests' own, so that restarting them disturbs no other test: a
+//! `nats-server -js` on a free port with its own store, and a second RabbitMQ node on free
+//! ports with its own data directory.
+
+#[path = "../common/mod.rs"]
+mod common;
+mod harness;
+mod nats;
+mod rabbitmq;

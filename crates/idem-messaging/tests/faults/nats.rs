@@ -1,0 +1,172 @@
+//! The fault test on NATS JetStream: a `nats-server -js` of its own, on a free port, with its own
+//! store directory, restarted once (SIGTERM, then started again on the same store).
+
+use std::{process::Stdio, time::Duration};
+
+use async_nats::jetstream::{
+    self,
+    consumer::{AckPolicy, PullConsumer, pull},
+    stream,
+};
+use futures_util::StreamExt;
+use tempfile::TempDir;
+use tokio::{
+    process::{Child, Command},
+    task::JoinHandle,
+};
+
+use crate::{
+    common,
+    harness::{self, Consumer, FaultBroker, Next},
+    require,
+};
+
+const STREAM: &str = "FAULTS";
+const SUBJECT: &str = "faults";
+
+struct NatsServer {
+    port: u16,
+    store: TempDir,
+    server: Option<Child>,
+}
+
+impl NatsServer {
+    async fn start() -> Self {
+        let mut server = Self {
+            port: harness::free_port(),
+            store: tempfile::tempdir().unwrap(),
+            server: None,
+        };
+        server.launch().await;
+        let client = async_nats::connect(server.relay_url()).await.unwrap();
+        jetstream::new(client)
+            .create_stream(stream::Config {
+                name: STREAM.into(),
+                subjects: vec![SUBJECT.into()],
+                duplicate_window: Duration::from_secs(120),
+                ..stream::Config::default()
+            })
+            .await
+            .unwrap();
+        server
+    }
+
+    async fn launch(&mut self) {
+        let child = Command::new("nats-server")
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-js",
+                "-sd",
+            ])
+            .arg(self.store.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start nats-server (Debian's package nats-server)");
+        self.server = Some(child);
+        harness::wait_port(self.port, true).await;
+    }
+
+    /// A pull consumer that hands out one message at a time (so that the ledger's order is the
+    /// stream's), redelivering an unacknowledged one after 2 s.
+    async fn consumer(url: &str) -> Result<PullConsumer, async_nats::Error> {
+        let client = async_nats::ConnectOptions::new()
+            .connection_timeout(Duration::from_secs(2))
+            .connect(url)
+            .await?;
+        let stream = jetstream::new(client).get_stream(STREAM).await?;
+        Ok(stream
+            .get_or_create_consumer(
+                "ledger",
+                pull::Config {
+                    durable_name: Some("ledger".into()),
+                    ack_policy: AckPolicy::Explicit,
+                    ack_wait: Duration::from_secs(2),
+                    max_ack_pending: 1,
+                    ..pull::Config::default()
+                },
+            )
+            .await?)
+    }
+}
+
+impl FaultBroker for NatsServer {
+    const NAME: &'static str = "NATS JetStream";
+
+    fn relay_url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    fn destination(&self) -> String {
+        SUBJECT.into()
+    }
+
+    async fn restart(&mut self) {
+        let mut server = self.server.take().unwrap();
+        let pid = server.id().unwrap().to_string();
+        let status = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .await
+            .unwrap();
+        assert!(status.success());
+        server.wait().await.unwrap();
+        harness::wait_port(self.port, false).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        self.launch().await;
+    }
+
+    fn spawn_consumer(&self, consumer: Consumer) -> JoinHandle<()> {
+        let url = self.relay_url();
+        tokio::spawn(async move {
+            while !consumer.stop.is_cancelled() {
+                let messages = match Self::consumer(&url).await {
+                    Ok(pull) => pull.messages().await,
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        continue;
+                    }
+                };
+                let Ok(mut messages) = messages else {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                };
+                loop {
+                    let next = tokio::select! {
+                        next = messages.next() => next,
+                        () = consumer.stop.cancelled() => return,
+                    };
+                    // Missed heartbeats while the server restarts, or the end: start again.
+                    let Some(Ok(message)) = next else { break };
+                    if let Next::Reconnect = consumer.handle(message).await {
+                        break;
+                    }
+                }
+            }
+        })
+    }
+}
+
+#[tokio::test]
+async fn nothing_is_lost_duplicated_or_reordered_through_nats_faults() {
+    let postgres = require!("IDEM_TEST_POSTGRES_URL");
+    // Where NATS is set up for the tests, nats-server is installed: this test runs its own.
+    let _ = require!("IDEM_TEST_NATS_URL");
+    let server = NatsServer::start().await;
+    let report = harness::run(server, &postgres).await;
+
+    assert_eq!(report.effects, report.sent);
+    assert_eq!(report.lost, 0);
+    assert_eq!(report.duplicated, 0);
+    assert_eq!(report.unexpected, 0);
+    assert_eq!(report.order_violations, 0);
+    assert_eq!(report.dead_letters, 0);
+    assert_eq!(report.consumer_crashes, 1);
+    assert!(report.published >= report.sent as usize, "{report:?}");
+    // The crashed consumer's message came back after the ack wait and was skipped.
+    assert!(report.skipped >= 1, "{report:?}");
+}

@@ -1,0 +1,204 @@
+//! The fault test on RabbitMQ: a second RabbitMQ node of its own (the shared one serves the other
+//! tests), on free ports with its own data directory, restarted once (`rabbitmqctl stop`, then
+//! `rabbitmq-server -detached` again on the same data).
+
+use std::{process::Stdio, time::Duration};
+
+use futures_util::StreamExt;
+use lapin::{
+    Connection, ConnectionProperties,
+    options::{BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions},
+    types::FieldTable,
+};
+use tempfile::TempDir;
+use tokio::{process::Command, task::JoinHandle};
+
+use crate::{
+    common,
+    harness::{self, Consumer, FaultBroker, Next},
+    require,
+};
+
+const QUEUE: &str = "faults";
+
+/// A RabbitMQ node started with `rabbitmq-server -detached`; stopped when dropped.
+struct RabbitNode {
+    name: String,
+    port: u16,
+    dist_port: u16,
+    dir: TempDir,
+}
+
+impl RabbitNode {
+    async fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = harness::free_port();
+        let node = Self {
+            name: format!("idem-faults-{port}@localhost"),
+            port,
+            dist_port: harness::free_port(),
+            dir,
+        };
+        let path = node.dir.path();
+        std::fs::write(path.join("enabled_plugins"), "[].\n").unwrap();
+        // The system's rabbitmq.conf names the shared node's listener: ours replaces it.
+        std::fs::write(
+            path.join("rabbitmq.conf"),
+            format!("listeners.tcp.local = 127.0.0.1:{port}\n"),
+        )
+        .unwrap();
+        // The Debian scripts run the node as the rabbitmq user.
+        run(Command::new("chown")
+            .args(["-R", "rabbitmq:rabbitmq"])
+            .arg(path))
+        .await;
+        run(Command::new("chmod").arg("755").arg(path)).await;
+        node.launch().await;
+
+        let connection = Connection::connect(&node.url(), ConnectionProperties::default())
+            .await
+            .unwrap();
+        let channel = connection.create_channel().await.unwrap();
+        channel
+            .queue_declare(
+                QUEUE.into(),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..QueueDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        connection.close(200, "declared".into()).await.unwrap();
+        node
+    }
+
+    fn url(&self) -> String {
+        format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.port)
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let path = self.dir.path();
+        let mut command = Command::new(program);
+        command
+            .env("RABBITMQ_NODENAME", &self.name)
+            .env("RABBITMQ_NODE_PORT", self.port.to_string())
+            .env("RABBITMQ_DIST_PORT", self.dist_port.to_string())
+            .env("RABBITMQ_MNESIA_BASE", path.join("mnesia"))
+            .env("RABBITMQ_LOG_BASE", path.join("log"))
+            .env("RABBITMQ_PID_FILE", path.join("pid"))
+            .env(
+                "RABBITMQ_ENABLED_PLUGINS_FILE",
+                path.join("enabled_plugins"),
+            )
+            .env("RABBITMQ_CONFIG_FILE", path.join("rabbitmq.conf"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        command
+    }
+
+    async fn launch(&self) {
+        run(self.command("rabbitmq-server").arg("-detached")).await;
+        harness::wait_port(self.port, true).await;
+    }
+
+    async fn stop(&self) {
+        run(self.command("rabbitmqctl").args(["-n", &self.name, "stop"])).await;
+        harness::wait_port(self.port, false).await;
+    }
+}
+
+impl Drop for RabbitNode {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("rabbitmqctl")
+            .args(["-n", &self.name, "stop"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+async fn run(command: &mut Command) {
+    let status = command.status().await.unwrap();
+    assert!(status.success(), "{command:?}: {status}");
+}
+
+impl FaultBroker for RabbitNode {
+    const NAME: &'static str = "RabbitMQ";
+
+    fn relay_url(&self) -> String {
+        self.url()
+    }
+
+    fn destination(&self) -> String {
+        QUEUE.into()
+    }
+
+    async fn restart(&mut self) {
+        self.stop().await;
+        self.launch().await;
+    }
+
+    fn spawn_consumer(&self, consumer: Consumer) -> JoinHandle<()> {
+        let url = self.url();
+        tokio::spawn(async move {
+            while !consumer.stop.is_cancelled() {
+                let Ok(connection) =
+                    Connection::connect(&url, ConnectionProperties::default()).await
+                else {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                };
+                let deliveries = async {
+                    let channel = connection.create_channel().await?;
+                    channel.basic_qos(64, BasicQosOptions::default()).await?;
+                    channel
+                        .basic_consume(
+                            QUEUE.into(),
+                            "ledger".into(),
+                            BasicConsumeOptions::default(),
+                            FieldTable::default(),
+                        )
+                        .await
+                };
+                let Ok(mut deliveries) = deliveries.await else {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                };
+                loop {
+                    let next = tokio::select! {
+                        next = deliveries.next() => next,
+                        () = consumer.stop.cancelled() => return,
+                    };
+                    let Some(Ok(delivery)) = next else { break };
+                    if let Next::Reconnect = consumer.handle(delivery).await {
+                        break;
+                    }
+                }
+                // A crash: the unacknowledged deliveries go back to the queue, in order.
+                let _ = connection.close(200, "crashed".into()).await;
+            }
+        })
+    }
+}
+
+#[tokio::test]
+async fn nothing_is_lost_duplicated_or_reordered_through_rabbitmq_faults() {
+    let postgres = require!("IDEM_TEST_POSTGRES_URL");
+    // Where RabbitMQ is set up for the tests, it is installed: this test runs a node of its own.
+    let _ = require!("IDEM_TEST_AMQP_URL");
+    let node = RabbitNode::start().await;
+    let report = harness::run(node, &postgres).await;
+
+    assert_eq!(report.effects, report.sent);
+    assert_eq!(report.lost, 0);
+    assert_eq!(report.duplicated, 0);
+    assert_eq!(report.unexpected, 0);
+    assert_eq!(report.order_violations, 0);
+    assert_eq!(report.dead_letters, 0);
+    assert_eq!(report.consumer_crashes, 1);
+    assert!(report.published >= report.sent as usize, "{report:?}");
+    // The crashed consumer's message came back and was skipped.
+    assert!(report.skipped >= 1, "{report:?}");
+}
