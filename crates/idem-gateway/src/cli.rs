@@ -80,7 +80,9 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_ADMIN_LISTEN", value_name = "ADDR", default_value = config::DEFAULT_ADMIN_LISTEN)]
     pub admin_listen: SocketAddr,
 
-    /// Where records are kept: memory://, sqlite://PATH (relative) or sqlite:///ABSOLUTE/PATH.
+    /// Where records are kept: memory://, sqlite://PATH (relative), sqlite:///ABSOLUTE/PATH,
+    /// postgres://USER@HOST/DB?schema=S, redis://HOST:PORT?prefix=P or
+    /// redis+cluster://HOST:PORT,HOST:PORT…?prefix=P (the parameters are optional).
     #[arg(long, env = "IDEM_STORE", value_name = "URL", default_value = config::DEFAULT_STORE)]
     pub store: StoreUrl,
 
@@ -237,7 +239,8 @@ pub struct KeyArgs {
 /// The store a command works on.
 #[derive(Debug, Args)]
 pub struct StoreArgs {
-    /// memory://, sqlite://PATH (relative) or sqlite:///ABSOLUTE/PATH.
+    /// memory://, sqlite://PATH (relative), sqlite:///ABSOLUTE/PATH, postgres://…, redis://…
+    /// or redis+cluster://… (see `idem serve --help`).
     #[arg(long, env = "IDEM_STORE", value_name = "URL", default_value = config::DEFAULT_STORE)]
     pub store: StoreUrl,
 }

@@ -30,13 +30,22 @@ pub enum Error {
         /// What is wrong with it.
         reason: &'static str,
     },
-    /// A store URL for a backend this build does not include yet.
-    #[error(
-        "the {scheme}:// store is not available in this build (use memory:// or sqlite://PATH)"
-    )]
+    /// A store URL whose parameters idem does not know, repeats one, or has a value the store
+    /// cannot use.
+    #[error("invalid store URL `{url}`: {problem}")]
+    InvalidStoreParameter {
+        /// The URL as given, password hidden.
+        url: String,
+        /// What is wrong.
+        problem: InvalidParameter,
+    },
+    /// A store URL this build cannot serve (`rediss://`: Redis over TLS).
+    #[error("the {scheme}:// store is not available in this build: {hint}")]
     UnsupportedStore {
         /// The URL's scheme.
         scheme: String,
+        /// Why, and what to do instead.
+        hint: &'static str,
     },
     /// An upstream URL that is not `http://HOST[:PORT]`.
     #[error("invalid upstream URL `{url}`: {reason}")]
@@ -99,11 +108,35 @@ pub enum Error {
     /// reached, a schema that cannot be migrated).
     #[error("cannot open the store {url}")]
     OpenStore {
-        /// The store URL.
+        /// The store URL, password hidden.
         url: String,
         /// Why.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The PostgreSQL store's table has not been created: `idem migrate` was not run.
+    #[error(
+        "the idem table {table} of the store {url} has not been created: run \
+         `idem migrate --store {url}`"
+    )]
+    NotMigrated {
+        /// The store URL, password hidden.
+        url: String,
+        /// The records table, quoted and qualified.
+        table: String,
+    },
+    /// The PostgreSQL store's table lacks a migration of this build.
+    #[error(
+        "the idem table {table} of the store {url} lacks migration {version}: run \
+         `idem migrate --store {url}`"
+    )]
+    MigrationPending {
+        /// The store URL, password hidden.
+        url: String,
+        /// The records table, quoted and qualified.
+        table: String,
+        /// The first migration missing.
+        version: i64,
     },
     /// A store operation failed.
     #[error(transparent)]
@@ -143,4 +176,33 @@ pub enum Error {
     /// The upstream did not answer in time; the request may have been sent.
     #[error("the upstream did not answer within {}", humantime::format_duration(*.0))]
     UpstreamTimeout(Duration),
+}
+
+/// What is wrong with a parameter of a store URL (`?schema=…`, `?prefix=…`).
+///
+/// The whole explanation is in the message: command lines show only that.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidParameter {
+    /// A parameter that neither idem nor the store's driver reads.
+    #[error("unknown parameter `{name}` ({known})")]
+    Unknown {
+        /// The parameter.
+        name: String,
+        /// The parameters that are known.
+        known: &'static str,
+    },
+    /// A parameter given twice.
+    #[error("the parameter `{0}` is given twice")]
+    Repeated(&'static str),
+    /// A value the store cannot use.
+    #[error("`{name}={value}`: {reason}")]
+    Value {
+        /// The parameter.
+        name: &'static str,
+        /// Its value.
+        value: String,
+        /// Why it cannot be used.
+        reason: Box<dyn std::error::Error + Send + Sync>,
+    },
 }

@@ -12,7 +12,8 @@ use tokio::time::Instant;
 pub const STORE_DURATION: &str = "idem_store_duration_seconds";
 
 /// Wraps a store and records each call's latency in the [`STORE_DURATION`] histogram, labelled
-/// `op="acquire"`, `"complete"`, … (failed calls too).
+/// `op="acquire"`, `"complete"`, … (failed calls too). [`Store::changed`] is passed through, so
+/// that waiters wake up when another gateway completes their key.
 ///
 /// # Examples
 ///
@@ -98,5 +99,10 @@ impl<S: Store> Store for InstrumentedStore<S> {
 
     async fn ping(&self) -> Result<(), StoreError> {
         timed("ping", self.inner.ping()).await
+    }
+
+    // Not timed: it resolves when another process changes the record, whenever that is.
+    fn changed(&self, address: &Address) -> impl Future<Output = ()> + Send + 'static {
+        self.inner.changed(address)
     }
 }

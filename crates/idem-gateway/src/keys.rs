@@ -18,7 +18,7 @@
 use idem_core::{Address, Scope, Store};
 
 use crate::{
-    Error, RecordView,
+    Error, RecordView, StoreUrl,
     cli::{KeyArgs, KeysCommand},
 };
 
@@ -58,7 +58,12 @@ pub async fn run(command: KeysCommand) -> Result<String, Error> {
                     break;
                 }
             }
-            Ok(format!("purged {purged} expired records"))
+            Ok(match args.store {
+                StoreUrl::Redis(_) => format!(
+                    "purged {purged} expired records (Redis removes expired records by itself)"
+                ),
+                _ => format!("purged {purged} expired records"),
+            })
         }
     }
 }

@@ -70,9 +70,26 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
 
 /// Prints `error: <msg>: <cause>…` on one line.
 fn failure(error: &anyhow::Error) -> ExitCode {
-    let message = format!("{error:#}");
-    eprintln!("error: {}", one_line(&message));
+    eprintln!("error: {}", one_line(&causes(error)));
     ExitCode::FAILURE
+}
+
+/// The error and its causes, joined by `: `. Drivers often put their cause in their own message
+/// too (sqlx's "error communicating with database: Connection refused"): a cause the message
+/// before it already ends with is said once.
+fn causes(error: &anyhow::Error) -> String {
+    let mut message = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if message.ends_with(&text) {
+            continue;
+        }
+        if !message.is_empty() {
+            message.push_str(": ");
+        }
+        message.push_str(&text);
+    }
+    message
 }
 
 /// Help and version go to stdout with success; a refused command line is one line on stderr.

@@ -1,8 +1,12 @@
 //! `idem migrate`: creates the store's schema, or brings it up to date.
+//!
+//! SQLite files are migrated whenever they are opened; a PostgreSQL table only by this command
+//! (`idem serve` refuses to start on a table without its migrations); memory and Redis stores
+//! have no schema.
 
 use crate::{Error, StoreUrl};
 
-/// Opens the store at `url`, which applies its migrations, and says what was done.
+/// Applies the migrations the store at `url` lacks, and says what was done.
 ///
 /// # Examples
 ///
@@ -21,6 +25,14 @@ pub async fn run(url: &StoreUrl) -> Result<String, Error> {
     match url {
         StoreUrl::Memory => {
             Ok("memory:// keeps nothing on disk: there is nothing to migrate".into())
+        }
+        StoreUrl::Postgres(postgres) => postgres.migrate().await,
+        StoreUrl::Redis(redis) => {
+            redis.open().await?;
+            Ok(format!(
+                "{url}: Redis keeps no schema, there is nothing to migrate (the server answers \
+                 and accepts the idem scripts)"
+            ))
         }
         StoreUrl::Sqlite(path) => {
             let existed = path.exists();

@@ -3,7 +3,6 @@
 //! # Examples
 //!
 //! ```
-//! use std::path::Path;
 //! use idem_gateway::StoreUrl;
 //!
 //! assert_eq!("memory://".parse::<StoreUrl>()?, StoreUrl::Memory);
@@ -12,15 +11,25 @@
 //!     "sqlite:///var/lib/idem.db".parse::<StoreUrl>()?,
 //!     StoreUrl::Sqlite("/var/lib/idem.db".into()),
 //! );
+//! assert!(matches!(
+//!     "postgres://app@db/payments?schema=idem".parse::<StoreUrl>()?,
+//!     StoreUrl::Postgres(_)
+//! ));
+//! assert!(matches!("redis://cache:6379".parse::<StoreUrl>()?, StoreUrl::Redis(_)));
 //! assert!("mysql://db".parse::<StoreUrl>().is_err());
 //! # Ok::<(), idem_gateway::Error>(())
 //! ```
+
+mod parts;
+mod postgres;
+mod redis;
 
 use std::{fmt, path::PathBuf, str::FromStr};
 
 use idem_core::{DynStore, MemoryStore};
 use idem_sqlite::SqliteStore;
 
+pub use self::{postgres::PostgresUrl, redis::RedisUrl};
 use crate::Error;
 
 /// Where idempotency records are kept.
@@ -31,8 +40,12 @@ pub enum StoreUrl {
     Memory,
     /// `sqlite://PATH` (relative) or `sqlite:///ABSOLUTE/PATH`: a SQLite file, created if missing.
     Sqlite(PathBuf),
-    // postgres:// and redis:// are added here, with their `open` arms, by the issues that bring
-    // those stores.
+    /// `postgres://…` or `postgresql://…`: a PostgreSQL table, shared by every gateway that
+    /// connects to the database.
+    Postgres(PostgresUrl),
+    /// `redis://…` (one server) or `redis+cluster://…` (a Redis Cluster), shared by every gateway
+    /// that connects to it.
+    Redis(RedisUrl),
 }
 
 impl StoreUrl {
@@ -42,7 +55,7 @@ impl StoreUrl {
     }
 
     /// Opens the store: for SQLite, creates the file if missing and brings its schema up to
-    /// date.
+    /// date; for PostgreSQL, checks that `idem migrate` was run; for Redis, loads the scripts.
     pub async fn open(&self) -> Result<DynStore, Error> {
         match self {
             StoreUrl::Memory => Ok(DynStore::new(MemoryStore::new())),
@@ -55,6 +68,8 @@ impl StoreUrl {
                         source: source.into(),
                     })
             }
+            StoreUrl::Postgres(url) => url.open().await.map(DynStore::new),
+            StoreUrl::Redis(url) => url.open().await.map(DynStore::new),
         }
     }
 }
@@ -64,12 +79,12 @@ impl FromStr for StoreUrl {
 
     fn from_str(url: &str) -> Result<Self, Self::Err> {
         let invalid = |reason| Error::InvalidStoreUrl {
-            url: url.to_owned(),
+            url: parts::redact(url).into_owned(),
             reason,
         };
         let Some((scheme, rest)) = url.split_once("://") else {
             return Err(invalid(
-                "expected SCHEME://…, e.g. memory:// or sqlite://idem.db",
+                "expected SCHEME://…, e.g. memory://, sqlite://idem.db or postgres://HOST/DB",
             ));
         };
         match scheme {
@@ -80,11 +95,15 @@ impl FromStr for StoreUrl {
                 "sqlite:// takes a file path, without query or fragment",
             )),
             "sqlite" => Ok(StoreUrl::Sqlite(PathBuf::from(rest))),
-            "postgres" | "postgresql" | "redis" | "rediss" => Err(Error::UnsupportedStore {
+            "postgres" | "postgresql" => PostgresUrl::parse(url).map(StoreUrl::Postgres),
+            "redis" | "redis+cluster" => RedisUrl::parse(url).map(StoreUrl::Redis),
+            "rediss" | "rediss+cluster" => Err(Error::UnsupportedStore {
                 scheme: scheme.to_owned(),
+                hint: "no TLS support; use redis:// on a private network or through a TLS tunnel",
             }),
             _ => Err(invalid(
-                "unknown scheme; expected memory:// or sqlite://PATH",
+                "unknown scheme; expected memory://, sqlite://PATH, postgres://…, redis://… or \
+                 redis+cluster://…",
             )),
         }
     }
@@ -95,6 +114,8 @@ impl fmt::Display for StoreUrl {
         match self {
             StoreUrl::Memory => f.write_str("memory://"),
             StoreUrl::Sqlite(path) => write!(f, "sqlite://{}", path.display()),
+            StoreUrl::Postgres(url) => url.fmt(f),
+            StoreUrl::Redis(url) => url.fmt(f),
         }
     }
 }
@@ -110,6 +131,10 @@ mod tests {
             "sqlite://idem.db",
             "sqlite:///var/lib/idem.db",
             "sqlite://./a/b.db",
+            "postgres://db/pay?schema=s&table=t&pool_size=4",
+            "postgresql://u@db:5433/pay",
+            "redis://cache:6379/1?prefix=p",
+            "redis+cluster://a:7000,b:7001?prefix=p",
         ] {
             assert_eq!(url.parse::<StoreUrl>().unwrap().to_string(), url);
         }
@@ -120,19 +145,27 @@ mod tests {
         let message = |url: &str| url.parse::<StoreUrl>().unwrap_err().to_string();
         assert_eq!(
             message("idem.db"),
-            "invalid store URL `idem.db`: expected SCHEME://…, e.g. memory:// or sqlite://idem.db"
+            "invalid store URL `idem.db`: expected SCHEME://…, e.g. memory://, sqlite://idem.db \
+             or postgres://HOST/DB"
         );
         assert_eq!(
             message("mysql://db"),
-            "invalid store URL `mysql://db`: unknown scheme; expected memory:// or sqlite://PATH"
+            "invalid store URL `mysql://db`: unknown scheme; expected memory://, sqlite://PATH, \
+             postgres://…, redis://… or redis+cluster://…"
         );
         assert_eq!(
             message("sqlite://"),
             "invalid store URL `sqlite://`: no file path after sqlite://"
         );
         assert_eq!(
-            message("postgres://localhost/idem"),
-            "the postgres:// store is not available in this build (use memory:// or sqlite://PATH)"
+            message("rediss://u:pw@cache:6380"),
+            "the rediss:// store is not available in this build: no TLS support; use redis:// \
+             on a private network or through a TLS tunnel"
+        );
+        assert_eq!(
+            message("mysql://u:pw@db"),
+            "invalid store URL `mysql://u:***@db`: unknown scheme; expected memory://, \
+             sqlite://PATH, postgres://…, redis://… or redis+cluster://…"
         );
     }
 

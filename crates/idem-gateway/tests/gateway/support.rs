@@ -30,14 +30,18 @@ use serde_json::{Value, json};
 /// The path of the binary under test.
 pub(crate) const IDEM: &str = env!("CARGO_BIN_EXE_idem");
 
-/// An HTTP API on a free loopback port that counts how often each route ran.
+/// An HTTP API on a free loopback port that counts how often each route ran, and how often
+/// `/orders` ran for each key.
 pub(crate) struct Upstream {
     pub(crate) addr: SocketAddr,
     hits: Arc<Mutex<HashMap<&'static str, usize>>>,
+    orders: Orders,
     task: tokio::task::JoinHandle<()>,
 }
 
 type Hits = Arc<Mutex<HashMap<&'static str, usize>>>;
+/// Executions of `/orders`, by idempotency key.
+type Orders = Arc<Mutex<HashMap<String, usize>>>;
 
 fn hit(hits: &Hits, route: &'static str) -> usize {
     let mut hits = hits.lock().unwrap();
@@ -49,6 +53,8 @@ fn hit(hits: &Hits, route: &'static str) -> usize {
 impl Upstream {
     /// Starts the upstream. Routes:
     /// - `POST /charges`: 201 `{"charge":N}` (N counts the executions);
+    /// - `POST /orders`: waits `x-delay-ms` (default 0) milliseconds, then 201
+    ///   `{"key":K,"execution":N}`, N counting the executions for the `Idempotency-Key` K;
     /// - `POST /slow`: waits `x-delay-ms` (default 1500) milliseconds, then 201 `slow done`;
     /// - `POST /status/{code}`: that status, body `status {code}`;
     /// - `POST /big?bytes=N`: 200 with N bytes of `0123456789`…;
@@ -59,7 +65,12 @@ impl Upstream {
     /// - `GET /hello`: 200 `hello`.
     pub(crate) async fn start() -> Self {
         let hits: Hits = Arc::default();
+        let orders: Orders = Arc::default();
         let app = Router::new()
+            .route(
+                "/orders",
+                post(order).layer(axum::Extension(Arc::clone(&orders))),
+            )
             .route("/charges", post(charges))
             .route("/slow", post(slow))
             .route("/status/{code}", post(status))
@@ -74,7 +85,12 @@ impl Upstream {
         let task = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
         });
-        Self { addr, hits, task }
+        Self {
+            addr,
+            hits,
+            orders,
+            task,
+        }
     }
 
     /// `http://127.0.0.1:PORT`, for `--upstream`.
@@ -85,6 +101,11 @@ impl Upstream {
     /// How many times `route` ran.
     pub(crate) fn hits(&self, route: &str) -> usize {
         self.hits.lock().unwrap().get(route).copied().unwrap_or(0)
+    }
+
+    /// How many times `/orders` ran for each key.
+    pub(crate) fn executions(&self) -> HashMap<String, usize> {
+        self.orders.lock().unwrap().clone()
     }
 
     /// Waits until `route` has run `n` times.
@@ -103,6 +124,31 @@ impl Drop for Upstream {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+async fn order(
+    State(hits): State<Hits>,
+    axum::Extension(orders): axum::Extension<Orders>,
+    headers: HeaderMap,
+) -> Response {
+    hit(&hits, "orders");
+    let key = headers
+        .get("idempotency-key")
+        .map(|key| key.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let execution = {
+        let mut orders = orders.lock().unwrap();
+        let count = orders.entry(key.clone()).or_default();
+        *count += 1;
+        *count
+    };
+    let delay = headers
+        .get("x-delay-ms")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or(0);
+    tokio::time::sleep(Duration::from_millis(delay)).await;
+    let body = json!({ "key": key, "execution": execution });
+    (StatusCode::CREATED, Json(body)).into_response()
 }
 
 async fn charges(State(hits): State<Hits>) -> Response {
