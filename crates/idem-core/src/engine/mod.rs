@@ -24,8 +24,8 @@ use crate::{
 
 /// The first and the longest pause between two polls of the store while waiting for a key.
 const POLL_BACKOFF: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(1));
-/// Attempts to record a result when the store fails transiently.
-const SETTLE_ATTEMPTS: u32 = 3;
+/// The first and the longest pause between two attempts to record a result while the store fails.
+const SETTLE_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
 
 /// What happened to a request run by [`Engine::run`].
 #[derive(Debug)]
@@ -305,10 +305,14 @@ impl<S: Store> Inner<S> {
         }
     }
 
-    /// Completes or releases the key, retrying transient store failures a few times.
+    /// Completes or releases the key. While the store fails, it keeps trying for a whole lease:
+    /// the lease was renewed at most a third of a lease ago, so until then nobody can have taken
+    /// the key over, and a result recorded late is still accepted if nobody has since. Giving up
+    /// sooner would let a retry take the key over after the lease and execute a second time.
     async fn settle(&self, address: &Address, lease: Lease, settlement: Settlement) {
-        let mut pause = Duration::from_millis(50);
-        for attempt in 1..=SETTLE_ATTEMPTS {
+        let deadline = Instant::now() + self.policy.lease;
+        let mut pause = SETTLE_BACKOFF.0;
+        loop {
             let result = match &settlement {
                 Settlement::Complete(response) => {
                     self.store
@@ -327,16 +331,19 @@ impl<S: Store> Inner<S> {
                     );
                     return;
                 }
-                Err(error) if attempt == SETTLE_ATTEMPTS => {
+                Err(error) if Instant::now() + pause >= deadline => {
                     tracing::error!(
                         key = %address.key.digest(),
                         %error,
-                        "could not record the result; the key frees up when its lease ends"
+                        "could not record the result within a lease; the key frees up when its \
+                         lease ends"
                     );
+                    return;
                 }
-                Err(_) => {
+                Err(error) => {
+                    tracing::warn!(key = %address.key.digest(), %error, "recording the result failed; retrying");
                     sleep(pause).await;
-                    pause *= 4;
+                    pause = (pause * 2).min(SETTLE_BACKOFF.1);
                 }
             }
         }

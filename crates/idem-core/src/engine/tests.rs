@@ -494,19 +494,34 @@ async fn shutdown_waits_for_work_whose_caller_went_away() {
     );
 }
 
-/// A store whose `acquire` takes a while after the record is written, like a database whose
-/// commit is acknowledged late: the window in which a caller can go away holding the key.
-struct SlowAcquire(MemoryStore);
+/// A memory store with faults: an `acquire` that answers late after writing the record (like a
+/// database whose commit is acknowledged late: the window in which a caller can go away holding
+/// the key), and `complete`s that fail while the store is "down".
+struct Faulty {
+    store: MemoryStore,
+    acquire_delay: Duration,
+    failing_completes: AtomicUsize,
+}
 
-impl Store for SlowAcquire {
+impl Faulty {
+    fn new(acquire_delay: Duration, failing_completes: usize) -> Self {
+        Self {
+            store: MemoryStore::with_clock(TokioClock(tokio::time::Instant::now())),
+            acquire_delay,
+            failing_completes: AtomicUsize::new(failing_completes),
+        }
+    }
+}
+
+impl Store for Faulty {
     async fn acquire(
         &self,
         address: &Address,
         fingerprint: &Fingerprint,
         terms: Terms,
     ) -> Result<Acquisition, StoreError> {
-        let acquisition = self.0.acquire(address, fingerprint, terms).await;
-        sleep(Duration::from_millis(100)).await;
+        let acquisition = self.store.acquire(address, fingerprint, terms).await;
+        sleep(self.acquire_delay).await;
         acquisition
     }
 
@@ -517,7 +532,14 @@ impl Store for SlowAcquire {
         response: &StoredResponse,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        self.0.complete(address, token, response, ttl).await
+        let down = self
+            .failing_completes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if down {
+            return Err(StoreError::unavailable("the store is down"));
+        }
+        self.store.complete(address, token, response, ttl).await
     }
 
     async fn release(
@@ -525,7 +547,7 @@ impl Store for SlowAcquire {
         address: &Address,
         token: crate::FencingToken,
     ) -> Result<(), StoreError> {
-        self.0.release(address, token).await
+        self.store.release(address, token).await
     }
 
     async fn renew(
@@ -534,31 +556,29 @@ impl Store for SlowAcquire {
         token: crate::FencingToken,
         lease: Duration,
     ) -> Result<Timestamp, StoreError> {
-        self.0.renew(address, token, lease).await
+        self.store.renew(address, token, lease).await
     }
 
     async fn get(&self, address: &Address) -> Result<Option<crate::Record>, StoreError> {
-        self.0.get(address).await
+        self.store.get(address).await
     }
 
     async fn forget(&self, address: &Address) -> Result<bool, StoreError> {
-        self.0.forget(address).await
+        self.store.forget(address).await
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
-        self.0.purge_expired(limit).await
+        self.store.purge_expired(limit).await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        self.0.ping().await
+        self.store.ping().await
     }
 }
 
 #[tokio::test(start_paused = true)]
 async fn caller_dropped_while_acquiring_does_not_leave_the_key_held_by_nobody() {
-    let store = SlowAcquire(MemoryStore::with_clock(TokioClock(
-        tokio::time::Instant::now(),
-    )));
+    let store = Faulty::new(Duration::from_millis(100), 0);
     let engine = Engine::new(store, wait(Duration::from_secs(60)));
     let runs = Arc::new(AtomicUsize::new(0));
     let caller = tokio::spawn({
@@ -591,4 +611,53 @@ async fn caller_dropped_while_acquiring_does_not_leave_the_key_held_by_nobody() 
         started.elapsed()
     );
     assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_result_is_recorded_once_the_store_is_back_within_the_lease() {
+    // Down for 8 attempts: about 5 s of backoff, well within the 30 s lease.
+    let engine = Engine::new(Faulty::new(Duration::ZERO, 8), Policy::default());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let first = engine
+        .run(
+            address(),
+            FP,
+            counted(&runs, Duration::ZERO, ok("recorded late")),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(first, RunOutcome::Executed(_)));
+    assert_eq!(engine.store().failing_completes.load(Ordering::SeqCst), 0);
+    let retry = engine
+        .run(
+            address(),
+            FP,
+            counted(&runs, Duration::ZERO, ok("executed twice")),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(retry, RunOutcome::Replayed(ref r) if *r == ok("recorded late")),
+        "{retry:?}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn recording_gives_up_after_a_lease_and_the_key_frees_up_when_it_ends() {
+    let lease = Duration::from_secs(3);
+    let engine = Engine::new(
+        Faulty::new(Duration::ZERO, usize::MAX),
+        Policy::default().lease(lease),
+    );
+    let runs = Arc::new(AtomicUsize::new(0));
+    let started = tokio::time::Instant::now();
+    let first = engine
+        .run(address(), FP, counted(&runs, Duration::ZERO, ok("lost")))
+        .await
+        .unwrap();
+    assert!(matches!(first, RunOutcome::Executed(_)));
+    assert!(started.elapsed() <= lease, "{:?}", started.elapsed());
+    let record = engine.store().get(&address()).await.unwrap().unwrap();
+    assert_eq!(record.state.name(), "processing");
 }
