@@ -1,9 +1,9 @@
-//! The command line of `idem`: `serve`, `keys` and `migrate` (`demo` and `relay` come later).
+//! The command line of `idem`: `demo`, `serve`, `keys`, `migrate` and `relay`.
 //!
 //! Every `serve` option is also read from `IDEM_<FLAG>` and from the TOML file given by
 //! `--config`; see [`Cli::parse_from_env_and_file`] for the precedence.
 
-use std::{ffi::OsString, net::SocketAddr, path::PathBuf};
+use std::{ffi::OsString, net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{
     Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum,
@@ -39,6 +39,8 @@ pub enum Command {
     Keys(KeysCommand),
     /// Create the store's schema or bring it up to date.
     Migrate(MigrateArgs),
+    /// Publish a transactional outbox to a broker (RabbitMQ, NATS JetStream or Kafka).
+    Relay(Box<RelayArgs>),
 }
 
 /// `idem serve`: every option, as given (see [`Config`](crate::Config) for their meaning).
@@ -281,4 +283,100 @@ impl Cli {
         }
         Ok(cli)
     }
+}
+
+/// `idem relay`: publishes the messages of a PostgreSQL outbox to a broker, each confirmed by
+/// the broker before it is marked sent (see docs/messaging.md).
+#[derive(Debug, Args)]
+pub struct RelayArgs {
+    /// The PostgreSQL database that holds the outbox: postgres://USER:PASSWORD@HOST:PORT/DB.
+    #[arg(long, env = "IDEM_STORE", value_name = "URL")]
+    pub store: String,
+    /// The broker: amqp://USER:PASSWORD@HOST:PORT/VHOST (RabbitMQ), nats://HOST:PORT (NATS
+    /// JetStream) or kafka://HOST:PORT,HOST:PORT… (Kafka, its bootstrap servers).
+    #[arg(long, env = "IDEM_BROKER", value_name = "URL")]
+    pub broker: idem_messaging::BrokerUrl,
+    /// The outbox's schema.
+    #[arg(
+        long,
+        env = "IDEM_OUTBOX_SCHEMA",
+        value_name = "NAME",
+        default_value = "public"
+    )]
+    pub outbox_schema: idem_messaging::SchemaName,
+    /// The outbox's table.
+    #[arg(
+        long,
+        env = "IDEM_OUTBOX_TABLE",
+        value_name = "NAME",
+        default_value = "idem_outbox"
+    )]
+    pub outbox_table: idem_messaging::TableName,
+    /// Create the outbox table, or bring it up to date, before relaying [default: off].
+    #[arg(long, env = "IDEM_MIGRATE", value_parser = BoolishValueParser::new())]
+    pub migrate: bool,
+    /// The name recorded on the messages this relay claims [default: idem-relay-PID].
+    #[arg(long, env = "IDEM_RELAY_NAME", value_name = "NAME")]
+    pub relay_name: Option<String>,
+    /// Messages claimed and published per batch.
+    #[arg(long, env = "IDEM_BATCH_SIZE", value_name = "N", default_value_t = 100)]
+    pub batch_size: u32,
+    /// How long a claim holds its messages; a crashed relay's messages are retried after it.
+    #[arg(long, env = "IDEM_LEASE", value_name = "DURATION",
+          default_value_t = HumanDuration(Duration::from_secs(30)))]
+    pub lease: HumanDuration,
+    /// How long to wait for the broker's confirmations of a batch (keep it well under the lease).
+    #[arg(long, env = "IDEM_PUBLISH_TIMEOUT", value_name = "DURATION",
+          default_value_t = HumanDuration(Duration::from_secs(10)))]
+    pub publish_timeout: HumanDuration,
+    /// How often an idle relay looks for due messages without a NOTIFY.
+    #[arg(long, env = "IDEM_POLL_INTERVAL", value_name = "DURATION",
+          default_value_t = HumanDuration(Duration::from_secs(1)))]
+    pub poll_interval: HumanDuration,
+    /// Attempts before a message the broker keeps rejecting becomes a dead letter.
+    #[arg(
+        long,
+        env = "IDEM_MAX_ATTEMPTS",
+        value_name = "N",
+        default_value_t = 10
+    )]
+    pub max_attempts: u32,
+    /// The backoff after a rejected attempt, doubled at each attempt up to --max-backoff.
+    #[arg(long, env = "IDEM_BACKOFF", value_name = "DURATION",
+          default_value_t = HumanDuration(Duration::from_secs(1)))]
+    pub backoff: HumanDuration,
+    /// The longest backoff.
+    #[arg(long, env = "IDEM_MAX_BACKOFF", value_name = "DURATION",
+          default_value_t = HumanDuration(Duration::from_secs(300)))]
+    pub max_backoff: HumanDuration,
+    /// Publish the messages of one ordering key one at a time, in order [default: off].
+    #[arg(long, env = "IDEM_ORDERING", value_parser = BoolishValueParser::new())]
+    pub ordering: bool,
+    /// On SIGTERM or SIGINT, how long the batch in flight may take to be confirmed.
+    #[arg(long, env = "IDEM_SHUTDOWN_TIMEOUT", value_name = "DURATION",
+          default_value_t = HumanDuration(Duration::from_secs(10)))]
+    pub shutdown_timeout: HumanDuration,
+    /// How often the progress is logged.
+    #[arg(long, env = "IDEM_PROGRESS_INTERVAL", value_name = "DURATION",
+          default_value_t = HumanDuration(Duration::from_secs(10)))]
+    pub progress_interval: HumanDuration,
+    /// Where the admin endpoints listen (/healthz, /metrics).
+    #[arg(
+        long,
+        env = "IDEM_ADMIN_LISTEN",
+        value_name = "ADDR",
+        default_value = "127.0.0.1:9091"
+    )]
+    pub admin_listen: SocketAddr,
+    /// Log lines as text or as JSON objects.
+    #[arg(long, env = "IDEM_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Which logs to write, as a tracing filter (`info`, `idem_messaging=debug,warn`).
+    #[arg(
+        long,
+        env = "IDEM_LOG_LEVEL",
+        value_name = "FILTER",
+        default_value = "info"
+    )]
+    pub log_level: String,
 }

@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use clap::error::ErrorKind;
 use idem_gateway::{
     Cli, Config, Error, Gateway,
-    cli::{Command, ServeArgs},
+    cli::{Command, RelayArgs, ServeArgs},
     demo, keys, logging, migrate,
 };
 
@@ -45,6 +45,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Serve(args) => serve(&args).await,
+        Command::Relay(args) => relay(*args).await,
         Command::Keys(command) => {
             println!("{}", keys::run(command).await?);
             Ok(())
@@ -65,6 +66,73 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let shutdown = idem_gateway::shutdown_signal();
     let gateway = Gateway::bind(config).await?;
     gateway.run(shutdown).await?;
+    Ok(())
+}
+
+/// Runs a transactional outbox's relay until SIGTERM or SIGINT, with /healthz and /metrics.
+async fn relay(args: RelayArgs) -> anyhow::Result<()> {
+    use std::future::IntoFuture as _;
+
+    use idem_messaging::{OutboxOptions, RelayProcess};
+    use tokio_util::sync::CancellationToken;
+
+    logging::init(args.log_format, &args.log_level)?;
+    // Installed first, so that a signal sent as soon as the relay starts is not lost.
+    let signal = idem_gateway::shutdown_signal();
+    let shutdown = CancellationToken::new();
+    tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            signal.await;
+            shutdown.cancel();
+        }
+    });
+
+    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .context("cannot install the metrics recorder")?;
+    let admin = axum::Router::new()
+        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+        .route(
+            "/metrics",
+            axum::routing::get(move || std::future::ready(metrics.render())),
+        );
+    let listener = tokio::net::TcpListener::bind(args.admin_listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.admin_listen))?;
+    tracing::info!(admin = %args.admin_listen, "the admin endpoints are listening");
+    let admin = tokio::spawn(
+        axum::serve(listener, admin)
+            .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+            .into_future(),
+    );
+
+    let outbox = OutboxOptions::new()
+        .schema(args.outbox_schema.clone())
+        .table(args.outbox_table.clone());
+    RelayProcess::new(args.store.clone(), args.broker.clone())
+        .outbox(outbox)
+        .migrate(args.migrate)
+        .progress_interval(args.progress_interval.0)
+        .relay(move |relay| {
+            let relay = relay
+                .batch_size(args.batch_size)
+                .lease(args.lease.0)
+                .publish_timeout(args.publish_timeout.0)
+                .poll_interval(args.poll_interval.0)
+                .max_attempts(args.max_attempts)
+                .backoff(args.backoff.0, args.max_backoff.0)
+                .ordering(args.ordering)
+                .shutdown_grace(args.shutdown_timeout.0);
+            match args.relay_name {
+                Some(name) => relay.name(name),
+                None => relay,
+            }
+        })
+        .run(shutdown.clone())
+        .await?;
+    shutdown.cancel();
+    admin.await.context("the admin listener panicked")??;
     Ok(())
 }
 

@@ -12,6 +12,7 @@ mod failures;
 mod in_process;
 mod outage;
 mod proxying;
+mod relay;
 mod servers;
 mod shared_store;
 mod stores;

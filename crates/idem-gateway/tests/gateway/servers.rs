@@ -17,7 +17,7 @@ const POSTGRES_VARIABLE: &str = "IDEM_TEST_POSTGRES_URL";
 const REDIS_VARIABLE: &str = "IDEM_TEST_REDIS_URL";
 
 /// The variable's value, or `None` after saying on stderr that the test is skipped.
-fn configured(variable: &str) -> Option<String> {
+pub(crate) fn configured(variable: &str) -> Option<String> {
     match std::env::var(variable) {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {

@@ -1,0 +1,114 @@
+//! `idem relay`: starts, serves its admin endpoints, stops cleanly on SIGTERM; bad input is one
+//! line. (The relay's behaviour is tested in idem-messaging, against each broker.)
+
+use std::{process::Stdio, time::Duration};
+
+use crate::{
+    servers::configured,
+    support::{idem, idem_command},
+};
+
+#[test]
+fn a_bad_broker_url_is_one_line_and_exit_2() {
+    let output = idem(&[
+        "relay",
+        "--store",
+        "postgres://postgres@127.0.0.1:5432/test",
+        "--broker",
+        "ftp://example",
+    ]);
+    assert_eq!(output.code, Some(2), "{}", output.stderr);
+    assert_eq!(output.stdout, "");
+    assert_eq!(
+        output.stderr.trim_end(),
+        "error: invalid value 'ftp://example' for '--broker <URL>': a broker URL starts with \
+         amqp://, amqps://, nats:// or kafka://; got \"ftp://example\""
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_serves_health_and_stops_on_sigterm_with_exit_0() {
+    let (Some(postgres), Some(nats)) = (
+        configured("IDEM_TEST_POSTGRES_URL"),
+        configured("IDEM_TEST_NATS_URL"),
+    ) else {
+        return;
+    };
+    let schema = format!("idem_relay_cli_{:x}", std::process::id());
+    let admin = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let admin_addr = admin.local_addr().unwrap();
+    drop(admin);
+    let psql = |sql: &str| {
+        let status = std::process::Command::new("psql")
+            .args([postgres.as_str(), "-qc", sql])
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "{sql}");
+    };
+    psql(&format!("create schema {schema}"));
+
+    let mut relay = idem_command()
+        .args([
+            "relay",
+            "--store",
+            &postgres,
+            "--broker",
+            &nats,
+            "--migrate",
+        ])
+        .args([
+            "--outbox-schema",
+            &schema,
+            "--admin-listen",
+            &admin_addr.to_string(),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut health = None;
+    for _ in 0..100 {
+        if let Ok(body) = http_get(&format!("http://{admin_addr}/healthz")).await {
+            health = Some(body);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(health.as_deref(), Some("ok\n"));
+
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &relay.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut exit = None;
+    for _ in 0..200 {
+        if let Some(status) = relay.try_wait().unwrap() {
+            exit = Some(status);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = relay.kill();
+    psql(&format!("drop schema {schema} cascade"));
+    assert_eq!(exit.and_then(|s| s.code()), Some(0));
+}
+
+/// A GET over a plain TCP connection, so this test needs no HTTP client setup.
+async fn http_get(url: &str) -> std::io::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://").expect("http URL");
+    let (host, path) = rest.split_once('/').expect("a path");
+    let mut stream = tokio::net::TcpStream::connect(host).await?;
+    stream
+        .write_all(
+            format!("GET /{path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n").as_bytes(),
+        )
+        .await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let (_, body) = response.split_once("\r\n\r\n").unwrap_or_default();
+    Ok(body.to_owned())
+}
