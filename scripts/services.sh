@@ -62,7 +62,8 @@ ensure_redis() {
 ensure_rabbitmq() {
   if ! listening 5672; then
     command -v rabbitmq-server >/dev/null || apt_install rabbitmq-server
-    rabbitmq-server -detached
+    # The package may have started the broker itself.
+    listening 5672 || rabbitmq-server -detached
     wait_for RabbitMQ 5672
   fi
   export IDEM_TEST_AMQP_URL="${IDEM_TEST_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/%2f}"
