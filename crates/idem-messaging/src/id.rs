@@ -166,7 +166,11 @@ mod tests {
 
     #[test]
     fn ids_are_bounded_and_printable() {
-        assert!(MessageId::try_from("x".repeat(255)).is_ok());
+        let longest = "x".repeat(255);
+        assert_eq!(
+            MessageId::try_from(longest.clone()).unwrap().as_str(),
+            longest
+        );
         assert_eq!(
             MessageId::try_from("x".repeat(256)),
             Err(InvalidId::Length {

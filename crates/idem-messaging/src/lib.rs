@@ -31,7 +31,9 @@
 //!
 //! ```no_run
 //! # #[cfg(feature = "amqp")]
-//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn demo(
+//! #     delivery: lapin::message::Delivery, // from a `basic_consume` stream
+//! # ) -> Result<(), Box<dyn std::error::Error>> {
 //! use idem_messaging::{
 //!     ConsumerName, Handled, InboxOptions, Outbox, OutboxMessage, OutboxOptions, PgInbox, Relay,
 //!     amqp::AmqpPublisher,
@@ -61,7 +63,6 @@
 //! let inbox = PgInbox::new(InboxOptions::new());
 //! inbox.migrate(&pool).await?;
 //! let ledger: ConsumerName = "ledger".parse()?;
-//! # let delivery: lapin::message::Delivery = todo!();
 //! let handled = inbox
 //!     .consume(&pool, &ledger, delivery, |tx, delivery| {
 //!         Box::pin(async move {

@@ -278,7 +278,7 @@ mod tests {
 
     #[test]
     fn holder_replies_map_to_lease_lost() {
-        assert!(held(&Value::Int(1)).is_ok());
+        assert!(matches!(held(&Value::Int(1)), Ok(())));
         assert!(matches!(held(&Value::Int(0)), Err(StoreError::LeaseLost)));
         assert!(matches!(renewed(&Value::Nil), Err(StoreError::LeaseLost)));
         assert_eq!(renewed(&Value::Int(5)).unwrap(), Timestamp::from_millis(5));
