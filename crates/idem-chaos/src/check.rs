@@ -1,0 +1,685 @@
+//! [`check`]: reads a run's [`History`] and says what went wrong.
+//!
+//! - A **duplicate** is an operation the upstream executed more than once.
+//! - An execution is **interrupted** when its gateway was SIGKILLed while the execution was in
+//!   its hands — from its start (minus [`KILL_SLACK`]: a request the gateway wrote just before
+//!   dying still reaches the upstream) to its end plus one lease (the gateway records the result
+//!   after the upstream answered; a busy store delays that, and the gateway keeps trying for a
+//!   lease while the store is down) — and no caller got its result.
+//! - A duplicate is **explained** when each of its extra executions follows an interrupted
+//!   execution of the same operation; each interrupted execution explains one extra execution.
+//! - An operation is **lost** when its caller never got a definite answer.
+//! - A key is **stuck** when its record is still `processing` after the load stopped, every
+//!   fault was repaired and one more lease went by.
+//! - A key is **forgotten** when its caller got an answer the gateway stores (a response, or
+//!   "outcome unknown") and the store has no record of it at the end.
+//! - An answer is **wrong** when a 2xx body names an execution that is not one of its
+//!   operation's.
+//!
+//! # Expectations
+//!
+//! In both modes: no operation lost, no key stuck or forgotten, no wrong or unexpected answer.
+//! `--ambiguous reject`: no duplicate at all. `--ambiguous retry`: every duplicate explained,
+//! and no "outcome unknown" (that answer exists only in reject mode).
+//!
+//! # Examples
+//!
+//! See the crate documentation.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt,
+    time::Duration,
+};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    Ambiguous, GatewayId, History, Outcome, Stamp,
+    history::{AttemptResult, Execution, FaultEvent, RecordState},
+};
+
+/// How long after a gateway was known dead an execution it forwarded may still start: its
+/// request was already written to the socket.
+pub const KILL_SLACK: Duration = Duration::from_millis(250);
+
+/// The figures of a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Figures {
+    /// Logical operations (keys).
+    pub operations: u64,
+    /// HTTP requests the callers sent (as the proxy in front of the gateways saw them).
+    pub attempts: u64,
+    /// Executions by the upstream.
+    pub executions: u64,
+    /// Executions that a kill of their gateway interrupted, whose result no caller got (see
+    /// [`check`](self)).
+    pub interrupted: u64,
+    /// Operations executed more than once.
+    pub duplicates: u64,
+    /// Duplicates whose every extra execution a kill explains.
+    pub explained_duplicates: u64,
+    /// Operations answered 2xx.
+    pub succeeded: u64,
+    /// Operations answered with a stored 503 (the upstream refused them; `--ambiguous reject`
+    /// stores and replays that answer).
+    pub refused: u64,
+    /// Operations answered "outcome unknown".
+    pub outcome_unknown: u64,
+    /// Operations without a definite answer.
+    pub lost: u64,
+    /// Keys still `processing` at the end.
+    pub stuck: u64,
+    /// Keys answered with a stored response whose record is gone at the end.
+    pub forgotten: u64,
+    /// 2xx answers whose body names no execution of their operation.
+    pub wrong_answers: u64,
+    /// Definite answers of another kind (a 4xx, a 5xx that is not a replay).
+    pub unexpected_answers: u64,
+}
+
+/// How many faults of each kind the run injected.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultCounts {
+    /// Gateways SIGKILLed (SQLite store restarts included: they kill every gateway).
+    pub gateway_kills: u64,
+    /// Store restarts.
+    pub store_restarts: u64,
+    /// Gateway answers the proxy dropped.
+    pub dropped_answers: u64,
+    /// Windows of a slow upstream.
+    pub slow_windows: u64,
+    /// Windows of an upstream answering 503.
+    pub error_windows: u64,
+}
+
+/// An expectation the run did not meet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Failure {
+    /// `--ambiguous reject` executed operations more than once.
+    Duplicates {
+        /// How many operations.
+        count: u64,
+    },
+    /// `--ambiguous retry` executed operations more than once without a kill to explain it.
+    UnexplainedDuplicates {
+        /// How many operations.
+        count: u64,
+    },
+    /// `--ambiguous retry` answered "outcome unknown".
+    OutcomeUnknownInRetryMode {
+        /// How many operations.
+        count: u64,
+    },
+    /// Operations without a definite answer.
+    Lost {
+        /// How many.
+        count: u64,
+    },
+    /// Keys still processing at the end.
+    Stuck {
+        /// How many.
+        count: u64,
+    },
+    /// Answered keys without a record at the end.
+    Forgotten {
+        /// How many.
+        count: u64,
+    },
+    /// Answers that name no execution of their operation.
+    WrongAnswers {
+        /// How many.
+        count: u64,
+    },
+    /// Definite answers the run cannot produce when everything works.
+    UnexpectedAnswers {
+        /// How many.
+        count: u64,
+    },
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Duplicates { count } => {
+                write!(
+                    f,
+                    "{count} operation(s) executed more than once with --ambiguous reject"
+                )
+            }
+            Self::UnexplainedDuplicates { count } => write!(
+                f,
+                "{count} operation(s) executed more than once without a gateway kill during the \
+                 upstream call"
+            ),
+            Self::OutcomeUnknownInRetryMode { count } => write!(
+                f,
+                "{count} operation(s) answered \"outcome unknown\" with --ambiguous retry"
+            ),
+            Self::Lost { count } => {
+                write!(f, "{count} operation(s) without a definite answer")
+            }
+            Self::Stuck { count } => {
+                write!(f, "{count} key(s) still processing one lease after the end")
+            }
+            Self::Forgotten { count } => {
+                write!(f, "{count} answered key(s) without a record at the end")
+            }
+            Self::WrongAnswers { count } => write!(
+                f,
+                "{count} answer(s) naming an execution of another operation, or none"
+            ),
+            Self::UnexpectedAnswers { count } => {
+                write!(
+                    f,
+                    "{count} unexpected definite answer(s) (a 4xx, or a 5xx not replayed)"
+                )
+            }
+        }
+    }
+}
+
+/// The figures of a run and the expectations it did not meet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// What the history shows.
+    pub figures: Figures,
+    /// What was injected.
+    pub faults: FaultCounts,
+    /// Unmet expectations; empty when the run passed.
+    pub failures: Vec<Failure>,
+}
+
+impl Verdict {
+    /// Whether every expectation was met.
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+/// Checks `history`, from gateways run with `ambiguous` and `lease`.
+pub fn check(history: &History, ambiguous: Ambiguous, lease: Duration) -> Verdict {
+    let kills: Vec<(GatewayId, Stamp)> = history
+        .faults
+        .iter()
+        .filter_map(|fault| match *fault {
+            FaultEvent::GatewayKilled { gateway, at } => Some((gateway, at)),
+            _ => None,
+        })
+        .collect();
+    // The execution each operation's answer names: its result was recorded.
+    let answered: HashMap<&str, u64> = history
+        .operations
+        .iter()
+        .filter_map(|operation| match operation.outcome {
+            Outcome::Answered {
+                execution: Some(id),
+                ..
+            } => Some((operation.key.as_str(), id)),
+            _ => None,
+        })
+        .collect();
+    let interrupted = |execution: &Execution| {
+        answered.get(execution.key.as_str()) != Some(&execution.id)
+            && kills.iter().any(|&(gateway, at)| {
+                gateway == execution.gateway
+                    && execution.start <= at.saturating_add(KILL_SLACK)
+                    && execution
+                        .end
+                        .is_none_or(|end| at <= end.saturating_add(lease))
+            })
+    };
+
+    let mut by_key: HashMap<&str, Vec<&Execution>> = HashMap::new();
+    for execution in &history.executions {
+        by_key.entry(&execution.key).or_default().push(execution);
+    }
+    let mut figures = Figures {
+        operations: count(history.operations.len()),
+        attempts: count(history.attempts.len()),
+        executions: count(history.executions.len()),
+        interrupted: count(history.executions.iter().filter(|e| interrupted(e)).count()),
+        ..Figures::default()
+    };
+    for executions in by_key.values_mut() {
+        if executions.len() < 2 {
+            continue;
+        }
+        figures.duplicates += 1;
+        executions.sort_by_key(|e| (e.start, e.id));
+        // Interrupted executions not yet matched with a later execution they explain.
+        let mut unmatched = 0_usize;
+        let mut explained = true;
+        for (i, execution) in executions.iter().enumerate() {
+            if i > 0 {
+                if unmatched == 0 {
+                    explained = false;
+                } else {
+                    unmatched -= 1;
+                }
+            }
+            if interrupted(execution) {
+                unmatched += 1;
+            }
+        }
+        figures.explained_duplicates += u64::from(explained);
+    }
+
+    for operation in &history.operations {
+        let stored = match operation.outcome {
+            Outcome::Answered {
+                status,
+                replayed,
+                execution,
+            } => {
+                if (200..300).contains(&status) {
+                    figures.succeeded += 1;
+                    let executed = by_key
+                        .get(operation.key.as_str())
+                        .is_some_and(|list| list.iter().any(|e| Some(e.id) == execution));
+                    figures.wrong_answers += u64::from(!executed);
+                } else if status == 503 && replayed && ambiguous == Ambiguous::Reject {
+                    figures.refused += 1;
+                } else {
+                    figures.unexpected_answers += 1;
+                }
+                (200..300).contains(&status) || replayed
+            }
+            Outcome::OutcomeUnknown => {
+                figures.outcome_unknown += 1;
+                true
+            }
+            Outcome::GaveUp { .. } => {
+                figures.lost += 1;
+                false
+            }
+        };
+        if stored && history.records.get(&operation.key) == Some(&RecordState::Absent) {
+            figures.forgotten += 1;
+        }
+    }
+    figures.stuck = count(
+        history
+            .records
+            .values()
+            .filter(|state| **state == RecordState::Processing)
+            .count(),
+    );
+
+    Verdict {
+        figures,
+        faults: fault_counts(history),
+        failures: failures(&figures, ambiguous),
+    }
+}
+
+fn failures(figures: &Figures, ambiguous: Ambiguous) -> Vec<Failure> {
+    let mut failures = Vec::new();
+    let mut unless_zero = |count: u64, failure: fn(u64) -> Failure| {
+        if count > 0 {
+            failures.push(failure(count));
+        }
+    };
+    match ambiguous {
+        Ambiguous::Reject => unless_zero(figures.duplicates, |count| Failure::Duplicates { count }),
+        Ambiguous::Retry => {
+            unless_zero(figures.duplicates - figures.explained_duplicates, |count| {
+                Failure::UnexplainedDuplicates { count }
+            });
+            unless_zero(figures.outcome_unknown, |count| {
+                Failure::OutcomeUnknownInRetryMode { count }
+            });
+        }
+    }
+    unless_zero(figures.lost, |count| Failure::Lost { count });
+    unless_zero(figures.stuck, |count| Failure::Stuck { count });
+    unless_zero(figures.forgotten, |count| Failure::Forgotten { count });
+    unless_zero(figures.wrong_answers, |count| Failure::WrongAnswers {
+        count,
+    });
+    unless_zero(figures.unexpected_answers, |count| {
+        Failure::UnexpectedAnswers { count }
+    });
+    failures
+}
+
+fn fault_counts(history: &History) -> FaultCounts {
+    let mut counts = FaultCounts {
+        dropped_answers: count(
+            history
+                .attempts
+                .iter()
+                .filter(|a| matches!(a.result, AttemptResult::Dropped { .. }))
+                .count(),
+        ),
+        ..FaultCounts::default()
+    };
+    for fault in &history.faults {
+        match fault {
+            FaultEvent::GatewayKilled { .. } => counts.gateway_kills += 1,
+            FaultEvent::StoreRestarted { .. } => counts.store_restarts += 1,
+            FaultEvent::UpstreamSlow { .. } => counts.slow_windows += 1,
+            FaultEvent::UpstreamFailing { .. } => counts.error_windows += 1,
+            FaultEvent::GatewayRestarted { .. } => {}
+        }
+    }
+    counts
+}
+
+fn count(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
+/// How many operations got each definite status, for the report.
+pub(crate) fn statuses(history: &History) -> BTreeMap<u16, u64> {
+    let mut statuses = BTreeMap::new();
+    for operation in &history.operations {
+        if let Outcome::Answered { status, .. } = operation.outcome {
+            *statuses.entry(status).or_default() += 1;
+        }
+    }
+    statuses
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{Attempt, Operation};
+
+    const LEASE: Duration = Duration::from_secs(2);
+
+    fn at(ms: u64) -> Stamp {
+        Stamp::from_millis(ms)
+    }
+
+    fn execution(id: u64, key: &str, gateway: u8, start: u64, end: u64) -> Execution {
+        Execution {
+            id,
+            key: key.into(),
+            gateway: GatewayId(gateway),
+            start: at(start),
+            end: Some(at(end)),
+        }
+    }
+
+    fn answered(key: &str, execution: u64) -> Operation {
+        Operation {
+            key: key.into(),
+            started: at(0),
+            ended: at(10_000),
+            outcome: Outcome::Answered {
+                status: 201,
+                replayed: false,
+                execution: Some(execution),
+            },
+        }
+    }
+
+    fn kill(gateway: u8, ms: u64) -> FaultEvent {
+        FaultEvent::GatewayKilled {
+            gateway: GatewayId(gateway),
+            at: at(ms),
+        }
+    }
+
+    /// `op-1` executed at 1 s through gateway 0, and again at 4 s through gateway 1.
+    fn executed_twice(faults: Vec<FaultEvent>) -> History {
+        History {
+            operations: vec![answered("op-1", 2), answered("op-2", 3)],
+            executions: vec![
+                execution(1, "op-1", 0, 1_000, 1_050),
+                execution(2, "op-1", 1, 4_000, 4_050),
+                execution(3, "op-2", 1, 1_000, 1_020),
+            ],
+            faults,
+            ..History::default()
+        }
+    }
+
+    #[test]
+    fn a_duplicate_without_a_kill_fails_in_retry_mode() {
+        let verdict = check(&executed_twice(vec![]), Ambiguous::Retry, LEASE);
+        assert_eq!(verdict.figures.duplicates, 1);
+        assert_eq!(verdict.figures.explained_duplicates, 0);
+        assert_eq!(
+            verdict.failures,
+            [Failure::UnexplainedDuplicates { count: 1 }]
+        );
+        assert!(!verdict.passed());
+    }
+
+    #[test]
+    fn a_kill_of_another_gateway_explains_nothing() {
+        let verdict = check(
+            &executed_twice(vec![kill(1, 1_020)]),
+            Ambiguous::Retry,
+            LEASE,
+        );
+        // It came during op-2's only execution, whose result its caller got.
+        assert_eq!(verdict.figures.interrupted, 0);
+        assert_eq!(verdict.figures.explained_duplicates, 0);
+        assert!(!verdict.passed());
+    }
+
+    #[test]
+    fn a_kill_long_after_the_call_explains_nothing() {
+        // 1,050 ms end + 2 s lease = 3,050 ms.
+        let verdict = check(
+            &executed_twice(vec![kill(0, 3_100)]),
+            Ambiguous::Retry,
+            LEASE,
+        );
+        assert_eq!(verdict.figures.explained_duplicates, 0);
+        assert!(!verdict.passed());
+    }
+
+    #[test]
+    fn a_kill_during_the_call_explains_the_duplicate_in_retry_mode() {
+        let verdict = check(
+            &executed_twice(vec![kill(0, 1_020)]),
+            Ambiguous::Retry,
+            LEASE,
+        );
+        assert_eq!(verdict.figures.interrupted, 1);
+        assert_eq!(verdict.figures.duplicates, 1);
+        assert_eq!(verdict.figures.explained_duplicates, 1);
+        assert_eq!(verdict.failures, []);
+    }
+
+    #[test]
+    fn a_kill_while_the_result_is_recorded_explains_the_duplicate() {
+        let verdict = check(
+            &executed_twice(vec![kill(0, 2_900)]),
+            Ambiguous::Retry,
+            LEASE,
+        );
+        assert_eq!(verdict.figures.explained_duplicates, 1);
+        assert!(verdict.passed());
+    }
+
+    #[test]
+    fn an_execution_whose_result_a_caller_got_explains_nothing() {
+        let mut history = executed_twice(vec![kill(0, 1_020)]);
+        history.operations[0] = answered("op-1", 1);
+        let verdict = check(&history, Ambiguous::Retry, LEASE);
+        assert_eq!(verdict.figures.interrupted, 0);
+        assert_eq!(verdict.figures.explained_duplicates, 0);
+        assert!(!verdict.passed());
+    }
+
+    #[test]
+    fn any_duplicate_fails_in_reject_mode() {
+        let verdict = check(
+            &executed_twice(vec![kill(0, 1_020)]),
+            Ambiguous::Reject,
+            LEASE,
+        );
+        assert_eq!(verdict.failures, [Failure::Duplicates { count: 1 }]);
+    }
+
+    #[test]
+    fn one_kill_explains_one_extra_execution() {
+        let mut history = executed_twice(vec![kill(0, 1_020)]);
+        history
+            .executions
+            .push(execution(4, "op-1", 1, 7_000, 7_050));
+        history.operations[0] = answered("op-1", 4);
+        let verdict = check(&history, Ambiguous::Retry, LEASE);
+        assert_eq!(verdict.figures.duplicates, 1);
+        assert_eq!(verdict.figures.explained_duplicates, 0);
+        assert!(!verdict.passed());
+        // A second kill, during the second execution, explains the third.
+        history.faults.push(kill(1, 4_010));
+        let verdict = check(&history, Ambiguous::Retry, LEASE);
+        assert_eq!(verdict.figures.explained_duplicates, 1);
+        assert!(verdict.passed());
+    }
+
+    #[test]
+    fn a_kill_during_the_later_execution_does_not_explain_it() {
+        let verdict = check(
+            &executed_twice(vec![kill(1, 4_020)]),
+            Ambiguous::Retry,
+            LEASE,
+        );
+        // Its caller got the later execution's result: the kill interrupted nothing.
+        assert_eq!(verdict.figures.interrupted, 0);
+        assert_eq!(verdict.figures.explained_duplicates, 0);
+        assert!(!verdict.passed());
+    }
+
+    #[test]
+    fn lost_stuck_and_forgotten_keys_fail_both_modes() {
+        let mut history = History {
+            operations: vec![
+                answered("done", 1),
+                Operation {
+                    outcome: Outcome::GaveUp {
+                        reason: "the deadline passed".into(),
+                    },
+                    ..answered("lost", 0)
+                },
+                answered("gone", 2),
+            ],
+            executions: vec![
+                execution(1, "done", 0, 10, 20),
+                execution(2, "gone", 0, 10, 20),
+            ],
+            ..History::default()
+        };
+        history.records = [
+            ("done".to_owned(), RecordState::Completed),
+            ("lost".to_owned(), RecordState::Processing),
+            ("gone".to_owned(), RecordState::Absent),
+        ]
+        .into();
+        for mode in [Ambiguous::Retry, Ambiguous::Reject] {
+            let verdict = check(&history, mode, LEASE);
+            assert_eq!(
+                verdict.failures,
+                [
+                    Failure::Lost { count: 1 },
+                    Failure::Stuck { count: 1 },
+                    Failure::Forgotten { count: 1 },
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn an_answer_naming_another_operations_execution_is_wrong() {
+        let history = History {
+            operations: vec![answered("a", 2), answered("b", 2)],
+            executions: vec![execution(1, "a", 0, 10, 20), execution(2, "b", 0, 10, 20)],
+            ..History::default()
+        };
+        let verdict = check(&history, Ambiguous::Reject, LEASE);
+        assert_eq!(verdict.figures.wrong_answers, 1);
+        assert_eq!(verdict.failures, [Failure::WrongAnswers { count: 1 }]);
+    }
+
+    #[test]
+    fn outcome_unknown_is_expected_in_reject_mode_only() {
+        let history = History {
+            operations: vec![Operation {
+                outcome: Outcome::OutcomeUnknown,
+                ..answered("k", 0)
+            }],
+            ..History::default()
+        };
+        assert!(check(&history, Ambiguous::Reject, LEASE).passed());
+        assert_eq!(
+            check(&history, Ambiguous::Retry, LEASE).failures,
+            [Failure::OutcomeUnknownInRetryMode { count: 1 }]
+        );
+    }
+
+    #[test]
+    fn a_replayed_503_is_a_refusal_in_reject_mode_and_unexpected_otherwise() {
+        let refused = |replayed| History {
+            operations: vec![Operation {
+                outcome: Outcome::Answered {
+                    status: 503,
+                    replayed,
+                    execution: None,
+                },
+                ..answered("k", 0)
+            }],
+            ..History::default()
+        };
+        let verdict = check(&refused(true), Ambiguous::Reject, LEASE);
+        assert_eq!(verdict.figures.refused, 1);
+        assert!(verdict.passed());
+        assert_eq!(
+            check(&refused(false), Ambiguous::Reject, LEASE).failures,
+            [Failure::UnexpectedAnswers { count: 1 }]
+        );
+        assert_eq!(
+            check(&refused(true), Ambiguous::Retry, LEASE).failures,
+            [Failure::UnexpectedAnswers { count: 1 }]
+        );
+    }
+
+    #[test]
+    fn faults_are_counted_from_the_history() {
+        let mut history = executed_twice(vec![
+            kill(0, 1),
+            kill(1, 2),
+            FaultEvent::StoreRestarted {
+                down: at(3),
+                up: at(4),
+            },
+            FaultEvent::UpstreamSlow {
+                from: at(5),
+                until: at(6),
+            },
+        ]);
+        history.attempts = vec![
+            Attempt {
+                key: "op-1".into(),
+                at: at(1),
+                gateway: Some(GatewayId(0)),
+                result: AttemptResult::Dropped { status: 201 },
+            },
+            Attempt {
+                key: "op-1".into(),
+                at: at(2),
+                gateway: Some(GatewayId(1)),
+                result: AttemptResult::Answered { status: 201 },
+            },
+        ];
+        let verdict = check(&history, Ambiguous::Retry, LEASE);
+        assert_eq!(
+            verdict.faults,
+            FaultCounts {
+                gateway_kills: 2,
+                store_restarts: 1,
+                dropped_answers: 1,
+                slow_windows: 1,
+                error_windows: 0,
+            }
+        );
+        assert_eq!(verdict.figures.attempts, 2);
+    }
+}

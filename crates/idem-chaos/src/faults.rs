@@ -1,0 +1,297 @@
+//! The faults a run can inject, and their [`Schedule`]: when each happens, drawn from the
+//! run's seed.
+//!
+//! Each kind of fault has its own stream of random numbers, so turning one kind off leaves the
+//! times of the others as they were.
+//!
+//! # Examples
+//!
+//! ```
+//! use std::time::Duration;
+//! use idem_chaos::{FaultKind, Schedule, faults::{Action, Plan}};
+//!
+//! let plan = Plan {
+//!     duration: Duration::from_secs(30),
+//!     faults: vec![FaultKind::Kills],
+//!     gateways: 2,
+//!     kill_every: Duration::from_secs(3),
+//!     store_restart_every: Duration::from_secs(7),
+//!     slow_every: Duration::from_secs(10),
+//!     errors_every: Duration::from_secs(10),
+//!     window: Duration::from_secs(2),
+//! };
+//! let schedule = Schedule::new(&plan, 42);
+//! assert_eq!(schedule, Schedule::new(&plan, 42));
+//! assert!(schedule.faults().len() >= 6);
+//! assert!(schedule.faults().iter().all(|f| matches!(f.action, Action::KillGateway(_))));
+//! ```
+
+use std::time::Duration;
+
+use clap::ValueEnum;
+use serde::{Deserialize, Serialize};
+
+use crate::GatewayId;
+
+/// A kind of fault, as `--faults` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultKind {
+    /// The proxy in front of the gateways drops a share of their answers and closes the
+    /// connection: the caller's attempt fails after the gateway did its work.
+    Drops,
+    /// A gateway, chosen at random, is SIGKILLed and started again on the same ports.
+    Kills,
+    /// The store restarts: a server crashes and starts again; for SQLite, every gateway is
+    /// killed and started again on the same file.
+    StoreRestarts,
+    /// For a while, the upstream answers later than the callers' attempt timeout.
+    Slow,
+    /// For a while, the upstream answers 503 without executing anything.
+    Errors,
+    /// Two gateways share the store and the proxy spreads attempts over both (without it, one
+    /// gateway).
+    TwoGateways,
+}
+
+/// What the schedule is drawn from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// How long faults are injected.
+    pub duration: Duration,
+    /// The kinds to inject.
+    pub faults: Vec<FaultKind>,
+    /// How many gateways there are to kill.
+    pub gateways: u8,
+    /// The mean time between kills.
+    pub kill_every: Duration,
+    /// The mean time between store restarts.
+    pub store_restart_every: Duration,
+    /// The mean time between slow windows.
+    pub slow_every: Duration,
+    /// The mean time between 503 windows.
+    pub errors_every: Duration,
+    /// The mean length of a slow or 503 window.
+    pub window: Duration,
+}
+
+/// One step of the schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// SIGKILL this gateway, then start it again.
+    KillGateway(GatewayId),
+    /// Crash the store and start it again.
+    RestartStore,
+    /// The upstream becomes slow.
+    StartSlow,
+    /// The upstream is fast again.
+    EndSlow,
+    /// The upstream starts answering 503.
+    StartErrors,
+    /// The upstream executes again.
+    EndErrors,
+}
+
+/// An action and when to take it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scheduled {
+    /// Time since the start of the run.
+    pub at: Duration,
+    /// What to do.
+    pub action: Action,
+}
+
+/// Every fault of a run, in time order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    faults: Vec<Scheduled>,
+}
+
+impl Schedule {
+    /// The schedule of `plan` for `seed`: the same plan and seed give the same schedule.
+    pub fn new(plan: &Plan, seed: u64) -> Self {
+        let mut faults = Vec::new();
+        let wants = |kind| plan.faults.contains(&kind);
+        // One stream per kind: its own constant, mixed into the seed.
+        let stream =
+            |n: u64| fastrand::Rng::with_seed(seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        if wants(FaultKind::Kills) {
+            let mut rng = stream(1);
+            let mut at = Duration::ZERO;
+            loop {
+                at += around(&mut rng, plan.kill_every);
+                if at >= plan.duration {
+                    break;
+                }
+                let gateway = GatewayId(rng.u8(..plan.gateways.max(1)));
+                faults.push(Scheduled {
+                    at,
+                    action: Action::KillGateway(gateway),
+                });
+            }
+        }
+        if wants(FaultKind::StoreRestarts) {
+            let mut rng = stream(2);
+            let mut at = Duration::ZERO;
+            loop {
+                at += around(&mut rng, plan.store_restart_every);
+                if at >= plan.duration {
+                    break;
+                }
+                faults.push(Scheduled {
+                    at,
+                    action: Action::RestartStore,
+                });
+            }
+        }
+        let windows = [
+            (
+                FaultKind::Slow,
+                3,
+                plan.slow_every,
+                Action::StartSlow,
+                Action::EndSlow,
+            ),
+            (
+                FaultKind::Errors,
+                4,
+                plan.errors_every,
+                Action::StartErrors,
+                Action::EndErrors,
+            ),
+        ];
+        for (kind, n, every, start, end) in windows {
+            if !wants(kind) {
+                continue;
+            }
+            let mut rng = stream(n);
+            let mut at = Duration::ZERO;
+            loop {
+                at += around(&mut rng, every);
+                if at >= plan.duration {
+                    break;
+                }
+                let until = (at + around(&mut rng, plan.window)).min(plan.duration);
+                faults.push(Scheduled { at, action: start });
+                faults.push(Scheduled {
+                    at: until,
+                    action: end,
+                });
+                at = until;
+            }
+        }
+        // Stable: a window that ends when another fault starts ends first.
+        faults.sort_by_key(|fault| fault.at);
+        Self { faults }
+    }
+
+    /// The actions, in time order.
+    pub fn faults(&self) -> &[Scheduled] {
+        &self.faults
+    }
+}
+
+/// A duration drawn uniformly from half to one and a half times `mean` (at least 1 ms).
+fn around(rng: &mut fastrand::Rng, mean: Duration) -> Duration {
+    let mean = u64::try_from(mean.as_millis()).unwrap_or(u64::MAX).max(1);
+    let low = (mean / 2).max(1);
+    Duration::from_millis(rng.u64(low..=low.saturating_add(mean)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(faults: Vec<FaultKind>) -> Plan {
+        Plan {
+            duration: Duration::from_secs(60),
+            faults,
+            gateways: 2,
+            kill_every: Duration::from_secs(3),
+            store_restart_every: Duration::from_secs(7),
+            slow_every: Duration::from_secs(10),
+            errors_every: Duration::from_secs(10),
+            window: Duration::from_secs(2),
+        }
+    }
+
+    fn all() -> Vec<FaultKind> {
+        vec![
+            FaultKind::Drops,
+            FaultKind::Kills,
+            FaultKind::StoreRestarts,
+            FaultKind::Slow,
+            FaultKind::Errors,
+            FaultKind::TwoGateways,
+        ]
+    }
+
+    #[test]
+    fn a_seed_gives_one_schedule_and_another_seed_another() {
+        let plan = plan(all());
+        assert_eq!(Schedule::new(&plan, 7), Schedule::new(&plan, 7));
+        assert_ne!(Schedule::new(&plan, 7), Schedule::new(&plan, 8));
+    }
+
+    #[test]
+    fn faults_are_in_time_order_within_the_duration() {
+        let schedule = Schedule::new(&plan(all()), 1);
+        let times: Vec<Duration> = schedule.faults().iter().map(|f| f.at).collect();
+        assert!(times.is_sorted());
+        assert!(times.iter().all(|at| *at <= Duration::from_secs(60)));
+    }
+
+    #[test]
+    fn gaps_are_between_half_and_one_and_a_half_means() {
+        let schedule = Schedule::new(&plan(vec![FaultKind::Kills]), 3);
+        let mut last = Duration::ZERO;
+        for fault in schedule.faults() {
+            let gap = fault.at - last;
+            assert!(
+                (Duration::from_millis(1500)..=Duration::from_millis(4500)).contains(&gap),
+                "{gap:?}"
+            );
+            last = fault.at;
+        }
+        // 60 s at one kill every 1.5 to 4.5 s.
+        assert!((13..=40).contains(&schedule.faults().len()));
+    }
+
+    #[test]
+    fn kills_pick_both_gateways() {
+        let schedule = Schedule::new(&plan(vec![FaultKind::Kills]), 5);
+        for gateway in [GatewayId(0), GatewayId(1)] {
+            assert!(
+                schedule
+                    .faults()
+                    .iter()
+                    .any(|f| f.action == Action::KillGateway(gateway))
+            );
+        }
+    }
+
+    #[test]
+    fn windows_open_and_close_in_turn() {
+        let schedule = Schedule::new(&plan(vec![FaultKind::Slow]), 9);
+        let actions: Vec<Action> = schedule.faults().iter().map(|f| f.action).collect();
+        assert!(!actions.is_empty());
+        for pair in actions.chunks(2) {
+            assert_eq!(pair, [Action::StartSlow, Action::EndSlow]);
+        }
+    }
+
+    #[test]
+    fn turning_one_kind_off_keeps_the_times_of_the_others() {
+        let kills = |schedule: &Schedule| -> Vec<Scheduled> {
+            schedule
+                .faults()
+                .iter()
+                .copied()
+                .filter(|f| matches!(f.action, Action::KillGateway(_)))
+                .collect()
+        };
+        let with_all = Schedule::new(&plan(all()), 11);
+        let kills_only = Schedule::new(&plan(vec![FaultKind::Kills]), 11);
+        assert_eq!(kills(&with_all), kills(&kills_only));
+    }
+}

@@ -1,0 +1,165 @@
+//! The gateways of a run: real `idem serve` processes that can be SIGKILLed and started again
+//! on the same ports.
+//!
+//! The harness starts them by running its own executable again with the hidden `gateway`
+//! subcommand, whose arguments are `idem serve`'s; [`serve`] is that subcommand, the same
+//! steps as `idem serve`.
+
+use std::{
+    ffi::OsString,
+    net::{SocketAddr, TcpListener},
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use http::StatusCode;
+use idem_gateway::{Cli, Config, Gateway, cli::Command};
+use tokio::process::Child;
+
+use crate::{
+    Error, GatewayId,
+    http_client::{HttpClient, get},
+    process,
+};
+
+/// Runs `idem serve ARGS…` in this process until SIGTERM or SIGINT: the body of the hidden
+/// `idem-chaos gateway ARGS…` subcommand.
+pub async fn serve(args: Vec<OsString>) -> Result<(), idem_gateway::Error> {
+    let argv = ["idem".into(), "serve".into()].into_iter().chain(args);
+    let Command::Serve(args) = Cli::parse_from_env_and_file(argv)?.command else {
+        unreachable!("the subcommand is serve");
+    };
+    let config = Config::try_from(&*args)?;
+    idem_gateway::logging::init(args.log_format, &args.log_level)?;
+    // Installed before the sockets are bound, as `idem serve` does.
+    let shutdown = idem_gateway::shutdown_signal();
+    Gateway::bind(config).await?.run(shutdown).await
+}
+
+/// How to start the gateways: the program, run as `PROGRAM gateway ARGS…`.
+#[derive(Debug, Clone)]
+pub struct GatewayProgram(pub PathBuf);
+
+/// One gateway process and the ports it keeps across restarts.
+#[derive(Debug)]
+pub(crate) struct GatewayProcess {
+    id: GatewayId,
+    program: PathBuf,
+    args: Vec<OsString>,
+    listen: SocketAddr,
+    admin: SocketAddr,
+    log: PathBuf,
+    child: Option<Child>,
+    client: HttpClient,
+}
+
+impl GatewayProcess {
+    /// Starts gateway `id` with `serve_args` (upstream, store, modes) on two free loopback
+    /// ports, its output in `dir`, and waits until it is ready.
+    pub(crate) async fn start(
+        id: GatewayId,
+        program: &GatewayProgram,
+        serve_args: Vec<OsString>,
+        dir: &Path,
+        client: HttpClient,
+    ) -> Result<Self, Error> {
+        let listen = free_port()?;
+        let admin = free_port()?;
+        let mut args: Vec<OsString> = vec!["gateway".into()];
+        args.extend(serve_args);
+        args.extend(
+            [
+                "--listen".to_owned(),
+                listen.to_string(),
+                "--admin-listen".to_owned(),
+                admin.to_string(),
+            ]
+            .map(OsString::from),
+        );
+        let mut gateway = Self {
+            id,
+            program: program.0.clone(),
+            args,
+            listen,
+            admin,
+            log: dir.join(format!("gateway-{}.log", id.0)),
+            child: None,
+            client,
+        };
+        gateway.restart().await?;
+        Ok(gateway)
+    }
+
+    /// Where the gateway accepts requests.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.listen
+    }
+
+    /// `http://ADMIN`.
+    pub(crate) fn admin_url(&self) -> String {
+        format!("http://{}", self.admin)
+    }
+
+    /// SIGKILLs the gateway and waits until it is gone.
+    pub(crate) async fn kill(&mut self) -> Result<(), Error> {
+        if let Some(mut child) = self.child.take() {
+            child
+                .kill()
+                .await
+                .map_err(Error::io(format!("kill {}", self.id)))?;
+        }
+        Ok(())
+    }
+
+    /// Starts the gateway on its ports (again) and waits until its store answers.
+    pub(crate) async fn restart(&mut self) -> Result<(), Error> {
+        debug_assert!(self.child.is_none(), "the gateway is running");
+        let mut command = process::supervised(&self.program, None, &self.log)?;
+        command.args(&self.args);
+        // The run's settings only: none of the caller's IDEM_* variables.
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("IDEM_") {
+                command.env_remove(name);
+            }
+        }
+        let mut child = command.spawn().map_err(Error::io(format!(
+            "start {} (setpriv, from util-linux)",
+            self.id
+        )))?;
+        let (client, url) = (&self.client, &format!("{}/readyz", self.admin_url()));
+        let ready =
+            process::wait_ready(&mut child, &self.id.to_string(), &self.log, || async move {
+                matches!(get(client, url).await, Ok((StatusCode::OK, _)))
+            })
+            .await;
+        // Kept even when it failed: dropping it kills it.
+        self.child = Some(child);
+        ready
+    }
+
+    /// Stops the gateway with SIGTERM (it finishes what it started), or SIGKILL after 10 s.
+    pub(crate) async fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if let Some(pid) = child.id() {
+            let _ = tokio::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status()
+                .await;
+        }
+        if tokio::time::timeout(Duration::from_secs(10), child.wait())
+            .await
+            .is_err()
+        {
+            let _ = child.kill().await;
+        }
+    }
+}
+
+/// A free loopback port, chosen by the system.
+pub(crate) fn free_port() -> Result<SocketAddr, Error> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map_err(Error::io("find a free port"))
+}

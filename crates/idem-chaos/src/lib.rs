@@ -1,0 +1,73 @@
+//! A Jepsen-style chaos harness for the `idem` gateway: real gateway processes on a real store,
+//! many [`idem_client`] callers, faults injected all along, a history of every attempt and
+//! execution, and a check of that history at the end.
+//!
+//! `idem-chaos run` starts an upstream API that records every execution, the store (a SQLite
+//! file, or a PostgreSQL or Redis server of its own), two gateways sharing it, and a proxy in
+//! front of them that drops some of their answers. Callers make logical operations, one key
+//! each, while a seeded schedule SIGKILLs gateways, restarts the store, and slows the upstream
+//! down or has it answer 503. Then [`check`] reads the history: duplicates, lost operations,
+//! stuck keys. `docs/reliability.md` explains the run and its figures.
+//!
+//! # Examples
+//!
+//! Checking a history by hand: an operation executed twice, through a gateway nobody killed,
+//! is a duplicate no fault explains, and fails the run in either mode.
+//!
+//! ```
+//! use std::time::Duration;
+//! use idem_chaos::{
+//!     Ambiguous, GatewayId, History, Outcome, Stamp, check,
+//!     history::{Execution, Operation},
+//! };
+//!
+//! let at = |ms| Stamp::from_millis(ms);
+//! let execution = |id, start| Execution {
+//!     id,
+//!     key: "op-1".into(),
+//!     gateway: GatewayId(0),
+//!     start: at(start),
+//!     end: Some(at(start + 10)),
+//! };
+//! let history = History {
+//!     operations: vec![Operation {
+//!         key: "op-1".into(),
+//!         started: at(0),
+//!         ended: at(900),
+//!         outcome: Outcome::Answered { status: 201, replayed: false, execution: Some(2) },
+//!     }],
+//!     executions: vec![execution(1, 0), execution(2, 500)],
+//!     ..History::default()
+//! };
+//! let verdict = check(&history, Ambiguous::Retry, Duration::from_secs(2));
+//! assert_eq!(verdict.figures.duplicates, 1);
+//! assert_eq!(verdict.figures.explained_duplicates, 0);
+//! assert!(!verdict.passed());
+//! ```
+
+mod admin;
+mod callers;
+pub mod check;
+mod error;
+pub mod faults;
+pub mod gateway_process;
+pub mod history;
+mod http_client;
+mod injector;
+pub mod options;
+mod process;
+mod progress;
+mod proxy;
+pub mod report;
+mod run;
+pub mod store;
+mod upstream;
+
+pub use check::{Failure, Figures, Verdict, check};
+pub use error::Error;
+pub use faults::{FaultKind, Schedule};
+pub use gateway_process::GatewayProgram;
+pub use history::{GatewayId, History, Outcome, Stamp};
+pub use options::{Ambiguous, RunArgs, StoreKind};
+pub use report::Report;
+pub use run::run;

@@ -1,0 +1,183 @@
+//! `idem-chaos run`: what to run, for how long, and which faults to inject.
+//!
+//! # Examples
+//!
+//! ```
+//! use clap::Parser;
+//! use idem_chaos::{Ambiguous, RunArgs, StoreKind};
+//!
+//! #[derive(Parser)]
+//! struct Cli {
+//!     #[command(flatten)]
+//!     run: RunArgs,
+//! }
+//!
+//! let cli = Cli::parse_from(["idem-chaos", "--store", "redis", "--ambiguous", "reject"]);
+//! assert_eq!(cli.run.store, StoreKind::Redis);
+//! assert_eq!(cli.run.ambiguous, Ambiguous::Reject);
+//! assert_eq!(cli.run.duration.0, std::time::Duration::from_secs(60));
+//! ```
+
+use std::{fmt, path::PathBuf};
+
+use clap::{Args, ValueEnum};
+use idem_gateway::HumanDuration;
+use serde::{Deserialize, Serialize};
+
+use crate::FaultKind;
+
+/// The store the gateways share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreKind {
+    /// One SQLite file; a store restart kills every gateway and starts them again on it.
+    Sqlite,
+    /// A PostgreSQL server of the run's own (initdb in a temporary directory), crashed with an
+    /// immediate shutdown and started again.
+    Postgres,
+    /// A `redis-server` of the run's own with an append-only file fsynced on every write,
+    /// SIGKILLed and started again.
+    Redis,
+}
+
+impl fmt::Display for StoreKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Sqlite => "sqlite",
+            Self::Postgres => "postgres",
+            Self::Redis => "redis",
+        })
+    }
+}
+
+/// The gateways' `--ambiguous` mode, and so what the run expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ambiguous {
+    /// Release the key on an ambiguous outcome: an operation may execute again, but only when a
+    /// gateway died while its upstream call ran.
+    Retry,
+    /// Record "outcome unknown": no operation ever executes twice.
+    Reject,
+}
+
+impl fmt::Display for Ambiguous {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Retry => "retry",
+            Self::Reject => "reject",
+        })
+    }
+}
+
+/// The options of `idem-chaos run`.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// The store the gateways share.
+    #[arg(long, value_enum, default_value_t = StoreKind::Sqlite)]
+    pub store: StoreKind,
+
+    /// The gateways' --ambiguous mode: reject expects no duplicate at all, retry expects
+    /// duplicates only where a gateway was killed during the upstream call.
+    #[arg(long, value_enum, default_value_t = Ambiguous::Retry)]
+    pub ambiguous: Ambiguous,
+
+    /// How long callers start new operations and faults are injected.
+    #[arg(long, value_name = "DURATION", default_value = "60s")]
+    pub duration: HumanDuration,
+
+    /// How many callers send operations at once, each one after the other.
+    #[arg(long, value_name = "N", default_value_t = 32,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub callers: u32,
+
+    /// The seed of every random choice (fault times, drops, routing), to replay a run's
+    /// schedule [default: random, printed].
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+
+    /// The faults to inject, comma-separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        value_name = "LIST",
+        default_value = "drops,kills,store-restarts,slow,errors,two-gateways"
+    )]
+    pub faults: Vec<FaultKind>,
+
+    /// The share of gateway answers the proxy drops, from 0 to 0.9.
+    #[arg(long, value_name = "SHARE", default_value_t = 0.1, value_parser = share)]
+    pub drop_rate: f64,
+
+    /// The mean time between two gateway kills (each gap is drawn from half to one and a half
+    /// times it).
+    #[arg(long, value_name = "DURATION", default_value = "3s")]
+    pub kill_every: HumanDuration,
+
+    /// The mean time between two store restarts.
+    #[arg(long, value_name = "DURATION", default_value = "7s")]
+    pub store_restart_every: HumanDuration,
+
+    /// The mean time between two windows of a slow upstream.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub slow_every: HumanDuration,
+
+    /// The mean time between two windows of an upstream answering 503.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub errors_every: HumanDuration,
+
+    /// How long a slow or 503 window lasts, on average.
+    #[arg(long, value_name = "DURATION", default_value = "2s")]
+    pub window: HumanDuration,
+
+    /// The gateways' --lease: how soon a killed gateway's keys are free again.
+    #[arg(long, value_name = "DURATION", default_value = "2s")]
+    pub lease: HumanDuration,
+
+    /// How long a caller waits for one attempt's answer; a slow upstream takes twice as long.
+    #[arg(long, value_name = "DURATION", default_value = "1s")]
+    pub attempt_timeout: HumanDuration,
+
+    /// How long a caller tries to get a definite answer for one operation; without one by
+    /// then, the operation is lost.
+    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    pub deadline: HumanDuration,
+
+    /// Write the report as JSON to this file.
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+
+    /// Write the whole history (operations, attempts, executions, faults, records) as JSON to
+    /// this file.
+    #[arg(long, value_name = "PATH")]
+    pub history: Option<PathBuf>,
+
+    /// Keep the run's directory (gateway and server logs, the store's files) and print where it
+    /// is [default: kept only when the run fails].
+    #[arg(long)]
+    pub keep: bool,
+}
+
+impl RunArgs {
+    /// Whether `fault` is to be injected.
+    pub fn injects(&self, fault: FaultKind) -> bool {
+        self.faults.contains(&fault)
+    }
+
+    /// How many gateways share the store: 2, or 1 without `two-gateways`.
+    pub fn gateways(&self) -> u8 {
+        if self.injects(FaultKind::TwoGateways) {
+            2
+        } else {
+            1
+        }
+    }
+}
+
+fn share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=0.9).contains(&v) => Ok(v),
+        _ => Err("expected a number from 0 to 0.9".to_owned()),
+    }
+}

@@ -1,0 +1,133 @@
+//! Child processes of the run: started through `setpriv --pdeathsig KILL`, so that the kernel
+//! kills them if the harness dies without cleaning up, with their output appended to a log
+//! file of the run's directory.
+
+use std::{
+    ffi::OsStr,
+    fs::OpenOptions,
+    future::Future,
+    os::unix::fs::MetadataExt as _,
+    path::Path,
+    process::{Output, Stdio},
+    time::Duration,
+};
+
+use tokio::{
+    process::{Child, Command},
+    time::Instant,
+};
+
+use crate::Error;
+
+/// How long a process may take to become ready after it was started.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `setpriv [--reuid USER --regid USER --init-groups] --pdeathsig KILL -- PROGRAM`, its output
+/// appended to `log`, killed when dropped.
+///
+/// The parent-death signal belongs to the thread that spawns the child: spawn from the
+/// runtime's worker threads (which live as long as the run), never from `spawn_blocking`.
+pub(crate) fn supervised(
+    program: impl AsRef<OsStr>,
+    user: Option<&str>,
+    log: &Path,
+) -> Result<Command, Error> {
+    let mut command = Command::new("setpriv");
+    if let Some(user) = user {
+        command.args(["--reuid", user, "--regid", user, "--init-groups"]);
+    }
+    command
+        .args(["--pdeathsig", "KILL", "--"])
+        .arg(program)
+        .stdin(Stdio::null())
+        .stdout(append(log)?)
+        .stderr(append(log)?)
+        .kill_on_drop(true);
+    Ok(command)
+}
+
+fn append(log: &Path) -> Result<Stdio, Error> {
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(Error::io(format!("open {}", log.display())))?;
+    Ok(Stdio::from(file))
+}
+
+/// `PROGRAM`, or `setpriv --reuid USER --regid USER --init-groups -- PROGRAM`: a short helper
+/// command (`initdb`, `pg_ctl`) run as `user`.
+pub(crate) fn as_user(program: impl AsRef<OsStr>, user: Option<&str>) -> Command {
+    match user {
+        None => Command::new(program),
+        Some(user) => {
+            let mut command = Command::new("setpriv");
+            command
+                .args(["--reuid", user, "--regid", user, "--init-groups", "--"])
+                .arg(program);
+            command
+        }
+    }
+}
+
+/// Waits until `ready` says the process `child` (called `what`, writing to `log`) is ready; an
+/// error if it exits first or is not ready within 30 s.
+pub(crate) async fn wait_ready<F, Fut>(
+    child: &mut Child,
+    what: &str,
+    log: &Path,
+    mut ready: F,
+) -> Result<(), Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        if let Some(status) = child
+            .try_wait()
+            .map_err(Error::io(format!("watch {what}")))?
+        {
+            return Err(Error::Exited {
+                what: what.to_owned(),
+                status,
+                log: log.to_owned(),
+            });
+        }
+        if ready().await {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(Error::NotReady {
+                what: what.to_owned(),
+                timeout: READY_TIMEOUT,
+                log: log.to_owned(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Runs `command` to its end; an error unless it exits 0.
+pub(crate) async fn run(mut command: Command, program: &str) -> Result<Output, Error> {
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .map_err(Error::io(format!("run {program}")))?;
+    if output.status.success() {
+        Ok(output)
+    } else {
+        Err(Error::Command {
+            program: program.to_owned(),
+            status: output.status,
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        })
+    }
+}
+
+/// Whether the harness runs as root (PostgreSQL then runs as the `postgres` user).
+pub(crate) fn is_root() -> bool {
+    // /proc/self belongs to the process's effective user.
+    std::fs::metadata("/proc/self").is_ok_and(|metadata| metadata.uid() == 0)
+}

@@ -1,0 +1,192 @@
+//! [`run`]: one chaos run, from starting the servers to the report.
+
+use std::{ffi::OsString, path::Path, time::Duration};
+
+use clap::ValueEnum as _;
+
+use crate::{
+    Error, FaultKind, GatewayId, Report, RunArgs, Schedule, admin,
+    callers::{self, CallerSettings},
+    check::{self, check},
+    faults::Plan,
+    gateway_process::{GatewayProcess, GatewayProgram},
+    history::Recorder,
+    http_client::http_client,
+    injector::Injector,
+    progress::Progress,
+    proxy::DropProxy,
+    store::StoreServer,
+    upstream::Upstream,
+};
+
+/// Runs the gateways under faults as `args` say, with gateway processes started from
+/// `program`, and checks the history. Writes `--json` and `--history` when asked; keeps the
+/// run's directory (logs, store files) when asked or when the run failed, and says where.
+///
+/// An error means the run could not be carried out; a run that found problems returns a
+/// [`Report`] that did not pass.
+pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Error> {
+    let seed = args.seed.unwrap_or_else(|| fastrand::u64(..));
+    let duration = args.duration.0;
+    let lease = args.lease.0;
+    let gateways = args.gateways();
+    let faults: Vec<String> = args
+        .faults
+        .iter()
+        .filter_map(|fault| Some(fault.to_possible_value()?.get_name().to_owned()))
+        .collect();
+    eprintln!(
+        "idem-chaos: {} store, --ambiguous {}, {gateways} gateway(s), {} callers for {}, \
+         faults {}, seed {seed}",
+        args.store,
+        args.ambiguous,
+        args.callers,
+        args.duration,
+        faults.join(","),
+    );
+
+    let dir = tempfile::Builder::new()
+        .prefix("idem-chaos-")
+        .tempdir()
+        .map_err(Error::io("create the run's directory"))?;
+    let recorder = Recorder::new();
+    // A slow answer makes the caller's attempt time out; the gateway still waits for it.
+    let slow_latency = args.attempt_timeout.0 * 2;
+    let upstream = Upstream::start(gateways, slow_latency, seed, recorder.clone()).await?;
+    let mut store = StoreServer::start(args.store, dir.path()).await?;
+    let client = http_client();
+    let mut processes = Vec::new();
+    for id in (0..gateways).map(GatewayId) {
+        let serve_args = serve_args(args, &upstream.url(id), &store.url(), slow_latency);
+        processes.push(
+            GatewayProcess::start(id, program, serve_args, dir.path(), client.clone()).await?,
+        );
+    }
+    let drop_rate = if args.injects(FaultKind::Drops) {
+        args.drop_rate
+    } else {
+        0.0
+    };
+    let proxy = DropProxy::start(
+        processes.iter().map(GatewayProcess::addr).collect(),
+        drop_rate,
+        seed,
+        recorder.clone(),
+    )
+    .await?;
+
+    let schedule = Schedule::new(
+        &Plan {
+            duration,
+            faults: args.faults.clone(),
+            gateways,
+            kill_every: args.kill_every.0,
+            store_restart_every: args.store_restart_every.0,
+            slow_every: args.slow_every.0,
+            errors_every: args.errors_every.0,
+            window: args.window.0,
+        },
+        seed,
+    );
+    let progress = Progress::start(duration, recorder.clone());
+    let stop = tokio_util::sync::CancellationToken::new();
+    let callers = tokio::spawn(callers::run(
+        proxy.url(),
+        CallerSettings {
+            callers: args.callers,
+            attempt_timeout: args.attempt_timeout.0,
+            deadline: args.deadline.0,
+        },
+        recorder.clone(),
+        stop.clone(),
+    ));
+    let start = recorder.now().as_duration();
+    let injected = Injector::new(&mut processes, &mut store, &upstream, &recorder, &progress)
+        .run(&schedule, start, duration)
+        .await;
+    stop.cancel();
+    proxy.stop_dropping();
+    if let Err(error) = injected {
+        callers.abort();
+        return Err(error);
+    }
+    progress.event("faults stopped, no new operation: waiting for the last outcomes");
+    callers.await.expect("the callers do not panic")?;
+    progress.event(format_args!(
+        "every operation has its outcome; waiting one lease ({}) before reading the records",
+        args.lease
+    ));
+    tokio::time::sleep(lease).await;
+    let records = admin::record_states(&client, &processes[0].admin_url(), recorder.keys()).await?;
+    for process in &mut processes {
+        process.stop().await;
+    }
+    store.stop().await;
+    drop(progress);
+
+    let history = recorder.finish(records);
+    let report = Report {
+        store: args.store,
+        ambiguous: args.ambiguous,
+        gateways,
+        callers: args.callers,
+        duration_ms: millis(duration),
+        lease_ms: millis(lease),
+        seed,
+        statuses: check::statuses(&history),
+        verdict: check(&history, args.ambiguous, lease),
+    };
+    if let Some(path) = &args.history {
+        write_json(path, &history, "history")?;
+    }
+    if let Some(path) = &args.json {
+        write_json(path, &report, "report")?;
+    }
+    if args.keep || !report.passed() {
+        let kept = dir.keep();
+        eprintln!(
+            "the run's directory (gateway and server logs, store files): {}",
+            kept.display()
+        );
+    }
+    Ok(report)
+}
+
+/// The `idem serve` flags of a gateway: its upstream and store, the run's modes, and an
+/// upstream timeout well above the slow upstream's latency (a timeout would be an ambiguous
+/// outcome of its own, not the fault under test).
+fn serve_args(
+    args: &RunArgs,
+    upstream: &str,
+    store: &str,
+    slow_latency: Duration,
+) -> Vec<OsString> {
+    let upstream_timeout = (slow_latency * 4).max(Duration::from_secs(10));
+    [
+        "--upstream",
+        upstream,
+        "--store",
+        store,
+        "--lease",
+        &args.lease.to_string(),
+        "--ambiguous",
+        &args.ambiguous.to_string(),
+        "--upstream-timeout",
+        &idem_gateway::HumanDuration(upstream_timeout).to_string(),
+        "--shutdown-timeout",
+        "5s",
+        "--log-level",
+        "warn",
+    ]
+    .map(OsString::from)
+    .into()
+}
+
+fn write_json(path: &Path, value: &impl serde::Serialize, what: &'static str) -> Result<(), Error> {
+    let json = serde_json::to_vec_pretty(value).map_err(|source| Error::Json { what, source })?;
+    std::fs::write(path, json).map_err(Error::io(format!("write {}", path.display())))
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,58 @@
+//! The store the gateways share: a SQLite file, or a PostgreSQL or Redis server that the run
+//! starts for itself on a free loopback port, and crashes and restarts on schedule.
+//!
+//! The run never touches the machine's own servers (5432, 6379): other tests use them, and a
+//! crash is the point here.
+
+mod postgres;
+mod redis;
+
+use std::path::{Path, PathBuf};
+
+pub use self::{postgres::PostgresServer, redis::RedisServer};
+use crate::{Error, StoreKind};
+
+/// The store of a run.
+#[derive(Debug)]
+pub enum StoreServer {
+    /// A SQLite file: the store lives inside the gateways, so restarting it means killing
+    /// every gateway and starting them again on the file.
+    Sqlite(PathBuf),
+    /// A PostgreSQL server of the run's own.
+    Postgres(PostgresServer),
+    /// A `redis-server` of the run's own.
+    Redis(RedisServer),
+}
+
+impl StoreServer {
+    /// Creates the store in `dir` and starts its server, if it has one, ready for gateways.
+    pub async fn start(kind: StoreKind, dir: &Path) -> Result<Self, Error> {
+        Ok(match kind {
+            StoreKind::Sqlite => Self::Sqlite(dir.join("idem.db")),
+            StoreKind::Postgres => {
+                let server = PostgresServer::start(dir).await?;
+                idem_gateway::migrate::run(&server.url().parse()?).await?;
+                Self::Postgres(server)
+            }
+            StoreKind::Redis => Self::Redis(RedisServer::start(dir).await?),
+        })
+    }
+
+    /// The gateways' `--store`.
+    pub fn url(&self) -> String {
+        match self {
+            Self::Sqlite(path) => format!("sqlite://{}", path.display()),
+            Self::Postgres(server) => server.url(),
+            Self::Redis(server) => server.url(),
+        }
+    }
+
+    /// Stops the server, if any.
+    pub async fn stop(&mut self) {
+        match self {
+            Self::Sqlite(_) => {}
+            Self::Postgres(server) => server.stop().await,
+            Self::Redis(server) => server.stop().await,
+        }
+    }
+}

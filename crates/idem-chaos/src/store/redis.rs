@@ -1,0 +1,102 @@
+//! [`RedisServer`]: a `redis-server` of the run's own, SIGKILLed and restarted on schedule.
+//!
+//! It appends every write to its append-only file and fsyncs it before answering
+//! (`--appendonly yes --appendfsync always`), so what it acknowledged survives the kill. A
+//! Redis without that loses completed keys on a restart, by design: their retries execute
+//! again (docs/stores.md), and this harness would report them as forgotten and duplicated.
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+};
+
+use tokio::{
+    io::{AsyncReadExt as _, AsyncWriteExt as _},
+    net::TcpStream,
+    process::Child,
+};
+
+use crate::{
+    Error,
+    gateway_process::free_port,
+    process::{self, supervised},
+};
+
+/// A durable `redis-server` on a free loopback port, its files in the run's directory, killed
+/// when dropped.
+#[derive(Debug)]
+pub struct RedisServer {
+    addr: SocketAddr,
+    dir: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts the server with its files in `dir`.
+    pub async fn start(dir: &Path) -> Result<Self, Error> {
+        let data = dir.join("redis");
+        std::fs::create_dir(&data).map_err(Error::io("create the Redis directory"))?;
+        let mut server = Self {
+            addr: free_port()?,
+            dir: data,
+            log: dir.join("redis.log"),
+            child: None,
+        };
+        server.spawn().await?;
+        Ok(server)
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.addr)
+    }
+
+    /// SIGKILLs the server and starts it again on its files.
+    pub async fn restart(&mut self) -> Result<(), Error> {
+        self.stop().await;
+        self.spawn().await
+    }
+
+    /// SIGKILLs the server.
+    pub async fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+    }
+
+    async fn spawn(&mut self) -> Result<(), Error> {
+        let mut command = supervised("redis-server", None, &self.log)?;
+        command
+            .args([
+                "--port",
+                &self.addr.port().to_string(),
+                "--bind",
+                "127.0.0.1",
+            ])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(["--save", "", "--daemonize", "no", "--loglevel", "warning"])
+            .args(["--appendonly", "yes", "--appendfsync", "always"]);
+        let mut child = command
+            .spawn()
+            .map_err(Error::io("start redis-server (setpriv, from util-linux)"))?;
+        let addr = self.addr;
+        let ready = process::wait_ready(&mut child, "redis-server", &self.log, || pong(addr)).await;
+        self.child = Some(child);
+        ready
+    }
+}
+
+/// Whether the server at `addr` answers `PING` with `PONG` (not `LOADING` while it reads its
+/// append-only file).
+async fn pong(addr: SocketAddr) -> bool {
+    let Ok(mut stream) = TcpStream::connect(addr).await else {
+        return false;
+    };
+    if stream.write_all(b"PING\r\n").await.is_err() {
+        return false;
+    }
+    let mut answer = [0; 7];
+    stream.read_exact(&mut answer).await.is_ok() && &answer == b"+PONG\r\n"
+}
