@@ -1,0 +1,10 @@
+//! The client against the real gateway (in-process, memory store) in front of a test upstream,
+//! and against scripted servers for what the gateway never answers.
+
+mod definite;
+mod give_up;
+mod lost_responses;
+mod outcome_unknown;
+mod scripted;
+mod slow_upstream;
+mod support;
