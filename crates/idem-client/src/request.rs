@@ -81,7 +81,7 @@ impl RequestBuilder {
         self
     }
 
-    /// Adds headers.
+    /// Adds headers, replacing any already set under the same names.
     pub fn headers(mut self, headers: HeaderMap) -> Self {
         self.inner = self.inner.headers(headers);
         self

@@ -146,7 +146,7 @@ async fn a_caller_key_is_sent_quoted_when_it_must_be_and_overrides_the_header() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_invalid_key_or_url_fails_before_anything_is_sent() {
+async fn an_invalid_key_url_header_or_body_fails_before_anything_is_sent() {
     let server = Scripted::start([]).await;
     let client = client();
 
@@ -180,6 +180,16 @@ async fn an_invalid_key_or_url_fails_before_anything_is_sent() {
     );
     let url = client.post("not a url").send().await;
     assert!(matches!(url, Err(Error::Build(_))), "{url:?}");
+    let scheme = client.post("ftp://127.0.0.1/charges").send().await;
+    assert!(matches!(scheme, Err(Error::Build(_))), "{scheme:?}");
+    // JSON object keys must be strings.
+    let unserializable = std::collections::HashMap::from([(vec![1], 1)]);
+    let json = client
+        .post(server.url("/charges"))
+        .json(&unserializable)
+        .send()
+        .await;
+    assert!(matches!(json, Err(Error::Json(_))), "{json:?}");
     let header = client
         .post(server.url("/charges"))
         .header("x-bad", "line\nbreak")
