@@ -82,14 +82,17 @@ pub enum Action {
     KillGateway(GatewayId),
     /// Crash the store and start it again.
     RestartStore,
-    /// The upstream becomes slow.
-    StartSlow,
-    /// The upstream is fast again.
-    EndSlow,
-    /// The upstream starts answering 503.
-    StartErrors,
-    /// The upstream executes again.
-    EndErrors,
+    /// The upstream is slow for this long.
+    Slow(Duration),
+    /// The upstream answers 503 for this long.
+    Errors(Duration),
+}
+
+impl Action {
+    /// Whether the action acts on the gateways or the store (rather than on the upstream).
+    pub fn is_on_servers(self) -> bool {
+        matches!(self, Self::KillGateway(_) | Self::RestartStore)
+    }
 }
 
 /// An action and when to take it.
@@ -144,43 +147,24 @@ impl Schedule {
                 });
             }
         }
-        let windows = [
-            (
-                FaultKind::Slow,
-                3,
+        if wants(FaultKind::Slow) {
+            windows(
+                &mut faults,
+                &mut stream(3),
                 plan.slow_every,
-                Action::StartSlow,
-                Action::EndSlow,
-            ),
-            (
-                FaultKind::Errors,
-                4,
-                plan.errors_every,
-                Action::StartErrors,
-                Action::EndErrors,
-            ),
-        ];
-        for (kind, n, every, start, end) in windows {
-            if !wants(kind) {
-                continue;
-            }
-            let mut rng = stream(n);
-            let mut at = Duration::ZERO;
-            loop {
-                at += around(&mut rng, every);
-                if at >= plan.duration {
-                    break;
-                }
-                let until = (at + around(&mut rng, plan.window)).min(plan.duration);
-                faults.push(Scheduled { at, action: start });
-                faults.push(Scheduled {
-                    at: until,
-                    action: end,
-                });
-                at = until;
-            }
+                plan,
+                Action::Slow,
+            );
         }
-        // Stable: a window that ends when another fault starts ends first.
+        if wants(FaultKind::Errors) {
+            windows(
+                &mut faults,
+                &mut stream(4),
+                plan.errors_every,
+                plan,
+                Action::Errors,
+            );
+        }
         faults.sort_by_key(|fault| fault.at);
         Self { faults }
     }
@@ -188,6 +172,30 @@ impl Schedule {
     /// The actions, in time order.
     pub fn faults(&self) -> &[Scheduled] {
         &self.faults
+    }
+}
+
+/// Windows of the upstream, `every` apart on average, each `plan.window` long on average, one
+/// after the other within the duration.
+fn windows(
+    faults: &mut Vec<Scheduled>,
+    rng: &mut fastrand::Rng,
+    every: Duration,
+    plan: &Plan,
+    action: fn(Duration) -> Action,
+) {
+    let mut at = Duration::ZERO;
+    loop {
+        at += around(rng, every);
+        if at >= plan.duration {
+            return;
+        }
+        let length = around(rng, plan.window).min(plan.duration - at);
+        faults.push(Scheduled {
+            at,
+            action: action(length),
+        });
+        at += length;
     }
 }
 
@@ -271,13 +279,19 @@ mod tests {
     }
 
     #[test]
-    fn windows_open_and_close_in_turn() {
+    fn windows_do_not_overlap_and_end_within_the_duration() {
         let schedule = Schedule::new(&plan(vec![FaultKind::Slow]), 9);
-        let actions: Vec<Action> = schedule.faults().iter().map(|f| f.action).collect();
-        assert!(!actions.is_empty());
-        for pair in actions.chunks(2) {
-            assert_eq!(pair, [Action::StartSlow, Action::EndSlow]);
+        assert!(schedule.faults().len() >= 3);
+        let mut free_from = Duration::ZERO;
+        for fault in schedule.faults() {
+            let Action::Slow(length) = fault.action else {
+                panic!("{fault:?}");
+            };
+            assert!(fault.at >= free_from, "{fault:?}");
+            assert!(length <= Duration::from_secs(3), "{fault:?}");
+            free_from = fault.at + length;
         }
+        assert!(free_from <= Duration::from_secs(60));
     }
 
     #[test]

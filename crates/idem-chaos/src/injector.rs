@@ -1,11 +1,14 @@
 //! The fault injector: takes each action of the [`Schedule`] at its time, on the run's
 //! gateways, store and upstream, and records it in the history.
+//!
+//! Kills and store restarts take turns (a SQLite restart kills every gateway); the slow and
+//! 503 windows of the upstream run beside them, so that a slow restart does not shorten them.
 
 use std::time::Duration;
 
 use crate::{
-    Error, GatewayId, Schedule, Stamp,
-    faults::Action,
+    Error, GatewayId, Schedule,
+    faults::{Action, Scheduled},
     gateway_process::GatewayProcess,
     history::{FaultEvent, Recorder},
     progress::Progress,
@@ -20,90 +23,115 @@ pub(crate) struct Injector<'a> {
     pub(crate) upstream: &'a Upstream,
     pub(crate) recorder: &'a Recorder,
     pub(crate) progress: &'a Progress,
-    slow_since: Option<Stamp>,
-    failing_since: Option<Stamp>,
 }
 
-impl<'a> Injector<'a> {
-    pub(crate) fn new(
-        gateways: &'a mut [GatewayProcess],
-        store: &'a mut StoreServer,
-        upstream: &'a Upstream,
-        recorder: &'a Recorder,
-        progress: &'a Progress,
-    ) -> Self {
-        Self {
+impl Injector<'_> {
+    /// Takes every action of `schedule` at its time after `start`, then waits until
+    /// `start + duration`. Every gateway and the store are up, and the upstream is fast and
+    /// executes, when it returns.
+    pub(crate) async fn run(
+        self,
+        schedule: &Schedule,
+        start: Duration,
+        duration: Duration,
+    ) -> Result<(), Error> {
+        let Self {
             gateways,
             store,
             upstream,
             recorder,
             progress,
-            slow_since: None,
-            failing_since: None,
-        }
+        } = self;
+        let mut servers = Servers {
+            gateways,
+            store,
+            recorder,
+            progress,
+        };
+        let servers = async {
+            for fault in schedule
+                .faults()
+                .iter()
+                .filter(|f| f.action.is_on_servers())
+            {
+                sleep_until(recorder, start + fault.at).await;
+                servers.apply(fault.action).await?;
+            }
+            Ok::<(), Error>(())
+        };
+        let windows = |is_kind: fn(&Action) -> bool| {
+            let faults: Vec<Scheduled> = schedule
+                .faults()
+                .iter()
+                .copied()
+                .filter(|f| is_kind(&f.action))
+                .collect();
+            async move {
+                for fault in faults {
+                    sleep_until(recorder, start + fault.at).await;
+                    window(upstream, recorder, progress, fault.action).await;
+                }
+            }
+        };
+        let (servers, (), ()) = tokio::join!(
+            servers,
+            windows(|action| matches!(action, Action::Slow(_))),
+            windows(|action| matches!(action, Action::Errors(_))),
+        );
+        servers?;
+        sleep_until(recorder, start + duration).await;
+        Ok(())
     }
+}
 
-    /// Takes every action of `schedule` at its time after `start`, then waits until
-    /// `start + duration` and ends the windows still open. Every gateway and the store are up
-    /// when it returns.
-    pub(crate) async fn run(
-        &mut self,
-        schedule: &Schedule,
-        start: Duration,
-        duration: Duration,
-    ) -> Result<(), Error> {
-        for fault in schedule.faults() {
-            self.sleep_until(start + fault.at).await;
-            self.apply(fault.action).await?;
-        }
-        self.sleep_until(start + duration).await;
-        self.apply(Action::EndSlow).await?;
-        self.apply(Action::EndErrors).await
-    }
+async fn sleep_until(recorder: &Recorder, at: Duration) {
+    tokio::time::sleep(at.saturating_sub(recorder.now().as_duration())).await;
+}
 
-    async fn sleep_until(&self, at: Duration) {
-        tokio::time::sleep(at.saturating_sub(self.recorder.now().as_duration())).await;
-    }
+/// A slow or 503 window of the upstream, from now until its end.
+async fn window(upstream: &Upstream, recorder: &Recorder, progress: &Progress, action: Action) {
+    let (length, set): (Duration, fn(&Upstream, bool)) = match action {
+        Action::Slow(length) => (length, Upstream::set_slow),
+        Action::Errors(length) => (length, Upstream::set_failing),
+        Action::KillGateway(_) | Action::RestartStore => return,
+    };
+    let from = recorder.now();
+    set(upstream, true);
+    progress.event(match action {
+        Action::Slow(_) => "the upstream is slow",
+        _ => "the upstream answers 503",
+    });
+    tokio::time::sleep(length).await;
+    set(upstream, false);
+    let until = recorder.now();
+    recorder.fault(match action {
+        Action::Slow(_) => FaultEvent::UpstreamSlow { from, until },
+        _ => FaultEvent::UpstreamFailing { from, until },
+    });
+    progress.event(match action {
+        Action::Slow(_) => "the upstream is fast again",
+        _ => "the upstream executes again",
+    });
+}
 
+/// The gateways and the store, which kills and restarts act on in turn.
+struct Servers<'a> {
+    gateways: &'a mut [GatewayProcess],
+    store: &'a mut StoreServer,
+    recorder: &'a Recorder,
+    progress: &'a Progress,
+}
+
+impl Servers<'_> {
     async fn apply(&mut self, action: Action) -> Result<(), Error> {
         match action {
-            Action::KillGateway(gateway) => {
-                if usize::from(gateway.0) < self.gateways.len() {
-                    self.kill(gateway).await?;
-                    self.restart(gateway).await?;
-                }
+            Action::KillGateway(gateway) if usize::from(gateway.0) < self.gateways.len() => {
+                self.kill(gateway).await?;
+                self.restart(gateway).await
             }
-            Action::RestartStore => self.restart_store().await?,
-            Action::StartSlow => {
-                self.upstream.set_slow(true);
-                self.slow_since = Some(self.recorder.now());
-                self.progress.event("the upstream is slow");
-            }
-            Action::EndSlow => {
-                self.upstream.set_slow(false);
-                if let Some(from) = self.slow_since.take() {
-                    let until = self.recorder.now();
-                    self.recorder
-                        .fault(FaultEvent::UpstreamSlow { from, until });
-                    self.progress.event("the upstream is fast again");
-                }
-            }
-            Action::StartErrors => {
-                self.upstream.set_failing(true);
-                self.failing_since = Some(self.recorder.now());
-                self.progress.event("the upstream answers 503");
-            }
-            Action::EndErrors => {
-                self.upstream.set_failing(false);
-                if let Some(from) = self.failing_since.take() {
-                    let until = self.recorder.now();
-                    self.recorder
-                        .fault(FaultEvent::UpstreamFailing { from, until });
-                    self.progress.event("the upstream executes again");
-                }
-            }
+            Action::RestartStore => self.restart_store().await,
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     async fn kill(&mut self, gateway: GatewayId) -> Result<(), Error> {

@@ -68,6 +68,6 @@ pub use error::Error;
 pub use faults::{FaultKind, Schedule};
 pub use gateway_process::GatewayProgram;
 pub use history::{GatewayId, History, Outcome, Stamp};
-pub use options::{Ambiguous, RunArgs, StoreKind};
+pub use options::{Ambiguous, RedisPersistence, RunArgs, StoreKind};
 pub use report::Report;
 pub use run::run;

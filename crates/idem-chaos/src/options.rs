@@ -50,6 +50,18 @@ impl fmt::Display for StoreKind {
     }
 }
 
+/// What the run's own `redis-server` keeps across a restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RedisPersistence {
+    /// An append-only file fsynced before every answer (`--appendonly yes --appendfsync
+    /// always`): what Redis acknowledged survives a crash.
+    Aof,
+    /// Nothing: a restart forgets every key, completed ones included, and the run fails. Shows
+    /// why the gateway's Redis needs the append-only file.
+    None,
+}
+
 /// The gateways' `--ambiguous` mode, and so what the run expects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -143,6 +155,10 @@ pub struct RunArgs {
     /// then, the operation is lost.
     #[arg(long, value_name = "DURATION", default_value = "30s")]
     pub deadline: HumanDuration,
+
+    /// With --store redis: what the server keeps across a restart.
+    #[arg(long, value_enum, default_value_t = RedisPersistence::Aof)]
+    pub redis_persistence: RedisPersistence,
 
     /// Write the report as JSON to this file.
     #[arg(long, value_name = "PATH")]

@@ -49,11 +49,12 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
         .prefix("idem-chaos-")
         .tempdir()
         .map_err(Error::io("create the run's directory"))?;
+    let mut store = StoreServer::start(args.store, dir.path(), args.redis_persistence).await?;
+    // The history's clock starts once the store is up (initdb takes seconds).
     let recorder = Recorder::new();
     // A slow answer makes the caller's attempt time out; the gateway still waits for it.
     let slow_latency = args.attempt_timeout.0 * 2;
     let upstream = Upstream::start(gateways, slow_latency, seed, recorder.clone()).await?;
-    let mut store = StoreServer::start(args.store, dir.path()).await?;
     let client = http_client();
     let mut processes = Vec::new();
     for id in (0..gateways).map(GatewayId) {
@@ -101,9 +102,15 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
         stop.clone(),
     ));
     let start = recorder.now().as_duration();
-    let injected = Injector::new(&mut processes, &mut store, &upstream, &recorder, &progress)
-        .run(&schedule, start, duration)
-        .await;
+    let injected = Injector {
+        gateways: &mut processes,
+        store: &mut store,
+        upstream: &upstream,
+        recorder: &recorder,
+        progress: &progress,
+    }
+    .run(&schedule, start, duration)
+    .await;
     stop.cancel();
     proxy.stop_dropping();
     if let Err(error) = injected {

@@ -10,7 +10,7 @@ mod redis;
 use std::path::{Path, PathBuf};
 
 pub use self::{postgres::PostgresServer, redis::RedisServer};
-use crate::{Error, StoreKind};
+use crate::{Error, StoreKind, options::RedisPersistence};
 
 /// The store of a run.
 #[derive(Debug)]
@@ -26,7 +26,11 @@ pub enum StoreServer {
 
 impl StoreServer {
     /// Creates the store in `dir` and starts its server, if it has one, ready for gateways.
-    pub async fn start(kind: StoreKind, dir: &Path) -> Result<Self, Error> {
+    pub async fn start(
+        kind: StoreKind,
+        dir: &Path,
+        redis: RedisPersistence,
+    ) -> Result<Self, Error> {
         Ok(match kind {
             StoreKind::Sqlite => Self::Sqlite(dir.join("idem.db")),
             StoreKind::Postgres => {
@@ -34,7 +38,7 @@ impl StoreServer {
                 idem_gateway::migrate::run(&server.url().parse()?).await?;
                 Self::Postgres(server)
             }
-            StoreKind::Redis => Self::Redis(RedisServer::start(dir).await?),
+            StoreKind::Redis => Self::Redis(RedisServer::start(dir, redis).await?),
         })
     }
 

@@ -1,9 +1,10 @@
 //! [`RedisServer`]: a `redis-server` of the run's own, SIGKILLed and restarted on schedule.
 //!
-//! It appends every write to its append-only file and fsyncs it before answering
+//! By default it appends every write to its append-only file and fsyncs it before answering
 //! (`--appendonly yes --appendfsync always`), so what it acknowledged survives the kill. A
 //! Redis without that loses completed keys on a restart, by design: their retries execute
-//! again (docs/stores.md), and this harness would report them as forgotten and duplicated.
+//! again (docs/stores.md); [`RedisPersistence::None`] shows it, the run reporting them as
+//! forgotten.
 
 use std::{
     net::SocketAddr,
@@ -19,14 +20,16 @@ use tokio::{
 use crate::{
     Error,
     gateway_process::free_port,
+    options::RedisPersistence,
     process::{self, supervised},
 };
 
-/// A durable `redis-server` on a free loopback port, its files in the run's directory, killed
-/// when dropped.
+/// A `redis-server` on a free loopback port, its files in the run's directory, killed when
+/// dropped.
 #[derive(Debug)]
 pub struct RedisServer {
     addr: SocketAddr,
+    persistence: RedisPersistence,
     dir: PathBuf,
     log: PathBuf,
     child: Option<Child>,
@@ -34,11 +37,12 @@ pub struct RedisServer {
 
 impl RedisServer {
     /// Starts the server with its files in `dir`.
-    pub async fn start(dir: &Path) -> Result<Self, Error> {
+    pub async fn start(dir: &Path, persistence: RedisPersistence) -> Result<Self, Error> {
         let data = dir.join("redis");
         std::fs::create_dir(&data).map_err(Error::io("create the Redis directory"))?;
         let mut server = Self {
             addr: free_port()?,
+            persistence,
             dir: data,
             log: dir.join("redis.log"),
             child: None,
@@ -76,8 +80,13 @@ impl RedisServer {
             ])
             .arg("--dir")
             .arg(&self.dir)
-            .args(["--save", "", "--daemonize", "no", "--loglevel", "warning"])
-            .args(["--appendonly", "yes", "--appendfsync", "always"]);
+            .args(["--save", "", "--daemonize", "no", "--loglevel", "warning"]);
+        match self.persistence {
+            RedisPersistence::Aof => {
+                command.args(["--appendonly", "yes", "--appendfsync", "always"])
+            }
+            RedisPersistence::None => command.args(["--appendonly", "no"]),
+        };
         let mut child = command
             .spawn()
             .map_err(Error::io("start redis-server (setpriv, from util-linux)"))?;

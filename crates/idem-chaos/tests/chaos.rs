@@ -1,0 +1,194 @@
+//! The short form of the chaos runs, as CI runs them: `idem-chaos run` for each store and each
+//! `--ambiguous` mode, 8 seconds of faults each, checked on the JSON report.
+//!
+//! The runs take turns (each starts two gateways, a store and 16 callers on a 2-core machine).
+//! PostgreSQL and Redis runs start servers of their own, but run only when the suites of those
+//! stores are enabled (`IDEM_TEST_POSTGRES_URL`, `IDEM_TEST_REDIS_URL`), as the other server
+//! suites of the repository do. `scripts/chaos` runs the long form.
+
+use std::{
+    io::Write as _,
+    process::Command,
+    sync::{Mutex, PoisonError},
+};
+
+use idem_chaos::{Ambiguous, Failure, Report, StoreKind};
+
+/// One run at a time.
+static RUNS: Mutex<()> = Mutex::new(());
+
+/// The seed of every run, so that a failure can be replayed.
+const SEED: &str = "20261130";
+
+/// The short form: 8 seconds of every fault, at means short enough for at least one of each.
+const SHORT: &[&str] = &[
+    "--duration",
+    "8s",
+    "--kill-every",
+    "2s",
+    "--store-restart-every",
+    "3s",
+    "--slow-every",
+    "4s",
+    "--errors-every",
+    "4s",
+    "--window",
+    "1s",
+];
+
+/// Whether the suite of the server named by `variable` is enabled; says so on stderr when not.
+fn enabled(variable: &str) -> bool {
+    if std::env::var(variable).is_ok_and(|url| !url.is_empty()) {
+        return true;
+    }
+    // Straight to the process's stderr: the harness captures `eprintln!`.
+    let _ = writeln!(std::io::stderr(), "skipped: {variable} is not set");
+    false
+}
+
+/// Runs `idem-chaos run --store STORE --ambiguous MODE ARGS…` with 16 callers to its end, and
+/// returns its exit code and report.
+fn chaos(store: &str, mode: &str, args: &[&str]) -> (Option<i32>, Report) {
+    let _turn = RUNS.lock().unwrap_or_else(PoisonError::into_inner);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_idem-chaos"))
+        .args(["run", "--store", store, "--ambiguous", mode, "--seed", SEED])
+        .args(["--callers", "16"])
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // Shown when the test fails.
+    println!("{stderr}\n{stdout}");
+    let report = std::fs::read(&json).unwrap_or_else(|_| panic!("no report: {stderr}"));
+    (
+        output.status.code(),
+        serde_json::from_slice(&report).unwrap(),
+    )
+}
+
+/// The expectations of both modes, and that every kind of fault happened.
+fn assert_sound(code: Option<i32>, report: &Report) {
+    let f = &report.verdict.figures;
+    assert_eq!(report.verdict.failures, []);
+    assert_eq!(code, Some(0));
+    assert_eq!(f.lost, 0);
+    assert_eq!(f.stuck, 0);
+    assert_eq!(f.forgotten, 0);
+    assert_eq!(f.wrong_answers, 0);
+    assert_eq!(f.unexpected_answers, 0);
+    // Every operation got an answer, and every 2xx answer names one of its executions.
+    assert_eq!(f.succeeded + f.refused + f.outcome_unknown, f.operations);
+    assert!(f.executions >= f.succeeded, "{f:?}");
+    assert!(f.attempts > f.operations, "{f:?}");
+
+    let faults = &report.verdict.faults;
+    assert!(faults.gateway_kills > 0, "{faults:?}");
+    assert!(faults.store_restarts > 0, "{faults:?}");
+    assert!(faults.dropped_answers > 0, "{faults:?}");
+    assert!(faults.slow_windows > 0, "{faults:?}");
+    assert!(faults.error_windows > 0, "{faults:?}");
+    assert_eq!(report.gateways, 2);
+}
+
+/// `--ambiguous reject`: nothing executes twice; each execution a kill cut off became an
+/// "outcome unknown".
+fn reject_never_executes_twice(store: &str) {
+    let (code, report) = chaos(store, "reject", SHORT);
+    assert_eq!(report.ambiguous, Ambiguous::Reject);
+    assert_sound(code, &report);
+    let f = &report.verdict.figures;
+    assert_eq!(f.duplicates, 0);
+    assert_eq!(f.explained_duplicates, 0);
+    assert!(f.interrupted <= f.outcome_unknown, "{f:?}");
+}
+
+/// `--ambiguous retry`: an operation executes again only after a kill cut its execution off.
+fn retry_executes_again_only_after_a_kill(store: &str) {
+    let (code, report) = chaos(store, "retry", SHORT);
+    assert_eq!(report.ambiguous, Ambiguous::Retry);
+    assert_sound(code, &report);
+    let f = &report.verdict.figures;
+    assert_eq!(f.duplicates, f.explained_duplicates);
+    assert!(f.interrupted >= f.duplicates, "{f:?}");
+    assert_eq!(f.outcome_unknown, 0);
+    assert_eq!(f.refused, 0);
+}
+
+#[test]
+fn sqlite_reject_never_executes_twice() {
+    reject_never_executes_twice("sqlite");
+}
+
+#[test]
+fn sqlite_retry_executes_again_only_after_a_kill() {
+    retry_executes_again_only_after_a_kill("sqlite");
+}
+
+#[test]
+fn postgres_reject_never_executes_twice() {
+    if enabled("IDEM_TEST_POSTGRES_URL") {
+        reject_never_executes_twice("postgres");
+    }
+}
+
+#[test]
+fn postgres_retry_executes_again_only_after_a_kill() {
+    if enabled("IDEM_TEST_POSTGRES_URL") {
+        retry_executes_again_only_after_a_kill("postgres");
+    }
+}
+
+#[test]
+fn redis_reject_never_executes_twice() {
+    if enabled("IDEM_TEST_REDIS_URL") {
+        reject_never_executes_twice("redis");
+    }
+}
+
+#[test]
+fn redis_retry_executes_again_only_after_a_kill() {
+    if enabled("IDEM_TEST_REDIS_URL") {
+        retry_executes_again_only_after_a_kill("redis");
+    }
+}
+
+/// The harness catches a store that forgets: a Redis without persistence loses the completed
+/// keys at each restart, and the run fails with exit code 1.
+#[test]
+fn a_redis_without_persistence_fails_the_run() {
+    if !enabled("IDEM_TEST_REDIS_URL") {
+        return;
+    }
+    let (code, report) = chaos(
+        "redis",
+        "reject",
+        &[
+            "--duration",
+            "4s",
+            "--faults",
+            "store-restarts,two-gateways",
+            "--store-restart-every",
+            "2s",
+            "--redis-persistence",
+            "none",
+        ],
+    );
+    assert_eq!(report.store, StoreKind::Redis);
+    assert_eq!(code, Some(1));
+    assert!(!report.passed());
+    let forgotten = report.verdict.figures.forgotten;
+    assert!(forgotten > 0, "{:?}", report.verdict.figures);
+    assert!(
+        report
+            .verdict
+            .failures
+            .contains(&Failure::Forgotten { count: forgotten }),
+        "{:?}",
+        report.verdict.failures
+    );
+}
