@@ -177,13 +177,13 @@ fn check_answer(
             if found != *problem {
                 return Err(format!("problem {found}, not {problem}"));
             }
+            // Only the in-flight problem says when to retry; the upstream never sends one.
             let retry_after = reply.headers.get(header::RETRY_AFTER);
-            match (*status, retry_after) {
-                (409, Some(value))
-                    if value.to_str().ok().and_then(|v| v.parse::<u64>().ok()) >= Some(1) => {}
-                (409, value) => return Err(format!("409 with Retry-After {value:?}")),
-                (_, None) => {}
-                (_, Some(value)) => return Err(format!("Retry-After {value:?}")),
+            let seconds = retry_after.and_then(|value| value.to_str().ok()?.parse::<u64>().ok());
+            match (*problem == idem_http::problem::IN_FLIGHT, retry_after) {
+                (true, _) if seconds >= Some(1) => {}
+                (false, None) => {}
+                (_, value) => return Err(format!("{problem} with Retry-After {value:?}")),
             }
         }
         Answer::OutcomeUnknown => {
