@@ -5,10 +5,12 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, Request, header};
 use http_body_util::Full;
 
+use super::model::MAX_BODY;
+
 /// At most this many steps run per input, so each input stays fast.
 pub(super) const MAX_STEPS: usize = 8;
 /// Request bodies are cut to this length: a little over the layer's `max_body`.
-const MAX_BODY_BYTES: usize = 80;
+const MAX_BODY_BYTES: usize = MAX_BODY + 16;
 
 /// The header that tells the upstream which call a request is.
 pub(super) const CALL_HEADER: &str = "x-fuzz-call";
@@ -207,6 +209,10 @@ pub(super) enum ContentType {
 pub(super) enum BodySpec {
     Empty,
     Bytes(Vec<u8>),
+    /// Up to 16 bytes over the layer's `max_body`.
+    Oversized {
+        extra: u8,
+    },
     /// One payment, with its members in either order and any white space: the same JSON.
     Payment {
         amount: u16,
@@ -291,6 +297,9 @@ impl BodySpec {
         match self {
             Self::Empty => Bytes::new(),
             Self::Bytes(bytes) => Bytes::copy_from_slice(&bytes[..bytes.len().min(MAX_BODY_BYTES)]),
+            Self::Oversized { extra } => {
+                Bytes::from(vec![b'x'; MAX_BODY + 1 + usize::from(extra % 16)])
+            }
             Self::Payment {
                 amount,
                 reversed,

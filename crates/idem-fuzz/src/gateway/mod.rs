@@ -489,6 +489,23 @@ mod tests {
     }
 
     #[test]
+    fn a_response_too_large_to_store_replays_as_a_problem_with_its_status() {
+        // Found by the fuzzer as a harness bug: this replay is a 409 without `Retry-After`.
+        let conflict = Behaviour {
+            length: Length::Long,
+            ..answer(UpstreamStatus::Conflict, Failure::None)
+        };
+        let steps = vec![
+            call(payment(0, 10, false), conflict),
+            Step::Again(0, CREATED),
+        ];
+        assert_eq!(
+            outcomes(SETTINGS, steps),
+            [Some(Outcome::Executed), Some(Outcome::Replayed)]
+        );
+    }
+
+    #[test]
     fn keys_are_checked_before_bodies() {
         let mut too_large = payment(0, 10, false);
         too_large.body = BodySpec::Bytes(vec![b'x'; MAX_BODY + 1]);
