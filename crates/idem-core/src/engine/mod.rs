@@ -1,7 +1,7 @@
 //! The [`Engine`]: runs an operation under a key, exactly once.
 //!
-//! It acquires the key; runs the work in its own task, so a caller that goes away does not abandon
-//! it; renews the lease at a third of its length while the work runs; then completes or releases
+//! It acquires the key and runs the work in the caller's task, moving them to a task of their own
+//! if the caller goes away, so that nobody abandons a key; renews the lease at a third of its length while the work runs; then completes or releases
 //! the key with its token and wakes the requests waiting on it. In wait mode it waits for another
 //! worker's result: woken in process, woken by the store's [`Store::changed`] for other processes
 //! where the store supports it, and polling the store with backoff in any case.
@@ -9,7 +9,14 @@
 mod execution;
 mod waiters;
 
-use std::{future::Future, panic::AssertUnwindSafe, sync::Arc, time::Duration};
+use std::{
+    future::Future,
+    panic::AssertUnwindSafe,
+    pin::{Pin, pin},
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
 
 use futures_util::{FutureExt, future::OptionFuture};
 use tokio::time::{Instant, sleep};
@@ -131,9 +138,10 @@ impl<S: Store> Engine<S> {
     /// Runs `work` under `address` unless it already ran (or is running) for the same
     /// fingerprint.
     ///
-    /// Each attempt to acquire the key runs in its own task, and so does the work once the key is
-    /// acquired: if the caller drops this future at any point, a key it acquired is still worked
-    /// on to the end and its result recorded — never left held by nobody until its lease runs out.
+    /// Each attempt to acquire the key, and the work once the key is acquired, is polled in the
+    /// caller's task; if the caller drops this future at any point, the attempt goes on in a task
+    /// of its own: a key it acquired is still worked on to the end and its result recorded —
+    /// never left held by nobody until its lease runs out. Must be called in a Tokio runtime.
     /// A panic in the work releases the key and is resumed in the caller. The only error is a
     /// store failure before the work started (HTTP front ends answer 503); a failure to record
     /// the result afterwards is logged, and the key's lease then runs out as if the worker had
@@ -157,30 +165,27 @@ impl<S: Store> Engine<S> {
         let mut backoff = POLL_BACKOFF.0;
         let mut work = work;
         loop {
-            // Subscribe before looking, so a completion between the look and the wait wakes us.
-            let subscription = inner.waiters.subscribe(&address);
-            let notified = subscription.notify().notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            // Only waiters listen for other processes (a listener can cost the store a connection).
+            // Waiters subscribe before looking, so a completion between the look and the wait
+            // wakes them; only waiters listen for other processes (a listener can cost the store
+            // a connection).
+            let subscription = deadline.map(|_| inner.waiters.subscribe(&address));
+            let mut notified = pin!(subscription.as_ref().map(|s| s.notify().notified()));
+            if let Some(notified) = notified.as_mut().as_pin_mut() {
+                notified.enable();
+            }
             let changed = deadline.map(|_| inner.store.changed(&address));
 
-            let attempt =
-                inner
-                    .tasks
-                    .spawn(Arc::clone(inner).attempt(address.clone(), fingerprint, work));
-            let retry_after = match attempt.await {
-                Ok(Attempt::Done(outcome)) => return outcome,
-                Ok(Attempt::Panicked(panic)) => std::panic::resume_unwind(panic),
-                Ok(Attempt::Busy {
+            let attempt = Arc::clone(inner).attempt(address.clone(), fingerprint, work);
+            let retry_after = match Detached::new(inner.tasks.track_future(attempt)).await {
+                Attempt::Done(outcome) => return outcome,
+                Attempt::Panicked(panic) => std::panic::resume_unwind(panic),
+                Attempt::Busy {
                     retry_after,
                     work: returned,
-                }) => {
+                } => {
                     work = returned;
                     retry_after
                 }
-                Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
-                Err(join) => return Err(StoreError::unavailable(join)),
             };
             let now = Instant::now();
             let Some(deadline) = deadline.filter(|d| now < *d) else {
@@ -188,10 +193,71 @@ impl<S: Store> Engine<S> {
             };
             let pause = backoff.min(retry_after).min(deadline - now);
             tokio::select! {
-                () = notified => {}
+                Some(()) = OptionFuture::from(notified.as_mut().as_pin_mut()) => {}
                 Some(()) = OptionFuture::from(changed) => {}
                 () = sleep(pause) => backoff = (backoff * 2).min(POLL_BACKOFF.1),
             }
+        }
+    }
+}
+
+/// A future polled in its caller's task that, if the caller drops it before it ends, finishes
+/// in a task of its own: an attempt that acquired a key must run its work and record the
+/// result whoever waits for it. Polling in place (rather than spawning every attempt) saves a
+/// task and a cross-thread wake-up per request.
+struct Detached<Fut>
+where
+    Fut: Future + Send + 'static,
+    Fut::Output: Send,
+{
+    future: Option<Pin<Box<Fut>>>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl<Fut> Detached<Fut>
+where
+    Fut: Future + Send + 'static,
+    Fut::Output: Send,
+{
+    /// Must be called inside a Tokio runtime: the one that finishes the future if need be.
+    fn new(future: Fut) -> Self {
+        Self {
+            future: Some(Box::pin(future)),
+            runtime: tokio::runtime::Handle::current(),
+        }
+    }
+}
+
+impl<Fut> Future for Detached<Fut>
+where
+    Fut: Future + Send + 'static,
+    Fut::Output: Send,
+{
+    type Output = Fut::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // Out of its slot while polled: a future that panics is dropped by the unwinding, not
+        // finished in the background by `drop`.
+        let mut future = self.future.take().expect("polled after completion");
+        match future.as_mut().poll(cx) {
+            Poll::Ready(output) => Poll::Ready(output),
+            Poll::Pending => {
+                self.future = Some(future);
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl<Fut> Drop for Detached<Fut>
+where
+    Fut: Future + Send + 'static,
+    Fut::Output: Send,
+{
+    fn drop(&mut self) {
+        if let Some(future) = self.future.take() {
+            // A runtime that is shutting down drops the task, as it drops every other one.
+            drop(self.runtime.spawn(future));
         }
     }
 }
@@ -209,7 +275,8 @@ enum Attempt<F, T> {
 type Panic = Box<dyn std::any::Any + Send>;
 
 impl<S: Store> Inner<S> {
-    /// Acquires the key and, when it is ours, runs the work to the end. Runs in its own task.
+    /// Acquires the key and, when it is ours, runs the work to the end, even if
+    /// its caller goes away (see [`Detached`]).
     async fn attempt<F, Fut, T>(
         self: Arc<Self>,
         address: Address,
