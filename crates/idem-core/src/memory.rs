@@ -10,6 +10,8 @@ use std::{
     time::Duration,
 };
 
+use bytes::Bytes;
+
 use crate::{
     Acquisition, Address, Clock, FencingToken, Fingerprint, Lease, Record, RecordState, Store,
     StoreError, StoredResponse, SystemClock, Terms, Timestamp,
@@ -197,11 +199,17 @@ impl Store for MemoryStore {
         response: &StoredResponse,
         ttl: Duration,
     ) -> Result<(), StoreError> {
+        // A body sliced from a larger buffer (an HTTP connection's read buffer, say) would keep
+        // all of it alive for the whole TTL: keep a copy of just the body.
+        let response = StoredResponse {
+            body: Bytes::copy_from_slice(&response.body),
+            ..response.clone()
+        };
         self.with_holder(address, token, |shard, now| {
             let record = shard.get_mut(address).expect("checked by with_holder");
             record.state = RecordState::Completed {
                 token,
-                response: response.clone(),
+                response,
                 completed_at: now,
             };
             record.expires_at = now + ttl;
@@ -267,5 +275,40 @@ impl Store for MemoryStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_stored_body_does_not_keep_the_buffer_it_was_sliced_from() {
+        let store = MemoryStore::new();
+        let address = Address::anonymous("k".parse().unwrap());
+        let terms = Terms {
+            lease: Duration::from_secs(30),
+            ttl: Duration::from_secs(60),
+        };
+        let fingerprint = Fingerprint::from_bytes([7; 32]);
+        let Acquisition::Acquired(lease) = store.acquire(&address, &fingerprint, terms).await.unwrap()
+        else {
+            panic!("a new key is acquired");
+        };
+        let read_buffer = Bytes::from(vec![b'x'; 16 * 1024]);
+        let response = StoredResponse::new(201).body(read_buffer.slice(100..199));
+
+        store
+            .complete(&address, lease.token, &response, terms.ttl)
+            .await
+            .unwrap();
+
+        let record = store.get(&address).await.unwrap().unwrap();
+        let RecordState::Completed { response: stored, .. } = record.state else {
+            panic!("completed");
+        };
+        assert_eq!(stored, response);
+        let buffer = read_buffer.as_ptr_range();
+        assert!(!buffer.contains(&stored.body.as_ptr()), "the body is a copy");
     }
 }
