@@ -10,6 +10,11 @@ use idem_gateway::{
     demo, keys, logging, migrate,
 };
 
+/// glibc's allocator grows and trims its per-thread heaps with a system call every request or two
+/// under load; mimalloc keeps them.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = match Cli::parse_from_env_and_file(std::env::args_os()) {
         Ok(cli) => cli,
