@@ -1,4 +1,4 @@
-//! [`check`]: reads a run's [`History`] and says what went wrong.
+//! [`check()`]: reads a run's [`History`] and says what went wrong.
 //!
 //! - A **duplicate** is an operation the upstream executed more than once.
 //! - An execution is **interrupted** when its gateway was SIGKILLed while the execution was in
@@ -53,7 +53,7 @@ pub struct Figures {
     /// Executions by the upstream.
     pub executions: u64,
     /// Executions that a kill of their gateway interrupted, whose result no caller got (see
-    /// [`check`](self)).
+    /// [the module](self)).
     pub interrupted: u64,
     /// Operations executed more than once.
     pub duplicates: u64,

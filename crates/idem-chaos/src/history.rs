@@ -1,9 +1,9 @@
 //! The history of a run: every logical operation, every attempt that reached the gateways,
 //! every execution of the upstream and every fault, stamped with the time since the run began.
 //!
-//! The harness writes it while the run goes on (through a [`Recorder`], from the callers, the
-//! proxy, the upstream and the fault schedule) and [`check`](crate::check) reads it at the end.
-//! `--history FILE` saves it as JSON, to look into a failed run.
+//! The harness writes it while the run goes on (from the callers, the proxy, the upstream and
+//! the fault schedule) and [`check()`](crate::check()) reads it at the end. `--history FILE`
+//! saves it as JSON, to look into a failed run.
 //!
 //! # Examples
 //!

@@ -6,7 +6,7 @@
 //! file, or a PostgreSQL or Redis server of its own), two gateways sharing it, and a proxy in
 //! front of them that drops some of their answers. Callers make logical operations, one key
 //! each, while a seeded schedule SIGKILLs gateways, restarts the store, and slows the upstream
-//! down or has it answer 503. Then [`check`] reads the history: duplicates, lost operations,
+//! down or has it answer 503. Then [`check()`] reads the history: duplicates, lost operations,
 //! stuck keys. `docs/reliability.md` explains the run and its figures.
 //!
 //! # Examples
