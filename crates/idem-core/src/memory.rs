@@ -291,7 +291,8 @@ mod tests {
             ttl: Duration::from_secs(60),
         };
         let fingerprint = Fingerprint::from_bytes([7; 32]);
-        let Acquisition::Acquired(lease) = store.acquire(&address, &fingerprint, terms).await.unwrap()
+        let Acquisition::Acquired(lease) =
+            store.acquire(&address, &fingerprint, terms).await.unwrap()
         else {
             panic!("a new key is acquired");
         };
@@ -304,11 +305,17 @@ mod tests {
             .unwrap();
 
         let record = store.get(&address).await.unwrap().unwrap();
-        let RecordState::Completed { response: stored, .. } = record.state else {
+        let RecordState::Completed {
+            response: stored, ..
+        } = record.state
+        else {
             panic!("completed");
         };
         assert_eq!(stored, response);
         let buffer = read_buffer.as_ptr_range();
-        assert!(!buffer.contains(&stored.body.as_ptr()), "the body is a copy");
+        assert!(
+            !buffer.contains(&stored.body.as_ptr()),
+            "the body is a copy"
+        );
     }
 }

@@ -49,6 +49,7 @@
 //! ```
 
 mod changes;
+mod connections;
 mod error;
 mod names;
 mod options;

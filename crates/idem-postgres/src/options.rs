@@ -62,10 +62,11 @@ impl PostgresOptions {
         self
     }
 
-    /// Sets the number of connections of the pool that
-    /// [`PostgresStore::connect`](crate::PostgresStore::connect) opens (at least 1). A store
-    /// built on a pool of your own with [`PostgresStore::open`](crate::PostgresStore::open) uses
-    /// that pool's size.
+    /// Sets how many connections the store opens for its own operations (at least 1), and the
+    /// size of the sqlx pool that [`PostgresStore::connect`](crate::PostgresStore::connect) opens
+    /// for the rest (purging, readiness checks). A store built on a pool of your own with
+    /// [`PostgresStore::open`](crate::PostgresStore::open) opens its connections with that pool's
+    /// connect options.
     #[must_use]
     pub fn pool_size(mut self, size: u32) -> Self {
         self.pool_size = size.max(1);

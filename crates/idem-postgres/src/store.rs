@@ -15,6 +15,7 @@ use sqlx::{
 use crate::{
     Error, PostgresOptions, Purger, Statement,
     changes::Changes,
+    connections::{Checkout, Connections},
     error::store_error,
     row::{AcquireRow, Columns, sql_millis, sql_now, sql_token},
     schema,
@@ -74,6 +75,7 @@ pub struct PostgresStore {
 
 struct Inner {
     pool: PgPool,
+    connections: Connections,
     sql: Sql,
     clock: Option<ManualClock>,
     changes: Changes,
@@ -81,8 +83,7 @@ struct Inner {
 
 impl PostgresStore {
     /// Connects to `url` with a pool as [`PostgresOptions::pool_size`] and
-    /// [`PostgresOptions::pool_timeout`] say, then [`open`](Self::open)s the store. The pool does
-    /// not ping connections before handing them out, so that an operation is one round trip.
+    /// [`PostgresOptions::pool_timeout`] say, then [`open`](Self::open)s the store.
     pub async fn connect(url: &str, options: PostgresOptions) -> Result<Self, Error> {
         let pool = PgPoolOptions::new()
             .max_connections(options.pool_size)
@@ -99,16 +100,24 @@ impl PostgresStore {
     /// [`Error::NotMigrated`] or [`Error::MigrationPending`], a changed one
     /// [`Error::UnexpectedColumn`] or [`Error::ChangedMigration`].
     ///
-    /// sqlx pools ping every connection they hand out by default; build yours with
-    /// `test_before_acquire(false)` to save that round trip on every operation.
+    /// The store's own operations ([`Store`]'s methods) run on up to
+    /// [`PostgresOptions::pool_size`] connections of its own, opened with `pool`'s connect
+    /// options: a sqlx pool pings every connection it takes back, a round trip per operation.
+    /// `pool` serves the purger, readiness checks and your transactions.
     pub async fn open(pool: PgPool, options: PostgresOptions) -> Result<Self, Error> {
         let sql = Sql::new(&options.schema, &options.table);
         let migrator = sql.migrator(&options.schema, &options.table);
         schema::verify(&pool, &sql, &migrator).await?;
         let changes = Changes::new(&pool, sql.channel.clone());
+        let connections = Connections::new(
+            &pool,
+            usize::try_from(options.pool_size).unwrap_or(usize::MAX),
+            options.pool_timeout,
+        );
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,
+                connections,
                 sql,
                 clock: options.test_clock,
                 changes,
@@ -147,6 +156,7 @@ impl PostgresStore {
     /// clone is closed too: later calls fail with [`StoreError::Unavailable`].
     pub async fn close(&self) {
         self.inner.changes.close().await;
+        self.inner.connections.close();
         self.inner.pool.close().await;
     }
 
@@ -219,6 +229,11 @@ impl PostgresStore {
         held(done.rows_affected())
     }
 
+    /// A connection for one of the store's own operations (see [`Connections`]).
+    async fn connection(&self) -> Result<Checkout, StoreError> {
+        self.inner.connections.get(&self.inner.sql.table).await
+    }
+
     fn now(&self) -> Option<i64> {
         sql_now(self.inner.clock.as_ref().map(Clock::now))
     }
@@ -281,9 +296,12 @@ impl Store for PostgresStore {
         fingerprint: &Fingerprint,
         terms: Terms,
     ) -> Result<Acquisition, StoreError> {
-        let mut connection = self.inner.pool.acquire().await.map_err(|e| self.error(e))?;
-        self.acquire_in(&mut connection, address, fingerprint, terms)
-            .await
+        let mut connection = self.connection().await?;
+        let acquired = self
+            .acquire_in(&mut connection, address, fingerprint, terms)
+            .await;
+        connection.keep(&acquired);
+        acquired
     }
 
     async fn complete(
@@ -293,18 +311,24 @@ impl Store for PostgresStore {
         response: &StoredResponse,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        let mut connection = self.inner.pool.acquire().await.map_err(|e| self.error(e))?;
-        self.complete_in(&mut connection, address, token, response, ttl)
-            .await
+        let mut connection = self.connection().await?;
+        let completed = self
+            .complete_in(&mut connection, address, token, response, ttl)
+            .await;
+        connection.keep(&completed);
+        completed
     }
 
     async fn release(&self, address: &Address, token: FencingToken) -> Result<(), StoreError> {
-        let done = self
+        let mut connection = self.connection().await?;
+        let released = self
             .holder_write(Statement::Release, address, token)
-            .execute(&self.inner.pool)
+            .execute(&mut *connection)
             .await
-            .map_err(|e| self.error(e))?;
-        held(done.rows_affected())
+            .map_err(|e| self.error(e))
+            .and_then(|done| held(done.rows_affected()));
+        connection.keep(&released);
+        released
     }
 
     async fn renew(
@@ -313,36 +337,42 @@ impl Store for PostgresStore {
         token: FencingToken,
         lease: Duration,
     ) -> Result<Timestamp, StoreError> {
-        let until: Option<i64> = self
+        let mut connection = self.connection().await?;
+        let until: Result<Option<i64>, StoreError> = self
             .holder_write(Statement::Renew, address, token)
             .bind(sql_millis(lease))
             .try_map(|row: PgRow| row.try_get("lease_until"))
-            .fetch_optional(&self.inner.pool)
+            .fetch_optional(&mut *connection)
             .await
-            .map_err(|e| self.error(e))?;
-        let until = until.ok_or(StoreError::LeaseLost)?;
+            .map_err(|e| self.error(e));
+        connection.keep(&until);
+        let until = until?.ok_or(StoreError::LeaseLost)?;
         Ok(Timestamp::from_millis(u64::try_from(until).unwrap_or(0)))
     }
 
     async fn get(&self, address: &Address) -> Result<Option<Record>, StoreError> {
+        let mut connection = self.connection().await?;
         let row = self
             .at(Statement::Get, address)
-            .fetch_optional(&self.inner.pool)
+            .fetch_optional(&mut *connection)
             .await
-            .map_err(|e| self.error(e))?;
-        row.as_ref()
+            .map_err(|e| self.error(e));
+        connection.keep(&row);
+        row?.as_ref()
             .map(|row| self.columns(row).record())
             .transpose()
     }
 
     async fn forget(&self, address: &Address) -> Result<bool, StoreError> {
-        let live: Option<bool> = self
+        let mut connection = self.connection().await?;
+        let live: Result<Option<bool>, StoreError> = self
             .at(Statement::Forget, address)
             .try_map(|row: PgRow| row.try_get("live"))
-            .fetch_optional(&self.inner.pool)
+            .fetch_optional(&mut *connection)
             .await
-            .map_err(|e| self.error(e))?;
-        Ok(live.unwrap_or(false))
+            .map_err(|e| self.error(e));
+        connection.keep(&live);
+        Ok(live?.unwrap_or(false))
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
