@@ -12,7 +12,9 @@
 //! - A key is **stuck** when its record is still `processing` after the load stopped, every
 //!   fault was repaired and one more lease went by.
 //! - A key is **forgotten** when its caller got an answer the gateway stores (a response, or
-//!   "outcome unknown") and the store has no record of it at the end.
+//!   "outcome unknown") and the store has no record of it at the end, although its operation
+//!   started less than the TTL before (with a second's margin: the record expires a TTL after
+//!   its completion).
 //! - An answer is **wrong** when a 2xx body names an execution that is not one of its
 //!   operation's.
 //!
@@ -42,6 +44,21 @@ use crate::{
 /// How long after a gateway was known dead an execution it forwarded may still start: its
 /// request was already written to the socket.
 pub const KILL_SLACK: Duration = Duration::from_millis(250);
+
+/// The margin of the forgotten check against the TTL: the store's clock and the harness's may
+/// differ by a little, and reading every record takes a while.
+const TTL_MARGIN: Duration = Duration::from_secs(1);
+
+/// The gateways' settings the checks depend on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// `--ambiguous`: what to expect of duplicates.
+    pub ambiguous: Ambiguous,
+    /// `--lease`: how long a key stays in a dead gateway's hands.
+    pub lease: Duration,
+    /// `--ttl`: how long a completed key is kept.
+    pub ttl: Duration,
+}
 
 /// The figures of a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,6 +108,10 @@ pub struct FaultCounts {
     pub slow_windows: u64,
     /// Windows of an upstream answering 503.
     pub error_windows: u64,
+    /// The longest store restart, from going down to answering again, in milliseconds: keys
+    /// whose result could not be recorded for a lease free up, and with `--ambiguous retry`
+    /// execute again (the gateway's cases 4 and 5), so it must stay well under the lease.
+    pub longest_store_outage_ms: u64,
 }
 
 /// An expectation the run did not meet.
@@ -198,8 +219,13 @@ impl Verdict {
     }
 }
 
-/// Checks `history`, from gateways run with `ambiguous` and `lease`.
-pub fn check(history: &History, ambiguous: Ambiguous, lease: Duration) -> Verdict {
+/// Checks `history`, from gateways run with `settings`.
+pub fn check(history: &History, settings: Settings) -> Verdict {
+    let Settings {
+        ambiguous,
+        lease,
+        ttl,
+    } = settings;
     let kills: Vec<(GatewayId, Stamp)> = history
         .faults
         .iter()
@@ -295,7 +321,9 @@ pub fn check(history: &History, ambiguous: Ambiguous, lease: Duration) -> Verdic
                 false
             }
         };
-        if stored && history.records.get(&operation.key) == Some(&RecordState::Absent) {
+        let kept =
+            operation.started.saturating_add(ttl) > history.records_read.saturating_add(TTL_MARGIN);
+        if stored && kept && history.records.get(&operation.key) == Some(&RecordState::Absent) {
             figures.forgotten += 1;
         }
     }
@@ -358,7 +386,13 @@ fn fault_counts(history: &History) -> FaultCounts {
     for fault in &history.faults {
         match fault {
             FaultEvent::GatewayKilled { .. } => counts.gateway_kills += 1,
-            FaultEvent::StoreRestarted { .. } => counts.store_restarts += 1,
+            FaultEvent::StoreRestarted { down, up } => {
+                counts.store_restarts += 1;
+                let outage = up.as_duration().saturating_sub(down.as_duration());
+                counts.longest_store_outage_ms = counts
+                    .longest_store_outage_ms
+                    .max(u64::try_from(outage.as_millis()).unwrap_or(u64::MAX));
+            }
             FaultEvent::UpstreamSlow { .. } => counts.slow_windows += 1,
             FaultEvent::UpstreamFailing { .. } => counts.error_windows += 1,
             FaultEvent::GatewayRestarted { .. } => {}
@@ -387,7 +421,13 @@ mod tests {
     use super::*;
     use crate::history::{Attempt, Operation};
 
-    const LEASE: Duration = Duration::from_secs(2);
+    fn settings(ambiguous: Ambiguous) -> Settings {
+        Settings {
+            ambiguous,
+            lease: Duration::from_secs(2),
+            ttl: Duration::from_secs(60),
+        }
+    }
 
     fn at(ms: u64) -> Stamp {
         Stamp::from_millis(ms)
@@ -439,7 +479,7 @@ mod tests {
 
     #[test]
     fn a_duplicate_without_a_kill_fails_in_retry_mode() {
-        let verdict = check(&executed_twice(vec![]), Ambiguous::Retry, LEASE);
+        let verdict = check(&executed_twice(vec![]), settings(Ambiguous::Retry));
         assert_eq!(verdict.figures.duplicates, 1);
         assert_eq!(verdict.figures.explained_duplicates, 0);
         assert_eq!(
@@ -453,8 +493,7 @@ mod tests {
     fn a_kill_of_another_gateway_explains_nothing() {
         let verdict = check(
             &executed_twice(vec![kill(1, 1_020)]),
-            Ambiguous::Retry,
-            LEASE,
+            settings(Ambiguous::Retry),
         );
         // It came during op-2's only execution, whose result its caller got.
         assert_eq!(verdict.figures.interrupted, 0);
@@ -467,8 +506,7 @@ mod tests {
         // 1,050 ms end + 2 s lease = 3,050 ms.
         let verdict = check(
             &executed_twice(vec![kill(0, 3_100)]),
-            Ambiguous::Retry,
-            LEASE,
+            settings(Ambiguous::Retry),
         );
         assert_eq!(verdict.figures.explained_duplicates, 0);
         assert!(!verdict.passed());
@@ -478,8 +516,7 @@ mod tests {
     fn a_kill_during_the_call_explains_the_duplicate_in_retry_mode() {
         let verdict = check(
             &executed_twice(vec![kill(0, 1_020)]),
-            Ambiguous::Retry,
-            LEASE,
+            settings(Ambiguous::Retry),
         );
         assert_eq!(verdict.figures.interrupted, 1);
         assert_eq!(verdict.figures.duplicates, 1);
@@ -491,8 +528,7 @@ mod tests {
     fn a_kill_while_the_result_is_recorded_explains_the_duplicate() {
         let verdict = check(
             &executed_twice(vec![kill(0, 2_900)]),
-            Ambiguous::Retry,
-            LEASE,
+            settings(Ambiguous::Retry),
         );
         assert_eq!(verdict.figures.explained_duplicates, 1);
         assert!(verdict.passed());
@@ -502,7 +538,7 @@ mod tests {
     fn an_execution_whose_result_a_caller_got_explains_nothing() {
         let mut history = executed_twice(vec![kill(0, 1_020)]);
         history.operations[0] = answered("op-1", 1);
-        let verdict = check(&history, Ambiguous::Retry, LEASE);
+        let verdict = check(&history, settings(Ambiguous::Retry));
         assert_eq!(verdict.figures.interrupted, 0);
         assert_eq!(verdict.figures.explained_duplicates, 0);
         assert!(!verdict.passed());
@@ -512,8 +548,7 @@ mod tests {
     fn any_duplicate_fails_in_reject_mode() {
         let verdict = check(
             &executed_twice(vec![kill(0, 1_020)]),
-            Ambiguous::Reject,
-            LEASE,
+            settings(Ambiguous::Reject),
         );
         assert_eq!(verdict.failures, [Failure::Duplicates { count: 1 }]);
     }
@@ -525,13 +560,13 @@ mod tests {
             .executions
             .push(execution(4, "op-1", 1, 7_000, 7_050));
         history.operations[0] = answered("op-1", 4);
-        let verdict = check(&history, Ambiguous::Retry, LEASE);
+        let verdict = check(&history, settings(Ambiguous::Retry));
         assert_eq!(verdict.figures.duplicates, 1);
         assert_eq!(verdict.figures.explained_duplicates, 0);
         assert!(!verdict.passed());
         // A second kill, during the second execution, explains the third.
         history.faults.push(kill(1, 4_010));
-        let verdict = check(&history, Ambiguous::Retry, LEASE);
+        let verdict = check(&history, settings(Ambiguous::Retry));
         assert_eq!(verdict.figures.explained_duplicates, 1);
         assert!(verdict.passed());
     }
@@ -540,8 +575,7 @@ mod tests {
     fn a_kill_during_the_later_execution_does_not_explain_it() {
         let verdict = check(
             &executed_twice(vec![kill(1, 4_020)]),
-            Ambiguous::Retry,
-            LEASE,
+            settings(Ambiguous::Retry),
         );
         // Its caller got the later execution's result: the kill interrupted nothing.
         assert_eq!(verdict.figures.interrupted, 0);
@@ -575,7 +609,7 @@ mod tests {
         ]
         .into();
         for mode in [Ambiguous::Retry, Ambiguous::Reject] {
-            let verdict = check(&history, mode, LEASE);
+            let verdict = check(&history, settings(mode));
             assert_eq!(
                 verdict.failures,
                 [
@@ -588,13 +622,35 @@ mod tests {
     }
 
     #[test]
+    fn a_record_older_than_the_ttl_may_be_gone() {
+        let mut history = History {
+            operations: vec![answered("old", 1), answered("new", 2)],
+            executions: vec![
+                execution(1, "old", 0, 10, 20),
+                execution(2, "new", 0, 58_000, 58_020),
+            ],
+            records_read: at(60_500),
+            ..History::default()
+        };
+        history.operations[1].started = at(58_000);
+        history.records = [
+            ("old".to_owned(), RecordState::Absent),
+            ("new".to_owned(), RecordState::Absent),
+        ]
+        .into();
+        let verdict = check(&history, settings(Ambiguous::Retry));
+        assert_eq!(verdict.figures.forgotten, 1);
+        assert_eq!(verdict.failures, [Failure::Forgotten { count: 1 }]);
+    }
+
+    #[test]
     fn an_answer_naming_another_operations_execution_is_wrong() {
         let history = History {
             operations: vec![answered("a", 2), answered("b", 2)],
             executions: vec![execution(1, "a", 0, 10, 20), execution(2, "b", 0, 10, 20)],
             ..History::default()
         };
-        let verdict = check(&history, Ambiguous::Reject, LEASE);
+        let verdict = check(&history, settings(Ambiguous::Reject));
         assert_eq!(verdict.figures.wrong_answers, 1);
         assert_eq!(verdict.failures, [Failure::WrongAnswers { count: 1 }]);
     }
@@ -608,9 +664,9 @@ mod tests {
             }],
             ..History::default()
         };
-        assert!(check(&history, Ambiguous::Reject, LEASE).passed());
+        assert!(check(&history, settings(Ambiguous::Reject)).passed());
         assert_eq!(
-            check(&history, Ambiguous::Retry, LEASE).failures,
+            check(&history, settings(Ambiguous::Retry)).failures,
             [Failure::OutcomeUnknownInRetryMode { count: 1 }]
         );
     }
@@ -628,15 +684,15 @@ mod tests {
             }],
             ..History::default()
         };
-        let verdict = check(&refused(true), Ambiguous::Reject, LEASE);
+        let verdict = check(&refused(true), settings(Ambiguous::Reject));
         assert_eq!(verdict.figures.refused, 1);
         assert!(verdict.passed());
         assert_eq!(
-            check(&refused(false), Ambiguous::Reject, LEASE).failures,
+            check(&refused(false), settings(Ambiguous::Reject)).failures,
             [Failure::UnexpectedAnswers { count: 1 }]
         );
         assert_eq!(
-            check(&refused(true), Ambiguous::Retry, LEASE).failures,
+            check(&refused(true), settings(Ambiguous::Retry)).failures,
             [Failure::UnexpectedAnswers { count: 1 }]
         );
     }
@@ -669,7 +725,7 @@ mod tests {
                 result: AttemptResult::Answered { status: 201 },
             },
         ];
-        let verdict = check(&history, Ambiguous::Retry, LEASE);
+        let verdict = check(&history, settings(Ambiguous::Retry));
         assert_eq!(
             verdict.faults,
             FaultCounts {
@@ -678,6 +734,7 @@ mod tests {
                 dropped_answers: 1,
                 slow_windows: 1,
                 error_windows: 0,
+                longest_store_outage_ms: 1,
             }
         );
         assert_eq!(verdict.figures.attempts, 2);

@@ -46,6 +46,9 @@ pub enum Error {
         /// Its log file.
         log: PathBuf,
     },
+    /// Options that cannot give a meaningful run.
+    #[error("{0}")]
+    Options(&'static str),
     /// No PostgreSQL server binaries were found.
     #[error(
         "no PostgreSQL binaries: neither `pg_config --bindir` nor /usr/lib/postgresql/*/bin has \

@@ -230,6 +230,8 @@ pub struct History {
     pub faults: Vec<FaultEvent>,
     /// The state of each operation's record after the run, by key (empty when not read).
     pub records: BTreeMap<String, RecordState>,
+    /// When the records began to be read.
+    pub records_read: Stamp,
 }
 
 /// Collects the history while the run goes on; cheap to clone, shared by every part of the run.
@@ -342,11 +344,12 @@ impl Recorder {
         self.with(|history| history.operations.iter().map(|o| o.key.clone()).collect())
     }
 
-    /// The history, with the records read at the end.
-    pub(crate) fn finish(&self, records: BTreeMap<String, RecordState>) -> History {
+    /// The history, with the records read at the end, from `read`.
+    pub(crate) fn finish(&self, records: BTreeMap<String, RecordState>, read: Stamp) -> History {
         self.with(|history| {
             let mut history = std::mem::take(history);
             history.records = records;
+            history.records_read = read;
             history
         })
     }
@@ -390,7 +393,7 @@ mod tests {
         let second = recorder.execution("b".into(), GatewayId(1));
         assert_eq!((first.id(), second.id()), (1, 2));
         drop(second);
-        let history = recorder.finish(BTreeMap::new());
+        let history = recorder.finish(BTreeMap::new(), Stamp::default());
         assert_eq!(history.executions.len(), 2);
         assert_eq!(history.executions[0].end, None);
         assert!(history.executions[1].end.is_some());

@@ -17,7 +17,8 @@
 //! ```
 //! use std::time::Duration;
 //! use idem_chaos::{
-//!     Ambiguous, GatewayId, History, Outcome, Stamp, check,
+//!     Ambiguous, GatewayId, History, Outcome, Stamp,
+//!     check::{Settings, check},
 //!     history::{Execution, Operation},
 //! };
 //!
@@ -39,7 +40,12 @@
 //!     executions: vec![execution(1, 0), execution(2, 500)],
 //!     ..History::default()
 //! };
-//! let verdict = check(&history, Ambiguous::Retry, Duration::from_secs(2));
+//! let settings = Settings {
+//!     ambiguous: Ambiguous::Retry,
+//!     lease: Duration::from_secs(2),
+//!     ttl: Duration::from_secs(60),
+//! };
+//! let verdict = check(&history, settings);
 //! assert_eq!(verdict.figures.duplicates, 1);
 //! assert_eq!(verdict.figures.explained_duplicates, 0);
 //! assert!(!verdict.passed());

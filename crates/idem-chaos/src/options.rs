@@ -147,6 +147,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "2s")]
     pub lease: HumanDuration,
 
+    /// The gateways' --ttl: how long a completed key is kept. Short, so that the store's data
+    /// (and the time a restarted Redis takes to load it) stays bounded; it must be at least
+    /// twice the deadline, so that every retry of an operation finds its record.
+    #[arg(long, value_name = "DURATION", default_value = "1m")]
+    pub ttl: HumanDuration,
+
     /// How long a caller waits for one attempt's answer; a slow upstream takes twice as long.
     #[arg(long, value_name = "DURATION", default_value = "1s")]
     pub attempt_timeout: HumanDuration,

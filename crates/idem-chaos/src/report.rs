@@ -13,6 +13,7 @@
 //!     callers: 32,
 //!     duration_ms: 60_000,
 //!     lease_ms: 2_000,
+//!     ttl_ms: 60_000,
 //!     seed: 7,
 //!     statuses: [(201, 100)].into(),
 //!     verdict: Verdict {
@@ -48,6 +49,8 @@ pub struct Report {
     pub duration_ms: u64,
     /// The gateways' lease, in milliseconds.
     pub lease_ms: u64,
+    /// The gateways' TTL, in milliseconds.
+    pub ttl_ms: u64,
     /// The seed of the run's random choices.
     pub seed: u64,
     /// How many operations got each definite status.
@@ -82,10 +85,11 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "faults: {} gateway kills, {} store restarts, {} dropped answers, {} slow windows, \
-             {} 503 windows\n",
+            "faults: {} gateway kills, {} store restarts (the longest {} ms), {} dropped answers, \
+             {} slow windows, {} 503 windows\n",
             faults.gateway_kills,
             faults.store_restarts,
+            faults.longest_store_outage_ms,
             faults.dropped_answers,
             faults.slow_windows,
             faults.error_windows,

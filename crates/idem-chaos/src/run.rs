@@ -7,7 +7,7 @@ use clap::ValueEnum as _;
 use crate::{
     Error, FaultKind, GatewayId, Report, RunArgs, Schedule, admin,
     callers::{self, CallerSettings},
-    check::{self, check},
+    check::{self, Settings, check},
     faults::Plan,
     gateway_process::{GatewayProcess, GatewayProgram},
     history::Recorder,
@@ -26,6 +26,11 @@ use crate::{
 /// An error means the run could not be carried out; a run that found problems returns a
 /// [`Report`] that did not pass.
 pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Error> {
+    if args.ttl.0 < args.deadline.0 * 2 {
+        return Err(Error::Options(
+            "--ttl must be at least twice --deadline: a retry after the TTL executes again",
+        ));
+    }
     let seed = args.seed.unwrap_or_else(|| fastrand::u64(..));
     let duration = args.duration.0;
     let lease = args.lease.0;
@@ -124,6 +129,7 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
         args.lease
     ));
     tokio::time::sleep(lease).await;
+    let read = recorder.now();
     let records = admin::record_states(&client, &processes[0].admin_url(), recorder.keys()).await?;
     for process in &mut processes {
         process.stop().await;
@@ -131,7 +137,7 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
     store.stop().await;
     drop(progress);
 
-    let history = recorder.finish(records);
+    let history = recorder.finish(records, read);
     let report = Report {
         store: args.store,
         ambiguous: args.ambiguous,
@@ -139,9 +145,17 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
         callers: args.callers,
         duration_ms: millis(duration),
         lease_ms: millis(lease),
+        ttl_ms: millis(args.ttl.0),
         seed,
         statuses: check::statuses(&history),
-        verdict: check(&history, args.ambiguous, lease),
+        verdict: check(
+            &history,
+            Settings {
+                ambiguous: args.ambiguous,
+                lease,
+                ttl: args.ttl.0,
+            },
+        ),
     };
     if let Some(path) = &args.history {
         write_json(path, &history, "history")?;
@@ -176,6 +190,8 @@ fn serve_args(
         store,
         "--lease",
         &args.lease.to_string(),
+        "--ttl",
+        &args.ttl.to_string(),
         "--ambiguous",
         &args.ambiguous.to_string(),
         "--upstream-timeout",
