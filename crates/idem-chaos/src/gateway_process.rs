@@ -7,7 +7,7 @@
 
 use std::{
     ffi::OsString,
-    net::{SocketAddr, TcpListener},
+    net::SocketAddr,
     path::{Path, PathBuf},
     time::Duration,
 };
@@ -63,8 +63,8 @@ impl GatewayProcess {
         dir: &Path,
         client: HttpClient,
     ) -> Result<Self, Error> {
-        let listen = free_port()?;
-        let admin = free_port()?;
+        let listen = process::free_port()?;
+        let admin = process::free_port()?;
         let mut args: Vec<OsString> = vec!["gateway".into()];
         args.extend(serve_args);
         args.extend(
@@ -155,11 +155,4 @@ impl GatewayProcess {
             let _ = child.kill().await;
         }
     }
-}
-
-/// A free loopback port, chosen by the system.
-pub(crate) fn free_port() -> Result<SocketAddr, Error> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map_err(Error::io("find a free port"))
 }

@@ -24,7 +24,7 @@ use clap::{Args, ValueEnum};
 use idem_gateway::HumanDuration;
 use serde::{Deserialize, Serialize};
 
-use crate::FaultKind;
+use crate::{FaultKind, faults::Plan};
 
 /// The store the gateways share.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
@@ -185,6 +185,20 @@ impl RunArgs {
     /// Whether `fault` is to be injected.
     pub fn injects(&self, fault: FaultKind) -> bool {
         self.faults.contains(&fault)
+    }
+
+    /// What the fault schedule is drawn from.
+    pub fn plan(&self) -> Plan {
+        Plan {
+            duration: self.duration.0,
+            faults: self.faults.clone(),
+            gateways: self.gateways(),
+            kill_every: self.kill_every.0,
+            store_restart_every: self.store_restart_every.0,
+            slow_every: self.slow_every.0,
+            errors_every: self.errors_every.0,
+            window: self.window.0,
+        }
     }
 
     /// How many gateways share the store: 2, or 1 without `two-gateways`.

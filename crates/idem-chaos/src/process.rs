@@ -1,11 +1,12 @@
 //! Child processes of the run: started through `setpriv --pdeathsig KILL`, so that the kernel
 //! kills them if the harness dies without cleaning up, with their output appended to a log
-//! file of the run's directory.
+//! file of the run's directory, listening on free loopback ports.
 
 use std::{
     ffi::OsStr,
     fs::OpenOptions,
     future::Future,
+    net::{SocketAddr, TcpListener},
     os::unix::fs::MetadataExt as _,
     path::Path,
     process::{Output, Stdio},
@@ -124,6 +125,13 @@ pub(crate) async fn run(mut command: Command, program: &str) -> Result<Output, E
             stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
         })
     }
+}
+
+/// A free loopback port, chosen by the system, for a child to listen on.
+pub(crate) fn free_port() -> Result<SocketAddr, Error> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map_err(Error::io("find a free port"))
 }
 
 /// Whether the harness runs as root (PostgreSQL then runs as the `postgres` user).

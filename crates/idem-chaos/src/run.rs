@@ -8,7 +8,6 @@ use crate::{
     Error, FaultKind, GatewayId, Report, RunArgs, Schedule, admin,
     callers::{self, CallerSettings},
     check::{self, Settings, check},
-    faults::Plan,
     gateway_process::{GatewayProcess, GatewayProgram},
     history::Recorder,
     http_client::http_client,
@@ -81,19 +80,7 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
     )
     .await?;
 
-    let schedule = Schedule::new(
-        &Plan {
-            duration,
-            faults: args.faults.clone(),
-            gateways,
-            kill_every: args.kill_every.0,
-            store_restart_every: args.store_restart_every.0,
-            slow_every: args.slow_every.0,
-            errors_every: args.errors_every.0,
-            window: args.window.0,
-        },
-        seed,
-    );
+    let schedule = Schedule::new(&args.plan(), seed);
     let progress = Progress::start(duration, recorder.clone());
     let stop = tokio_util::sync::CancellationToken::new();
     let callers = tokio::spawn(callers::run(

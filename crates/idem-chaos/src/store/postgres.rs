@@ -10,7 +10,6 @@ use tokio::process::Child;
 
 use crate::{
     Error,
-    gateway_process::free_port,
     process::{self, as_user, supervised},
 };
 
@@ -65,7 +64,7 @@ impl PostgresServer {
         let mut server = Self {
             bin,
             data,
-            addr: free_port()?,
+            addr: process::free_port()?,
             user,
             log: dir.join("postgres.log"),
             version,

@@ -19,7 +19,6 @@ use tokio::{
 
 use crate::{
     Error,
-    gateway_process::free_port,
     options::RedisPersistence,
     process::{self, supervised},
 };
@@ -41,7 +40,7 @@ impl RedisServer {
         let data = dir.join("redis");
         std::fs::create_dir(&data).map_err(Error::io("create the Redis directory"))?;
         let mut server = Self {
-            addr: free_port()?,
+            addr: process::free_port()?,
             persistence,
             dir: data,
             log: dir.join("redis.log"),
