@@ -716,7 +716,10 @@ mod tests {
                 key: "op-1".into(),
                 at: at(1),
                 gateway: Some(GatewayId(0)),
-                result: AttemptResult::Dropped { status: 201 },
+                result: AttemptResult::Dropped {
+                    status: 201,
+                    stalled: false,
+                },
             },
             Attempt {
                 key: "op-1".into(),

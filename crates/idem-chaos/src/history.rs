@@ -133,11 +133,14 @@ pub enum AttemptResult {
         /// Its status.
         status: u16,
     },
-    /// The gateway answered, and the proxy dropped the answer and closed the connection: the
-    /// caller's attempt failed after the gateway had done its work.
+    /// The gateway answered, and the proxy dropped the answer: the caller's attempt failed after
+    /// the gateway had done its work.
     Dropped {
         /// The status the caller never saw.
         status: u16,
+        /// Whether the proxy held the connection until the caller's attempt timed out (rather
+        /// than closing it at once).
+        stalled: bool,
     },
     /// The connection to the gateway broke after the request was sent (the gateway died).
     Broken,

@@ -3,8 +3,9 @@
 //! Every attempt goes to a gateway chosen at random (the other one when it refuses the
 //! connection, as a load balancer routes around a dead instance). When the gateway has answered,
 //! the proxy passes the answer on, or — with the drop rate's probability, while drops are on —
-//! discards it and closes the caller's connection: the caller's attempt fails although the
-//! gateway did all its work, the case idempotency keys exist for. Every attempt is recorded.
+//! discards it: the caller's attempt fails although the gateway did all its work, the case
+//! idempotency keys exist for. Half the dropped answers close the caller's connection at once;
+//! the other half hold it until the caller's attempt times out. Every attempt is recorded.
 
 use std::{
     net::SocketAddr,
@@ -12,6 +13,7 @@ use std::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
     },
+    time::Duration,
 };
 
 use bytes::Bytes;
@@ -39,6 +41,7 @@ pub(crate) struct DropProxy {
 struct Shared {
     gateways: Vec<SocketAddr>,
     drop_rate: f64,
+    stall: Duration,
     dropping: AtomicBool,
     rng: Mutex<fastrand::Rng>,
     client: HttpClient,
@@ -51,10 +54,12 @@ struct Shared {
 struct NoAnswer;
 
 impl DropProxy {
-    /// Listens on a loopback port, in front of `gateways`.
+    /// Listens on a loopback port, in front of `gateways`; a stalled drop holds the caller's
+    /// connection for `stall` (longer than its attempt timeout).
     pub(crate) async fn start(
         gateways: Vec<SocketAddr>,
         drop_rate: f64,
+        stall: Duration,
         seed: u64,
         recorder: Recorder,
     ) -> Result<Self, Error> {
@@ -67,6 +72,7 @@ impl DropProxy {
         let shared = Arc::new(Shared {
             gateways,
             drop_rate,
+            stall,
             dropping: AtomicBool::new(drop_rate > 0.0),
             rng: Mutex::new(fastrand::Rng::with_seed(seed)),
             client: http_client(),
@@ -202,10 +208,16 @@ async fn forward(
             return Err(NoAnswer);
         };
         let status = parts.status.as_u16();
-        let dropped = shared.dropping.load(Ordering::SeqCst)
-            && shared.rng.lock().expect("no panic holds the rng").f64() < shared.drop_rate;
-        if dropped {
-            record.attempt.result = AttemptResult::Dropped { status };
+        let (dropped, stalled) = {
+            let mut rng = shared.rng.lock().expect("no panic holds the rng");
+            (rng.f64() < shared.drop_rate, rng.bool())
+        };
+        if dropped && shared.dropping.load(Ordering::SeqCst) {
+            record.attempt.result = AttemptResult::Dropped { status, stalled };
+            if stalled {
+                // The caller times out and goes away; hyper may drop this future then.
+                tokio::time::sleep(shared.stall).await;
+            }
             return Err(NoAnswer);
         }
         record.attempt.result = AttemptResult::Answered { status };

@@ -75,6 +75,7 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
     let proxy = DropProxy::start(
         processes.iter().map(GatewayProcess::addr).collect(),
         drop_rate,
+        args.attempt_timeout.0 + Duration::from_secs(1),
         seed,
         recorder.clone(),
     )
