@@ -62,6 +62,17 @@ pub enum RedisPersistence {
     None,
 }
 
+/// When a run keeps its directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Keep {
+    /// Always.
+    Always,
+    /// When the run fails, to look into it.
+    OnFailure,
+    /// Never (a run that is meant to fail).
+    Never,
+}
+
 /// The gateways' `--ambiguous` mode, and so what the run expects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -175,10 +186,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "PATH")]
     pub history: Option<PathBuf>,
 
-    /// Keep the run's directory (gateway and server logs, the store's files) and print where it
-    /// is [default: kept only when the run fails].
-    #[arg(long)]
-    pub keep: bool,
+    /// When to keep the run's directory (gateway and server logs, the store's files) and print
+    /// where it is.
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = Keep::OnFailure)]
+    pub keep: Keep,
 }
 
 impl RunArgs {

@@ -12,6 +12,7 @@ use crate::{
     history::Recorder,
     http_client::http_client,
     injector::Injector,
+    options::Keep,
     progress::Progress,
     proxy::DropProxy,
     store::StoreServer,
@@ -20,7 +21,7 @@ use crate::{
 
 /// Runs the gateways under faults as `args` say, with gateway processes started from
 /// `program`, and checks the history. Writes `--json` and `--history` when asked; keeps the
-/// run's directory (logs, store files) when asked or when the run failed, and says where.
+/// run's directory (logs, store files) as `--keep` says, and says where.
 ///
 /// An error means the run could not be carried out; a run that found problems returns a
 /// [`Report`] that did not pass.
@@ -151,7 +152,12 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
     if let Some(path) = &args.json {
         write_json(path, &report, "report")?;
     }
-    if args.keep || !report.passed() {
+    let keep = match args.keep {
+        Keep::Always => true,
+        Keep::OnFailure => !report.passed(),
+        Keep::Never => false,
+    };
+    if keep {
         let kept = dir.keep();
         eprintln!(
             "the run's directory (gateway and server logs, store files): {}",

@@ -176,6 +176,8 @@ fn a_redis_without_persistence_fails_the_run() {
             "2s",
             "--redis-persistence",
             "none",
+            "--keep",
+            "never",
         ],
     );
     assert_eq!(report.store, StoreKind::Redis);
