@@ -37,8 +37,9 @@ use crate::GatewayId;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FaultKind {
-    /// The proxy in front of the gateways drops a share of their answers and closes the
-    /// connection: the caller's attempt fails after the gateway did its work.
+    /// The proxy in front of the gateways drops a share of their answers (closes the caller's
+    /// connection, or holds it until the caller times out): the caller's attempt fails after the
+    /// gateway did its work.
     Drops,
     /// A gateway, chosen at random, is SIGKILLed and started again on the same ports.
     Kills,

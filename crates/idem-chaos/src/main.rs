@@ -18,8 +18,11 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run two gateways on one store under faults, with many callers, and check the history.
-    /// Exit code: 0 when every expectation holds, 1 when one does not, 2 when the run could not
-    /// be carried out.
+    #[command(
+        after_help = "Exit code: 0 when every expectation holds, 1 when one does not, 2 \
+                            when the run could not be carried out. docs/reliability.md explains \
+                            the run and its report."
+    )]
     Run(Box<RunArgs>),
     /// `idem serve` with these arguments: the gateway processes of a run.
     #[command(hide = true, disable_help_flag = true)]
