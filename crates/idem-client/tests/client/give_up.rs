@@ -7,7 +7,7 @@ use idem_core::InFlight;
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::support::{Upstream, gateway, problem_type};
+use crate::support::{Upstream, gateway, gave_up_on_status, gave_up_on_transport, problem_type};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_503_is_retried_until_the_attempts_run_out() {
@@ -68,15 +68,7 @@ async fn the_deadline_ends_the_retries_of_an_upstream_that_never_answers() {
     let error = order.send().await.unwrap_err();
     let elapsed = start.elapsed();
 
-    let Error::GaveUp {
-        attempts,
-        reason,
-        last: LastFailure::Transport(last),
-        ..
-    } = error
-    else {
-        panic!("expected GaveUp after timeouts, got {error:?}");
-    };
+    let (attempts, reason, last) = gave_up_on_transport(error);
     assert_eq!(reason, GiveUpReason::Deadline);
     // At least a whole attempt and a part of another fit in the deadline; each attempt
     // lasts its timeout, or what is left of the deadline.
@@ -111,15 +103,7 @@ async fn a_retry_after_past_the_deadline_is_not_waited() {
     let error = order.send().await.unwrap_err();
     let elapsed = start.elapsed();
 
-    let Error::GaveUp {
-        attempts,
-        reason,
-        last: LastFailure::Status(last),
-        ..
-    } = error
-    else {
-        panic!("expected GaveUp on a 409, got {error:?}");
-    };
+    let (attempts, reason, last) = gave_up_on_status(error);
     // 1: timed out; 2: 409, whose Retry-After ends past the deadline.
     assert_eq!(reason, GiveUpReason::Deadline);
     assert_eq!(attempts, 2);

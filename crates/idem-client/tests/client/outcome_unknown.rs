@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use idem_client::{Client, Error, GiveUpReason, LastFailure};
+use idem_client::{Client, Error, GiveUpReason};
 use idem_core::Ambiguous;
 
-use crate::support::{BrokenUpstream, gateway, problem_type};
+use crate::support::{BrokenUpstream, gateway, gave_up_on_status, problem_type};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outcome_unknown_is_final_and_not_retried() {
@@ -57,15 +57,7 @@ async fn by_default_a_lost_upstream_connection_is_retried() {
         .send()
         .await
         .unwrap_err();
-    let Error::GaveUp {
-        attempts,
-        reason,
-        last: LastFailure::Status(last),
-        ..
-    } = error
-    else {
-        panic!("expected GaveUp with a status, got {error:?}");
-    };
+    let (attempts, reason, last) = gave_up_on_status(error);
     assert_eq!(attempts, 3);
     assert_eq!(reason, GiveUpReason::MaxAttempts);
     assert_eq!(last.status(), 502);

@@ -2,11 +2,11 @@
 
 use std::time::Duration;
 
-use idem_client::{Client, Error, GiveUpReason, KeyError, LastFailure};
+use idem_client::{Client, Error, GiveUpReason, KeyError};
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::support::Scripted;
+use crate::support::{Scripted, gave_up_on_status, gave_up_on_transport};
 
 /// Quick retries, so that the tests wait only where they mean to.
 fn client() -> Client {
@@ -70,15 +70,7 @@ async fn a_retry_after_past_the_deadline_ends_the_retries_at_once() {
         .send()
         .await
         .unwrap_err();
-    let Error::GaveUp {
-        attempts,
-        reason,
-        last: LastFailure::Status(last),
-        ..
-    } = error
-    else {
-        panic!("expected GaveUp on a 503, got {error:?}");
-    };
+    let (attempts, reason, last) = gave_up_on_status(error);
     assert_eq!(attempts, 1);
     assert_eq!(reason, GiveUpReason::Deadline);
     assert_eq!(last.status(), 503);
@@ -99,15 +91,7 @@ async fn a_refused_connection_is_retried_until_the_attempts_run_out() {
         .send()
         .await
         .unwrap_err();
-    let Error::GaveUp {
-        attempts,
-        reason,
-        last: LastFailure::Transport(last),
-        ..
-    } = error
-    else {
-        panic!("expected GaveUp on transport errors, got {error:?}");
-    };
+    let (attempts, reason, last) = gave_up_on_transport(error);
     assert_eq!(attempts, 3);
     assert_eq!(reason, GiveUpReason::MaxAttempts);
     assert!(last.is_connect(), "{last:?}");

@@ -20,6 +20,7 @@ use axum::{
     response::{IntoResponse, Response},
     routing::post,
 };
+use idem_client::{Error, GiveUpReason, LastFailure};
 use idem_gateway::{Config, Gateway};
 use serde_json::json;
 use tokio::{
@@ -366,4 +367,32 @@ async fn answer(State(script): State<Script>, headers: HeaderMap, body: Bytes) -
 pub(crate) fn problem_type(response: &idem_client::Response) -> String {
     let problem: serde_json::Value = response.json().unwrap();
     problem["type"].as_str().unwrap().to_owned()
+}
+
+/// The attempts, the reason and the last answer of an [`Error::GaveUp`] whose last attempt got a
+/// (retryable) status.
+pub(crate) fn gave_up_on_status(error: Error) -> (u32, GiveUpReason, idem_client::Response) {
+    match error {
+        Error::GaveUp {
+            attempts,
+            reason,
+            last: LastFailure::Status(last),
+            ..
+        } => (attempts, reason, last),
+        other => panic!("expected GaveUp on a status, got {other:?}"),
+    }
+}
+
+/// The attempts, the reason and the last transport error of an [`Error::GaveUp`] whose last
+/// attempt got no answer.
+pub(crate) fn gave_up_on_transport(error: Error) -> (u32, GiveUpReason, reqwest::Error) {
+    match error {
+        Error::GaveUp {
+            attempts,
+            reason,
+            last: LastFailure::Transport(last),
+            ..
+        } => (attempts, reason, last),
+        other => panic!("expected GaveUp on a transport error, got {other:?}"),
+    }
 }
