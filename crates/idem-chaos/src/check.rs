@@ -13,8 +13,8 @@
 //!   fault was repaired and one more lease went by.
 //! - A key is **forgotten** when its caller got an answer the gateway stores (a response, or
 //!   "outcome unknown") and the store has no record of it at the end, although its operation
-//!   started less than the TTL before (with a second's margin: the record expires a TTL after
-//!   its completion).
+//!   started less than the TTL before the last record was read (with a second's margin: the
+//!   record expires a TTL after its completion).
 //! - An answer is **wrong** when a 2xx body names an execution that is not one of its
 //!   operation's.
 //!

@@ -233,7 +233,7 @@ pub struct History {
     pub faults: Vec<FaultEvent>,
     /// The state of each operation's record after the run, by key (empty when not read).
     pub records: BTreeMap<String, RecordState>,
-    /// When the records began to be read.
+    /// When the last record was read.
     pub records_read: Stamp,
 }
 
@@ -347,7 +347,7 @@ impl Recorder {
         self.with(|history| history.operations.iter().map(|o| o.key.clone()).collect())
     }
 
-    /// The history, with the records read at the end, from `read`.
+    /// The history, with the records read at the end, the last one at `read`.
     pub(crate) fn finish(&self, records: BTreeMap<String, RecordState>, read: Stamp) -> History {
         self.with(|history| {
             let mut history = std::mem::take(history);
