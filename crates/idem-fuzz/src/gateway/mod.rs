@@ -157,7 +157,7 @@ where
             Error = UpstreamError,
         > + Clone,
 {
-    fn call(&mut self, sent: Sent, behaviour: Behaviour) -> Attempt {
+    fn attempt(&mut self, sent: Sent, behaviour: Behaviour) -> Attempt {
         self.calls += 1;
         self.upstream.expect(self.calls, behaviour);
         self.sent.push(sent.clone());
@@ -171,7 +171,7 @@ where
     }
 
     async fn one(&mut self, sent: Sent, behaviour: Behaviour) {
-        let mut call = self.call(sent, behaviour);
+        let mut call = self.attempt(sent, behaviour);
         let from = self.upstream.executed();
         call.reply = send(self.service.clone(), call.sent.request(call.id)).await;
         let expected = self.model.expect(&call.class);
@@ -182,8 +182,8 @@ where
     }
 
     async fn two(&mut self, first: (Sent, Behaviour), second: (Sent, Behaviour)) {
-        let mut a = self.call(first.0, first.1);
-        let mut b = self.call(second.0, second.1);
+        let mut a = self.attempt(first.0, first.1);
+        let mut b = self.attempt(second.0, second.1);
         let from = self.upstream.executed();
         (a.reply, b.reply) = tokio::join!(
             send(self.service.clone(), a.sent.request(a.id)),
