@@ -1,10 +1,11 @@
 //! The [`Engine`]: runs an operation under a key, exactly once.
 //!
 //! It acquires the key and runs the work in the caller's task, moving them to a task of their own
-//! if the caller goes away, so that nobody abandons a key; renews the lease at a third of its length while the work runs; then completes or releases
-//! the key with its token and wakes the requests waiting on it. In wait mode it waits for another
-//! worker's result: woken in process, woken by the store's [`Store::changed`] for other processes
-//! where the store supports it, and polling the store with backoff in any case.
+//! if the caller goes away, so that nobody abandons a key; renews the lease at a third of its
+//! length while the work runs; then completes or releases the key with its token and wakes the
+//! requests waiting on it. In wait mode it waits for another worker's result: woken in process,
+//! woken by the store's [`Store::changed`] for other processes where the store supports it, and
+//! polling the store with backoff in any case.
 
 mod execution;
 mod waiters;
@@ -275,8 +276,8 @@ enum Attempt<F, T> {
 type Panic = Box<dyn std::any::Any + Send>;
 
 impl<S: Store> Inner<S> {
-    /// Acquires the key and, when it is ours, runs the work to the end, even if
-    /// its caller goes away (see [`Detached`]).
+    /// Acquires the key and, when it is ours, runs the work to the end, even if its caller goes
+    /// away (see [`Detached`]).
     async fn attempt<F, Fut, T>(
         self: Arc<Self>,
         address: Address,
