@@ -2,8 +2,8 @@
 //! on the same ports.
 //!
 //! The harness starts them by running its own executable again with the hidden `gateway`
-//! subcommand, whose arguments are `idem serve`'s; [`serve`] is that subcommand, the same
-//! steps as `idem serve`.
+//! subcommand, whose arguments are `idem serve`'s; [`serve`] is that subcommand, running
+//! [`idem_gateway::serve`].
 
 use std::{
     ffi::OsString,
@@ -13,7 +13,7 @@ use std::{
 };
 
 use http::StatusCode;
-use idem_gateway::{Cli, Config, Gateway, cli::Command};
+use idem_gateway::{Cli, cli::Command};
 use tokio::process::Child;
 
 use crate::{
@@ -29,11 +29,7 @@ pub async fn serve(args: Vec<OsString>) -> Result<(), idem_gateway::Error> {
     let Command::Serve(args) = Cli::parse_from_env_and_file(argv)?.command else {
         unreachable!("the subcommand is serve");
     };
-    let config = Config::try_from(&*args)?;
-    idem_gateway::logging::init(args.log_format, &args.log_level)?;
-    // Installed before the sockets are bound, as `idem serve` does.
-    let shutdown = idem_gateway::shutdown_signal();
-    Gateway::bind(config).await?.run(shutdown).await
+    idem_gateway::serve(&args).await
 }
 
 /// How to start the gateways: the program, run as `PROGRAM gateway ARGS…`.

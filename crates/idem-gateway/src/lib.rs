@@ -49,7 +49,7 @@ pub use error::{Error, InvalidParameter};
 pub use instrumented_store::{InstrumentedStore, STORE_DURATION};
 pub use proxy::{ClientAddr, Proxy, UPSTREAM_DURATION, delivery, error_response};
 pub use record_view::RecordView;
-pub use serve::{Gateway, GatewayStore, shutdown_signal};
+pub use serve::{Gateway, GatewayStore, serve, shutdown_signal};
 pub use size::ByteSize;
 pub use store_url::{PostgresUrl, RedisUrl, StoreUrl};
 pub use upstream::Upstream;

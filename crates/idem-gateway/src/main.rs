@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::error::ErrorKind;
 use idem_gateway::{
-    Cli, Config, Error, Gateway,
-    cli::{Command, RelayArgs, ServeArgs},
+    Cli, Error,
+    cli::{Command, RelayArgs},
     demo, keys, logging, migrate,
 };
 
@@ -49,7 +49,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Serve(args) => serve(&args).await,
+        Command::Serve(args) => Ok(idem_gateway::serve(&args).await?),
         Command::Relay(args) => relay(*args).await,
         Command::Keys(command) => {
             println!("{}", keys::run(command).await?);
@@ -61,17 +61,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         _ => unreachable!("every subcommand is handled"),
     }
-}
-
-async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
-    let config = Config::try_from(args)?;
-    logging::init(args.log_format, &args.log_level)?;
-    // Installed before the sockets are bound, so that a signal sent as soon as the gateway says
-    // it listens is not lost.
-    let shutdown = idem_gateway::shutdown_signal();
-    let gateway = Gateway::bind(config).await?;
-    gateway.run(shutdown).await?;
-    Ok(())
 }
 
 /// Runs a transactional outbox's relay until SIGTERM or SIGINT, with /healthz and /metrics.

@@ -2,8 +2,9 @@
 //!
 //! The stack for each client request is: the request log line, errors turned into 502/504
 //! problems, the idempotency layer, and the [`Proxy`]. Keyed requests run in the layer's
-//! engine, in their own task: a client that disconnects does not cancel the forwarded call, and
-//! its result is stored for the retry.
+//! engine: a client that disconnects does not cancel the forwarded call (the engine finishes it
+//! in a task of its own), and its result is stored for the retry. [`serve`] is the whole
+//! `idem serve` command.
 //!
 //! # Examples
 //!
@@ -49,7 +50,8 @@ use tower::{Service, ServiceBuilder, ServiceExt};
 use crate::{
     Config, Error, InstrumentedStore, Proxy,
     admin::{self, AdminState},
-    logging::RequestLine,
+    cli::ServeArgs,
+    logging::{self, RequestLine},
     metrics_recorder,
     proxy::{self, ClientAddr},
 };
@@ -349,6 +351,17 @@ async fn metrics_upkeep(metrics: PrometheusHandle, cancel: CancellationToken) {
             () = tokio::time::sleep(METRICS_UPKEEP_EVERY) => metrics.run_upkeep(),
         }
     }
+}
+
+/// `idem serve`: sets up logging as `args` say, runs the gateway they describe until SIGTERM or
+/// SIGINT, then shuts down gracefully.
+pub async fn serve(args: &ServeArgs) -> Result<(), Error> {
+    let config = Config::try_from(args)?;
+    logging::init(args.log_format, &args.log_level)?;
+    // Installed before the sockets are bound, so that a signal sent as soon as the gateway says
+    // it listens is not lost.
+    let shutdown = shutdown_signal();
+    Gateway::bind(config).await?.run(shutdown).await
 }
 
 /// Completes on SIGTERM or SIGINT (Ctrl-C). The handlers are installed when this is called, so
