@@ -80,12 +80,14 @@ pub(crate) struct Checkout {
 }
 
 impl Checkout {
-    /// Gives the connection back for the next operation, unless `result` says that it failed
-    /// (a lost lease is an answer like any other; everything else might have broken it).
-    pub(crate) fn keep<T>(mut self, result: &Result<T, StoreError>) {
+    /// Gives the connection back for the next operation, unless `result`, the operation's,
+    /// says that it failed (a lost lease is an answer like any other; everything else might
+    /// have broken it); returns `result`.
+    pub(crate) fn keep<T>(mut self, result: Result<T, StoreError>) -> Result<T, StoreError> {
         if matches!(result, Ok(_) | Err(StoreError::LeaseLost)) {
             drop(self.object.take());
         }
+        result
     }
 }
 

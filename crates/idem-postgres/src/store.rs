@@ -300,8 +300,7 @@ impl Store for PostgresStore {
         let acquired = self
             .acquire_in(&mut connection, address, fingerprint, terms)
             .await;
-        connection.keep(&acquired);
-        acquired
+        connection.keep(acquired)
     }
 
     async fn complete(
@@ -315,8 +314,7 @@ impl Store for PostgresStore {
         let completed = self
             .complete_in(&mut connection, address, token, response, ttl)
             .await;
-        connection.keep(&completed);
-        completed
+        connection.keep(completed)
     }
 
     async fn release(&self, address: &Address, token: FencingToken) -> Result<(), StoreError> {
@@ -327,8 +325,7 @@ impl Store for PostgresStore {
             .await
             .map_err(|e| self.error(e))
             .and_then(|done| held(done.rows_affected()));
-        connection.keep(&released);
-        released
+        connection.keep(released)
     }
 
     async fn renew(
@@ -345,8 +342,7 @@ impl Store for PostgresStore {
             .fetch_optional(&mut *connection)
             .await
             .map_err(|e| self.error(e));
-        connection.keep(&until);
-        let until = until?.ok_or(StoreError::LeaseLost)?;
+        let until = connection.keep(until)?.ok_or(StoreError::LeaseLost)?;
         Ok(Timestamp::from_millis(u64::try_from(until).unwrap_or(0)))
     }
 
@@ -357,8 +353,9 @@ impl Store for PostgresStore {
             .fetch_optional(&mut *connection)
             .await
             .map_err(|e| self.error(e));
-        connection.keep(&row);
-        row?.as_ref()
+        connection
+            .keep(row)?
+            .as_ref()
             .map(|row| self.columns(row).record())
             .transpose()
     }
@@ -371,8 +368,7 @@ impl Store for PostgresStore {
             .fetch_optional(&mut *connection)
             .await
             .map_err(|e| self.error(e));
-        connection.keep(&live);
-        Ok(live?.unwrap_or(false))
+        Ok(connection.keep(live)?.unwrap_or(false))
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
