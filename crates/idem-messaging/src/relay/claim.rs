@@ -10,8 +10,13 @@ use crate::{Envelope, Error, MessageId, Outbox, outbox::message_from_row, sql::q
 
 /// A row the claim statement returned.
 pub(super) enum Claimed {
-    /// Leased to this claim: publish it.
-    Leased { uuid: Uuid, envelope: Envelope },
+    /// Leased to this claim: publish it. `row` is the row's address (`ctid`) for
+    /// [`mark_sent`].
+    Leased {
+        uuid: Uuid,
+        row: String,
+        envelope: Envelope,
+    },
     /// Its last attempt's relay died and it had no attempt left: now a dead letter.
     Exhausted { id: MessageId },
 }
@@ -58,6 +63,7 @@ pub(super) async fn claim(
                 let attempt: i32 = row.try_get("attempts")?;
                 Claimed::Leased {
                     uuid,
+                    row: row.try_get("row")?,
                     envelope: Envelope::new(
                         MessageId::from(uuid),
                         message_from_row(row)?,
@@ -73,15 +79,16 @@ pub(super) async fn claim(
     Ok(claimed.into_iter().map(|(_, entry)| entry).collect())
 }
 
-/// Deletes the confirmed messages this claim still holds; returns how many.
+/// Deletes the confirmed messages this claim still holds, found by the row addresses the claim
+/// returned; returns how many.
 pub(super) async fn mark_sent(
     pool: &PgPool,
     outbox: &Outbox,
     token: Uuid,
-    ids: &[Uuid],
+    rows: &[String],
 ) -> Result<u64, Error> {
     let done = sqlx::query(query_text(&outbox.inner().mark_sent))
-        .bind(ids)
+        .bind(rows)
         .bind(token)
         .execute(pool)
         .await?;

@@ -305,13 +305,19 @@ impl<P: Publisher> Relay<P> {
             started,
             token,
             ids: Vec::new(),
+            rows: Vec::new(),
             envelopes: Vec::new(),
             report: BatchReport::default(),
         };
         for claimed in claim::claim(&self.pool, &self.outbox, &request).await? {
             match claimed {
-                Claimed::Leased { uuid, envelope } => {
+                Claimed::Leased {
+                    uuid,
+                    row,
+                    envelope,
+                } => {
                     batch.ids.push(uuid);
+                    batch.rows.push(row);
                     batch.envelopes.push(envelope);
                 }
                 Claimed::Exhausted { id } => {
@@ -338,8 +344,7 @@ impl<P: Publisher> Relay<P> {
         let mut report = batch.report;
         if !batch.envelopes.is_empty() {
             let confirmations = self.publish(&batch.envelopes, shutdown).await;
-            self.settle(batch.token, &batch.ids, confirmations, &mut report)
-                .await?;
+            self.settle(&batch, confirmations, &mut report).await?;
         }
         metrics::record(
             &self.outbox.inner().location.qualified(),
@@ -390,17 +395,17 @@ impl<P: Publisher> Relay<P> {
     /// Marks sent, fails or releases each claimed message according to its confirmation.
     async fn settle(
         &self,
-        token: Uuid,
-        ids: &[Uuid],
+        batch: &Batch,
         confirmations: Confirmations,
         report: &mut BatchReport,
     ) -> Result<(), Error> {
+        let token = batch.token;
         let mut confirmations = confirmations.into_iter();
         let (mut sent, mut rejected, mut reasons, mut untried) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for &id in ids {
+        for (&id, row) in batch.ids.iter().zip(&batch.rows) {
             match confirmations.next() {
-                Some(Ok(())) => sent.push(id),
+                Some(Ok(())) => sent.push(row.clone()),
                 Some(Err(PublishError::Rejected { reason })) => {
                     rejected.push(id);
                     reasons.push(reason);
@@ -459,6 +464,8 @@ struct Batch {
     started: Instant,
     token: Uuid,
     ids: Vec<Uuid>,
+    /// The claimed rows' addresses, in the order of `ids`.
+    rows: Vec<String>,
     envelopes: Vec<Envelope>,
     report: BatchReport,
 }
