@@ -1,11 +1,12 @@
 //! [`InstrumentedStore`]: a [`Store`] that records the latency of every call.
 
-use std::{future::Future, time::Duration};
+use std::{future::Future, sync::Arc, time::Duration};
 
 use idem_core::{
     Acquisition, Address, FencingToken, Fingerprint, Record, Store, StoreError, StoredResponse,
     Terms, Timestamp,
 };
+use metrics::Histogram;
 use tokio::time::Instant;
 
 /// The histogram of store call latencies, labelled by `op`.
@@ -14,6 +15,9 @@ pub const STORE_DURATION: &str = "idem_store_duration_seconds";
 /// Wraps a store and records each call's latency in the [`STORE_DURATION`] histogram, labelled
 /// `op="acquire"`, `"complete"`, … (failed calls too). [`Store::changed`] is passed through, so
 /// that waiters wake up when another gateway completes their key.
+///
+/// The histograms are registered once, in the `metrics` recorder installed when the store is
+/// made (none: the latencies go nowhere), so that a call does not look them up.
 ///
 /// # Examples
 ///
@@ -27,12 +31,45 @@ pub const STORE_DURATION: &str = "idem_store_duration_seconds";
 #[derive(Debug, Clone)]
 pub struct InstrumentedStore<S> {
     inner: S,
+    latency: Arc<Latency>,
+}
+
+/// One histogram per store operation.
+#[derive(Debug)]
+struct Latency {
+    acquire: Histogram,
+    complete: Histogram,
+    release: Histogram,
+    renew: Histogram,
+    get: Histogram,
+    forget: Histogram,
+    purge_expired: Histogram,
+    ping: Histogram,
+}
+
+impl Latency {
+    fn register() -> Self {
+        let op = |op: &'static str| metrics::histogram!(STORE_DURATION, "op" => op);
+        Self {
+            acquire: op("acquire"),
+            complete: op("complete"),
+            release: op("release"),
+            renew: op("renew"),
+            get: op("get"),
+            forget: op("forget"),
+            purge_expired: op("purge_expired"),
+            ping: op("ping"),
+        }
+    }
 }
 
 impl<S> InstrumentedStore<S> {
     /// Wraps `inner`.
     pub fn new(inner: S) -> Self {
-        Self { inner }
+        Self {
+            inner,
+            latency: Arc::new(Latency::register()),
+        }
     }
 
     /// The wrapped store.
@@ -41,10 +78,10 @@ impl<S> InstrumentedStore<S> {
     }
 }
 
-async fn timed<T>(op: &'static str, call: impl Future<Output = T>) -> T {
+async fn timed<T>(histogram: &Histogram, call: impl Future<Output = T>) -> T {
     let start = Instant::now();
     let result = call.await;
-    metrics::histogram!(STORE_DURATION, "op" => op).record(start.elapsed().as_secs_f64());
+    histogram.record(start.elapsed().as_secs_f64());
     result
 }
 
@@ -55,7 +92,11 @@ impl<S: Store> Store for InstrumentedStore<S> {
         fingerprint: &Fingerprint,
         terms: Terms,
     ) -> Result<Acquisition, StoreError> {
-        timed("acquire", self.inner.acquire(address, fingerprint, terms)).await
+        timed(
+            &self.latency.acquire,
+            self.inner.acquire(address, fingerprint, terms),
+        )
+        .await
     }
 
     async fn complete(
@@ -66,14 +107,14 @@ impl<S: Store> Store for InstrumentedStore<S> {
         ttl: Duration,
     ) -> Result<(), StoreError> {
         timed(
-            "complete",
+            &self.latency.complete,
             self.inner.complete(address, token, response, ttl),
         )
         .await
     }
 
     async fn release(&self, address: &Address, token: FencingToken) -> Result<(), StoreError> {
-        timed("release", self.inner.release(address, token)).await
+        timed(&self.latency.release, self.inner.release(address, token)).await
     }
 
     async fn renew(
@@ -82,23 +123,23 @@ impl<S: Store> Store for InstrumentedStore<S> {
         token: FencingToken,
         lease: Duration,
     ) -> Result<Timestamp, StoreError> {
-        timed("renew", self.inner.renew(address, token, lease)).await
+        timed(&self.latency.renew, self.inner.renew(address, token, lease)).await
     }
 
     async fn get(&self, address: &Address) -> Result<Option<Record>, StoreError> {
-        timed("get", self.inner.get(address)).await
+        timed(&self.latency.get, self.inner.get(address)).await
     }
 
     async fn forget(&self, address: &Address) -> Result<bool, StoreError> {
-        timed("forget", self.inner.forget(address)).await
+        timed(&self.latency.forget, self.inner.forget(address)).await
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
-        timed("purge_expired", self.inner.purge_expired(limit)).await
+        timed(&self.latency.purge_expired, self.inner.purge_expired(limit)).await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        timed("ping", self.inner.ping()).await
+        timed(&self.latency.ping, self.inner.ping()).await
     }
 
     // Not timed: it resolves when another process changes the record, whenever that is.

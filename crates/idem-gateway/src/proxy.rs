@@ -25,6 +25,7 @@ use hyper_util::{
     rt::{TokioExecutor, TokioTimer},
 };
 use idem_http::Delivery;
+use metrics::Histogram;
 use tokio::time::Instant;
 
 use crate::{Error, Upstream, problem};
@@ -70,6 +71,8 @@ pub struct Proxy {
     upstream: Upstream,
     h2c: bool,
     timeout: Duration,
+    /// [`UPSTREAM_DURATION`], registered once in the recorder installed when the proxy is made.
+    latency: Histogram,
 }
 
 impl Proxy {
@@ -94,6 +97,7 @@ impl Proxy {
             upstream,
             h2c,
             timeout,
+            latency: metrics::histogram!(UPSTREAM_DURATION),
         }
     }
 
@@ -159,10 +163,11 @@ impl tower::Service<Request<Body>> for Proxy {
         let request = self.upstream_request(request);
         let client = self.client.clone();
         let timeout = self.timeout;
+        let latency = self.latency.clone();
         Box::pin(async move {
             let start = Instant::now();
             let result = tokio::time::timeout(timeout, client.request(request)).await;
-            metrics::histogram!(UPSTREAM_DURATION).record(start.elapsed().as_secs_f64());
+            latency.record(start.elapsed().as_secs_f64());
             let mut response = match result {
                 Ok(Ok(response)) => response,
                 Ok(Err(error)) if error.is_connect() => return Err(Error::UpstreamConnect(error)),
