@@ -20,6 +20,8 @@ use crate::{
 };
 
 const QUEUE: &str = "faults";
+/// The longest the consumer waits for one step with the broker (connect, consume, close).
+const STEP: Duration = Duration::from_secs(5);
 
 /// A RabbitMQ node started with `rabbitmq-server -detached`; stopped when dropped.
 struct RabbitNode {
@@ -144,9 +146,16 @@ impl FaultBroker for RabbitNode {
         let url = self.url();
         tokio::spawn(async move {
             while !consumer.stop.is_cancelled() {
-                let Ok(connection) =
-                    Connection::connect(&url, ConnectionProperties::default()).await
-                else {
+                // A node that is restarting may accept the connection and never answer the
+                // handshake: every step is bounded, and the test's stop ends the wait.
+                let connect = tokio::select! {
+                    connect = tokio::time::timeout(
+                        STEP,
+                        Connection::connect(&url, ConnectionProperties::default()),
+                    ) => connect,
+                    () = consumer.stop.cancelled() => return,
+                };
+                let Ok(Ok(connection)) = connect else {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                     continue;
                 };
@@ -162,7 +171,7 @@ impl FaultBroker for RabbitNode {
                         )
                         .await
                 };
-                let Ok(mut deliveries) = deliveries.await else {
+                let Ok(Ok(mut deliveries)) = tokio::time::timeout(STEP, deliveries).await else {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                     continue;
                 };
@@ -177,7 +186,7 @@ impl FaultBroker for RabbitNode {
                     }
                 }
                 // A crash: the unacknowledged deliveries go back to the queue, in order.
-                let _ = connection.close(200, "crashed".into()).await;
+                let _ = tokio::time::timeout(STEP, connection.close(200, "crashed".into())).await;
             }
         })
     }
