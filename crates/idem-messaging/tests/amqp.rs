@@ -272,6 +272,43 @@ async fn an_unroutable_message_is_rejected_and_the_channel_survives() {
 }
 
 #[tokio::test]
+async fn a_return_is_matched_to_its_message_among_many_confirmations() {
+    // The broker acknowledges a busy channel's messages several at a time (`multiple`), and
+    // lapin hands a return to whichever confirmation it resolves first: only the message id
+    // says which message came back.
+    let amqp = require!("IDEM_TEST_AMQP_URL");
+    let queue = TestQueue::new(&amqp).await;
+    let publisher = queue.publisher();
+    let batch: Vec<Envelope> = (0..300)
+        .map(|n| {
+            let destination = if n == 150 {
+                format!("{}_nowhere", queue.name)
+            } else {
+                queue.name.clone()
+            };
+            envelope(
+                &format!("m-{n}"),
+                OutboxMessage::new(destination, format!("{n}")),
+            )
+        })
+        .collect();
+
+    let confirmations = publisher.publish_batch(&batch).await;
+
+    let rejected: Vec<usize> = confirmations
+        .iter()
+        .enumerate()
+        .filter(|(_, confirmation)| confirmation.is_err())
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(rejected, [150]);
+    match &confirmations[150] {
+        Err(PublishError::Rejected { reason }) => assert!(reason.contains("312"), "{reason}"),
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+}
+
+#[tokio::test]
 async fn a_redelivery_after_a_crash_before_the_ack_is_skipped() {
     let (postgres, amqp) = require_servers!();
     let (schema, queue) = (

@@ -1,7 +1,7 @@
 //! [`AmqpPublisher`]: publishes with publisher confirms on one channel, reconnecting when it is
 //! lost.
 
-use std::fmt;
+use std::{collections::HashMap, fmt};
 
 use lapin::{
     BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, PublisherConfirm,
@@ -200,25 +200,55 @@ impl AmqpPublisher {
     }
 }
 
-/// What the broker answered for one message.
-async fn confirmed(confirm: PublisherConfirm) -> Result<(), PublishError> {
-    match confirm.await.map_err(PublishError::unavailable)? {
-        Confirmation::Ack(None) => Ok(()),
-        Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned)) => {
-            Err(PublishError::Rejected {
-                reason: format!(
-                    "returned by the broker: {} {}",
-                    returned.reply_code, returned.reply_text
-                ),
-            })
-        }
-        Confirmation::Nack(None) => Err(PublishError::Rejected {
-            reason: "negatively acknowledged by the broker".into(),
-        }),
-        Confirmation::NotRequested => Err(PublishError::unavailable(
-            "the channel is not in confirm mode",
-        )),
+/// What the broker answered for each message of a batch, its confirmations awaited together.
+///
+/// The broker sends a mandatory message's `basic.return` just before its `basic.ack`, but lapin
+/// hands each return to whichever confirmation it resolves next, and one `basic.ack` with
+/// `multiple` resolves several: the return may come with another message's confirmation. Returns
+/// are therefore matched to messages by their message id, never by the confirmation they came
+/// with, so that an unroutable message is never taken for a delivered one.
+async fn confirmed(
+    batch: &[Envelope],
+    sent: Vec<Result<PublisherConfirm, PublishError>>,
+) -> Confirmations {
+    let mut answers = Vec::with_capacity(sent.len());
+    for sent in sent {
+        answers.push(match sent {
+            Ok(confirm) => confirm.await.map_err(PublishError::unavailable),
+            Err(error) => Err(error),
+        });
     }
+    let returned: HashMap<String, String> = answers
+        .iter()
+        .filter_map(|answer| match answer {
+            Ok(Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned))) => {
+                let id = returned.delivery.properties.message_id().as_ref()?;
+                let reason = format!("{} {}", returned.reply_code, returned.reply_text);
+                Some((id.to_string(), reason))
+            }
+            _ => None,
+        })
+        .collect();
+    batch
+        .iter()
+        .zip(answers)
+        .map(|(envelope, answer)| {
+            if let Some(reason) = returned.get(envelope.id().as_str()) {
+                return Err(PublishError::Rejected {
+                    reason: format!("returned by the broker: {reason}"),
+                });
+            }
+            match answer? {
+                Confirmation::Ack(_) => Ok(()),
+                Confirmation::Nack(_) => Err(PublishError::Rejected {
+                    reason: "negatively acknowledged by the broker".into(),
+                }),
+                Confirmation::NotRequested => Err(PublishError::unavailable(
+                    "the channel is not in confirm mode",
+                )),
+            }
+        })
+        .collect()
 }
 
 impl Publisher for AmqpPublisher {
@@ -241,18 +271,11 @@ impl Publisher for AmqpPublisher {
                     .collect();
             }
         };
-        let mut pending = Vec::with_capacity(batch.len());
+        let mut sent = Vec::with_capacity(batch.len());
         for envelope in batch {
-            pending.push(self.send(&channel, envelope).await);
+            sent.push(self.send(&channel, envelope).await);
         }
-        let mut confirmations = Vec::with_capacity(batch.len());
-        for sent in pending {
-            confirmations.push(match sent {
-                Ok(confirm) => confirmed(confirm).await,
-                Err(error) => Err(error),
-            });
-        }
-        confirmations
+        confirmed(batch, sent).await
     }
 }
 
