@@ -20,7 +20,8 @@ use crate::{
 };
 
 const QUEUE: &str = "faults";
-/// The longest the consumer waits for one step with the broker (connect, consume, close).
+/// The longest the consumer waits for one step with the broker (connect, consume, handle a
+/// delivery, close).
 const STEP: Duration = Duration::from_secs(5);
 
 /// A RabbitMQ node started with `rabbitmq-server -detached`; stopped when dropped.
@@ -181,7 +182,13 @@ impl FaultBroker for RabbitNode {
                         () = consumer.stop.cancelled() => return,
                     };
                     let Some(Ok(delivery)) = next else { break };
-                    if let Next::Reconnect = consumer.handle(delivery).await {
+                    // An ack on a connection the restart cut may never be answered: treat a
+                    // step that takes too long as a crash (the inbox skips the redelivery).
+                    let handled = tokio::select! {
+                        handled = tokio::time::timeout(STEP, consumer.handle(delivery)) => handled,
+                        () = consumer.stop.cancelled() => return,
+                    };
+                    if !matches!(handled, Ok(Next::Continue)) {
                         break;
                     }
                 }
