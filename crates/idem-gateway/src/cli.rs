@@ -315,17 +315,18 @@ pub struct RelayArgs {
     /// Create the outbox table, or bring it up to date, before relaying [default: off].
     #[arg(long, env = "IDEM_MIGRATE", value_parser = BoolishValueParser::new())]
     pub migrate: bool,
-    /// The name recorded on the messages this relay claims [default: idem-relay-PID].
+    /// The name in this relay's logs [default: idem-relay-PID].
     #[arg(long, env = "IDEM_RELAY_NAME", value_name = "NAME")]
     pub relay_name: Option<String>,
     /// Messages claimed and published per batch.
     #[arg(long, env = "IDEM_BATCH_SIZE", value_name = "N", default_value_t = 100)]
     pub batch_size: u32,
-    /// How long a claim holds its messages; a crashed relay's messages are retried after it.
+    /// How long a claim may stay idle (while its batch is published) before PostgreSQL ends it
+    /// and its messages go to other relays; a crashed relay's go at once.
     #[arg(long, env = "IDEM_LEASE", value_name = "DURATION",
           default_value_t = HumanDuration(Duration::from_secs(30)))]
     pub lease: HumanDuration,
-    /// How long to wait for the broker's confirmations of a batch (keep it well under the lease).
+    /// How long to wait for the broker's confirmations of a batch (keep it under half the lease).
     #[arg(long, env = "IDEM_PUBLISH_TIMEOUT", value_name = "DURATION",
           default_value_t = HumanDuration(Duration::from_secs(10)))]
     pub publish_timeout: HumanDuration,

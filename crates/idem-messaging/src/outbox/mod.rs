@@ -53,11 +53,18 @@ pub use message::{Envelope, OutboxMessage};
 pub use options::OutboxOptions;
 
 /// The migrations, in order: (version, description, template).
-const MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "idem outbox",
-    include_str!("../../migrations/postgres/0001_outbox.sql"),
-)];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "idem outbox",
+        include_str!("../../migrations/postgres/0001_outbox.sql"),
+    ),
+    (
+        2,
+        "idem outbox: claims held as transactions",
+        include_str!("../../migrations/postgres/0002_outbox_held_claims.sql"),
+    ),
+];
 
 /// An outbox in one PostgreSQL table: [`enqueue`](Self::enqueue) in the business transaction,
 /// and a [`Relay`](crate::Relay) publishes.
@@ -76,7 +83,6 @@ pub(crate) struct Inner {
     pub(crate) claim_ordered: Arc<str>,
     pub(crate) mark_sent: Arc<str>,
     pub(crate) fail: Arc<str>,
-    pub(crate) release: Arc<str>,
     dead_letters: Arc<str>,
     revive: Arc<str>,
     pending: Arc<str>,
@@ -105,7 +111,6 @@ impl Outbox {
                 mark_sent: location
                     .statement(include_str!("../../sql/postgres/outbox_mark_sent.sql")),
                 fail: location.statement(include_str!("../../sql/postgres/outbox_fail.sql")),
-                release: location.statement(include_str!("../../sql/postgres/outbox_release.sql")),
                 dead_letters: location
                     .statement(include_str!("../../sql/postgres/outbox_dead_letters.sql")),
                 revive: location.statement(include_str!("../../sql/postgres/outbox_revive.sql")),
@@ -242,7 +247,6 @@ mod tests {
             &inner.claim_ordered,
             &inner.mark_sent,
             &inner.fail,
-            &inner.release,
             &inner.dead_letters,
             &inner.revive,
             &inner.pending,

@@ -1,20 +1,26 @@
 //! The relay: publishes the outbox's messages with the broker's confirmation, at least once.
 //!
-//! A cycle claims a batch of due messages (`FOR UPDATE SKIP LOCKED`, so that relays running side
-//! by side take different messages) under a lease and a fresh claim token, publishes them, waits
-//! for the broker's confirmations, then, conditionally on its token:
+//! A cycle claims a batch of due messages in a transaction (`FOR UPDATE SKIP LOCKED`, so that
+//! relays running side by side take different messages) and keeps that transaction open while it
+//! publishes them and waits for the broker's confirmations; then, in the same transaction:
 //!
-//! - deletes the confirmed messages (marks them sent);
-//! - records a failed attempt of the rejected ones: due again after an exponential backoff, or a
-//!   dead letter once they have had [`max_attempts`](Relay::max_attempts);
-//! - gives back the ones it could not try (broker unavailable, shutdown), without counting an
-//!   attempt.
+//! - it deletes the confirmed messages (marks them sent);
+//! - it records a failed attempt of the refused ones: due again after an exponential backoff, or
+//!   a dead letter once they have had [`max_attempts`](Relay::max_attempts);
+//! - it leaves the ones it could not try (broker unavailable, shutdown) as they were, due at once,
+//!   their attempt not counted;
 //!
-//! A relay that dies mid-batch leaves its claims to expire with their lease: another relay
-//! claims them again and publishes them again. A message published before the crash is then
-//! published twice, under the same id, and the consumers' inbox skips the copy. Nothing is ever
-//! lost and nothing depends on ids committing in order: there is no cursor, only the rows that
-//! are due.
+//! and commits, which releases them all. Holding the claim as a transaction costs the database
+//! two light writes per message (a row lock, then the deletion) instead of writing a claim on
+//! every row and deleting it later: the relay's throughput doubles (docs/benchmarks.md).
+//!
+//! A relay that dies mid-batch loses its connection and the database rolls its claim back: the
+//! messages are due again at once, for any relay. One that hangs is stopped by its lease: the
+//! server ends a claim transaction left idle longer than that
+//! (`idle_in_transaction_session_timeout`, set for the claim's transaction only). Either way a
+//! message published before the claim ended is published again, under the same id, and the
+//! consumers' inbox skips the copy. Nothing is ever lost and nothing depends on ids committing
+//! in order: there is no cursor, only the rows that are due.
 //!
 //! Between batches the relay sleeps until a `NOTIFY` from an enqueue, or the poll interval,
 //! whichever comes first.
@@ -60,18 +66,20 @@ mod process;
 mod report;
 
 use std::{
+    any::Any,
     fmt,
+    panic::AssertUnwindSafe,
     sync::Arc,
     time::{Duration, Instant},
 };
 
+use futures_util::FutureExt;
 use sqlx::PgPool;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use crate::{Confirmations, Envelope, Error, Outbox, PublishError, Publisher};
-use claim::{Backoff, ClaimRequest, Claimed};
+use claim::{Backoff, Claim, ClaimRequest, Settled, Verdicts};
 use listener::Listener;
 
 pub use process::{RelayProcess, shutdown_on_signals};
@@ -125,7 +133,7 @@ impl<P: Publisher> Relay<P> {
         }
     }
 
-    /// Sets the name recorded in `claimed_by` on the messages this relay claims, for operators.
+    /// Sets the name the relay's logs carry, for operators.
     #[must_use]
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
@@ -139,10 +147,13 @@ impl<P: Publisher> Relay<P> {
         self
     }
 
-    /// Sets how long a claim holds its messages. A relay that dies holds them that long; one
-    /// whose cycle outlasts it (the publish timeout should be well under it) may see another
-    /// relay claim and publish the same messages: a duplicate publish, which the consumers'
-    /// inbox absorbs, never a loss.
+    /// Sets how long a claim may wait between its statements (from the claim to the marks, while
+    /// its batch is published; a batch claimed ahead also waits for the one before it) before the
+    /// server ends it. A relay that hangs holds its messages that long; one whose cycle outlasts
+    /// it (the publish timeout should be well under half of it) finds its claim gone, and another
+    /// relay publishes the same messages again: a duplicate publish, which the consumers' inbox
+    /// absorbs, never a loss. A relay that dies holds nothing: its connection closes and the
+    /// database releases its messages at once.
     #[must_use]
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
@@ -167,9 +178,8 @@ impl<P: Publisher> Relay<P> {
     }
 
     /// Sets how many attempts a message gets before it becomes a dead letter (at least 1). An
-    /// attempt is a claim that handed the message to the publisher and did not give it back:
-    /// a rejection by the broker, or a relay that died before it finished. An unavailable
-    /// broker does not count.
+    /// attempt is a refusal by the broker. An unavailable broker, a timeout, a shutdown or a
+    /// relay that died before it finished do not count: none of them is the message's fault.
     #[must_use]
     pub fn max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = attempts.max(1);
@@ -269,9 +279,7 @@ impl<P: Publisher> Relay<P> {
                 continue;
             }
             pause = Duration::ZERO;
-            let full = outcome.is_ok_and(|report| {
-                report.claimed + report.dead_lettered >= self.batch_size as usize
-            });
+            let full = outcome.is_ok_and(|report| report.claimed >= self.batch_size as usize);
             if !full && prefetched.is_none() {
                 tokio::select! {
                     () = wake.notified() => {}
@@ -289,92 +297,117 @@ impl<P: Publisher> Relay<P> {
         self.deliver(batch, &CancellationToken::new()).await
     }
 
-    /// Claims a batch of due messages under a fresh token.
+    /// Claims a batch of due messages.
     async fn claim(&self) -> Result<Batch, Error> {
         let started = Instant::now();
-        let token = Uuid::now_v7();
         let request = ClaimRequest {
-            token,
-            relay: &self.name,
             lease: self.lease,
             batch: self.batch_size,
-            max_attempts: self.max_attempts,
             ordering: self.ordering,
         };
-        let mut batch = Batch {
-            started,
-            token,
-            ids: Vec::new(),
-            rows: Vec::new(),
-            envelopes: Vec::new(),
-            report: BatchReport::default(),
-        };
-        for claimed in claim::claim(&self.pool, &self.outbox, &request).await? {
-            match claimed {
-                Claimed::Leased {
-                    uuid,
-                    row,
-                    envelope,
-                } => {
-                    batch.ids.push(uuid);
-                    batch.rows.push(row);
-                    batch.envelopes.push(envelope);
-                }
-                Claimed::Exhausted { id } => {
-                    batch.report.dead_lettered += 1;
-                    tracing::warn!(
-                        relay = self.name,
-                        message_id = id.as_str(),
-                        "an outbox message is now a dead letter: the relay of its last attempt \
-                         stopped before it finished"
-                    );
-                }
-            }
-        }
-        batch.report.claimed = batch.envelopes.len();
-        Ok(batch)
+        let claim = Claim::take(&self.pool, &self.outbox, &request).await?;
+        Ok(Batch { started, claim })
     }
 
-    /// Publishes a claimed batch and marks what was confirmed.
+    /// Publishes a claimed batch and settles it according to the broker's confirmations.
     async fn deliver(
         &self,
         batch: Batch,
         shutdown: &CancellationToken,
     ) -> Result<BatchReport, Error> {
-        let mut report = batch.report;
-        if !batch.envelopes.is_empty() {
-            let confirmations = self.publish(&batch.envelopes, shutdown).await;
-            self.settle(&batch, confirmations, &mut report).await?;
+        let Batch { started, claim } = batch;
+        let mut report = BatchReport {
+            claimed: claim.envelopes.len(),
+            ..BatchReport::default()
+        };
+        if claim.envelopes.is_empty() {
+            claim.give_back().await?;
+            return Ok(report);
+        }
+        let confirmations = self.publish(&claim.envelopes, shutdown).await;
+        let verdicts = self.verdicts(confirmations, &mut report);
+        let sent = verdicts.sent.len();
+        let backoff = Backoff {
+            max_attempts: self.max_attempts,
+            base: self.backoff,
+            cap: self.max_backoff,
+        };
+        match claim.settle(&self.outbox, verdicts, &backoff).await? {
+            Settled::Committed { dead } => report.dead_lettered = dead,
+            Settled::LeaseRanOut => {
+                report.taken_over = sent;
+                report.failed = 0;
+                tracing::info!(
+                    relay = self.name,
+                    published = sent,
+                    "a batch's lease ran out before it was marked; its messages will be \
+                     published again and skipped by the consumers' inbox"
+                );
+            }
         }
         metrics::record(
             &self.outbox.inner().location.qualified(),
             &report,
-            batch.started.elapsed(),
+            started.elapsed(),
         );
         Ok(report)
     }
 
-    /// Releases a prefetched batch that will not be published, without counting an attempt; if
-    /// that fails, its lease frees it.
+    /// Gives back a prefetched batch that will not be published, without counting an attempt.
     async fn give_back(&self, prefetched: Option<Result<Batch, Error>>) {
         let Some(Ok(batch)) = prefetched else { return };
-        if batch.ids.is_empty() {
-            return;
-        }
-        if let Err(error) = claim::release(&self.pool, &self.outbox, batch.token, &batch.ids).await
-        {
+        if let Err(error) = batch.claim.give_back().await {
             tracing::warn!(
                 relay = self.name,
                 error = &error as &dyn std::error::Error,
-                "cannot give back a claimed batch; its lease will free it"
+                "cannot roll back a claimed batch; closing its connection releases it"
             );
         }
     }
 
     /// Publishes a batch within the publish timeout; once shut down, within the grace.
+    ///
+    /// A publisher that panics on a batch is tried again one message at a time, and a message it
+    /// panics on alone counts a failed attempt: one message that crashes the publisher goes to
+    /// the dead letters after its attempts instead of stopping the relay on every claim.
     async fn publish(&self, batch: &[Envelope], shutdown: &CancellationToken) -> Confirmations {
-        let publish =
-            tokio::time::timeout(self.publish_timeout, self.publisher.publish_batch(batch));
+        let panic = match self.try_publish(batch, shutdown).await {
+            Ok(confirmations) => return confirmations,
+            Err(panic) => panic,
+        };
+        if batch.len() == 1 {
+            return vec![Err(panicked(&*panic))];
+        }
+        tracing::warn!(
+            relay = self.name,
+            panic = panic_message(&*panic),
+            messages = batch.len(),
+            "the publisher panicked on a batch; trying its messages one at a time"
+        );
+        let mut confirmations = Vec::with_capacity(batch.len());
+        for envelope in batch {
+            match self
+                .try_publish(std::slice::from_ref(envelope), shutdown)
+                .await
+            {
+                Ok(confirmation) => confirmations.extend(confirmation),
+                Err(panic) => confirmations.push(Err(panicked(&*panic))),
+            }
+        }
+        confirmations
+    }
+
+    /// Publishes a batch within the publish timeout (once shut down, within the grace); the
+    /// publisher's panic, if it panicked.
+    async fn try_publish(
+        &self,
+        batch: &[Envelope],
+        shutdown: &CancellationToken,
+    ) -> Result<Confirmations, Box<dyn Any + Send>> {
+        let publish = tokio::time::timeout(
+            self.publish_timeout,
+            AssertUnwindSafe(self.publisher.publish_batch(batch)).catch_unwind(),
+        );
         let abandon = async {
             shutdown.cancelled().await;
             tokio::time::sleep(self.shutdown_grace).await;
@@ -386,29 +419,21 @@ impl<P: Publisher> Relay<P> {
             },
             () = abandon => "the relay is shutting down",
         };
-        batch
+        Ok(batch
             .iter()
             .map(|_| Err(PublishError::unavailable(reason)))
-            .collect()
+            .collect())
     }
 
-    /// Marks sent, fails or releases each claimed message according to its confirmation.
-    async fn settle(
-        &self,
-        batch: &Batch,
-        confirmations: Confirmations,
-        report: &mut BatchReport,
-    ) -> Result<(), Error> {
-        let token = batch.token;
+    /// Sorts a batch's messages by their confirmations: sent, refused, or untried (released).
+    fn verdicts(&self, confirmations: Confirmations, report: &mut BatchReport) -> Verdicts {
+        let mut verdicts = Verdicts::default();
         let mut confirmations = confirmations.into_iter();
-        let (mut sent, mut rejected, mut reasons, mut untried) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for (&id, row) in batch.ids.iter().zip(&batch.rows) {
+        for position in 0..report.claimed {
             match confirmations.next() {
-                Some(Ok(())) => sent.push(row.clone()),
+                Some(Ok(())) => verdicts.sent.push(position),
                 Some(Err(PublishError::Rejected { reason })) => {
-                    rejected.push(id);
-                    reasons.push(reason);
+                    verdicts.refused.push((position, reason));
                 }
                 Some(Err(error)) => {
                     tracing::debug!(
@@ -416,64 +441,43 @@ impl<P: Publisher> Relay<P> {
                         error = &error as &dyn std::error::Error,
                         "an outbox message could not be tried"
                     );
-                    untried.push(id);
+                    report.released += 1;
                 }
-                None => untried.push(id),
+                None => report.released += 1,
             }
         }
-        if !sent.is_empty() {
-            let marked = claim::mark_sent(&self.pool, &self.outbox, token, &sent).await?;
-            report.published = sent.len();
-            report.taken_over = sent.len() - usize::try_from(marked).unwrap_or(sent.len());
-            if report.taken_over > 0 {
-                tracing::info!(
-                    relay = self.name,
-                    count = report.taken_over,
-                    "published messages whose claim another relay had taken over; they will be \
-                     published again and skipped by the consumers' inbox"
-                );
-            }
-        }
-        if !rejected.is_empty() {
-            let backoff = Backoff {
-                max_attempts: self.max_attempts,
-                base: self.backoff,
-                cap: self.max_backoff,
-            };
-            report.failed = rejected.len();
-            report.dead_lettered += claim::fail(
-                &self.pool,
-                &self.outbox,
-                token,
-                &rejected,
-                &reasons,
-                &backoff,
-            )
-            .await?;
-        }
-        if !untried.is_empty() {
-            claim::release(&self.pool, &self.outbox, token, &untried).await?;
-            report.released = untried.len();
-        }
-        Ok(())
+        report.published = verdicts.sent.len();
+        report.failed = verdicts.refused.len();
+        verdicts
     }
 }
 
-/// Messages claimed by one claim, not yet published.
+/// A publisher's panic, as a failed attempt of the message it panicked on.
+fn panicked(panic: &(dyn Any + Send)) -> PublishError {
+    PublishError::Rejected {
+        reason: format!("the publisher panicked: {}", panic_message(panic)),
+    }
+}
+
+/// The message a panic was raised with, if it is text.
+fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message")
+}
+
+/// A claimed batch, not yet published.
 struct Batch {
     started: Instant,
-    token: Uuid,
-    ids: Vec<Uuid>,
-    /// The claimed rows' addresses, in the order of `ids`.
-    rows: Vec<String>,
-    envelopes: Vec<Envelope>,
-    report: BatchReport,
+    claim: Claim,
 }
 
 impl Batch {
     /// Whether the claim took all it could: more messages are probably due.
     fn is_full(&self, batch_size: u32) -> bool {
-        self.report.claimed + self.report.dead_lettered >= batch_size as usize
+        self.claim.envelopes.len() >= batch_size as usize
     }
 }
 

@@ -89,11 +89,12 @@ impl RelayProcess {
         self
     }
 
-    /// Sets the most connections the relay's pool opens (at least 2: the claims and marks
-    /// take one; the `LISTEN` connection is separate).
+    /// Sets the most connections the relay's pool opens (at least 3: the batch being published
+    /// and the next one each hold a claim transaction, and the progress report counts; the
+    /// `LISTEN` connection is separate).
     #[must_use]
     pub fn max_connections(mut self, connections: u32) -> Self {
-        self.max_connections = connections.max(2);
+        self.max_connections = connections.max(3);
         self
     }
 

@@ -40,7 +40,8 @@ const KEYS: usize = 100;
 const PRODUCERS: usize = 4;
 /// Messages per business transaction; every tenth transaction rolls back.
 const PER_TRANSACTION: usize = 50;
-/// The relays' lease: how soon a killed relay's claims go to the others.
+/// The relays' lease: how soon the claims of a relay that hangs go to the others (a killed relay's
+/// go at once, with its connections).
 const LEASE: Duration = Duration::from_secs(2);
 
 /// A broker the scenario can run on.
