@@ -206,13 +206,17 @@ impl<S: Store> Engine<S> {
 /// in a task of its own: an attempt that acquired a key must run its work and record the
 /// result whoever waits for it. Polling in place (rather than spawning every attempt) saves a
 /// task and a cross-thread wake-up per request.
+///
+/// The task is spawned on the runtime the future is dropped in. Callers are tasks of that runtime
+/// (a server's connection task drops its request's future when the client goes away); the
+/// runtime is looked up only then, not for every request, as a handle taken up front would cost
+/// two atomic operations on a counter all the runtime's threads share.
 struct Detached<Fut>
 where
     Fut: Future + Send + 'static,
     Fut::Output: Send,
 {
     future: Option<Pin<Box<Fut>>>,
-    runtime: tokio::runtime::Handle,
 }
 
 impl<Fut> Detached<Fut>
@@ -220,11 +224,9 @@ where
     Fut: Future + Send + 'static,
     Fut::Output: Send,
 {
-    /// Must be called inside a Tokio runtime: the one that finishes the future if need be.
     fn new(future: Fut) -> Self {
         Self {
             future: Some(Box::pin(future)),
-            runtime: tokio::runtime::Handle::current(),
         }
     }
 }
@@ -256,9 +258,16 @@ where
     Fut::Output: Send,
 {
     fn drop(&mut self) {
-        if let Some(future) = self.future.take() {
+        let Some(future) = self.future.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
             // A runtime that is shutting down drops the task, as it drops every other one.
-            drop(self.runtime.spawn(future));
+            Ok(runtime) => drop(runtime.spawn(future)),
+            Err(_) => tracing::error!(
+                "a request whose key was acquired was dropped outside a Tokio runtime: its work \
+                 cannot finish, and its key frees up when its lease ends"
+            ),
         }
     }
 }
