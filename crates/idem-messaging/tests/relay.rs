@@ -36,6 +36,13 @@ async fn enqueue(
     ids
 }
 
+/// The failed attempts, dead letters and published messages of `reports`, summed.
+fn failed_dead_published(reports: &[BatchReport]) -> (usize, usize, usize) {
+    reports.iter().fold((0, 0, 0), |(f, d, p), r| {
+        (f + r.failed, d + r.dead_lettered, p + r.published)
+    })
+}
+
 fn relay<P: Publisher>(schema: &TestSchema, outbox: &Outbox, publisher: P) -> Relay<P> {
     Relay::new(schema.pool.clone(), outbox.clone(), publisher)
         .backoff(Duration::ZERO, Duration::ZERO)
@@ -132,10 +139,7 @@ async fn a_refused_message_is_retried_then_dead_lettered_while_others_flow() {
         .max_attempts(3);
     let reports = drain(&relay, &outbox, &schema).await;
 
-    let failed: usize = reports.iter().map(|r| r.failed).sum();
-    let dead: usize = reports.iter().map(|r| r.dead_lettered).sum();
-    let published: usize = reports.iter().map(|r| r.published).sum();
-    assert_eq!((failed, dead, published), (3, 1, 10));
+    assert_eq!(failed_dead_published(&reports), (3, 1, 10));
     let mut good = ids.clone();
     let poison = good.remove(3);
     assert_eq!(recorder.ids(), good);
@@ -208,10 +212,7 @@ async fn a_message_the_publisher_panics_on_is_dead_lettered_and_the_others_publi
     .max_attempts(2);
     let reports = drain(&relay, &outbox, &schema).await;
 
-    let failed: usize = reports.iter().map(|r| r.failed).sum();
-    let dead: usize = reports.iter().map(|r| r.dead_lettered).sum();
-    let published: usize = reports.iter().map(|r| r.published).sum();
-    assert_eq!((failed, dead, published), (2, 1, 4));
+    assert_eq!(failed_dead_published(&reports), (2, 1, 4));
     assert_eq!(recorder.ids(), ids);
     let dead_letters = outbox.dead_letters(&schema.pool, 10).await.unwrap();
     assert_eq!(dead_letters.len(), 1);
