@@ -22,6 +22,10 @@
 //! consumers' inbox skips the copy. Nothing is ever lost and nothing depends on ids committing
 //! in order: there is no cursor, only the rows that are due.
 //!
+//! A publisher that panics is caught: the batch is tried again one message at a time, and a
+//! message the publisher panics on counts a failed attempt, so that one message that crashes it
+//! ends as a dead letter instead of stopping the relay at every claim.
+//!
 //! Between batches the relay sleeps until a `NOTIFY` from an enqueue, or the poll interval,
 //! whichever comes first.
 //!
@@ -178,8 +182,10 @@ impl<P: Publisher> Relay<P> {
     }
 
     /// Sets how many attempts a message gets before it becomes a dead letter (at least 1). An
-    /// attempt is a refusal by the broker. An unavailable broker, a timeout, a shutdown or a
-    /// relay that died before it finished do not count: none of them is the message's fault.
+    /// attempt is a refusal by the broker, or a panic of the publisher on the message (a batch
+    /// the publisher panics on is tried again one message at a time, so only the message that
+    /// makes it panic counts one). An unavailable broker, a timeout, a shutdown or a relay
+    /// process that died do not count: its claim is rolled back.
     #[must_use]
     pub fn max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = attempts.max(1);
