@@ -16,9 +16,16 @@ pub enum StoreError {
     /// The store holds data this build cannot read.
     #[error("the store holds a corrupted record")]
     Corrupted(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// The store is not set up as this build expects (missing migrations, wrong schema).
-    #[error("the store is misconfigured: {0}")]
-    Misconfigured(String),
+    /// The store is not set up as this build expects (missing migrations, wrong schema, refused
+    /// credentials or privileges).
+    #[error("the store is misconfigured: {message}")]
+    Misconfigured {
+        /// What is wrong, and what to check, for the operator.
+        message: String,
+        /// The store's own error, when there is one.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
 }
 
 impl StoreError {
@@ -30,5 +37,17 @@ impl StoreError {
     /// Wraps a decoding failure.
     pub fn corrupted(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
         Self::Corrupted(source.into())
+    }
+
+    /// A configuration failure the store reported: `message` says what to check, `source` is
+    /// the store's own error.
+    pub fn misconfigured(
+        message: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self::Misconfigured {
+            message: message.into(),
+            source: Some(source.into()),
+        }
     }
 }

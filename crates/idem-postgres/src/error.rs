@@ -112,17 +112,11 @@ pub(crate) fn store_error(error: sqlx::Error, table: &str) -> StoreError {
         Class::Unavailable => StoreError::unavailable(error),
         Class::Corrupted => StoreError::corrupted(error),
         Class::Misconfigured => {
-            // `Misconfigured` carries text only; the server's own words go to the log.
             let code = match &error {
                 sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
                 _ => None,
             };
-            tracing::error!(
-                error = &error as &dyn std::error::Error,
-                table,
-                "PostgreSQL refused a statement of the idem store"
-            );
-            StoreError::Misconfigured(match code {
+            let message = match code {
                 Some(code) => format!(
                     "PostgreSQL refused a statement on {table} (SQLSTATE {code}): check that the \
                      migrations are applied and the role's privileges"
@@ -131,7 +125,8 @@ pub(crate) fn store_error(error: sqlx::Error, table: &str) -> StoreError {
                     "a row of {table} does not have the shape this build expects: check the \
                      migrations"
                 ),
-            })
+            };
+            StoreError::misconfigured(message, error)
         }
     }
 }
@@ -197,7 +192,10 @@ mod tests {
         let missing = sqlx::Error::ColumnNotFound("plan".into());
         assert!(matches!(
             store_error(missing, "t"),
-            StoreError::Misconfigured(_)
+            StoreError::Misconfigured {
+                source: Some(_),
+                ..
+            }
         ));
     }
 }

@@ -621,10 +621,15 @@ async fn a_dropped_table_is_misconfigured_and_a_closed_pool_unavailable() {
     .await
     .unwrap();
     let result = store.acquire(&address("k"), &fingerprint(1), TERMS).await;
-    let Err(StoreError::Misconfigured(message)) = result else {
+    let Err(StoreError::Misconfigured { message, source }) = result else {
         panic!("expected Misconfigured, got {result:?}");
     };
     assert!(message.contains("SQLSTATE 42P01"), "{message}");
+    // The server's own words stay reachable as the source.
+    let source = source
+        .expect("the database error is the source")
+        .to_string();
+    assert!(source.contains("idem_records"), "{source}");
 
     other.close().await;
     let result = other.ping().await;

@@ -58,11 +58,14 @@ pub(crate) fn store_error(error: RedisError) -> StoreError {
     match classify(&error) {
         Class::Unavailable => StoreError::unavailable(error),
         Class::Corrupted => StoreError::corrupted(error),
-        Class::Misconfigured => StoreError::Misconfigured(format!(
-            "Redis refused an idem command with {} {}",
-            error.code().unwrap_or("an error"),
-            error.detail().unwrap_or_default()
-        )),
+        Class::Misconfigured => {
+            let message = format!(
+                "Redis refused an idem command with {} {}",
+                error.code().unwrap_or("an error"),
+                error.detail().unwrap_or_default()
+            );
+            StoreError::misconfigured(message, error)
+        }
     }
 }
 
@@ -111,9 +114,11 @@ mod tests {
 
     #[test]
     fn misconfiguration_keeps_the_code() {
-        let StoreError::Misconfigured(message) = store_error(server("NOPERM")) else {
+        let StoreError::Misconfigured { message, source } = store_error(server("NOPERM")) else {
             panic!("expected Misconfigured");
         };
         assert_eq!(message, "Redis refused an idem command with NOPERM detail");
+        let source = source.expect("Redis's error is the source").to_string();
+        assert!(source.contains("NOPERM"), "{source}");
     }
 }

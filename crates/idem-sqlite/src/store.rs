@@ -184,7 +184,10 @@ impl Store for SqliteStore {
             .fetch_optional(&mut *tx)
             .await
             .map_err(store_error)?
-            .ok_or_else(|| StoreError::Misconfigured("the idem_fencing row is missing".into()))?;
+            .ok_or_else(|| StoreError::Misconfigured {
+                message: "the idem_fencing row is missing: check the migrations".into(),
+                source: None,
+            })?;
         let lease_until = now + terms.lease;
         let write = if took_over {
             sqlx::query(include_str!("../sql/take_over.sql"))
