@@ -6,7 +6,8 @@ mod common;
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use idem_messaging::{
-    BatchReport, Confirmations, Envelope, Outbox, OutboxMessage, PublishError, Publisher, Relay,
+    BatchReport, Confirmations, DeadLetter, Envelope, Outbox, OutboxMessage, PublishError,
+    Publisher, Relay,
 };
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -34,6 +35,30 @@ async fn enqueue(
     }
     tx.commit().await.unwrap();
     ids
+}
+
+/// Enqueues `good` messages to `orders` and, at position `at` among them, a message to `nowhere`;
+/// returns the good ones' ids, in order, and the other's.
+async fn enqueue_with_poison(
+    schema: &TestSchema,
+    outbox: &Outbox,
+    good: usize,
+    at: usize,
+) -> (Vec<String>, String) {
+    let mut messages: Vec<_> = (0..good)
+        .map(|n| OutboxMessage::new("orders", format!("good {n}")))
+        .collect();
+    messages.insert(at, OutboxMessage::new("nowhere", "poison"));
+    let mut ids = enqueue(schema, outbox, messages).await;
+    let poison = ids.remove(at);
+    (ids, poison)
+}
+
+/// The outbox's one dead letter.
+async fn only_dead_letter(schema: &TestSchema, outbox: &Outbox) -> DeadLetter {
+    let mut dead = outbox.dead_letters(&schema.pool, 10).await.unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    dead.remove(0)
 }
 
 /// The failed attempts, dead letters and published messages of `reports`, summed.
@@ -123,11 +148,7 @@ async fn a_refused_message_is_retried_then_dead_lettered_while_others_flow() {
     let url = require!("IDEM_TEST_POSTGRES_URL");
     let schema = TestSchema::new(&url).await;
     let outbox = schema.outbox().await;
-    let mut messages: Vec<_> = (0..10)
-        .map(|n| OutboxMessage::new("orders", format!("good {n}")))
-        .collect();
-    messages.insert(3, OutboxMessage::new("nowhere", "poison"));
-    let ids = enqueue(&schema, &outbox, messages).await;
+    let (good, poison) = enqueue_with_poison(&schema, &outbox, 10, 3).await;
 
     let recorder = Recorder::refusing(|envelope| {
         (envelope.message().destination == "nowhere").then(|| PublishError::Rejected {
@@ -140,31 +161,18 @@ async fn a_refused_message_is_retried_then_dead_lettered_while_others_flow() {
     let reports = drain(&relay, &outbox, &schema).await;
 
     assert_eq!(failed_dead_published(&reports), (3, 1, 10));
-    let mut good = ids.clone();
-    let poison = good.remove(3);
     assert_eq!(recorder.ids(), good);
 
-    let dead_letters = outbox.dead_letters(&schema.pool, 10).await.unwrap();
-    assert_eq!(dead_letters.len(), 1);
-    assert_eq!(dead_letters[0].id.as_str(), poison);
-    assert_eq!(dead_letters[0].attempts, 3);
-    assert_eq!(dead_letters[0].message.payload.as_ref(), b"poison");
-    assert_eq!(dead_letters[0].last_error.as_deref(), Some("NO_ROUTE"));
+    let dead = only_dead_letter(&schema, &outbox).await;
+    assert_eq!(dead.id.as_str(), poison);
+    assert_eq!(dead.attempts, 3);
+    assert_eq!(dead.message.payload.as_ref(), b"poison");
+    assert_eq!(dead.last_error.as_deref(), Some("NO_ROUTE"));
     assert_eq!(outbox.pending(&schema.pool).await.unwrap(), 0);
 
     // Revived, it gets three attempts again.
-    assert!(
-        outbox
-            .revive(&schema.pool, &dead_letters[0].id)
-            .await
-            .unwrap()
-    );
-    assert!(
-        !outbox
-            .revive(&schema.pool, &dead_letters[0].id)
-            .await
-            .unwrap()
-    );
+    assert!(outbox.revive(&schema.pool, &dead.id).await.unwrap());
+    assert!(!outbox.revive(&schema.pool, &dead.id).await.unwrap());
     assert_eq!(outbox.pending(&schema.pool).await.unwrap(), 1);
     let report = relay.run_once().await.unwrap();
     assert_eq!(
@@ -193,12 +201,7 @@ async fn a_message_the_publisher_panics_on_is_dead_lettered_and_the_others_publi
     let url = require!("IDEM_TEST_POSTGRES_URL");
     let schema = TestSchema::new(&url).await;
     let outbox = schema.outbox().await;
-    let mut messages: Vec<_> = (0..4)
-        .map(|n| OutboxMessage::new("orders", format!("good {n}")))
-        .collect();
-    messages.insert(2, OutboxMessage::new("nowhere", "poison"));
-    let mut ids = enqueue(&schema, &outbox, messages).await;
-    let poison = ids.remove(2);
+    let (good, poison) = enqueue_with_poison(&schema, &outbox, 4, 2).await;
 
     let recorder = Recorder::default();
     let relay = relay(
@@ -213,12 +216,12 @@ async fn a_message_the_publisher_panics_on_is_dead_lettered_and_the_others_publi
     let reports = drain(&relay, &outbox, &schema).await;
 
     assert_eq!(failed_dead_published(&reports), (2, 1, 4));
-    assert_eq!(recorder.ids(), ids);
-    let dead_letters = outbox.dead_letters(&schema.pool, 10).await.unwrap();
-    assert_eq!(dead_letters.len(), 1);
-    assert_eq!(dead_letters[0].id.as_str(), poison);
+    assert_eq!(recorder.ids(), good);
+    let dead = only_dead_letter(&schema, &outbox).await;
+    assert_eq!(dead.id.as_str(), poison);
+    assert_eq!(dead.attempts, 2);
     assert_eq!(
-        dead_letters[0].last_error.as_deref(),
+        dead.last_error.as_deref(),
         Some("the publisher panicked: cannot publish to nowhere")
     );
 }
