@@ -75,6 +75,14 @@ pub enum Error {
         #[source]
         source: hyper_util::client::legacy::Error,
     },
+    /// A request of the harness itself got no whole answer in time.
+    #[error("the request to {url} got no answer within {timeout:?}")]
+    TimedOut {
+        /// What was asked.
+        url: String,
+        /// How long the harness waited.
+        timeout: std::time::Duration,
+    },
     /// A response of the harness's own requests could not be read or parsed.
     #[error("the answer of {url} could not be read")]
     Body {

@@ -7,12 +7,18 @@
 //! suites of the repository do. `scripts/chaos` runs the long form.
 
 use std::{
+    fs::File,
     io::Write as _,
     process::Command,
     sync::{Mutex, PoisonError},
+    time::{Duration, Instant},
 };
 
 use idem_chaos::{Ambiguous, Failure, Report, StoreKind};
+
+/// How long a short run may take in all, faults, waits and checks included: far above the
+/// minute one takes, so that only a hang reaches it, and fails the test instead of stalling CI.
+const RUN_LIMIT: Duration = Duration::from_secs(300);
 
 /// One run at a time.
 static RUNS: Mutex<()> = Mutex::new(());
@@ -52,23 +58,39 @@ fn chaos(store: &str, mode: &str, args: &[&str]) -> (Option<i32>, Report) {
     let _turn = RUNS.lock().unwrap_or_else(PoisonError::into_inner);
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("report.json");
-    let output = Command::new(env!("CARGO_BIN_EXE_idem-chaos"))
+    // Files rather than pipes: nobody reads a pipe while the run goes on.
+    let (stdout, stderr) = (dir.path().join("stdout"), dir.path().join("stderr"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_idem-chaos"))
         .args(["run", "--store", store, "--ambiguous", mode, "--seed", SEED])
         .args(["--callers", "16"])
         .args(args)
         .arg("--json")
         .arg(&json)
-        .output()
+        .stdout(File::create(&stdout).unwrap())
+        .stderr(File::create(&stderr).unwrap())
+        .spawn()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let read = |path| String::from_utf8_lossy(&std::fs::read(path).unwrap()).into_owned();
+    let deadline = Instant::now() + RUN_LIMIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "idem-chaos run did not end within {RUN_LIMIT:?}:\n{}",
+                read(&stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let (stdout, stderr) = (read(&stdout), read(&stderr));
     // Shown when the test fails.
     println!("{stderr}\n{stdout}");
     let report = std::fs::read(&json).unwrap_or_else(|_| panic!("no report: {stderr}"));
-    (
-        output.status.code(),
-        serde_json::from_slice(&report).unwrap(),
-    )
+    (status.code(), serde_json::from_slice(&report).unwrap())
 }
 
 /// The expectations of both modes, and that every kind of fault happened.
