@@ -12,6 +12,7 @@ use lapin::{
 };
 use tempfile::TempDir;
 use tokio::{process::Command, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
 
 use crate::{
     common,
@@ -149,12 +150,9 @@ impl FaultBroker for RabbitNode {
             while !consumer.stop.is_cancelled() {
                 // A node that is restarting may accept the connection and never answer the
                 // handshake: every step is bounded, and the test's stop ends the wait.
-                let connect = tokio::select! {
-                    connect = tokio::time::timeout(
-                        STEP,
-                        Connection::connect(&url, ConnectionProperties::default()),
-                    ) => connect,
-                    () = consumer.stop.cancelled() => return,
+                let connect = Connection::connect(&url, ConnectionProperties::default());
+                let Some(connect) = step(&consumer.stop, connect).await else {
+                    return;
                 };
                 let Ok(Ok(connection)) = connect else {
                     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -184,9 +182,9 @@ impl FaultBroker for RabbitNode {
                     let Some(Ok(delivery)) = next else { break };
                     // An ack on a connection the restart cut may never be answered: treat a
                     // step that takes too long as a crash (the inbox skips the redelivery).
-                    let handled = tokio::select! {
-                        handled = tokio::time::timeout(STEP, consumer.handle(delivery)) => handled,
-                        () = consumer.stop.cancelled() => return,
+                    let Some(handled) = step(&consumer.stop, consumer.handle(delivery)).await
+                    else {
+                        return;
                     };
                     if !matches!(handled, Ok(Next::Continue)) {
                         break;
@@ -217,4 +215,15 @@ async fn nothing_is_lost_duplicated_or_reordered_through_rabbitmq_faults() {
     assert!(report.published >= report.sent as usize, "{report:?}");
     // The crashed consumer's message came back and was skipped.
     assert!(report.skipped >= 1, "{report:?}");
+}
+
+/// `work` within [`STEP`] (`Err` past it), or `None` once the test stops.
+async fn step<T>(
+    stop: &CancellationToken,
+    work: impl Future<Output = T>,
+) -> Option<Result<T, tokio::time::error::Elapsed>> {
+    tokio::select! {
+        done = tokio::time::timeout(STEP, work) => Some(done),
+        () = stop.cancelled() => None,
+    }
 }
