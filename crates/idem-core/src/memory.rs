@@ -1,7 +1,6 @@
 //! [`MemoryStore`]: the reference store, in process memory.
 
 use std::{
-    collections::HashMap,
     hash::{BuildHasher, RandomState},
     sync::{
         Arc, Mutex, MutexGuard,
@@ -10,7 +9,7 @@ use std::{
     time::Duration,
 };
 
-use bytes::Bytes;
+use hashbrown::{HashTable, hash_table::OccupiedEntry};
 
 use crate::{
     Acquisition, Address, Clock, FencingToken, Fingerprint, Lease, Record, RecordState, Store,
@@ -18,9 +17,10 @@ use crate::{
     transition::{AcquirePlan, RecordView, plan_acquire, processing_expiry},
 };
 
-/// The reference store: records in a sharded hash map, each operation one short critical section
-/// on one shard. Nothing survives the process; use it for tests, for a single instance that can
-/// afford to forget its keys on restart, and as the model the other stores are checked against.
+/// The reference store: records in a sharded hash table, each operation one short critical
+/// section on one shard. Nothing survives the process; use it for tests, for a single instance
+/// that can afford to forget its keys on restart, and as the model the other stores are checked
+/// against.
 ///
 /// Expired records are removed by [`Store::purge_expired`]; a processing record is never removed
 /// before its lease ends.
@@ -48,10 +48,81 @@ use crate::{
 /// # }).unwrap();
 /// ```
 pub struct MemoryStore {
-    shards: Box<[Mutex<HashMap<Address, Record>>]>,
+    shards: Box<[Mutex<HashTable<Entry>>]>,
     hasher: RandomState,
     last_token: AtomicU64,
     clock: Arc<dyn Clock>,
+}
+
+/// A record as a shard keeps it: with its address, and the address's hash so that growing the
+/// table does not hash every address again. A completed response is kept encoded, in one
+/// allocation (a [`StoredResponse`] takes one per header name and value): the store holds every
+/// key for its whole TTL.
+struct Entry {
+    hash: u64,
+    address: Address,
+    fingerprint: Fingerprint,
+    created_at: Timestamp,
+    expires_at: Timestamp,
+    state: Held,
+}
+
+enum Held {
+    Processing {
+        token: FencingToken,
+        lease_until: Timestamp,
+    },
+    Completed {
+        token: FencingToken,
+        response: Box<[u8]>,
+        completed_at: Timestamp,
+    },
+}
+
+impl Entry {
+    fn view(&self) -> RecordView<'_> {
+        RecordView {
+            fingerprint: &self.fingerprint,
+            expires_at: self.expires_at,
+            lease_until: match self.state {
+                Held::Processing { lease_until, .. } => Some(lease_until),
+                Held::Completed { .. } => None,
+            },
+        }
+    }
+
+    fn is_held_by(&self, token: FencingToken, now: Timestamp) -> bool {
+        matches!(self.state, Held::Processing { token: held, .. } if held == token)
+            && now < self.expires_at
+    }
+
+    fn record(&self) -> Result<Record, StoreError> {
+        let state = match &self.state {
+            Held::Processing { token, lease_until } => RecordState::Processing {
+                token: *token,
+                lease_until: *lease_until,
+            },
+            Held::Completed {
+                token,
+                response,
+                completed_at,
+            } => RecordState::Completed {
+                token: *token,
+                response: decode(response)?,
+                completed_at: *completed_at,
+            },
+        };
+        Ok(Record {
+            fingerprint: self.fingerprint,
+            created_at: self.created_at,
+            expires_at: self.expires_at,
+            state,
+        })
+    }
+}
+
+fn decode(response: &[u8]) -> Result<StoredResponse, StoreError> {
+    StoredResponse::decode(response).map_err(StoreError::corrupted)
 }
 
 impl MemoryStore {
@@ -82,9 +153,13 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    fn shard(&self, address: &Address) -> MutexGuard<'_, HashMap<Address, Record>> {
-        let index = self.hasher.hash_one(address) as usize & (self.shards.len() - 1);
-        lock(&self.shards[index])
+    /// The address's shard, locked, and the address's hash in it: one hash for both. The table
+    /// places entries by the hash's low bits and tags them with its top seven, so the shard takes
+    /// bits in between; taking low bits would leave most of each shard's buckets unused.
+    fn locate(&self, address: &Address) -> (MutexGuard<'_, HashTable<Entry>>, u64) {
+        let hash = self.hasher.hash_one(address);
+        let index = (hash >> 40) as usize & (self.shards.len() - 1);
+        (lock(&self.shards[index]), hash)
     }
 
     fn next_token(&self) -> FencingToken {
@@ -96,16 +171,12 @@ impl MemoryStore {
         &self,
         address: &Address,
         token: FencingToken,
-        change: impl FnOnce(&mut HashMap<Address, Record>, Timestamp) -> T,
+        change: impl FnOnce(OccupiedEntry<'_, Entry>, Timestamp) -> T,
     ) -> Result<T, StoreError> {
         let now = self.clock.now();
-        let mut shard = self.shard(address);
-        match shard.get(address) {
-            Some(Record {
-                state: RecordState::Processing { token: held, .. },
-                expires_at,
-                ..
-            }) if *held == token && now < *expires_at => Ok(change(&mut shard, now)),
+        let (mut shard, hash) = self.locate(address);
+        match shard.find_entry(hash, |e| e.address == *address) {
+            Ok(entry) if entry.get().is_held_by(token, now) => Ok(change(entry, now)),
             _ => Err(StoreError::LeaseLost),
         }
     }
@@ -126,22 +197,11 @@ impl std::fmt::Debug for MemoryStore {
 }
 
 /// A poisoned shard only means a panic elsewhere while holding it; every critical section
-/// leaves the map consistent, so the data is still good.
+/// leaves the table consistent, so the data is still good.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn view(record: &Record) -> RecordView<'_> {
-    RecordView {
-        fingerprint: &record.fingerprint,
-        expires_at: record.expires_at,
-        lease_until: match record.state {
-            RecordState::Processing { lease_until, .. } => Some(lease_until),
-            RecordState::Completed { .. } => None,
-        },
-    }
 }
 
 impl Store for MemoryStore {
@@ -152,8 +212,9 @@ impl Store for MemoryStore {
         terms: Terms,
     ) -> Result<Acquisition, StoreError> {
         let now = self.clock.now();
-        let mut shard = self.shard(address);
-        let plan = plan_acquire(shard.get(address).map(view), fingerprint, now);
+        let (mut shard, hash) = self.locate(address);
+        let entry = shard.find_mut(hash, |e| e.address == *address);
+        let plan = plan_acquire(entry.as_deref().map(Entry::view), fingerprint, now);
         let lease_until = now + terms.lease;
         let took_over = match plan {
             AcquirePlan::InFlight { retry_after } => {
@@ -161,29 +222,42 @@ impl Store for MemoryStore {
             }
             AcquirePlan::Mismatch => return Ok(Acquisition::Mismatch),
             AcquirePlan::Replay => {
-                let record = &shard[address];
-                let RecordState::Completed { response, .. } = &record.state else {
+                let Some(Entry {
+                    state: Held::Completed { response, .. },
+                    ..
+                }) = entry
+                else {
                     unreachable!("only completed records are replayed");
                 };
-                return Ok(Acquisition::Completed(response.clone()));
+                return decode(response).map(Acquisition::Completed);
             }
             AcquirePlan::TakeOver => true,
             AcquirePlan::Create => false,
         };
         let token = self.next_token();
-        let state = RecordState::Processing { token, lease_until };
-        if took_over {
-            let record = shard.get_mut(address).expect("planned on this record");
-            record.state = state;
-            record.expires_at = record.expires_at.max(lease_until);
-        } else {
-            let record = Record {
-                fingerprint: *fingerprint,
-                created_at: now,
-                expires_at: processing_expiry(now, terms),
-                state,
-            };
-            shard.insert(address.clone(), record);
+        let state = Held::Processing { token, lease_until };
+        match entry {
+            Some(entry) if took_over => {
+                entry.expires_at = entry.expires_at.max(lease_until);
+                entry.state = state;
+            }
+            Some(expired) => {
+                expired.fingerprint = *fingerprint;
+                expired.created_at = now;
+                expired.expires_at = processing_expiry(now, terms);
+                expired.state = state;
+            }
+            None => {
+                let entry = Entry {
+                    hash,
+                    address: address.clone(),
+                    fingerprint: *fingerprint,
+                    created_at: now,
+                    expires_at: processing_expiry(now, terms),
+                    state,
+                };
+                shard.insert_unique(hash, entry, |e| e.hash);
+            }
         }
         Ok(Acquisition::Acquired(Lease {
             token,
@@ -199,26 +273,23 @@ impl Store for MemoryStore {
         response: &StoredResponse,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        // A body sliced from a larger buffer (an HTTP connection's read buffer, say) would keep
-        // all of it alive for the whole TTL: keep a copy of just the body.
-        let response = StoredResponse {
-            body: Bytes::copy_from_slice(&response.body),
-            ..response.clone()
-        };
-        self.with_holder(address, token, |shard, now| {
-            let record = shard.get_mut(address).expect("checked by with_holder");
-            record.state = RecordState::Completed {
+        // Encoded before taking the lock; a copy, so a body sliced from a larger buffer (an HTTP
+        // connection's read buffer, say) does not keep all of it alive for the whole TTL.
+        let response = response.encode().into_boxed_slice();
+        self.with_holder(address, token, |mut entry, now| {
+            let entry = entry.get_mut();
+            entry.state = Held::Completed {
                 token,
                 response,
                 completed_at: now,
             };
-            record.expires_at = now + ttl;
+            entry.expires_at = now + ttl;
         })
     }
 
     async fn release(&self, address: &Address, token: FencingToken) -> Result<(), StoreError> {
-        self.with_holder(address, token, |shard, _| {
-            shard.remove(address);
+        self.with_holder(address, token, |entry, _| {
+            entry.remove();
         })
     }
 
@@ -228,33 +299,35 @@ impl Store for MemoryStore {
         token: FencingToken,
         lease: Duration,
     ) -> Result<Timestamp, StoreError> {
-        self.with_holder(address, token, |shard, now| {
-            let record = shard.get_mut(address).expect("checked by with_holder");
+        self.with_holder(address, token, |mut entry, now| {
+            let entry = entry.get_mut();
             let until = now + lease;
-            record.state = RecordState::Processing {
+            entry.state = Held::Processing {
                 token,
                 lease_until: until,
             };
-            record.expires_at = record.expires_at.max(until);
+            entry.expires_at = entry.expires_at.max(until);
             until
         })
     }
 
     async fn get(&self, address: &Address) -> Result<Option<Record>, StoreError> {
         let now = self.clock.now();
-        Ok(self
-            .shard(address)
-            .get(address)
-            .filter(|r| now < r.expires_at)
-            .cloned())
+        let (shard, hash) = self.locate(address);
+        shard
+            .find(hash, |e| e.address == *address)
+            .filter(|e| now < e.expires_at)
+            .map(Entry::record)
+            .transpose()
     }
 
     async fn forget(&self, address: &Address) -> Result<bool, StoreError> {
         let now = self.clock.now();
-        Ok(self
-            .shard(address)
-            .remove(address)
-            .is_some_and(|r| now < r.expires_at))
+        let (mut shard, hash) = self.locate(address);
+        Ok(match shard.find_entry(hash, |e| e.address == *address) {
+            Ok(entry) => now < entry.remove().0.expires_at,
+            Err(_) => false,
+        })
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
@@ -266,7 +339,7 @@ impl Store for MemoryStore {
             }
             let mut shard = lock(shard);
             purged += shard
-                .extract_if(|_, r| now >= r.expires_at)
+                .extract_if(|e| now >= e.expires_at)
                 .take(limit - purged)
                 .count();
         }
@@ -280,6 +353,8 @@ impl Store for MemoryStore {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::*;
 
     #[tokio::test]
