@@ -21,7 +21,7 @@ use std::{
 
 use futures_util::{FutureExt, future::OptionFuture};
 use tokio::time::{Instant, sleep};
-use tokio_util::task::TaskTracker;
+use tokio_util::task::{TaskTracker, task_tracker::TrackedFuture};
 
 pub use self::execution::Execution;
 use self::{execution::Settlement, waiters::Waiters};
@@ -177,7 +177,7 @@ impl<S: Store> Engine<S> {
             let changed = deadline.map(|_| inner.store.changed(&address));
 
             let attempt = Arc::clone(inner).attempt(address.clone(), fingerprint, work);
-            let retry_after = match Detached::new(inner.tasks.track_future(attempt)).await {
+            let retry_after = match Detached::new(attempt, &inner.tasks).await {
                 Attempt::Done(outcome) => return outcome,
                 Attempt::Panicked(panic) => std::panic::resume_unwind(panic),
                 Attempt::Busy {
@@ -216,7 +216,7 @@ where
     Fut: Future + Send + 'static,
     Fut::Output: Send,
 {
-    future: Option<Pin<Box<Fut>>>,
+    future: Option<TrackedFuture<Pin<Box<Fut>>>>,
 }
 
 impl<Fut> Detached<Fut>
@@ -224,9 +224,11 @@ where
     Fut: Future + Send + 'static,
     Fut::Output: Send,
 {
-    fn new(future: Fut) -> Self {
+    /// Boxed before it is tracked, so that the future (an attempt's is several KiB, all of it
+    /// copied by every move) moves once.
+    fn new(future: Fut, tasks: &TaskTracker) -> Self {
         Self {
-            future: Some(Box::pin(future)),
+            future: Some(tasks.track_future(Box::pin(future))),
         }
     }
 }
@@ -242,7 +244,7 @@ where
         // Out of its slot while polled: a future that panics is dropped by the unwinding, not
         // finished in the background by `drop`.
         let mut future = self.future.take().expect("polled after completion");
-        match future.as_mut().poll(cx) {
+        match Pin::new(&mut future).poll(cx) {
             Poll::Ready(output) => Poll::Ready(output),
             Poll::Pending => {
                 self.future = Some(future);
@@ -327,7 +329,8 @@ impl<S: Store> Inner<S> {
                 return Attempt::Panicked(panic);
             }
         };
-        match self.supervise(&address, lease, work).await {
+        // Pinned here, where it stays: every move would copy the whole future.
+        match self.supervise(&address, lease, pin!(work)).await {
             Ok(value) => Attempt::Done(Ok(RunOutcome::Executed(value))),
             Err(panic) => Attempt::Panicked(panic),
         }
@@ -337,7 +340,7 @@ impl<S: Store> Inner<S> {
         &self,
         address: &Address,
         lease: Lease,
-        work: impl Future<Output = Execution<T>> + Send,
+        work: Pin<&mut (impl Future<Output = Execution<T>> + Send)>,
     ) -> Result<T, Panic> {
         let outcome = tokio::select! {
             outcome = AssertUnwindSafe(work).catch_unwind() => outcome,
