@@ -2,7 +2,10 @@
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering, fence},
+    },
 };
 
 use tokio::sync::Notify;
@@ -12,11 +15,18 @@ use crate::Address;
 /// One [`Notify`] per address that has waiters; removed when the last waiter leaves or when the
 /// holder finishes.
 #[derive(Default)]
-pub(crate) struct Waiters(Mutex<HashMap<Address, Arc<Notify>>>);
+pub(crate) struct Waiters {
+    map: Mutex<HashMap<Address, Arc<Notify>>>,
+    /// Live subscriptions, so that a holder finishing while nobody waits (always, in reject mode)
+    /// skips the lock every worker thread would otherwise take once per request.
+    subscribed: AtomicUsize,
+}
 
 impl Waiters {
     /// Registers interest in `address` until the returned guard is dropped.
     pub(crate) fn subscribe<'a>(&'a self, address: &'a Address) -> Subscription<'a> {
+        // Counted before the caller looks at the store (see `notify`).
+        self.subscribed.fetch_add(1, Ordering::SeqCst);
         let notify = self.lock().entry(address.clone()).or_default().clone();
         Subscription {
             waiters: self,
@@ -27,13 +37,20 @@ impl Waiters {
 
     /// Wakes every waiter on `address` (the holder completed or released it).
     pub(crate) fn notify(&self, address: &Address) {
+        // The holder recorded its result before this; a waiter counts itself before it looks at
+        // the store. So either the waiter's look sees the result, or this sees the waiter. The
+        // fence keeps the load from moving above the store's write (a mutex's release, say).
+        fence(Ordering::SeqCst);
+        if self.subscribed.load(Ordering::SeqCst) == 0 {
+            return;
+        }
         if let Some(notify) = self.lock().remove(address) {
             notify.notify_waiters();
         }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Address, Arc<Notify>>> {
-        self.0
+        self.map
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -67,5 +84,36 @@ impl Drop for Subscription<'_> {
         {
             map.remove(self.address);
         }
+        self.waiters.subscribed.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::pin;
+
+    use futures_util::FutureExt;
+
+    use super::*;
+
+    #[test]
+    fn a_subscriber_is_woken_when_the_holder_finishes_and_leaves_nothing_behind() {
+        let waiters = Waiters::default();
+        let address = Address::anonymous("k".parse().unwrap());
+        let other = Address::anonymous("other".parse().unwrap());
+        let subscription = waiters.subscribe(&address);
+        {
+            let mut notified = pin!(subscription.notify().notified());
+            notified.as_mut().enable();
+
+            waiters.notify(&other);
+            assert_eq!(notified.as_mut().now_or_never(), None);
+            waiters.notify(&address);
+            assert_eq!(notified.as_mut().now_or_never(), Some(()));
+        }
+
+        drop(subscription);
+        assert_eq!(waiters.len(), 0);
+        assert_eq!(waiters.subscribed.load(Ordering::SeqCst), 0);
     }
 }
