@@ -50,7 +50,9 @@
 
 mod canonical_json;
 
-use std::{fmt, str::FromStr};
+use std::{fmt, str::FromStr, sync::LazyLock};
+
+use blake3::hazmat::{ContextKey, HasherExt, hash_derive_key_context};
 
 /// blake3 key derivation context; its date and version name this encoding.
 const CONTEXT: &str = "idem 2026-11 request fingerprint v1";
@@ -100,8 +102,11 @@ impl Fingerprint {
 
     /// Starts fingerprinting a request; `mode` says how its body is read.
     pub fn builder(mode: FingerprintMode) -> FingerprintBuilder {
+        // The derive-key context hashed once, not for every request.
+        static CONTEXT_KEY: LazyLock<ContextKey> =
+            LazyLock::new(|| hash_derive_key_context(CONTEXT));
         FingerprintBuilder {
-            hasher: blake3::Hasher::new_derive_key(CONTEXT),
+            hasher: Box::new(blake3::Hasher::new_from_context_key(&CONTEXT_KEY)),
             mode,
         }
     }
@@ -178,7 +183,8 @@ pub enum FingerprintMode {
 /// Fields are hashed in the order they are given, so callers must give them in one fixed order.
 #[derive(Debug, Clone)]
 pub struct FingerprintBuilder {
-    hasher: blake3::Hasher,
+    // Boxed: a blake3 hasher is 1.9 KB, which every consuming setter would copy.
+    hasher: Box<blake3::Hasher>,
     mode: FingerprintMode,
 }
 
