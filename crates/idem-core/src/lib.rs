@@ -3,7 +3,8 @@
 //! This crate holds the domain model and no I/O: the [`IdempotencyKey`], the caller's [`Scope`],
 //! the request [`Fingerprint`], the [`Record`] and its states, [`FencingToken`]s and
 //! [`Lease`]s, the [`Policy`], the [`Store`] contract every backend implements, the [`Engine`]
-//! that runs an operation under a key, and [`MemoryStore`], the reference store.
+//! that runs an operation under a key, and [`MemoryStore`], the reference store. With the
+//! `sealing` feature, [`sealing::Sealed`] keeps stored responses encrypted in any store.
 //!
 //! The state machine is described in `docs/state-machine.md` of the repository.
 //!
@@ -49,6 +50,8 @@ mod policy;
 mod record;
 mod response;
 mod scope;
+#[cfg(feature = "sealing")]
+pub mod sealing;
 mod store;
 pub mod transition;
 
