@@ -88,6 +88,16 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_STORE", value_name = "URL", default_value = config::DEFAULT_STORE)]
     pub store: StoreUrl,
 
+    /// Seal stored responses with the key ring in this file: one `ID:BASE64` key per line (32
+    /// random bytes), the first seals, every one opens [default: stored in clear].
+    #[arg(long, env = "IDEM_ENCRYPTION_KEY_FILE", value_name = "PATH")]
+    pub encryption_key_file: Option<PathBuf>,
+
+    /// Key the key and scope digests in logs with the 32 bytes, in standard base64, in this file
+    /// [default: unkeyed].
+    #[arg(long, env = "IDEM_DIGEST_KEY_FILE", value_name = "PATH")]
+    pub digest_key_file: Option<PathBuf>,
+
     /// The request header that carries the idempotency key.
     #[arg(long, env = "IDEM_KEY_HEADER", value_name = "NAME", default_value = config::DEFAULT_KEY_HEADER)]
     pub key_header: HeaderName,
@@ -233,6 +243,9 @@ pub struct KeyArgs {
     /// The scope hash in hex, as the logs show it (default: the anonymous scope).
     #[arg(long, value_name = "HEX")]
     pub scope: Option<Scope>,
+    /// The key ring that opens sealed records (as `idem serve --encryption-key-file`).
+    #[arg(long, env = "IDEM_ENCRYPTION_KEY_FILE", value_name = "PATH")]
+    pub encryption_key_file: Option<PathBuf>,
     /// The store.
     #[command(flatten)]
     pub store: StoreArgs,

@@ -31,12 +31,13 @@ use std::{ffi::OsString, fmt, net::SocketAddr, path::Path, str::FromStr, time::D
 
 use clap::{ArgAction, ArgMatches, parser::ValueSource};
 use http::{HeaderName, Method};
-use idem_core::{Ambiguous, FingerprintMode, InFlight};
+use idem_core::{Ambiguous, DigestKey, FingerprintMode, InFlight, sealing::KeyRing};
 use idem_http::OnStoreError;
 
 use crate::{
     Error, StoreUrl, Upstream,
     cli::{AmbiguousMode, FingerprintArg, InFlightMode, ServeArgs, StoreErrorMode},
+    key_files,
 };
 
 /// Default of `--listen`.
@@ -67,6 +68,10 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_MAX_BODY: usize = 10 << 20;
 /// Default of `--max-stored-response`: 1 MiB.
 pub const DEFAULT_MAX_STORED_RESPONSE: usize = 1 << 20;
+/// Default of `--encryption-key-file`: none, stored responses are kept in clear.
+pub const DEFAULT_ENCRYPTION: Option<KeyRing> = None;
+/// Default of `--digest-key-file`: none, log digests are unkeyed.
+pub const DEFAULT_DIGEST_KEY: Option<DigestKey> = None;
 
 /// The settings of a [`Gateway`](crate::Gateway).
 #[derive(Debug, Clone)]
@@ -86,6 +91,10 @@ pub struct Config {
     pub upstream_timeout: Duration,
     /// Where records are kept.
     pub store: StoreUrl,
+    /// The keys that seal stored responses at rest; `None` keeps them in clear.
+    pub encryption: Option<KeyRing>,
+    /// The key that makes the digests in logs keyed; `None` leaves them unkeyed.
+    pub digest_key: Option<DigestKey>,
     /// The header that carries the idempotency key.
     pub key_header: HeaderName,
     /// The methods whose requests are deduplicated.
@@ -125,6 +134,8 @@ impl Config {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             upstream_timeout: DEFAULT_UPSTREAM_TIMEOUT,
             store: DEFAULT_STORE.parse().expect("valid default"),
+            encryption: DEFAULT_ENCRYPTION,
+            digest_key: DEFAULT_DIGEST_KEY,
             key_header: HeaderName::from_static("idempotency-key"),
             methods: DEFAULT_METHODS
                 .parse::<MethodList>()
@@ -169,6 +180,16 @@ impl TryFrom<&ServeArgs> for Config {
             connect_timeout: args.connect_timeout.0,
             upstream_timeout: args.upstream_timeout.0,
             store: args.store.clone(),
+            encryption: args
+                .encryption_key_file
+                .as_deref()
+                .map(key_files::key_ring)
+                .transpose()?,
+            digest_key: args
+                .digest_key_file
+                .as_deref()
+                .map(key_files::digest_key)
+                .transpose()?,
             key_header: args.key_header.clone(),
             methods: args.methods.0.clone(),
             require_key: args.require_key,

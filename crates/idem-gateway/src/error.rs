@@ -75,6 +75,35 @@ pub enum Error {
     /// No upstream was configured.
     #[error("no upstream: set --upstream, IDEM_UPSTREAM or `upstream` in the config file")]
     MissingUpstream,
+    /// A key file (`--encryption-key-file`, `--digest-key-file`) could not be read.
+    #[error("cannot read the key file {}", path.display())]
+    ReadKeyFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The `--encryption-key-file` is not a valid key ring; the cause names the line.
+    #[error("invalid encryption key file {}", path.display())]
+    EncryptionKeyFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, and on which line.
+        #[source]
+        source: idem_core::sealing::KeyRingError,
+    },
+    /// The `--digest-key-file` is not 32 bytes of standard base64 on one line.
+    #[error("invalid digest key file {}: {problem}", path.display())]
+    DigestKeyFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+    /// Another digest key is already in use in this process (two gateways in one process).
+    #[error(transparent)]
+    DigestKeyInstalled(#[from] idem_core::DigestKeyInstalled),
     /// The config file could not be read.
     #[error("cannot read the config file {}", path.display())]
     ReadConfig {

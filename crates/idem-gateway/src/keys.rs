@@ -20,6 +20,7 @@ use idem_core::{Address, Scope, Store};
 use crate::{
     Error, RecordView, StoreUrl,
     cli::{KeyArgs, KeysCommand},
+    key_files,
 };
 
 /// How many expired records one store call removes.
@@ -69,7 +70,12 @@ pub async fn run(command: KeysCommand) -> Result<String, Error> {
 }
 
 async fn open(args: &KeyArgs) -> Result<(idem_core::DynStore, Address), Error> {
-    let store = args.store.store.open().await?;
+    let ring = args
+        .encryption_key_file
+        .as_deref()
+        .map(key_files::key_ring)
+        .transpose()?;
+    let store = key_files::sealed(args.store.store.open().await?, ring.as_ref());
     let address = Address::new(args.scope.unwrap_or(Scope::ANONYMOUS), args.key.clone());
     Ok((store, address))
 }

@@ -30,6 +30,7 @@ pub mod demo;
 mod duration;
 mod error;
 mod instrumented_store;
+mod key_files;
 pub mod keys;
 pub mod logging;
 mod metrics_recorder;

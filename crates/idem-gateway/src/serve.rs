@@ -51,6 +51,7 @@ use crate::{
     Config, Error, InstrumentedStore, Proxy,
     admin::{self, AdminState},
     cli::ServeArgs,
+    key_files,
     logging::{self, RequestLine},
     metrics_recorder,
     proxy::{self, ClientAddr},
@@ -87,11 +88,16 @@ impl std::fmt::Debug for Gateway {
 }
 
 impl Gateway {
-    /// Opens the store (for SQLite: creates the file and applies migrations), binds both
-    /// listeners and installs the metrics recorder (once per process).
+    /// Opens the store (for SQLite: creates the file and applies migrations), sealed when
+    /// [`Config::encryption`] has keys, binds both listeners and installs the metrics recorder
+    /// (once per process), and the digest key of the logs, if any.
     pub async fn bind(config: Config) -> Result<Self, Error> {
         let metrics = metrics_recorder::handle();
-        let store = InstrumentedStore::new(config.store.open().await?);
+        if let Some(key) = &config.digest_key {
+            key.install()?;
+        }
+        let store = config.store.open().await?;
+        let store = InstrumentedStore::new(key_files::sealed(store, config.encryption.as_ref()));
         let bind = |addr| async move {
             TcpListener::bind(addr)
                 .await

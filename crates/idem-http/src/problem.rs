@@ -40,6 +40,9 @@ pub const BODY_TOO_LARGE: &str = "urn:idem:problem:body-too-large";
 pub const BODY_UNREADABLE: &str = "urn:idem:problem:body-unreadable";
 /// The idempotency store cannot be reached (503, with `Retry-After`).
 pub const STORE_UNAVAILABLE: &str = "urn:idem:problem:store-unavailable";
+/// The key's stored record cannot be read (altered, or sealed with a key that is not in the key
+/// ring): nothing is executed again and nothing is replayed (500).
+pub const RECORD_CORRUPTED: &str = "urn:idem:problem:record-corrupted";
 /// The replay of a response that was too large to store; it carries the original status.
 pub const RESPONSE_NOT_STORED: &str = "urn:idem:problem:response-not-stored";
 /// The upstream's response was cut off after the request was sent; the key was released, so a
@@ -84,6 +87,10 @@ pub enum Rejection {
     /// The store failed (503, [`STORE_UNAVAILABLE`], `Retry-After: 1`).
     #[error("the idempotency store is unavailable")]
     StoreUnavailable(#[source] StoreError),
+    /// The key's record cannot be read (500, [`RECORD_CORRUPTED`]); never forwarded, whatever
+    /// `on_store_error` says, since the operation may already have taken effect.
+    #[error("the idempotency record cannot be read")]
+    RecordCorrupted(#[source] StoreError),
     /// The upstream's response was cut off and the key released (502, [`UPSTREAM_FAILED`]).
     #[error("the upstream response was cut off")]
     UpstreamFailed(#[source] BoxError),
@@ -100,6 +107,7 @@ impl Rejection {
             Rejection::InFlight { .. } => StatusCode::CONFLICT,
             Rejection::FingerprintMismatch => StatusCode::UNPROCESSABLE_ENTITY,
             Rejection::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Rejection::RecordCorrupted(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Rejection::UpstreamFailed(_) => StatusCode::BAD_GATEWAY,
         }
     }
@@ -114,6 +122,7 @@ impl Rejection {
             Rejection::InFlight { .. } => IN_FLIGHT,
             Rejection::FingerprintMismatch => FINGERPRINT_MISMATCH,
             Rejection::StoreUnavailable(_) => STORE_UNAVAILABLE,
+            Rejection::RecordCorrupted(_) => RECORD_CORRUPTED,
             Rejection::UpstreamFailed(_) => UPSTREAM_FAILED,
         }
     }
@@ -128,6 +137,7 @@ impl Rejection {
             Rejection::InFlight { .. } => "Request in flight",
             Rejection::FingerprintMismatch => "Idempotency key reused",
             Rejection::StoreUnavailable(_) => "Idempotency store unavailable",
+            Rejection::RecordCorrupted(_) => "Idempotency record unreadable",
             Rejection::UpstreamFailed(_) => "Upstream failed",
         }
     }
@@ -160,6 +170,11 @@ impl Rejection {
                 "The idempotency store cannot be reached; nothing was executed. Retry later."
                     .to_owned()
             }
+            Rejection::RecordCorrupted(_) => concat!(
+                "The stored result of this idempotency key cannot be read; the request was not ",
+                "executed again. The operator has been told in the logs."
+            )
+            .to_owned(),
             Rejection::UpstreamFailed(_) => concat!(
                 "The response was cut off; the operation may or may not have taken effect. ",
                 "Retrying with the same idempotency key executes it again."

@@ -42,7 +42,9 @@ use std::{
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use idem_core::{Address, Ambiguous, Engine, Execution, RunOutcome, Store, StoredResponse};
+use idem_core::{
+    Address, Ambiguous, Engine, Execution, RunOutcome, Store, StoreError, StoredResponse,
+};
 use tower::Service;
 
 use crate::{
@@ -164,7 +166,7 @@ where
     if let Some(key) = &key {
         tracing::debug!(
             key = %key.digest,
-            scope = %key.scope,
+            scope = %key.scope.digest(),
             outcome = outcome.as_str(),
             "idempotent request"
         );
@@ -256,7 +258,10 @@ where
         }
         Ok(RunOutcome::Mismatch) => rejected(Outcome::Mismatch, Rejection::FingerprintMismatch),
         Err(error) => match (config.on_store_error, take(&slot)) {
-            (OnStoreError::Passthrough, Some((inner, request))) => {
+            // A record that cannot be read may hold an effect already taken: never forwarded.
+            (OnStoreError::Passthrough, Some((inner, request)))
+                if !matches!(error, StoreError::Corrupted(_)) =>
+            {
                 tracing::warn!(
                     key = %digest,
                     error = &error as &(dyn Error + 'static),
@@ -270,7 +275,11 @@ where
                     error = &error as &(dyn Error + 'static),
                     "the idempotency store failed; refusing the request"
                 );
-                rejected(Outcome::StoreError, Rejection::StoreUnavailable(error))
+                let rejection = match error {
+                    StoreError::Corrupted(_) => Rejection::RecordCorrupted(error),
+                    _ => Rejection::StoreUnavailable(error),
+                };
+                rejected(Outcome::StoreError, rejection)
             }
         },
     }

@@ -13,6 +13,7 @@ mod in_process;
 mod outage;
 mod proxying;
 mod relay;
+mod sealing;
 mod servers;
 mod shared_store;
 mod stores;
