@@ -136,12 +136,21 @@ fn store_failed(error: &idem_core::StoreError) -> Response {
         error = error as &(dyn std::error::Error + 'static),
         "admin: the store failed"
     );
-    problem::response(
-        StatusCode::SERVICE_UNAVAILABLE,
-        idem_http::problem::STORE_UNAVAILABLE,
-        "Idempotency store unavailable",
-        "The idempotency store cannot be reached.",
-    )
+    match error {
+        idem_core::StoreError::Corrupted(_) => problem::response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            idem_http::problem::RECORD_CORRUPTED,
+            "Idempotency record unreadable",
+            "The record under this key cannot be read (altered, or sealed with a key that is not \
+             in the key ring).",
+        ),
+        _ => problem::response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            idem_http::problem::STORE_UNAVAILABLE,
+            "Idempotency store unavailable",
+            "The idempotency store cannot be reached.",
+        ),
+    }
 }
 
 async fn show_key(
@@ -171,7 +180,7 @@ async fn forget_key(
     };
     match state.store.forget(&address).await {
         Ok(true) => {
-            tracing::info!(key = %address.key.digest(), scope = %address.scope, "admin: key forgotten");
+            tracing::info!(key = %address.key.digest(), scope = %address.scope.digest(), "admin: key forgotten");
             StatusCode::NO_CONTENT.into_response()
         }
         Ok(false) => not_found(),

@@ -127,6 +127,18 @@ async fn sqlite_files_hold_no_response_in_clear_and_keys_rotate() {
     assert!(new.replayed());
     assert_eq!(new.text(), SECRET);
     assert_eq!(upstream.hits("binary"), 2);
+    // The admin API says the same.
+    let admin = |key: &str| {
+        axum::http::Request::get(gateway.admin_url(&format!("/v1/keys/{key}")))
+            .body(axum::body::Body::empty())
+            .unwrap()
+    };
+    let shown = client.send(admin("old")).await;
+    assert_eq!(shown.status, 500);
+    assert_eq!(shown.json()["type"], "urn:idem:problem:record-corrupted");
+    let shown = client.send(admin("new")).await;
+    assert_eq!(shown.status, 200);
+    assert_eq!(shown.json()["status"], 200);
     gateway.stop().await;
 }
 
