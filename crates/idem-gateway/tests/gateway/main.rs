@@ -10,6 +10,7 @@ mod demo;
 mod durability;
 mod failures;
 mod in_process;
+mod linkage;
 mod outage;
 mod proxying;
 mod relay;
