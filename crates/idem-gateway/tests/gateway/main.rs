@@ -17,3 +17,4 @@ mod servers;
 mod shared_store;
 mod stores;
 mod support;
+mod tenancy;
