@@ -399,6 +399,23 @@ mod tests {
     }
 
     #[test]
+    fn the_admin_token_file_and_anonymous_come_from_the_file_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "t0ken\n").unwrap();
+        let file = format!(
+            "admin-token-file = {:?}\nanonymous = \"reject\"\n",
+            token.to_str().unwrap()
+        );
+        let config = config_with_file(&file, &["--upstream", "http://a"]).unwrap();
+        assert_eq!(config.anonymous, Anonymous::Reject);
+        assert_eq!(format!("{:?}", config.admin_token), "Some(AdminToken(..))");
+        let default = config_with_file("", &["--upstream", "http://a"]).unwrap();
+        assert_eq!(default.anonymous, Anonymous::Allow);
+        assert!(default.admin_token.is_none());
+    }
+
+    #[test]
     fn a_wrongly_typed_setting_is_refused() {
         let error = config_with_file("ttl = 5.5", &["--upstream", "http://a"]).unwrap_err();
         assert!(matches!(
