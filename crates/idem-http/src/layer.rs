@@ -64,9 +64,9 @@ pub struct IdempotencyLayer<St> {
 impl<St: Store + Clone> IdempotencyLayer<St> {
     /// A layer over `store` with the defaults: key header `Idempotency-Key`, methods `POST` and
     /// `PATCH`, key optional, TTL 24 h, lease 30 s, in-flight requests rejected, ambiguous
-    /// outcomes retried, scope from `Authorization`, JSON fingerprints, bodies up to 10 MiB,
-    /// stored responses up to 1 MiB, store failures rejected, every inner service error taken as
-    /// [`Delivery::MaybeSent`].
+    /// outcomes retried, scope from `Authorization` (requests without it allowed, in the
+    /// anonymous scope), JSON fingerprints, bodies up to 10 MiB, stored responses up to 1 MiB,
+    /// store failures rejected, every inner service error taken as [`Delivery::MaybeSent`].
     pub fn new(store: St) -> Self {
         Self {
             store,
