@@ -18,3 +18,4 @@ mod servers;
 mod shared_store;
 mod stores;
 mod support;
+mod tenancy;
