@@ -82,6 +82,11 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_ADMIN_LISTEN", value_name = "ADDR", default_value = config::DEFAULT_ADMIN_LISTEN)]
     pub admin_listen: SocketAddr,
 
+    /// A file holding the admin token: /metrics and /v1/keys then need `Authorization: Bearer
+    /// <token>` (/healthz and /readyz never do). Required when --admin-listen is not loopback.
+    #[arg(long, env = "IDEM_ADMIN_TOKEN_FILE", value_name = "PATH")]
+    pub admin_token_file: Option<PathBuf>,
+
     /// Where records are kept: memory://, sqlite://PATH (relative), sqlite:///ABSOLUTE/PATH,
     /// postgres://USER@HOST/DB?schema=S, redis://HOST:PORT?prefix=P or
     /// redis+cluster://HOST:PORT,HOST:PORT…?prefix=P (the parameters are optional).
@@ -141,6 +146,11 @@ pub struct ServeArgs {
           value_delimiter = ',', default_value = config::DEFAULT_SCOPE_HEADER)]
     pub scope_headers: Vec<String>,
 
+    /// A keyed request without any scope header: run it in the shared anonymous scope, or
+    /// refuse it (400 scope-required).
+    #[arg(long, env = "IDEM_ANONYMOUS", value_enum, default_value = config::DEFAULT_ANONYMOUS)]
+    pub anonymous: AnonymousMode,
+
     /// How request bodies are compared: JSON canonicalized first, or raw bytes.
     #[arg(long, env = "IDEM_FINGERPRINT", value_enum, default_value_t = FingerprintArg::Json)]
     pub fingerprint: FingerprintArg,
@@ -196,6 +206,15 @@ pub enum AmbiguousMode {
     Reject,
 }
 
+/// `--anonymous`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AnonymousMode {
+    /// Run it in the anonymous scope, shared by every such request.
+    Allow,
+    /// 400 problem `scope-required`; nothing stored or forwarded.
+    Reject,
+}
+
 /// `--fingerprint`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum FingerprintArg {
@@ -229,8 +248,9 @@ pub enum LogFormat {
 pub enum KeysCommand {
     /// Print a key's record as JSON.
     Show(KeyArgs),
-    /// Remove a key's record, whatever its state, so the next request executes.
-    Forget(KeyArgs),
+    /// Remove a key's record so the next request executes (one that a request holds only with
+    /// --force).
+    Forget(ForgetArgs),
     /// Remove every expired record and print how many there were.
     Purge(StoreArgs),
 }
@@ -249,6 +269,18 @@ pub struct KeyArgs {
     /// The store.
     #[command(flatten)]
     pub store: StoreArgs,
+}
+
+/// `idem keys forget`.
+#[derive(Debug, Args)]
+pub struct ForgetArgs {
+    /// The key.
+    #[command(flatten)]
+    pub key: KeyArgs,
+    /// Forget the key even while a request holds it: a retry may then execute while that
+    /// request still runs [default: off].
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// The store a command works on.
@@ -382,6 +414,10 @@ pub struct RelayArgs {
         default_value = "127.0.0.1:9091"
     )]
     pub admin_listen: SocketAddr,
+    /// A file holding the admin token: /metrics then needs `Authorization: Bearer <token>`
+    /// (/healthz never does). Required when --admin-listen is not loopback.
+    #[arg(long, env = "IDEM_ADMIN_TOKEN_FILE", value_name = "PATH")]
+    pub admin_token_file: Option<PathBuf>,
     /// Log lines as text or as JSON objects.
     #[arg(long, env = "IDEM_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -32,11 +32,11 @@ use std::{ffi::OsString, fmt, net::SocketAddr, path::Path, str::FromStr, time::D
 use clap::{ArgAction, ArgMatches, parser::ValueSource};
 use http::{HeaderName, Method};
 use idem_core::{Ambiguous, DigestKey, FingerprintMode, InFlight, sealing::KeyRing};
-use idem_http::OnStoreError;
+use idem_http::{Anonymous, OnStoreError};
 
 use crate::{
-    Error, StoreUrl, Upstream,
-    cli::{AmbiguousMode, FingerprintArg, InFlightMode, ServeArgs, StoreErrorMode},
+    AdminToken, Error, StoreUrl, Upstream,
+    cli::{AmbiguousMode, AnonymousMode, FingerprintArg, InFlightMode, ServeArgs, StoreErrorMode},
     key_files,
 };
 
@@ -52,6 +52,8 @@ pub const DEFAULT_KEY_HEADER: &str = "Idempotency-Key";
 pub const DEFAULT_METHODS: &str = "POST,PATCH";
 /// Default of `--scope-header`.
 pub const DEFAULT_SCOPE_HEADER: &str = "Authorization";
+/// Default of `--anonymous`.
+pub const DEFAULT_ANONYMOUS: &str = "allow";
 /// Default of `--ttl`: as Stripe.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// Default of `--lease`.
@@ -81,6 +83,9 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Where the admin endpoints listen.
     pub admin_listen: SocketAddr,
+    /// The token the admin endpoints need (all but `/healthz` and `/readyz`); none: open, which
+    /// only a loopback `admin_listen` allows.
+    pub admin_token: Option<AdminToken>,
     /// The API requests are forwarded to.
     pub upstream: Upstream,
     /// Speak h2c (HTTP/2 with prior knowledge) to the upstream instead of HTTP/1.1.
@@ -111,6 +116,8 @@ pub struct Config {
     pub ambiguous: Ambiguous,
     /// The headers hashed into the scope; empty turns scoping off.
     pub scope_headers: Vec<HeaderName>,
+    /// What a keyed request without any scope header gets.
+    pub anonymous: Anonymous,
     /// How bodies are fingerprinted.
     pub fingerprint: FingerprintMode,
     /// The largest body of a request with a key.
@@ -129,6 +136,7 @@ impl Config {
         Self {
             listen: DEFAULT_LISTEN.parse().expect("valid default"),
             admin_listen: DEFAULT_ADMIN_LISTEN.parse().expect("valid default"),
+            admin_token: None,
             upstream,
             upstream_h2c: false,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
@@ -147,6 +155,7 @@ impl Config {
             in_flight: InFlight::Reject,
             ambiguous: Ambiguous::Retry,
             scope_headers: vec![http::header::AUTHORIZATION],
+            anonymous: Anonymous::Allow,
             fingerprint: FingerprintMode::Json,
             max_body: DEFAULT_MAX_BODY,
             max_stored_response: DEFAULT_MAX_STORED_RESPONSE,
@@ -171,10 +180,23 @@ impl TryFrom<&ServeArgs> for Config {
                     value: name.clone(),
                 })
             })
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<Vec<_>, _>>()?;
+        let anonymous = match args.anonymous {
+            AnonymousMode::Allow => Anonymous::Allow,
+            AnonymousMode::Reject => Anonymous::Reject,
+        };
+        if anonymous == Anonymous::Reject && scope_headers.is_empty() {
+            return Err(Error::AnonymousWithoutScope);
+        }
+        let admin_token = args
+            .admin_token_file
+            .as_deref()
+            .map(AdminToken::from_file)
+            .transpose()?;
         Ok(Self {
             listen: args.listen,
             admin_listen: args.admin_listen,
+            admin_token,
             upstream,
             upstream_h2c: args.upstream_h2c,
             connect_timeout: args.connect_timeout.0,
@@ -206,6 +228,7 @@ impl TryFrom<&ServeArgs> for Config {
                 AmbiguousMode::Reject => Ambiguous::Reject,
             },
             scope_headers,
+            anonymous,
             fingerprint: match args.fingerprint {
                 FingerprintArg::Json => FingerprintMode::Json,
                 FingerprintArg::Raw => FingerprintMode::Raw,
@@ -394,6 +417,23 @@ mod tests {
         let parsed = config_with_file("", &["--upstream", "http://a"]).unwrap();
         let built = Config::new("http://a".parse().unwrap());
         assert_eq!(format!("{parsed:?}"), format!("{built:?}"));
+    }
+
+    #[test]
+    fn the_admin_token_file_and_anonymous_come_from_the_file_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "t0ken\n").unwrap();
+        let file = format!(
+            "admin-token-file = {:?}\nanonymous = \"reject\"\n",
+            token.to_str().unwrap()
+        );
+        let config = config_with_file(&file, &["--upstream", "http://a"]).unwrap();
+        assert_eq!(config.anonymous, Anonymous::Reject);
+        assert_eq!(format!("{:?}", config.admin_token), "Some(AdminToken(..))");
+        let default = config_with_file("", &["--upstream", "http://a"]).unwrap();
+        assert_eq!(default.anonymous, Anonymous::Allow);
+        assert!(default.admin_token.is_none());
     }
 
     #[test]

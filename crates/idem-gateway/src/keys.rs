@@ -20,6 +20,7 @@ use idem_core::{Address, Scope, Store};
 use crate::{
     Error, RecordView, StoreUrl,
     cli::{KeyArgs, KeysCommand},
+    forget::{Forgotten, forget},
     key_files,
 };
 
@@ -39,9 +40,16 @@ pub async fn run(command: KeysCommand) -> Result<String, Error> {
             Ok(serde_json::to_string_pretty(&view).expect("a record view serializes"))
         }
         KeysCommand::Forget(args) => {
-            let (store, address) = open(&args).await?;
-            if !store.forget(&address).await? {
-                return Err(not_found(&address));
+            let (store, address) = open(&args.key).await?;
+            match forget(&store, &address, args.force).await? {
+                Forgotten::Removed => {}
+                Forgotten::NotFound => return Err(not_found(&address)),
+                Forgotten::Processing => {
+                    return Err(Error::KeyProcessing {
+                        key_digest: address.key.digest(),
+                        scope: address.scope.to_string(),
+                    });
+                }
             }
             Ok(format!(
                 "forgot key {} in scope {}",

@@ -24,11 +24,13 @@
 //! ```
 
 mod admin;
+mod admin_auth;
 pub mod cli;
 pub mod config;
 pub mod demo;
 mod duration;
 mod error;
+mod forget;
 mod instrumented_store;
 mod key_files;
 pub mod keys;
@@ -38,11 +40,13 @@ pub mod migrate;
 pub mod problem;
 mod proxy;
 mod record_view;
+pub mod relay_admin;
 mod serve;
 mod size;
 mod store_url;
 mod upstream;
 
+pub use admin_auth::AdminToken;
 pub use cli::Cli;
 pub use config::Config;
 pub use duration::HumanDuration;

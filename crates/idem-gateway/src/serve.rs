@@ -48,7 +48,7 @@ use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 use crate::{
-    Config, Error, InstrumentedStore, Proxy,
+    AdminToken, Config, Error, InstrumentedStore, Proxy,
     admin::{self, AdminState},
     cli::ServeArgs,
     key_files,
@@ -91,7 +91,11 @@ impl Gateway {
     /// Opens the store (for SQLite: creates the file and applies migrations), sealed when
     /// [`Config::encryption`] has keys, binds both listeners and installs the metrics recorder
     /// (once per process), and the digest key of the logs, if any.
+    ///
+    /// An admin listener beyond loopback without an admin token is refused first
+    /// ([`Error::UnprotectedAdmin`]), before anything is opened or bound.
     pub async fn bind(config: Config) -> Result<Self, Error> {
+        AdminToken::check_listen(config.admin_listen, config.admin_token.as_ref())?;
         let metrics = metrics_recorder::handle();
         if let Some(key) = &config.digest_key {
             key.install()?;
@@ -161,11 +165,14 @@ impl Gateway {
 
         let background = CancellationToken::new();
         let draining = Arc::new(AtomicBool::new(false));
-        let admin = admin::router(AdminState {
-            store: store.clone(),
-            metrics: metrics.clone(),
-            draining: Arc::clone(&draining),
-        });
+        let admin = admin::router(
+            AdminState {
+                store: store.clone(),
+                metrics: metrics.clone(),
+                draining: Arc::clone(&draining),
+            },
+            config.admin_token.clone(),
+        );
         let admin_task = tokio::spawn(
             axum::serve(admin_listener, admin)
                 .with_graceful_shutdown(background.clone().cancelled_owned())
@@ -181,6 +188,12 @@ impl Gateway {
             store = %config.store,
             "listening"
         );
+        if config.scope_headers.is_empty() {
+            tracing::warn!(
+                "scoping is off: every caller shares one key space, so two callers that send \
+                 the same key get one execution and each other's responses (set --scope-header)"
+            );
+        }
 
         let graceful = GracefulShutdown::new();
         let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -258,6 +271,7 @@ fn idempotency_layer(config: &Config, store: GatewayStore) -> IdempotencyLayer<G
         .in_flight(config.in_flight)
         .ambiguous(config.ambiguous)
         .scope_headers(config.scope_headers.iter().cloned())
+        .anonymous(config.anonymous)
         .fingerprint(config.fingerprint)
         .max_body(config.max_body)
         .max_stored_response(config.max_stored_response)

@@ -30,6 +30,8 @@ use crate::ResponseBody;
 pub const MISSING_KEY: &str = "urn:idem:problem:missing-key";
 /// The key header is invalid or was sent more than once (400).
 pub const INVALID_KEY: &str = "urn:idem:problem:invalid-key";
+/// The request has a key but none of the scope headers, and anonymous keys are refused (400).
+pub const SCOPE_REQUIRED: &str = "urn:idem:problem:scope-required";
 /// A request with the same key is still running (409, with `Retry-After`).
 pub const IN_FLIGHT: &str = "urn:idem:problem:in-flight";
 /// The key was used before with another method, path, query or body (422).
@@ -65,6 +67,13 @@ pub enum Rejection {
     /// The key header is invalid or repeated (400, [`INVALID_KEY`]).
     #[error("the idempotency key is invalid")]
     InvalidKey(#[source] KeyError),
+    /// The request has a key but none of the scope headers, and anonymous keys are refused
+    /// (400, [`SCOPE_REQUIRED`]).
+    #[error("this request with an idempotency key carries none of the scope headers")]
+    ScopeRequired {
+        /// The configured scope headers (empty when scoping is off).
+        headers: Vec<HeaderName>,
+    },
     /// The request body is over the limit (413, [`BODY_TOO_LARGE`]).
     #[error("the request body is larger than {limit} bytes")]
     BodyTooLarge {
@@ -102,6 +111,7 @@ impl Rejection {
         match self {
             Rejection::MissingKey { .. }
             | Rejection::InvalidKey(_)
+            | Rejection::ScopeRequired { .. }
             | Rejection::BodyUnreadable(_) => StatusCode::BAD_REQUEST,
             Rejection::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Rejection::InFlight { .. } => StatusCode::CONFLICT,
@@ -117,6 +127,7 @@ impl Rejection {
         match self {
             Rejection::MissingKey { .. } => MISSING_KEY,
             Rejection::InvalidKey(_) => INVALID_KEY,
+            Rejection::ScopeRequired { .. } => SCOPE_REQUIRED,
             Rejection::BodyTooLarge { .. } => BODY_TOO_LARGE,
             Rejection::BodyUnreadable(_) => BODY_UNREADABLE,
             Rejection::InFlight { .. } => IN_FLIGHT,
@@ -132,6 +143,7 @@ impl Rejection {
         match self {
             Rejection::MissingKey { .. } => "Idempotency key missing",
             Rejection::InvalidKey(_) => "Invalid idempotency key",
+            Rejection::ScopeRequired { .. } => "Caller scope required",
             Rejection::BodyTooLarge { .. } => "Request body too large",
             Rejection::BodyUnreadable(_) => "Request body unreadable",
             Rejection::InFlight { .. } => "Request in flight",
@@ -149,6 +161,19 @@ impl Rejection {
                 format!("This request requires an idempotency key in the {header} header.")
             }
             Rejection::InvalidKey(error) => error.to_string(),
+            Rejection::ScopeRequired { headers } if headers.is_empty() => concat!(
+                "Requests with an idempotency key must identify their caller, ",
+                "and no scope header is configured; nothing was executed."
+            )
+            .to_owned(),
+            Rejection::ScopeRequired { headers } => {
+                let names: Vec<&str> = headers.iter().map(HeaderName::as_str).collect();
+                format!(
+                    "Requests with an idempotency key must identify their caller with one of \
+                     these headers: {}; nothing was executed.",
+                    names.join(", ")
+                )
+            }
             Rejection::BodyTooLarge { limit } => format!(
                 "Requests with an idempotency key may have a body of at most {limit} bytes."
             ),

@@ -48,8 +48,9 @@ use idem_core::{
 use tower::Service;
 
 use crate::{
-    Delivery, FromBytes, OnStoreError, Outcome, RequestKey, ResponseBody, ResponseFuture,
-    capture::{Replay, capture, replay},
+    Anonymous, Delivery, FromBytes, OnStoreError, Outcome, RequestKey, ResponseBody,
+    ResponseFuture,
+    capture::{Replay, capture, drop_cookies, replay},
     config::Config,
     problem::Rejection,
     request,
@@ -223,6 +224,11 @@ where
         digest: digest.clone(),
         scope,
     });
+    let anonymous = scope.is_anonymous();
+    if anonymous && config.anonymous == Anonymous::Reject {
+        let headers = config.scope_headers.clone();
+        return rejected(Outcome::Invalid, Rejection::ScopeRequired { headers });
+    }
 
     let (parts, body) = request.into_parts();
     let body = match request::buffer(&parts.headers, body, config.max_body).await {
@@ -243,7 +249,7 @@ where
         let shared = Arc::clone(shared);
         move |_lease| {
             let (inner, request) = take(&slot).expect("the engine starts the work once");
-            execute(shared, inner, request)
+            execute(shared, inner, request, anonymous)
         }
     };
     match shared
@@ -252,7 +258,13 @@ where
         .await
     {
         Ok(RunOutcome::Executed(answer)) => (Outcome::Executed, answer),
-        Ok(RunOutcome::Replayed(stored)) => (Outcome::Replayed, Ok(replay(stored, Replay::Marked))),
+        Ok(RunOutcome::Replayed(mut stored)) => {
+            // Records stored before cookies were dropped at store time may still hold some.
+            if anonymous {
+                drop_cookies(&mut stored);
+            }
+            (Outcome::Replayed, Ok(replay(stored, Replay::Marked)))
+        }
         Ok(RunOutcome::InFlight { retry_after }) => {
             rejected(Outcome::Conflict, Rejection::InFlight { retry_after })
         }
@@ -303,12 +315,13 @@ where
         .map(|response| response.map(ResponseBody::new))
 }
 
-/// The engine's work: calls the inner service, reads its response for the store, and says how
-/// final the outcome is.
+/// The engine's work: calls the inner service, reads its response for the store (without its
+/// cookies when the request is `anonymous`), and says how final the outcome is.
 async fn execute<S, St, ReqBody, ResBody>(
     shared: Arc<Shared<St>>,
     mut inner: S,
     request: Request<ReqBody>,
+    anonymous: bool,
 ) -> Execution<Answer<ResBody, S::Error>>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
@@ -337,7 +350,16 @@ where
         }
     };
     let status = response.status();
-    match capture(response, shared.config.max_stored_response).await {
+    let captured = capture(response, shared.config.max_stored_response)
+        .await
+        .map(|(response, mut stored)| {
+            // The client that caused the response gets its cookies; no replay does.
+            if anonymous {
+                drop_cookies(&mut stored);
+            }
+            (response, stored)
+        });
+    match captured {
         Ok((response, stored)) if is_ambiguous(status) => Execution::Ambiguous {
             response: stored,
             value: Ok(response),
