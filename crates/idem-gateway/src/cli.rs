@@ -260,7 +260,8 @@ pub enum KeysCommand {
 pub struct KeyArgs {
     /// The idempotency key, as clients send it.
     pub key: IdempotencyKey,
-    /// The scope hash in hex, as the logs show it (default: the anonymous scope).
+    /// The scope hash in hex, as the logs show it without --digest-key-file (default: the
+    /// anonymous scope).
     #[arg(long, value_name = "HEX")]
     pub scope: Option<Scope>,
     /// The key ring that opens sealed records (as `idem serve --encryption-key-file`).

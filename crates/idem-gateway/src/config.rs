@@ -98,7 +98,8 @@ pub struct Config {
     pub store: StoreUrl,
     /// The keys that seal stored responses at rest; `None` keeps them in clear.
     pub encryption: Option<KeyRing>,
-    /// The key that makes the digests in logs keyed; `None` leaves them unkeyed.
+    /// The key that makes the digests in logs keyed; `None` leaves them unkeyed. Installed for
+    /// the whole process by [`Gateway::bind`](crate::Gateway::bind).
     pub digest_key: Option<DigestKey>,
     /// The header that carries the idempotency key.
     pub key_header: HeaderName,

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::{
     cli::fails,
     servers::{PgSchema, RedisPrefix},
-    support::{Client, Gateway, Upstream, idem, sqlite_url},
+    support::{Client, Gateway, Upstream, idem, idem_command, sqlite_url},
 };
 
 const KEY_A: &str = "a:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
@@ -196,15 +196,12 @@ async fn the_redis_value_holds_no_response_in_clear() {
     let dir = tempfile::tempdir().unwrap();
     let ring = write(dir.path(), "a.keys", KEY_A);
     let upstream = Upstream::start().await;
-    let gateway = Gateway::start(
-        &upstream.url(),
-        &[
-            "--store",
-            &prefix.store_url(),
-            "--encryption-key-file",
-            ring.to_str().unwrap(),
-        ],
-    );
+    // The key ring from the environment, this time.
+    let mut command = idem_command();
+    command
+        .args(["serve", "--upstream", &upstream.url()])
+        .env("IDEM_ENCRYPTION_KEY_FILE", &ring);
+    let gateway = Gateway::spawn(command, &["--store", &prefix.store_url()]);
     assert_eq!(
         execute_and_replay(&gateway, &upstream, "redis-sealed").await,
         1
