@@ -26,12 +26,15 @@ pub(crate) async fn forget(
     force: bool,
 ) -> Result<Forgotten, StoreError> {
     if !force {
-        match store.get(address).await? {
-            None => return Ok(Forgotten::NotFound),
-            Some(record) if matches!(record.state, RecordState::Processing { .. }) => {
+        match store.get(address).await {
+            Ok(None) => return Ok(Forgotten::NotFound),
+            Ok(Some(record)) if matches!(record.state, RecordState::Processing { .. }) => {
                 return Ok(Forgotten::Processing);
             }
-            Some(_) => {}
+            // A record that cannot be read (a sealed response that does not open) is what an
+            // operator forgets to let the key run again; no request holds it.
+            Ok(Some(_)) | Err(StoreError::Corrupted(_)) => {}
+            Err(error) => return Err(error),
         }
     }
     Ok(if store.forget(address).await? {

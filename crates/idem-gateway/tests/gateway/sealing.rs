@@ -140,6 +140,32 @@ async fn sqlite_files_hold_no_response_in_clear_and_keys_rotate() {
     assert_eq!(shown.status, 200);
     assert_eq!(shown.json()["status"], 200);
     gateway.stop().await;
+
+    // The operator's remedy: forget the record; the key then executes again.
+    let forgot = idem(&[
+        "keys",
+        "forget",
+        "old",
+        "--store",
+        &store,
+        "--encryption-key-file",
+        only_b.to_str().unwrap(),
+    ]);
+    assert_eq!(forgot.code, Some(0), "{}", forgot.stderr);
+    let gateway = Gateway::start(
+        &upstream.url(),
+        &[
+            "--store",
+            &store,
+            "--encryption-key-file",
+            only_b.to_str().unwrap(),
+        ],
+    );
+    let again = client.post(&gateway.url("/binary"), "old", SECRET).await;
+    assert_eq!(again.status, 200);
+    assert!(!again.replayed());
+    assert_eq!(upstream.hits("binary"), 3);
+    gateway.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
