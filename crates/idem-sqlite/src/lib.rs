@@ -30,6 +30,7 @@ mod error;
 mod options;
 mod row;
 mod store;
+mod url;
 
 pub use error::Error;
 pub use options::{SqliteOptions, Synchronous};
