@@ -17,3 +17,5 @@ mod servers;
 mod shared_store;
 mod stores;
 mod support;
+mod tls;
+mod tls_servers;
