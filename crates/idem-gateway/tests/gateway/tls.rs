@@ -1,12 +1,14 @@
 //! The server stores over TLS: a wrong CA is refused at start with the certificate's problem in
 //! one line, the right one serves keyed requests end to end.
 
+use std::{process::Stdio, time::Duration};
+
 use sqlx::{ConnectOptions, Connection};
 
 use crate::{
     cli::fails,
     servers::configured,
-    support::{Client, Gateway, Upstream, idem},
+    support::{Client, Gateway, Upstream, idem, idem_command},
     tls_servers::{Certificates, TlsPostgres, TlsRedis},
 };
 
@@ -119,4 +121,88 @@ async fn redis_over_tls_checks_the_ca() {
     let gateway = Gateway::start(&upstream.url(), &["--store", &url]);
     executes_once_and_replays(&gateway, &upstream).await;
     gateway.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_reaches_postgres_over_tls_with_the_right_ca_only() {
+    if configured("IDEM_TEST_POSTGRES_URL").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let certificates = Certificates::make(dir.path(), &["localhost", "127.0.0.1"]);
+    let server = TlsPostgres::start(dir.path(), &certificates);
+    // The broker is contacted on the first batch only: there is none here.
+    let relay = |store: &str| {
+        let mut command = idem_command();
+        command.args(["relay", "--store", store, "--broker", "nats://127.0.0.1:9"]);
+        command.args(["--migrate", "--admin-listen", "127.0.0.1:0"]);
+        command
+    };
+
+    let wrong = server.url(&format!(
+        "sslmode=verify-full&sslrootcert={}",
+        certificates.wrong_ca.display()
+    ));
+    let output = relay(&wrong).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains("invalid peer certificate: UnknownIssuer"),
+        "{stderr}"
+    );
+
+    let right = server.url(&format!(
+        "sslmode=verify-full&sslrootcert={}",
+        certificates.ca.display()
+    ));
+    let mut child = relay(&right)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // `--migrate` creates the outbox over the relay's TLS connection.
+    let mut connection = idem_postgres::PostgresOptions::from_url(&right)
+        .unwrap()
+        .connect_options()
+        .connect()
+        .await
+        .unwrap();
+    let mut migrated = false;
+    for _ in 0..200 {
+        migrated = sqlx::query_scalar("SELECT to_regclass('public.idem_outbox') IS NOT NULL")
+            .fetch_one(&mut connection)
+            .await
+            .unwrap();
+        if migrated {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(migrated, "the relay created its outbox");
+    let encrypted: bool = sqlx::query_scalar(
+        "SELECT bool_and(s.ssl) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+         WHERE a.backend_type = 'client backend'",
+    )
+    .fetch_one(&mut connection)
+    .await
+    .unwrap();
+    assert!(encrypted, "every connection to the server is encrypted");
+    connection.close().await.unwrap();
+
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut exit = None;
+    for _ in 0..200 {
+        if let Some(status) = child.try_wait().unwrap() {
+            exit = Some(status);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = child.kill();
+    assert_eq!(exit.and_then(|s| s.code()), Some(0));
 }
