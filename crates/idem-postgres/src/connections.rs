@@ -40,7 +40,11 @@ pub(crate) struct Connections {
 
 impl Connections {
     /// At most `size` connections opened with `options`, waiting at most `timeout` for one.
-    pub(crate) fn new(options: PgConnectOptions, size: usize, timeout: std::time::Duration) -> Self {
+    pub(crate) fn new(
+        options: PgConnectOptions,
+        size: usize,
+        timeout: std::time::Duration,
+    ) -> Self {
         let manager = Manager { options };
         let pool = managed::Pool::builder(manager)
             .max_size(size)

@@ -234,7 +234,10 @@ mod tests {
             options.with_timeouts(connect).get_options(),
             Some("-c search_path=x -c statement_timeout=2 -c lock_timeout=2")
         );
-        assert_eq!(parse("postgres://db/pay").connect_options().get_options(), None);
+        assert_eq!(
+            parse("postgres://db/pay").connect_options().get_options(),
+            None
+        );
     }
 
     #[test]

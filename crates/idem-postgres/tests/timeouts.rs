@@ -29,7 +29,8 @@ async fn the_statement_timeout_bounds_every_connection_of_the_store() {
     let url = require_postgres!();
     let schema = TestSchema::new(&url);
     schema.server_clock_store().await.close().await;
-    let options = PostgresOptions::from_url(&format!("{url}?schema={}", schema.name))
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let options = PostgresOptions::from_url(&format!("{url}{separator}schema={}", schema.name))
         .unwrap()
         .statement_timeout(TIMEOUT);
     let store = PostgresStore::connect_with(options).await.unwrap();
@@ -59,7 +60,10 @@ async fn the_statement_timeout_bounds_every_connection_of_the_store() {
     assert!(matches!(held, Acquisition::Acquired(_)), "{held:?}");
     let started = Instant::now();
     let blocked = store.acquire(&key, &fingerprint(1), TERMS).await;
-    assert!(started.elapsed() < Duration::from_secs(5), "the timeout fired");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the timeout fired"
+    );
     let Err(StoreError::Unavailable(source)) = blocked else {
         panic!("expected Unavailable, got {blocked:?}");
     };

@@ -262,10 +262,7 @@ fn client(info: impl IntoConnectionInfo, options: &RedisOptions) -> Result<Clien
     .map_err(Error::Settings)
 }
 
-fn cluster_client(
-    nodes: &[String],
-    options: &RedisOptions,
-) -> Result<ClusterClientBuilder, Error> {
+fn cluster_client(nodes: &[String], options: &RedisOptions) -> Result<ClusterClientBuilder, Error> {
     let builder = ClusterClient::builder(nodes.iter().map(String::as_str))
         .connection_timeout(options.connection_timeout)
         .response_timeout(options.response_timeout);

@@ -60,7 +60,10 @@ mod tests {
             ("sqlite:///var/lib/idem.db", "/var/lib/idem.db"),
             ("sqlite://./a/b.db", "./a/b.db"),
         ] {
-            assert_eq!(SqliteOptions::from_url(url).unwrap().path(), Path::new(path));
+            assert_eq!(
+                SqliteOptions::from_url(url).unwrap().path(),
+                Path::new(path)
+            );
         }
     }
 

@@ -15,7 +15,12 @@ pub(super) async fn open(options: &PostgresOptions) -> Result<PostgresStore, Err
 pub(crate) async fn migrate(options: &PostgresOptions) -> Result<String, Error> {
     let shown = shown(options);
     let failed = |error| open_error(options, error);
-    let pool = options.clone().pool_size(2).connect_pool().await.map_err(failed)?;
+    let pool = options
+        .clone()
+        .pool_size(2)
+        .connect_pool()
+        .await
+        .map_err(failed)?;
     let table = format!(r#""{}"."{}""#, options.schema_name(), options.table_name());
     let done = match PostgresStore::open(pool.clone(), options.clone()).await {
         Ok(_) => None,
@@ -29,7 +34,9 @@ pub(crate) async fn migrate(options: &PostgresOptions) -> Result<String, Error> 
         Err(error) => return Err(failed(error)),
     };
     if done.is_some() {
-        PostgresStore::migrate(&pool, options).await.map_err(failed)?;
+        PostgresStore::migrate(&pool, options)
+            .await
+            .map_err(failed)?;
         PostgresStore::open(pool.clone(), options.clone())
             .await
             .map_err(failed)?;

@@ -124,6 +124,34 @@ async fn redis_over_tls_checks_the_ca() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_over_tls_checks_the_ca() {
+    if configured("IDEM_TEST_REDIS_URL").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let certificates = Certificates::make(dir.path(), &["localhost", "127.0.0.1"]);
+    let server = TlsRedis::start_cluster(dir.path(), &certificates);
+
+    let url = server.cluster_url(&format!("cacert={}", certificates.wrong_ca.display()));
+    let refused = fails(&["keys", "purge", "--store", &url], 1);
+    assert!(
+        refused.starts_with(&format!(
+            "error: cannot open the store {url}: cannot connect to Redis: "
+        )) && refused.contains("invalid peer certificate: UnknownIssuer"),
+        "{refused}"
+    );
+
+    let url = server.cluster_url(&format!(
+        "cacert={}&prefix=idem-tls",
+        certificates.ca.display()
+    ));
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&upstream.url(), &["--store", &url]);
+    executes_once_and_replays(&gateway, &upstream).await;
+    gateway.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_relay_reaches_postgres_over_tls_with_the_right_ca_only() {
     if configured("IDEM_TEST_POSTGRES_URL").is_none() {
         return;

@@ -9,7 +9,7 @@ use std::{
 
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 
-use crate::servers::free_port;
+use crate::servers::{free_cluster_port, free_port};
 
 /// A CA, a server certificate it signed, and another CA that signed nothing here: the wrong one.
 pub(crate) struct Certificates {
@@ -107,7 +107,13 @@ impl TlsPostgres {
         let log = std::fs::File::create(home.join("postgres.log")).unwrap();
         let mut command = Command::new("setpriv");
         if root {
-            command.args(["--reuid", POSTGRES_USER, "--regid", POSTGRES_USER, "--init-groups"]);
+            command.args([
+                "--reuid",
+                POSTGRES_USER,
+                "--regid",
+                POSTGRES_USER,
+                "--init-groups",
+            ]);
         }
         let child = command
             .args(["--pdeathsig", "KILL", "--"])
@@ -115,7 +121,12 @@ impl TlsPostgres {
             .arg("-D")
             .arg(&data)
             .args(["-p", &port.to_string()])
-            .args(["-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="])
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "unix_socket_directories=",
+            ])
             .args(["-c", "ssl=on", "-c"])
             .arg(format!("ssl_cert_file={}", cert.display()))
             .arg("-c")
@@ -129,7 +140,15 @@ impl TlsPostgres {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let ready = Command::new(bin.join("pg_isready"))
-                .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres"])
+                .args([
+                    "-q",
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &port.to_string(),
+                    "-U",
+                    "postgres",
+                ])
                 .status()
                 .is_ok_and(|status| status.success());
             if ready {
@@ -192,7 +211,14 @@ fn as_postgres(program: &Path, root: bool) -> Command {
     }
     let mut command = Command::new("setpriv");
     command
-        .args(["--reuid", POSTGRES_USER, "--regid", POSTGRES_USER, "--init-groups", "--"])
+        .args([
+            "--reuid",
+            POSTGRES_USER,
+            "--regid",
+            POSTGRES_USER,
+            "--init-groups",
+            "--",
+        ])
         .arg(program);
     command
 }
@@ -216,10 +242,55 @@ pub(crate) struct TlsRedis {
 impl TlsRedis {
     /// Starts it with its files in `dir`, and waits until it answers over TLS.
     pub(crate) fn start(dir: &Path, certificates: &Certificates) -> Self {
-        let port = free_port();
+        Self::spawn(dir, certificates, free_port(), &[])
+    }
+
+    /// A Redis Cluster of one node that holds every slot, its cluster bus over TLS too.
+    pub(crate) fn start_cluster(dir: &Path, certificates: &Certificates) -> Self {
+        let config = dir.join("nodes.conf");
+        let config = config.to_str().unwrap();
+        let args = ["--cluster-enabled", "yes", "--cluster-config-file", config];
+        let server = Self::spawn(
+            dir,
+            certificates,
+            free_cluster_port(),
+            &[&args[..], &["--tls-cluster", "yes"]].concat(),
+        );
+        let mut connection = server.connection(certificates);
+        let _: () = redis::cmd("CLUSTER")
+            .arg("ADDSLOTSRANGE")
+            .arg(0)
+            .arg(16383)
+            .query(&mut connection)
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query(&mut connection)
+                .unwrap();
+            if info.contains("cluster_state:ok") {
+                return server;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cluster did not become ready"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn spawn(dir: &Path, certificates: &Certificates, port: u16, args: &[&str]) -> Self {
         let child = Command::new("setpriv")
             .args(["--pdeathsig", "KILL", "--", "redis-server"])
-            .args(["--port", "0", "--tls-port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args([
+                "--port",
+                "0",
+                "--tls-port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+            ])
             .arg("--tls-cert-file")
             .arg(&certificates.cert)
             .arg("--tls-key-file")
@@ -230,35 +301,49 @@ impl TlsRedis {
             .arg("--dir")
             .arg(dir)
             .args(["--save", "", "--daemonize", "no", "--loglevel", "warning"])
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("start redis-server (setpriv from util-linux, and redis-server)");
-        let server = Killed(child);
-        let url = format!("rediss://127.0.0.1:{port}");
+        let server = Self {
+            _server: Killed(child),
+            port,
+        };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let certificates = redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(std::fs::read(&certificates.ca).unwrap()),
-            };
-            let pong = redis::Client::build_with_tls(url.as_str(), certificates)
-                .and_then(|client| client.get_connection_with_timeout(Duration::from_secs(1)))
+            let pong = server
+                .try_connect(certificates)
                 .and_then(|mut connection| redis::cmd("PING").query::<String>(&mut connection));
             match pong {
-                Ok(_) => break,
+                Ok(_) => return server,
                 Err(error) if Instant::now() > deadline => panic!("redis-server: {error}"),
                 Err(_) => std::thread::sleep(Duration::from_millis(20)),
             }
         }
-        Self {
-            _server: server,
-            port,
-        }
+    }
+
+    fn try_connect(&self, certificates: &Certificates) -> redis::RedisResult<redis::Connection> {
+        let certificates = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(std::fs::read(&certificates.ca).unwrap()),
+        };
+        let url = format!("rediss://127.0.0.1:{}", self.port);
+        redis::Client::build_with_tls(url.as_str(), certificates)
+            .and_then(|client| client.get_connection_with_timeout(Duration::from_secs(1)))
+    }
+
+    fn connection(&self, certificates: &Certificates) -> redis::Connection {
+        self.try_connect(certificates).unwrap()
     }
 
     /// `rediss://127.0.0.1:PORT?PARAMETERS`.
     pub(crate) fn url(&self, parameters: &str) -> String {
         format!("rediss://127.0.0.1:{}?{parameters}", self.port)
+    }
+
+    /// `rediss+cluster://127.0.0.1:PORT?PARAMETERS`.
+    pub(crate) fn cluster_url(&self, parameters: &str) -> String {
+        format!("rediss+cluster://127.0.0.1:{}?{parameters}", self.port)
     }
 }
