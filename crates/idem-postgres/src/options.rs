@@ -132,10 +132,7 @@ impl PostgresOptions {
     /// How the store connects: the [connection](Self::connection) (by default sqlx's, from the
     /// `PG*` environment variables), with the [statement timeout](Self::statement_timeout).
     pub fn connect_options(&self) -> PgConnectOptions {
-        let connection = self
-            .connection
-            .clone()
-            .unwrap_or_else(PgConnectOptions::new);
+        let connection = self.connection.clone().unwrap_or_default();
         self.with_timeouts(connection)
     }
 

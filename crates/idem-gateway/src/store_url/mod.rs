@@ -34,6 +34,8 @@ use crate::Error;
 /// Where idempotency records are kept.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
+// Parsed once at start and kept: its size does not matter, boxing would only burden matches.
+#[allow(clippy::large_enum_variant)]
 pub enum StoreUrl {
     /// `memory://`: in this process only, lost on exit.
     Memory,
