@@ -171,10 +171,10 @@ impl PostgresOptions {
         };
         // Whole milliseconds, rounded up: a short timeout must not become 0, which is "none".
         let millis = timeout.as_nanos().div_ceil(1_000_000).to_string();
-        let statement = format!("statement_timeout={millis}");
+        let ours = format!("-c statement_timeout={millis} -c lock_timeout={millis}");
         if options
             .get_options()
-            .is_some_and(|set| set.contains(&statement))
+            .is_some_and(|set| set.ends_with(&ours))
         {
             return options;
         }

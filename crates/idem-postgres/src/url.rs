@@ -234,6 +234,17 @@ mod tests {
             options.with_timeouts(connect).get_options(),
             Some("-c search_path=x -c statement_timeout=2 -c lock_timeout=2")
         );
+        // A longer timeout set by other means is not mistaken for this one.
+        let other = options.with_timeouts(
+            PgConnectOptions::new().options([("statement_timeout", "20"), ("lock_timeout", "20")]),
+        );
+        assert_eq!(
+            other.get_options(),
+            Some(
+                "-c statement_timeout=20 -c lock_timeout=20 -c statement_timeout=2 -c \
+                 lock_timeout=2"
+            )
+        );
         assert_eq!(
             parse("postgres://db/pay").connect_options().get_options(),
             None

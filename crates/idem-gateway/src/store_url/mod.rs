@@ -98,7 +98,7 @@ impl FromStr for StoreUrl {
             }
             _ => Err(invalid(
                 "unknown scheme; expected memory://, sqlite://PATH, postgres://…, redis://… or \
-                 redis+cluster://… (rediss:// for TLS)",
+                 redis+cluster://…",
             )),
         }
     }
@@ -148,7 +148,7 @@ mod tests {
         assert_eq!(
             message("mysql://db"),
             "invalid store URL `mysql://db`: unknown scheme; expected memory://, sqlite://PATH, \
-             postgres://…, redis://… or redis+cluster://… (rediss:// for TLS)"
+             postgres://…, redis://… or redis+cluster://…"
         );
         assert_eq!(
             message("sqlite://"),
@@ -157,7 +157,7 @@ mod tests {
         assert_eq!(
             message("mysql://u:pw@db"),
             "invalid store URL `mysql://u:***@db`: unknown scheme; expected memory://, \
-             sqlite://PATH, postgres://…, redis://… or redis+cluster://… (rediss:// for TLS)"
+             sqlite://PATH, postgres://…, redis://… or redis+cluster://…"
         );
         assert_eq!(
             message("rediss://u:pw@cache?prefix=a*"),
