@@ -54,6 +54,7 @@ mod scope;
 #[cfg(feature = "sealing")]
 pub mod sealing;
 mod store;
+pub mod store_url;
 pub mod transition;
 
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};

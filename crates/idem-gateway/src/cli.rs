@@ -88,8 +88,9 @@ pub struct ServeArgs {
     pub admin_token_file: Option<PathBuf>,
 
     /// Where records are kept: memory://, sqlite://PATH (relative), sqlite:///ABSOLUTE/PATH,
-    /// postgres://USER@HOST/DB?schema=S, redis://HOST:PORT?prefix=P or
-    /// redis+cluster://HOST:PORT,HOST:PORT…?prefix=P (the parameters are optional).
+    /// postgres://USER@HOST/DB?schema=S (TLS: &sslmode=verify-full&sslrootcert=CA.pem),
+    /// redis://HOST:PORT?prefix=P or redis+cluster://HOST:PORT,HOST:PORT…?prefix=P (TLS:
+    /// rediss://…&cacert=CA.pem) (the parameters are optional).
     #[arg(long, env = "IDEM_STORE", value_name = "URL", default_value = config::DEFAULT_STORE)]
     pub store: StoreUrl,
 

@@ -22,31 +22,10 @@ pub enum Error {
         "invalid size `{0}`: expected a whole number of bytes, optionally with a unit (KiB, MiB or GiB), e.g. 1024, 64KiB, 10MiB"
     )]
     InvalidSize(String),
-    /// A store URL that cannot be parsed or has an unknown scheme.
-    #[error("invalid store URL `{url}`: {reason}")]
-    InvalidStoreUrl {
-        /// The URL as given.
-        url: String,
-        /// What is wrong with it.
-        reason: &'static str,
-    },
-    /// A store URL whose parameters idem does not know, repeats one, or has a value the store
-    /// cannot use.
-    #[error("invalid store URL `{url}`: {problem}")]
-    InvalidStoreParameter {
-        /// The URL as given, password hidden.
-        url: String,
-        /// What is wrong.
-        problem: InvalidParameter,
-    },
-    /// A store URL this build cannot serve (`rediss://`: Redis over TLS).
-    #[error("the {scheme}:// store is not available in this build: {hint}")]
-    UnsupportedStore {
-        /// The URL's scheme.
-        scheme: String,
-        /// Why, and what to do instead.
-        hint: &'static str,
-    },
+    /// A store URL that cannot be parsed, has an unknown scheme, or has a parameter that its
+    /// store does not know or cannot use.
+    #[error(transparent)]
+    InvalidStoreUrl(#[from] idem_core::store_url::InvalidStoreUrl),
     /// An upstream URL that is not `http://HOST[:PORT]`.
     #[error("invalid upstream URL `{url}`: {reason}")]
     InvalidUpstream {
@@ -263,33 +242,4 @@ impl Error {
             _ => 1,
         }
     }
-}
-
-/// What is wrong with a parameter of a store URL (`?schema=…`, `?prefix=…`).
-///
-/// The whole explanation is in the message: command lines show only that.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum InvalidParameter {
-    /// A parameter that neither idem nor the store's driver reads.
-    #[error("unknown parameter `{name}` ({known})")]
-    Unknown {
-        /// The parameter.
-        name: String,
-        /// The parameters that are known.
-        known: &'static str,
-    },
-    /// A parameter given twice.
-    #[error("the parameter `{0}` is given twice")]
-    Repeated(&'static str),
-    /// A value the store cannot use.
-    #[error("`{name}={value}`: {reason}")]
-    Value {
-        /// The parameter.
-        name: &'static str,
-        /// Its value.
-        value: String,
-        /// Why it cannot be used.
-        reason: Box<dyn std::error::Error + Send + Sync>,
-    },
 }

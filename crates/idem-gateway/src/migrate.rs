@@ -15,7 +15,7 @@ use crate::{Error, StoreUrl};
 /// use idem_gateway::{StoreUrl, migrate};
 ///
 /// let dir = tempfile::tempdir()?;
-/// let url = StoreUrl::Sqlite(dir.path().join("idem.db"));
+/// let url = StoreUrl::sqlite(dir.path().join("idem.db"));
 /// assert!(migrate::run(&url).await?.starts_with("created"));
 /// assert!(migrate::run(&url).await?.ends_with("schema is up to date"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -26,16 +26,16 @@ pub async fn run(url: &StoreUrl) -> Result<String, Error> {
         StoreUrl::Memory => {
             Ok("memory:// keeps nothing on disk: there is nothing to migrate".into())
         }
-        StoreUrl::Postgres(postgres) => postgres.migrate().await,
-        StoreUrl::Redis(redis) => {
-            redis.open().await?;
+        StoreUrl::Postgres(postgres) => crate::store_url::postgres::migrate(postgres).await,
+        StoreUrl::Redis(_) => {
+            url.open().await?;
             Ok(format!(
                 "{url}: Redis keeps no schema, there is nothing to migrate (the server answers \
                  and accepts the idem scripts)"
             ))
         }
-        StoreUrl::Sqlite(path) => {
-            let existed = path.exists();
+        StoreUrl::Sqlite(options) => {
+            let existed = options.path().exists();
             url.open().await?;
             Ok(if existed {
                 format!("{url}: the idem schema is up to date")

@@ -29,7 +29,7 @@ use idem_core::Address;
 use sha2::{Digest, Sha256};
 use sqlx::{
     PgPool,
-    postgres::{PgListener, PgPoolOptions},
+    postgres::{PgConnectOptions, PgListener, PgPoolOptions},
 };
 use tokio::{sync::oneshot, task::AbortHandle};
 
@@ -54,11 +54,9 @@ pub(crate) struct Changes {
 }
 
 impl Changes {
-    /// Waiters on `channel`, listening on a connection of its own made with `pool`'s settings.
-    pub(crate) fn new(pool: &PgPool, channel: String) -> Self {
-        let connect = (*pool.connect_options())
-            .clone()
-            .application_name(APPLICATION_NAME);
+    /// Waiters on `channel`, listening on a connection of its own made with `connect`.
+    pub(crate) fn new(connect: &PgConnectOptions, channel: String) -> Self {
+        let connect = connect.clone().application_name(APPLICATION_NAME);
         let pool = PgPoolOptions::new()
             .max_connections(1)
             .max_lifetime(None)

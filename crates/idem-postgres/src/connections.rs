@@ -10,7 +10,7 @@ use std::ops::{Deref, DerefMut};
 
 use deadpool::managed::{self, Metrics, Object, PoolError, RecycleResult, Timeouts};
 use idem_core::StoreError;
-use sqlx::{ConnectOptions, PgConnection, PgPool, postgres::PgConnectOptions};
+use sqlx::{ConnectOptions, PgConnection, postgres::PgConnectOptions};
 
 /// Opens connections as the sqlx pool it was made from would.
 #[derive(Debug)]
@@ -39,11 +39,13 @@ pub(crate) struct Connections {
 }
 
 impl Connections {
-    /// At most `size` connections with the options of `pool`, waiting at most `timeout` for one.
-    pub(crate) fn new(pool: &PgPool, size: usize, timeout: std::time::Duration) -> Self {
-        let manager = Manager {
-            options: (*pool.connect_options()).clone(),
-        };
+    /// At most `size` connections opened with `options`, waiting at most `timeout` for one.
+    pub(crate) fn new(
+        options: PgConnectOptions,
+        size: usize,
+        timeout: std::time::Duration,
+    ) -> Self {
+        let manager = Manager { options };
         let pool = managed::Pool::builder(manager)
             .max_size(size)
             .timeouts(Timeouts {

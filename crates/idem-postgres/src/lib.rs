@@ -59,6 +59,7 @@ mod row;
 mod schema;
 mod sql;
 mod store;
+mod url;
 
 pub use error::Error;
 pub use names::{InvalidName, SchemaName, TableName};

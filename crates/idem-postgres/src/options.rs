@@ -1,14 +1,19 @@
 //! [`PostgresOptions`]: where a [`PostgresStore`](crate::PostgresStore) keeps its records.
 
-use std::time::Duration;
+use std::{fmt, time::Duration};
 
 use idem_core::ManualClock;
+use sqlx::{
+    ConnectOptions, Connection, PgPool,
+    postgres::{PgConnectOptions, PgPoolOptions},
+};
 
-use crate::{SchemaName, TableName};
+use crate::{Error, SchemaName, TableName};
 
 /// Where a [`PostgresStore`](crate::PostgresStore) keeps its records: the schema and the table
-/// (`public.idem_records` by default), and the pool that
-/// [`PostgresStore::connect`](crate::PostgresStore::connect) opens.
+/// (`public.idem_records` by default), the pool that
+/// [`PostgresStore::connect`](crate::PostgresStore::connect) opens, and, when made from a URL
+/// ([`from_url`](Self::from_url)), the server to connect to and how (TLS included).
 ///
 /// # Examples
 ///
@@ -24,13 +29,17 @@ use crate::{SchemaName, TableName};
 /// # drop(options);
 /// # Ok::<(), idem_postgres::InvalidName>(())
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PostgresOptions {
     pub(crate) schema: SchemaName,
     pub(crate) table: TableName,
     pub(crate) pool_size: u32,
     pub(crate) pool_timeout: Duration,
+    pub(crate) statement_timeout: Option<Duration>,
     pub(crate) test_clock: Option<ManualClock>,
+    pub(crate) connection: Option<PgConnectOptions>,
+    /// The URL the options were made from, password hidden.
+    pub(crate) url: Option<String>,
 }
 
 impl PostgresOptions {
@@ -42,7 +51,10 @@ impl PostgresOptions {
             table: TableName::default(),
             pool_size: 10,
             pool_timeout: Duration::from_secs(5),
+            statement_timeout: None,
             test_clock: None,
+            connection: None,
+            url: None,
         }
     }
 
@@ -82,6 +94,93 @@ impl PostgresOptions {
         self
     }
 
+    /// Sets how long a statement of the store may run (PostgreSQL's `statement_timeout`) and wait
+    /// for a lock (`lock_timeout`), on every connection the store opens: a statement stuck
+    /// behind a lock or a slow server fails instead of holding its caller, and the store reports
+    /// itself unavailable (SQLSTATE 57014 or 55P03; HTTP front ends answer 503). A zero duration
+    /// turns both limits off, as it does in PostgreSQL. Unset, the server's settings apply.
+    #[must_use]
+    pub fn statement_timeout(mut self, timeout: Duration) -> Self {
+        self.statement_timeout = Some(timeout);
+        self
+    }
+
+    /// Sets the server to connect to and how, for
+    /// [`PostgresStore::connect_with`](crate::PostgresStore::connect_with) and
+    /// [`connect_pool`](Self::connect_pool). [`from_url`](Self::from_url) sets it from the URL.
+    #[must_use]
+    pub fn connection(mut self, options: PgConnectOptions) -> Self {
+        self.connection = Some(options);
+        self
+    }
+
+    /// The schema that holds the table.
+    pub fn schema_name(&self) -> &SchemaName {
+        &self.schema
+    }
+
+    /// The table that holds the records.
+    pub fn table_name(&self) -> &TableName {
+        &self.table
+    }
+
+    /// The URL these options were made from, password hidden: for messages and logs.
+    pub fn url(&self) -> Option<&str> {
+        self.url.as_deref()
+    }
+
+    /// How the store connects: the [connection](Self::connection) (by default sqlx's, from the
+    /// `PG*` environment variables), with the [statement timeout](Self::statement_timeout).
+    pub fn connect_options(&self) -> PgConnectOptions {
+        let connection = self.connection.clone().unwrap_or_default();
+        self.with_timeouts(connection)
+    }
+
+    /// Opens the pool [`PostgresStore::connect_with`](crate::PostgresStore::connect_with) opens:
+    /// [`pool_size`](Self::pool_size) connections with the [connect
+    /// options](Self::connect_options), waiting [`pool_timeout`](Self::pool_timeout) for one.
+    ///
+    /// One connection is opened first, so that an unreachable server, a refused login or a
+    /// certificate that TLS refuses is reported at once with its cause: the pool would retry
+    /// until its timeout, then only say that it timed out.
+    pub async fn connect_pool(&self) -> Result<PgPool, Error> {
+        let connect = self.connect_options();
+        let connection = tokio::time::timeout(self.pool_timeout, connect.connect())
+            .await
+            .map_err(|_| {
+                Error::Connect(sqlx::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {:?}", self.pool_timeout),
+                )))
+            })?
+            .map_err(Error::Connect)?;
+        let _ = connection.close().await;
+        PgPoolOptions::new()
+            .max_connections(self.pool_size)
+            .acquire_timeout(self.pool_timeout)
+            .test_before_acquire(false)
+            .connect_with(connect)
+            .await
+            .map_err(Error::Connect)
+    }
+
+    /// `options` with the statement and lock timeouts, unless they already have them.
+    pub(crate) fn with_timeouts(&self, options: PgConnectOptions) -> PgConnectOptions {
+        let Some(timeout) = self.statement_timeout else {
+            return options;
+        };
+        // Whole milliseconds, rounded up: a short timeout must not become 0, which is "none".
+        let millis = timeout.as_nanos().div_ceil(1_000_000).to_string();
+        let ours = format!("-c statement_timeout={millis} -c lock_timeout={millis}");
+        if options
+            .get_options()
+            .is_some_and(|set| set.ends_with(&ours))
+        {
+            return options;
+        }
+        options.options([("statement_timeout", &millis), ("lock_timeout", &millis)])
+    }
+
     /// **For tests only**: reads "now" from `clock` instead of the database server's clock, so
     /// that a test can move time by hand (lease expiry, takeover, TTL) without waiting.
     ///
@@ -91,6 +190,21 @@ impl PostgresOptions {
     pub fn test_clock(mut self, clock: ManualClock) -> Self {
         self.test_clock = Some(clock);
         self
+    }
+}
+
+impl fmt::Debug for PostgresOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The connect options hold the password: only the URL, password hidden, is shown.
+        f.debug_struct("PostgresOptions")
+            .field("url", &self.url)
+            .field("schema", &self.schema)
+            .field("table", &self.table)
+            .field("pool_size", &self.pool_size)
+            .field("pool_timeout", &self.pool_timeout)
+            .field("statement_timeout", &self.statement_timeout)
+            .field("test_clock", &self.test_clock.is_some())
+            .finish_non_exhaustive()
     }
 }
 

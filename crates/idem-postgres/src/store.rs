@@ -8,7 +8,7 @@ use idem_core::{
 };
 use sqlx::{
     PgConnection, PgPool, Postgres, Row,
-    postgres::{PgArguments, PgPoolOptions, PgRow},
+    postgres::{PgArguments, PgRow},
     query::Query,
 };
 
@@ -83,16 +83,19 @@ struct Inner {
 }
 
 impl PostgresStore {
-    /// Connects to `url` with a pool as [`PostgresOptions::pool_size`] and
+    /// Connects to `url` (as sqlx reads it: see [`PostgresOptions::from_url`] for idem's own
+    /// parameters) with a pool as [`PostgresOptions::pool_size`] and
     /// [`PostgresOptions::pool_timeout`] say, then [`open`](Self::open)s the store.
     pub async fn connect(url: &str, options: PostgresOptions) -> Result<Self, Error> {
-        let pool = PgPoolOptions::new()
-            .max_connections(options.pool_size)
-            .acquire_timeout(options.pool_timeout)
-            .test_before_acquire(false)
-            .connect(url)
-            .await
-            .map_err(Error::Connect)?;
+        let connection = url.parse().map_err(Error::Connect)?;
+        Self::connect_with(options.connection(connection)).await
+    }
+
+    /// Connects as `options` say ([`PostgresOptions::from_url`], or
+    /// [`PostgresOptions::connection`]) with [`PostgresOptions::connect_pool`], then
+    /// [`open`](Self::open)s the store.
+    pub async fn connect_with(options: PostgresOptions) -> Result<Self, Error> {
+        let pool = options.connect_pool().await?;
         Self::open(pool, options).await
     }
 
@@ -103,15 +106,17 @@ impl PostgresStore {
     ///
     /// The store's own operations ([`Store`]'s methods) run on up to
     /// [`PostgresOptions::pool_size`] connections of its own, opened with `pool`'s connect
-    /// options: a sqlx pool pings every connection it takes back, a round trip per operation.
+    /// options and the [statement timeout](PostgresOptions::statement_timeout): a sqlx pool
+    /// pings every connection it takes back, a round trip per operation.
     /// `pool` serves the purger, readiness checks and your transactions.
     pub async fn open(pool: PgPool, options: PostgresOptions) -> Result<Self, Error> {
         let sql = Sql::new(&options.schema, &options.table);
         let migrator = sql.migrator(&options.schema, &options.table);
         schema::verify(&pool, &sql, &migrator).await?;
-        let changes = Changes::new(&pool, sql.channel.clone());
+        let connect = options.with_timeouts((*pool.connect_options()).clone());
+        let changes = Changes::new(&connect, sql.channel.clone());
         let connections = Connections::new(
-            &pool,
+            connect,
             usize::try_from(options.pool_size).unwrap_or(usize::MAX),
             options.pool_timeout,
         );

@@ -29,13 +29,13 @@ impl Connection {
     pub(crate) async fn open(options: &RedisOptions) -> Result<Self, Error> {
         match &options.target {
             Target::Single(url) => {
-                let client = Client::open(url.as_str()).map_err(Error::Settings)?;
+                let client = client(url.as_str(), options)?;
                 ConnectionManager::new_with_config(client, manager_config(options))
                     .await
                     .map(Self::Single)
                     .map_err(Error::Connect)
             }
-            Target::Cluster(nodes) => cluster_client(nodes, options)
+            Target::Cluster(nodes) => cluster_client(nodes, options)?
                 .build()
                 .map_err(Error::Settings)?
                 .get_async_connection()
@@ -192,15 +192,14 @@ impl Subscriber {
                     .redis_settings()
                     .clone()
                     .set_protocol(ProtocolVersion::RESP3);
-                let client =
-                    Client::open(info.set_redis_settings(resp3)).map_err(Error::Settings)?;
+                let client = client(info.set_redis_settings(resp3), options)?;
                 let config = manager_config(options).set_push_sender(on_push);
                 ConnectionManager::new_with_config(client, config)
                     .await
                     .map(Self::Single)
                     .map_err(Error::Connect)
             }
-            Target::Cluster(nodes) => cluster_client(nodes, options)
+            Target::Cluster(nodes) => cluster_client(nodes, options)?
                 .use_protocol(ProtocolVersion::RESP3)
                 .push_sender(on_push)
                 .build()
@@ -254,8 +253,21 @@ fn manager_config(options: &RedisOptions) -> ConnectionManagerConfig {
         .set_max_delay(Duration::from_millis(500))
 }
 
-fn cluster_client(nodes: &[String], options: &RedisOptions) -> ClusterClientBuilder {
-    ClusterClient::builder(nodes.iter().map(String::as_str))
+/// A client of one server, with the certificate files of `options` if it has any.
+fn client(info: impl IntoConnectionInfo, options: &RedisOptions) -> Result<Client, Error> {
+    match options.certificates()? {
+        Some(certificates) => Client::build_with_tls(info, certificates),
+        None => Client::open(info),
+    }
+    .map_err(Error::Settings)
+}
+
+fn cluster_client(nodes: &[String], options: &RedisOptions) -> Result<ClusterClientBuilder, Error> {
+    let builder = ClusterClient::builder(nodes.iter().map(String::as_str))
         .connection_timeout(options.connection_timeout)
-        .response_timeout(options.response_timeout)
+        .response_timeout(options.response_timeout);
+    Ok(match options.certificates()? {
+        Some(certificates) => builder.certs(certificates),
+        None => builder,
+    })
 }

@@ -16,6 +16,15 @@ pub enum Error {
     /// The URL or the node addresses are not valid Redis connection settings.
     #[error("invalid Redis connection settings")]
     Settings(#[source] RedisError),
+    /// A certificate or key file of the TLS settings could not be read.
+    #[error("cannot read the TLS file {}", path.display())]
+    ReadCertificate {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// Redis could not be reached, or refused the connection (credentials, a node that is not
     /// part of a cluster).
     #[error("cannot connect to Redis")]

@@ -36,6 +36,7 @@ mod prefix;
 mod reply;
 mod scripts;
 mod store;
+mod url;
 
 pub use error::Error;
 pub use options::RedisOptions;

@@ -1,10 +1,15 @@
 //! [`RedisOptions`]: how to open a [`RedisStore`](crate::RedisStore).
 
-use std::{fmt, time::Duration};
+use std::{
+    fmt,
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use idem_core::ManualClock;
+use redis::{ClientTlsConfig, TlsCertificates};
 
-use crate::KeyPrefix;
+use crate::{Error, KeyPrefix};
 
 /// Which Redis to use.
 #[derive(Clone)]
@@ -19,7 +24,9 @@ pub(crate) enum Target {
 /// the timeouts.
 ///
 /// URLs are those of the `redis` crate: `redis://[user:password@]host:port[/db]`, or
-/// `rediss://` for TLS when the crate is built with TLS.
+/// `rediss://…` for TLS (rustls), which trusts the Mozilla root certificates built into idem
+/// unless a [CA file](Self::tls_ca_file) is given. [`from_url`](Self::from_url) reads idem's
+/// own URL, which also names the prefix and the certificate files.
 ///
 /// # Examples
 ///
@@ -41,6 +48,10 @@ pub struct RedisOptions {
     pub(crate) clock: Option<ManualClock>,
     pub(crate) connection_timeout: Duration,
     pub(crate) response_timeout: Duration,
+    pub(crate) tls_ca_file: Option<PathBuf>,
+    pub(crate) tls_client: Option<(PathBuf, PathBuf)>,
+    /// The URL the options were made from, password hidden.
+    pub(crate) url: Option<String>,
 }
 
 impl RedisOptions {
@@ -62,6 +73,9 @@ impl RedisOptions {
             clock: None,
             connection_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(5),
+            tls_ca_file: None,
+            tls_client: None,
+            url: None,
         }
     }
 
@@ -85,6 +99,64 @@ impl RedisOptions {
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
+    }
+
+    /// Trusts only the CA certificates (PEM) in `path` for `rediss://` servers, instead of the
+    /// Mozilla root certificates built into idem. The file is read when the store opens.
+    #[must_use]
+    pub fn tls_ca_file(mut self, path: impl AsRef<Path>) -> Self {
+        self.tls_ca_file = Some(path.as_ref().to_owned());
+        self
+    }
+
+    /// Presents the client certificate in `cert` and its private key in `key` (PEM) to
+    /// `rediss://` servers that ask for one (`tls-auth-clients yes`). The files are read when
+    /// the store opens.
+    #[must_use]
+    pub fn tls_client_cert(mut self, cert: impl AsRef<Path>, key: impl AsRef<Path>) -> Self {
+        self.tls_client = Some((cert.as_ref().to_owned(), key.as_ref().to_owned()));
+        self
+    }
+
+    /// The URL these options were made from, password hidden: for messages and logs.
+    pub fn url(&self) -> Option<&str> {
+        self.url.as_deref()
+    }
+
+    /// Whether this is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.target, Target::Cluster(_))
+    }
+
+    /// The prefix of the store's keys and channels.
+    pub fn key_prefix(&self) -> &KeyPrefix {
+        &self.prefix
+    }
+
+    /// The certificate files, read: `None` when none is set (TLS, if the URL asks for it,
+    /// then trusts the built-in roots).
+    pub(crate) fn certificates(&self) -> Result<Option<TlsCertificates>, Error> {
+        if self.tls_ca_file.is_none() && self.tls_client.is_none() {
+            return Ok(None);
+        }
+        let read = |path: &PathBuf| {
+            std::fs::read(path).map_err(|source| Error::ReadCertificate {
+                path: path.clone(),
+                source,
+            })
+        };
+        let root_cert = self.tls_ca_file.as_ref().map(read).transpose()?;
+        let client_tls = match &self.tls_client {
+            Some((cert, key)) => Some(ClientTlsConfig {
+                client_cert: read(cert)?,
+                client_key: read(key)?,
+            }),
+            None => None,
+        };
+        Ok(Some(TlsCertificates {
+            client_tls,
+            root_cert,
+        }))
     }
 
     /// **For tests only.** Reads time from `clock` instead of the server's `TIME`, so that a
@@ -116,6 +188,9 @@ impl fmt::Debug for RedisOptions {
             .field("manual_clock", &self.clock.is_some())
             .field("connection_timeout", &self.connection_timeout)
             .field("response_timeout", &self.response_timeout)
+            .field("tls_ca_file", &self.tls_ca_file)
+            .field("tls_client", &self.tls_client)
+            .field("url", &self.url)
             .finish()
     }
 }

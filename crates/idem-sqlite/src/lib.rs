@@ -31,6 +31,7 @@ mod key_digest;
 mod options;
 mod row;
 mod store;
+mod url;
 
 pub use error::Error;
 pub use options::{SqliteOptions, Synchronous};

@@ -68,6 +68,11 @@ impl SqliteOptions {
         }
     }
 
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Reads time from `clock` (a [`ManualClock`](idem_core::ManualClock) in tests). Processes
     /// sharing a file must agree on the time.
     #[must_use]

@@ -1,75 +1,79 @@
 //! [`StoreUrl`]: which store to use, as a URL, and opening it as a [`DynStore`].
 //!
+//! The gateway only picks the store by the URL's scheme: each store crate reads the rest of its
+//! own URL ([`SqliteOptions::from_url`], [`PostgresOptions::from_url`],
+//! [`RedisOptions::from_url`]), TLS settings included.
+//!
 //! # Examples
 //!
 //! ```
 //! use idem_gateway::StoreUrl;
 //!
-//! assert_eq!("memory://".parse::<StoreUrl>()?, StoreUrl::Memory);
-//! assert_eq!("sqlite://idem.db".parse::<StoreUrl>()?, StoreUrl::Sqlite("idem.db".into()));
-//! assert_eq!(
-//!     "sqlite:///var/lib/idem.db".parse::<StoreUrl>()?,
-//!     StoreUrl::Sqlite("/var/lib/idem.db".into()),
-//! );
+//! assert!(matches!("memory://".parse::<StoreUrl>()?, StoreUrl::Memory));
+//! assert_eq!("sqlite://idem.db".parse::<StoreUrl>()?.to_string(), "sqlite://idem.db");
 //! assert!(matches!(
-//!     "postgres://app@db/payments?schema=idem".parse::<StoreUrl>()?,
+//!     "postgres://app@db/payments?schema=idem&sslmode=verify-full".parse::<StoreUrl>()?,
 //!     StoreUrl::Postgres(_)
 //! ));
-//! assert!(matches!("redis://cache:6379".parse::<StoreUrl>()?, StoreUrl::Redis(_)));
+//! assert!(matches!("rediss://cache:6380".parse::<StoreUrl>()?, StoreUrl::Redis(_)));
 //! assert!("mysql://db".parse::<StoreUrl>().is_err());
 //! # Ok::<(), idem_gateway::Error>(())
 //! ```
 
-mod parts;
-mod postgres;
-mod redis;
+pub(crate) mod postgres;
 
 use std::{fmt, path::PathBuf, str::FromStr};
 
-use idem_core::{DynStore, MemoryStore};
-use idem_sqlite::SqliteStore;
+use idem_core::{DynStore, MemoryStore, store_url::InvalidStoreUrl};
+use idem_postgres::PostgresOptions;
+use idem_redis::{RedisOptions, RedisStore};
+use idem_sqlite::{SqliteOptions, SqliteStore};
 
-pub use self::{postgres::PostgresUrl, redis::RedisUrl};
 use crate::Error;
 
 /// Where idempotency records are kept.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
+// Parsed once at start and kept: its size does not matter, boxing would only burden matches.
+#[allow(clippy::large_enum_variant)]
 pub enum StoreUrl {
     /// `memory://`: in this process only, lost on exit.
     Memory,
     /// `sqlite://PATH` (relative) or `sqlite:///ABSOLUTE/PATH`: a SQLite file, created if missing.
-    Sqlite(PathBuf),
+    Sqlite(SqliteOptions),
     /// `postgres://…` or `postgresql://…`: a PostgreSQL table, shared by every gateway that
-    /// connects to the database.
-    Postgres(PostgresUrl),
+    /// connects to the database. TLS as libpq's `sslmode`, `sslrootcert`, `sslcert`, `sslkey`
+    /// say.
+    Postgres(PostgresOptions),
     /// `redis://…` (one server) or `redis+cluster://…` (a Redis Cluster), shared by every gateway
-    /// that connects to it.
-    Redis(RedisUrl),
+    /// that connects to it; `rediss://…` and `rediss+cluster://…` over TLS.
+    Redis(RedisOptions),
 }
 
 impl StoreUrl {
     /// `sqlite://PATH`.
     pub fn sqlite(path: impl Into<PathBuf>) -> Self {
-        StoreUrl::Sqlite(path.into())
+        StoreUrl::Sqlite(SqliteOptions::new(path.into()))
     }
 
     /// Opens the store: for SQLite, creates the file if missing and brings its schema up to
     /// date; for PostgreSQL, checks that `idem migrate` was run; for Redis, loads the scripts.
     pub async fn open(&self) -> Result<DynStore, Error> {
+        let failed = |source: Box<dyn std::error::Error + Send + Sync>| Error::OpenStore {
+            url: self.to_string(),
+            source,
+        };
         match self {
             StoreUrl::Memory => Ok(DynStore::new(MemoryStore::new())),
-            StoreUrl::Sqlite(path) => {
-                SqliteStore::open(path)
-                    .await
-                    .map(DynStore::new)
-                    .map_err(|source| Error::OpenStore {
-                        url: self.to_string(),
-                        source: source.into(),
-                    })
-            }
-            StoreUrl::Postgres(url) => url.open().await.map(DynStore::new),
-            StoreUrl::Redis(url) => url.open().await.map(DynStore::new),
+            StoreUrl::Sqlite(options) => SqliteStore::open_with(options.clone())
+                .await
+                .map(DynStore::new)
+                .map_err(|error| failed(error.into())),
+            StoreUrl::Postgres(options) => postgres::open(options).await.map(DynStore::new),
+            StoreUrl::Redis(options) => RedisStore::open_with(options.clone())
+                .await
+                .map(DynStore::new)
+                .map_err(|error| failed(error.into())),
         }
     }
 }
@@ -78,10 +82,7 @@ impl FromStr for StoreUrl {
     type Err = Error;
 
     fn from_str(url: &str) -> Result<Self, Self::Err> {
-        let invalid = |reason| Error::InvalidStoreUrl {
-            url: parts::redact(url).into_owned(),
-            reason,
-        };
+        let invalid = |reason| Error::InvalidStoreUrl(InvalidStoreUrl::new(url, reason));
         let Some((scheme, rest)) = url.split_once("://") else {
             return Err(invalid(
                 "expected SCHEME://…, e.g. memory://, sqlite://idem.db or postgres://HOST/DB",
@@ -90,17 +91,11 @@ impl FromStr for StoreUrl {
         match scheme {
             "memory" if rest.is_empty() => Ok(StoreUrl::Memory),
             "memory" => Err(invalid("memory:// takes nothing after the scheme")),
-            "sqlite" if rest.is_empty() => Err(invalid("no file path after sqlite://")),
-            "sqlite" if rest.contains(['?', '#']) => Err(invalid(
-                "sqlite:// takes a file path, without query or fragment",
-            )),
-            "sqlite" => Ok(StoreUrl::Sqlite(PathBuf::from(rest))),
-            "postgres" | "postgresql" => PostgresUrl::parse(url).map(StoreUrl::Postgres),
-            "redis" | "redis+cluster" => RedisUrl::parse(url).map(StoreUrl::Redis),
-            "rediss" | "rediss+cluster" => Err(Error::UnsupportedStore {
-                scheme: scheme.to_owned(),
-                hint: "no TLS support; use redis:// on a private network or through a TLS tunnel",
-            }),
+            "sqlite" => Ok(StoreUrl::Sqlite(SqliteOptions::from_url(url)?)),
+            "postgres" | "postgresql" => Ok(StoreUrl::Postgres(PostgresOptions::from_url(url)?)),
+            "redis" | "redis+cluster" | "rediss" | "rediss+cluster" => {
+                Ok(StoreUrl::Redis(RedisOptions::from_url(url)?))
+            }
             _ => Err(invalid(
                 "unknown scheme; expected memory://, sqlite://PATH, postgres://…, redis://… or \
                  redis+cluster://…",
@@ -113,9 +108,9 @@ impl fmt::Display for StoreUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreUrl::Memory => f.write_str("memory://"),
-            StoreUrl::Sqlite(path) => write!(f, "sqlite://{}", path.display()),
-            StoreUrl::Postgres(url) => url.fmt(f),
-            StoreUrl::Redis(url) => url.fmt(f),
+            StoreUrl::Sqlite(options) => write!(f, "sqlite://{}", options.path().display()),
+            StoreUrl::Postgres(options) => f.write_str(options.url().unwrap_or("postgres://")),
+            StoreUrl::Redis(options) => f.write_str(options.url().unwrap_or("redis://")),
         }
     }
 }
@@ -132,9 +127,11 @@ mod tests {
             "sqlite:///var/lib/idem.db",
             "sqlite://./a/b.db",
             "postgres://db/pay?schema=s&table=t&pool_size=4",
-            "postgresql://u@db:5433/pay",
+            "postgresql://u@db:5433/pay?sslmode=verify-full&sslrootcert=/etc/ca.pem",
             "redis://cache:6379/1?prefix=p",
             "redis+cluster://a:7000,b:7001?prefix=p",
+            "rediss://cache:6380?cacert=/etc/ca.pem",
+            "rediss+cluster://a:7000,b:7001?prefix=p",
         ] {
             assert_eq!(url.parse::<StoreUrl>().unwrap().to_string(), url);
         }
@@ -158,14 +155,14 @@ mod tests {
             "invalid store URL `sqlite://`: no file path after sqlite://"
         );
         assert_eq!(
-            message("rediss://u:pw@cache:6380"),
-            "the rediss:// store is not available in this build: no TLS support; use redis:// \
-             on a private network or through a TLS tunnel"
-        );
-        assert_eq!(
             message("mysql://u:pw@db"),
             "invalid store URL `mysql://u:***@db`: unknown scheme; expected memory://, \
              sqlite://PATH, postgres://…, redis://… or redis+cluster://…"
+        );
+        assert_eq!(
+            message("rediss://u:pw@cache?prefix=a*"),
+            "invalid store URL `rediss://u:***@cache?prefix=a*`: `prefix=a*`: a key prefix is 1 \
+             to 64 ASCII letters, digits, '-', '_', '.' or ':'"
         );
     }
 
@@ -173,17 +170,33 @@ mod tests {
     async fn opens_sqlite_creating_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("new.db");
-        let store = StoreUrl::Sqlite(path.clone()).open().await.unwrap();
+        let store = StoreUrl::sqlite(path.clone()).open().await.unwrap();
         idem_core::Store::ping(&store).await.unwrap();
         assert!(path.exists());
     }
 
     #[tokio::test]
     async fn a_file_that_cannot_be_created_is_an_open_error() {
-        let url = StoreUrl::Sqlite("/nonexistent-dir/idem.db".into());
+        let url = StoreUrl::sqlite("/nonexistent-dir/idem.db");
         let error = url.open().await.unwrap_err();
         assert!(
             matches!(error, Error::OpenStore { ref url, .. } if url == "sqlite:///nonexistent-dir/idem.db")
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_ca_file_is_named_when_redis_opens() {
+        let url: StoreUrl = "rediss://127.0.0.1:1?cacert=/nonexistent/ca.pem"
+            .parse()
+            .unwrap();
+        let error = url.open().await.unwrap_err();
+        let Error::OpenStore { url, source } = &error else {
+            panic!("expected OpenStore, got {error:?}");
+        };
+        assert_eq!(url, "rediss://127.0.0.1:1?cacert=/nonexistent/ca.pem");
+        assert_eq!(
+            source.to_string(),
+            "cannot read the TLS file /nonexistent/ca.pem"
         );
     }
 }

@@ -20,3 +20,5 @@ mod shared_store;
 mod stores;
 mod support;
 mod tenancy;
+mod tls;
+mod tls_servers;

@@ -329,7 +329,7 @@ impl RedisCluster {
 }
 
 /// A free loopback port whose cluster bus port (+10,000) is free too.
-fn free_cluster_port() -> u16 {
+pub(crate) fn free_cluster_port() -> u16 {
     loop {
         let port = free_port();
         if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {

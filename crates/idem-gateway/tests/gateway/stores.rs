@@ -26,8 +26,8 @@ fn server_store_urls_that_cannot_be_used_fail_with_one_line() {
         fails(&serve("postgresql://db/pay?shema=pay"), 2),
         "error: invalid value 'postgresql://db/pay?shema=pay' for '--store <URL>': invalid \
          store URL `postgresql://db/pay?shema=pay`: unknown parameter `shema` (idem takes \
-         schema, table, pool_size; the others go to PostgreSQL's driver: sslmode, \
-         application_name, options, …)"
+         schema, table, pool_size; the others go to PostgreSQL's driver: sslmode, sslrootcert, \
+         sslcert, sslkey, application_name, options, …)"
     );
     assert_eq!(
         fails(&serve("redis://cache?prefix=a*"), 2),
@@ -42,10 +42,10 @@ fn server_store_urls_that_cannot_be_used_fail_with_one_line() {
          redis+cluster://HOST:PORT[,HOST:PORT…], without empty nodes"
     );
     assert_eq!(
-        fails(&serve("rediss://cache:6380"), 2),
-        "error: invalid value 'rediss://cache:6380' for '--store <URL>': the rediss:// store is \
-         not available in this build: no TLS support; use redis:// on a private network or \
-         through a TLS tunnel"
+        fails(&serve("redis://cache:6380?cacert=/etc/ca.pem"), 2),
+        "error: invalid value 'redis://cache:6380?cacert=/etc/ca.pem' for '--store <URL>': \
+         invalid store URL `redis://cache:6380?cacert=/etc/ca.pem`: cacert, cert and key are TLS \
+         settings: use rediss:// or rediss+cluster://"
     );
 }
 

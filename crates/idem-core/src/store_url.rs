@@ -1,0 +1,343 @@
+//! Store URLs: the grammar idem's server stores share, split into parts, and their errors.
+//!
+//! `scheme://[userinfo@]hosts[/path][?name=value&…]`. Each store crate reads its own scheme
+//! and parameters from the [`UrlParts`] (`PostgresOptions::from_url`, `RedisOptions::from_url`,
+//! …) and reports a bad URL as an [`InvalidStoreUrl`], which names the URL with its password
+//! hidden ([`redact`]).
+//!
+//! # Examples
+//!
+//! ```
+//! use idem_core::store_url::UrlParts;
+//!
+//! let mut parts = UrlParts::split("redis://app:secret@cache:6379/2?prefix=pay")?;
+//! assert_eq!(parts.scheme(), "redis");
+//! assert_eq!(parts.hosts(), "cache:6379");
+//! assert_eq!(parts.take("prefix", str::parse::<String>)?, Some("pay".to_owned()));
+//! parts.refuse_unknown(|_| false, "the store takes prefix")?;
+//! assert_eq!(parts.shown(), "redis://app:***@cache:6379/2?prefix=pay");
+//! # Ok::<(), idem_core::store_url::InvalidStoreUrl>(())
+//! ```
+
+use std::borrow::Cow;
+
+/// A store URL that cannot be used: its shape, or one of its parameters.
+///
+/// The whole explanation is in the message, one line: command lines show only that.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid store URL `{url}`: {problem}")]
+pub struct InvalidStoreUrl {
+    url: String,
+    problem: UrlProblem,
+}
+
+impl InvalidStoreUrl {
+    /// `url` (its password is hidden here) has the wrong shape, as `reason` says.
+    pub fn new(url: &str, reason: &'static str) -> Self {
+        Self::with_problem(url, UrlProblem::Malformed(reason))
+    }
+
+    /// `url` (its password is hidden here) cannot be used, as `problem` says.
+    pub fn with_problem(url: &str, problem: UrlProblem) -> Self {
+        Self {
+            url: redact(url).into_owned(),
+            problem,
+        }
+    }
+
+    /// The URL, password hidden.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// What is wrong with it.
+    pub fn problem(&self) -> &UrlProblem {
+        &self.problem
+    }
+}
+
+/// What is wrong with a store URL.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UrlProblem {
+    /// The URL's shape: its scheme, hosts or path.
+    #[error("{0}")]
+    Malformed(&'static str),
+    /// A parameter that neither the store nor its driver reads.
+    #[error("unknown parameter `{name}` ({known})")]
+    Unknown {
+        /// The parameter.
+        name: String,
+        /// The parameters that are known.
+        known: &'static str,
+    },
+    /// A parameter given twice.
+    #[error("the parameter `{0}` is given twice")]
+    Repeated(&'static str),
+    /// A value the store cannot use.
+    #[error("`{name}={value}`: {reason}")]
+    Value {
+        /// The parameter.
+        name: &'static str,
+        /// Its value.
+        value: String,
+        /// Why it cannot be used.
+        reason: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The store's driver refuses the URL.
+    #[error("{0}")]
+    Driver(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// `scheme://[userinfo@]hosts[/path][?query]`, split without decoding anything; the store takes
+/// its parameters out one by one, then refuses the ones left that it does not know.
+#[derive(Debug)]
+pub struct UrlParts<'a> {
+    url: &'a str,
+    shown: String,
+    scheme: &'a str,
+    userinfo: Option<&'a str>,
+    hosts: &'a str,
+    path: &'a str,
+    query: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> UrlParts<'a> {
+    /// Splits `url`. A URL without `://`, or with a fragment, is refused.
+    pub fn split(url: &'a str) -> Result<Self, InvalidStoreUrl> {
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Err(InvalidStoreUrl::new(url, "expected SCHEME://…"));
+        };
+        if rest.contains('#') {
+            return Err(InvalidStoreUrl::new(
+                url,
+                "a store URL has no fragment (`#…`)",
+            ));
+        }
+        let (before_query, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (authority, path) =
+            before_query.split_at(before_query.find('/').unwrap_or(before_query.len()));
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => (Some(userinfo), hosts),
+            None => (None, authority),
+        };
+        let query = query
+            .split('&')
+            .filter(|pair| !pair.is_empty())
+            .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
+            .collect();
+        Ok(Self {
+            url,
+            shown: redact(url).into_owned(),
+            scheme,
+            userinfo,
+            hosts,
+            path,
+            query,
+        })
+    }
+
+    /// The URL as given, password hidden: for messages and logs.
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    /// The scheme, before `://`.
+    pub fn scheme(&self) -> &'a str {
+        self.scheme
+    }
+
+    /// `user[:password]`, before `@`, as given.
+    pub fn userinfo(&self) -> Option<&'a str> {
+        self.userinfo
+    }
+
+    /// `host[:port][,host[:port]…]`, as given.
+    pub fn hosts(&self) -> &'a str {
+        self.hosts
+    }
+
+    /// `/…` up to the query, or nothing.
+    pub fn path(&self) -> &'a str {
+        self.path
+    }
+
+    /// Whether the query still has the parameter `name`.
+    pub fn has(&self, name: &str) -> bool {
+        self.query.iter().any(|(n, _)| *n == name)
+    }
+
+    /// Removes the parameter `name` from the query and parses its value (not percent-decoded).
+    pub fn take<T, E>(
+        &mut self,
+        name: &'static str,
+        parse: impl FnOnce(&str) -> Result<T, E>,
+    ) -> Result<Option<T>, InvalidStoreUrl>
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let mut values = self
+            .query
+            .iter()
+            .filter(|(n, _)| *n == name)
+            .map(|(_, v)| *v);
+        let (value, again) = (values.next(), values.next());
+        if again.is_some() {
+            return Err(self.invalid(UrlProblem::Repeated(name)));
+        }
+        self.query.retain(|(n, _)| *n != name);
+        let Some(value) = value else {
+            return Ok(None);
+        };
+        parse(value).map(Some).map_err(|reason| {
+            self.invalid(UrlProblem::Value {
+                name,
+                value: value.to_owned(),
+                reason: Box::new(reason),
+            })
+        })
+    }
+
+    /// Refuses the first parameter left that `known` does not accept; `takes` says which are.
+    pub fn refuse_unknown(
+        &self,
+        known: impl Fn(&str) -> bool,
+        takes: &'static str,
+    ) -> Result<(), InvalidStoreUrl> {
+        match self.query.iter().find(|(name, _)| !known(name)) {
+            Some((name, _)) => Err(self.invalid(UrlProblem::Unknown {
+                name: (*name).to_owned(),
+                known: takes,
+            })),
+            None => Ok(()),
+        }
+    }
+
+    /// `userinfo@` if there is one, else nothing.
+    pub fn credentials(&self) -> String {
+        self.userinfo
+            .map(|userinfo| format!("{userinfo}@"))
+            .unwrap_or_default()
+    }
+
+    /// The parameters left, `?a=b&c=d`, or nothing.
+    pub fn remaining_query(&self) -> String {
+        if self.query.is_empty() {
+            return String::new();
+        }
+        let pairs: Vec<String> = self
+            .query
+            .iter()
+            .map(|(name, value)| format!("{name}={value}"))
+            .collect();
+        format!("?{}", pairs.join("&"))
+    }
+
+    /// The URL has the wrong shape, as `reason` says.
+    pub fn error(&self, reason: &'static str) -> InvalidStoreUrl {
+        self.invalid(UrlProblem::Malformed(reason))
+    }
+
+    /// The URL cannot be used, as `problem` says.
+    pub fn invalid(&self, problem: UrlProblem) -> InvalidStoreUrl {
+        InvalidStoreUrl::with_problem(self.url, problem)
+    }
+}
+
+/// `url` with the password of its user info, and the value of a `password` parameter, replaced
+/// by `***`: URLs end up in logs and error messages.
+pub fn redact(url: &str) -> Cow<'_, str> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Cow::Borrowed(url);
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => match userinfo.split_once(':') {
+            Some((user, _password)) => Cow::Owned(format!("{user}:***@{hosts}")),
+            None => Cow::Borrowed(authority),
+        },
+        None => Cow::Borrowed(authority),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) if query.split('&').any(|p| p.starts_with("password=")) => {
+            let query: Vec<&str> = query
+                .split('&')
+                .map(|pair| {
+                    if pair.starts_with("password=") {
+                        "password=***"
+                    } else {
+                        pair
+                    }
+                })
+                .collect();
+            Cow::Owned(format!("{path}?{}", query.join("&")))
+        }
+        _ => Cow::Borrowed(tail),
+    };
+    if matches!((&authority, &tail), (Cow::Borrowed(_), Cow::Borrowed(_))) {
+        return Cow::Borrowed(url);
+    }
+    Cow::Owned(format!("{scheme}://{authority}{tail}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_hidden() {
+        assert_eq!(
+            redact("postgres://app:s3cr3t@db:5432/pay?schema=x"),
+            "postgres://app:***@db:5432/pay?schema=x"
+        );
+        assert_eq!(
+            redact("postgres://db/pay?user=app&password=s3cr3t&schema=x"),
+            "postgres://db/pay?user=app&password=***&schema=x"
+        );
+        assert_eq!(
+            redact("redis+cluster://:pw@a:7000,b:7001"),
+            "redis+cluster://:***@a:7000,b:7001"
+        );
+        for unchanged in [
+            "redis://app@h:6379",
+            "redis://h",
+            "memory://",
+            "postgres://h/d?x=1",
+        ] {
+            assert!(matches!(redact(unchanged), Cow::Borrowed(u) if u == unchanged));
+        }
+    }
+
+    #[test]
+    fn splits_without_decoding() {
+        let mut parts = UrlParts::split("postgres://u:p%40w@h:1,g:2/db?schema=s&a=b").unwrap();
+        assert_eq!(parts.scheme(), "postgres");
+        assert_eq!(parts.userinfo(), Some("u:p%40w"));
+        assert_eq!(parts.hosts(), "h:1,g:2");
+        assert_eq!(parts.path(), "/db");
+        assert!(parts.has("a"));
+        assert_eq!(
+            parts.take("schema", str::parse::<String>).unwrap(),
+            Some("s".to_owned())
+        );
+        assert_eq!(parts.remaining_query(), "?a=b");
+        assert_eq!(parts.credentials(), "u:p%40w@");
+    }
+
+    #[test]
+    fn problems_are_one_line_with_the_password_hidden() {
+        let mut parts = UrlParts::split("redis://:pw@h?prefix=a&prefix=b").unwrap();
+        let repeated = parts.take("prefix", str::parse::<String>).unwrap_err();
+        assert_eq!(
+            repeated.to_string(),
+            "invalid store URL `redis://:***@h?prefix=a&prefix=b`: the parameter `prefix` is \
+             given twice"
+        );
+        assert!(matches!(repeated.problem(), UrlProblem::Repeated("prefix")));
+        assert_eq!(
+            UrlParts::split("redis://h#x").unwrap_err().to_string(),
+            "invalid store URL `redis://h#x`: a store URL has no fragment (`#…`)"
+        );
+    }
+}
