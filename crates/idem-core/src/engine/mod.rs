@@ -446,7 +446,9 @@ impl<S: Store> Inner<S> {
                     )
                     .await
                 }
-                Settlement::Release => within(limit, self.store.release(address, lease.token)).await,
+                Settlement::Release => {
+                    within(limit, self.store.release(address, lease.token)).await
+                }
             };
             match result {
                 Ok(()) => return,

@@ -712,7 +712,10 @@ async fn an_acquire_that_does_not_answer_fails_as_unavailable_at_the_store_timeo
         .run(address(), FP, counted(&runs, Duration::ZERO, ok("never")))
         .await;
     assert_eq!(started.elapsed(), Duration::from_millis(500));
-    assert!(matches!(outcome, Err(StoreError::Unavailable(_))), "{outcome:?}");
+    assert!(
+        matches!(outcome, Err(StoreError::Unavailable(_))),
+        "{outcome:?}"
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
 
@@ -771,7 +774,10 @@ async fn waiters_beyond_the_limit_are_in_flight_at_once_and_leaving_frees_their_
     let refused: Vec<_> = waiters.extract_if(.., |w| w.is_finished()).collect();
     assert_eq!(refused.len(), 1);
     let (outcome, elapsed) = refused.into_iter().next().unwrap().await.unwrap();
-    assert!(matches!(outcome, RunOutcome::InFlight { .. }), "{outcome:?}");
+    assert!(
+        matches!(outcome, RunOutcome::InFlight { .. }),
+        "{outcome:?}"
+    );
     assert_eq!(elapsed, Duration::ZERO);
 
     // A waiter that goes away frees its place for another.
@@ -786,7 +792,10 @@ async fn waiters_beyond_the_limit_are_in_flight_at_once_and_leaving_frees_their_
     assert!(matches!(holder.await.unwrap(), RunOutcome::Executed(r) if r == ok("one")));
     for waiter in waiters {
         let (outcome, _) = waiter.await.unwrap();
-        assert!(matches!(outcome, RunOutcome::Replayed(ref r) if *r == ok("one")), "{outcome:?}");
+        assert!(
+            matches!(outcome, RunOutcome::Replayed(ref r) if *r == ok("one")),
+            "{outcome:?}"
+        );
     }
     assert_eq!(engine.inner.waiters.waiting(), 0);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
