@@ -142,6 +142,20 @@ impl<St: Store + Clone> IdempotencyLayer<St> {
         self.configure(|config| config.policy = config.policy.ambiguous(mode))
     }
 
+    /// In wait mode, how many requests may wait at once for keys held by others; a request
+    /// beyond it is answered `409` at once. Default 1000.
+    #[must_use]
+    pub fn max_waiters(self, max_waiters: usize) -> Self {
+        self.configure(|config| config.policy = config.policy.max_waiters(max_waiters))
+    }
+
+    /// The longest one store call may take before it counts as failed (`503` when the key was
+    /// not acquired yet). Default a third of the lease.
+    #[must_use]
+    pub fn store_timeout(self, timeout: Duration) -> Self {
+        self.configure(|config| config.policy = config.policy.store_timeout(timeout))
+    }
+
     /// The headers whose names and values identify the caller, hashed into the key's scope.
     /// Replaces the default (`Authorization`); an empty list turns scoping off, so that every
     /// request is in the anonymous scope.
@@ -182,7 +196,8 @@ impl<St: Store + Clone> IdempotencyLayer<St> {
         self.configure(|config| config.max_stored_response = bytes)
     }
 
-    /// What to do when the store fails. Default [`OnStoreError::Reject`].
+    /// What to do when the store fails before the key is acquired. Default
+    /// [`OnStoreError::Reject`].
     #[must_use]
     pub fn on_store_error(self, mode: OnStoreError) -> Self {
         self.configure(|config| config.on_store_error = mode)

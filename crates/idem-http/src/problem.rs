@@ -42,6 +42,8 @@ pub const BODY_TOO_LARGE: &str = "urn:idem:problem:body-too-large";
 pub const BODY_UNREADABLE: &str = "urn:idem:problem:body-unreadable";
 /// The idempotency store cannot be reached (503, with `Retry-After`).
 pub const STORE_UNAVAILABLE: &str = "urn:idem:problem:store-unavailable";
+/// The idempotency store is at its capacity and takes no new key (503, with `Retry-After`).
+pub const STORE_FULL: &str = "urn:idem:problem:store-full";
 /// The replay of a response that was too large to store; it carries the original status.
 pub const RESPONSE_NOT_STORED: &str = "urn:idem:problem:response-not-stored";
 /// The upstream's response was cut off after the request was sent; the key was released, so a
@@ -93,6 +95,9 @@ pub enum Rejection {
     /// The store failed (503, [`STORE_UNAVAILABLE`], `Retry-After: 1`).
     #[error("the idempotency store is unavailable")]
     StoreUnavailable(#[source] StoreError),
+    /// The store refused a new key: it is full (503, [`STORE_FULL`], `Retry-After: 1`).
+    #[error("the idempotency store is full")]
+    StoreFull(#[source] StoreError),
     /// The upstream's response was cut off and the key released (502, [`UPSTREAM_FAILED`]).
     #[error("the upstream response was cut off")]
     UpstreamFailed(#[source] BoxError),
@@ -109,7 +114,9 @@ impl Rejection {
             Rejection::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Rejection::InFlight { .. } => StatusCode::CONFLICT,
             Rejection::FingerprintMismatch => StatusCode::UNPROCESSABLE_ENTITY,
-            Rejection::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Rejection::StoreUnavailable(_) | Rejection::StoreFull(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Rejection::UpstreamFailed(_) => StatusCode::BAD_GATEWAY,
         }
     }
@@ -125,6 +132,7 @@ impl Rejection {
             Rejection::InFlight { .. } => IN_FLIGHT,
             Rejection::FingerprintMismatch => FINGERPRINT_MISMATCH,
             Rejection::StoreUnavailable(_) => STORE_UNAVAILABLE,
+            Rejection::StoreFull(_) => STORE_FULL,
             Rejection::UpstreamFailed(_) => UPSTREAM_FAILED,
         }
     }
@@ -140,6 +148,7 @@ impl Rejection {
             Rejection::InFlight { .. } => "Request in flight",
             Rejection::FingerprintMismatch => "Idempotency key reused",
             Rejection::StoreUnavailable(_) => "Idempotency store unavailable",
+            Rejection::StoreFull(_) => "Idempotency store full",
             Rejection::UpstreamFailed(_) => "Upstream failed",
         }
     }
@@ -185,6 +194,11 @@ impl Rejection {
                 "The idempotency store cannot be reached; nothing was executed. Retry later."
                     .to_owned()
             }
+            Rejection::StoreFull(_) => concat!(
+                "The idempotency store holds as many keys as it may; nothing was executed. ",
+                "Retry later, when older keys have expired."
+            )
+            .to_owned(),
             Rejection::UpstreamFailed(_) => concat!(
                 "The response was cut off; the operation may or may not have taken effect. ",
                 "Retrying with the same idempotency key executes it again."
@@ -200,7 +214,7 @@ impl Rejection {
                 let whole = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
                 Some(whole.max(1))
             }
-            Rejection::StoreUnavailable(_) => Some(1),
+            Rejection::StoreUnavailable(_) | Rejection::StoreFull(_) => Some(1),
             _ => None,
         }
     }
