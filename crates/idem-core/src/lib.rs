@@ -50,6 +50,7 @@ mod record;
 mod response;
 mod scope;
 mod store;
+pub mod time_limit;
 pub mod transition;
 
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};

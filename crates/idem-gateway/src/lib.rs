@@ -55,5 +55,5 @@ pub use proxy::{ClientAddr, Proxy, UPSTREAM_DURATION, delivery, error_response};
 pub use record_view::RecordView;
 pub use serve::{Gateway, GatewayStore, serve, shutdown_signal};
 pub use size::ByteSize;
-pub use store_url::{PostgresUrl, RedisUrl, StoreUrl};
+pub use store_url::{MemoryUrl, PostgresUrl, RedisUrl, StoreUrl};
 pub use upstream::Upstream;

@@ -164,6 +164,7 @@ impl Gateway {
                 store: store.clone(),
                 metrics: metrics.clone(),
                 draining: Arc::clone(&draining),
+                store_timeout: config.store_call_limit(),
             },
             config.admin_token.clone(),
         );
@@ -172,7 +173,11 @@ impl Gateway {
                 .with_graceful_shutdown(background.clone().cancelled_owned())
                 .into_future(),
         );
-        tokio::spawn(purge_expired(store, background.clone()));
+        tokio::spawn(purge_expired(
+            store,
+            config.store_call_limit(),
+            background.clone(),
+        ));
         tokio::spawn(metrics_upkeep(metrics, background.clone()));
 
         tracing::info!(
@@ -270,6 +275,8 @@ fn idempotency_layer(config: &Config, store: GatewayStore) -> IdempotencyLayer<G
         .max_body(config.max_body)
         .max_stored_response(config.max_stored_response)
         .on_store_error(config.on_store_error)
+        .max_waiters(config.max_waiters)
+        .store_timeout(config.store_call_limit())
         .classify_error(proxy::delivery)
 }
 
@@ -326,8 +333,9 @@ where
     Ok(response)
 }
 
-/// Removes expired records every minute, in batches, until cancelled.
-async fn purge_expired(store: GatewayStore, cancel: CancellationToken) {
+/// Removes expired records every minute, in batches, each store call limited to `limit`, until
+/// cancelled.
+async fn purge_expired(store: GatewayStore, limit: Duration, cancel: CancellationToken) {
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
@@ -335,7 +343,7 @@ async fn purge_expired(store: GatewayStore, cancel: CancellationToken) {
         }
         let mut purged = 0;
         loop {
-            match store.purge_expired(PURGE_BATCH).await {
+            match idem_core::time_limit::within(limit, store.purge_expired(PURGE_BATCH)).await {
                 Ok(n) => {
                     purged += n;
                     if n < PURGE_BATCH {

@@ -66,7 +66,8 @@ impl<St: Store + Clone> IdempotencyLayer<St> {
     /// `PATCH`, key optional, TTL 24 h, lease 30 s, in-flight requests rejected, ambiguous
     /// outcomes retried, scope from `Authorization` (requests without it allowed, in the
     /// anonymous scope), JSON fingerprints, bodies up to 10 MiB, stored responses up to 1 MiB,
-    /// store failures rejected, every inner service error taken as [`Delivery::MaybeSent`].
+    /// store failures rejected, every inner service error taken as [`Delivery::MaybeSent`], at
+    /// most 1000 waiters, store calls limited to a third of the lease.
     pub fn new(store: St) -> Self {
         Self {
             store,

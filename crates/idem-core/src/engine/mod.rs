@@ -8,7 +8,6 @@
 //! polling the store with backoff in any case.
 
 mod execution;
-mod time_limit;
 mod waiters;
 
 use std::{
@@ -25,10 +24,10 @@ use tokio::time::{Instant, MissedTickBehavior, interval_at, sleep};
 use tokio_util::task::{TaskTracker, task_tracker::TrackedFuture};
 
 pub use self::execution::Execution;
-use self::{execution::Settlement, time_limit::within, waiters::Waiters};
+use self::{execution::Settlement, waiters::Waiters};
 use crate::{
     Acquisition, Address, Ambiguous, Fingerprint, InFlight, Lease, Policy, Store, StoreError,
-    StoredResponse, Terms,
+    StoredResponse, Terms, time_limit::within,
 };
 
 /// The first and the longest pause between two polls of the store while waiting for a key.

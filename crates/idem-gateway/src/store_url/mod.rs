@@ -5,7 +5,7 @@
 //! ```
 //! use idem_gateway::StoreUrl;
 //!
-//! assert_eq!("memory://".parse::<StoreUrl>()?, StoreUrl::Memory);
+//! assert_eq!("memory://".parse::<StoreUrl>()?, StoreUrl::Memory(Default::default()));
 //! assert_eq!("sqlite://idem.db".parse::<StoreUrl>()?, StoreUrl::Sqlite("idem.db".into()));
 //! assert_eq!(
 //!     "sqlite:///var/lib/idem.db".parse::<StoreUrl>()?,
@@ -20,24 +20,25 @@
 //! # Ok::<(), idem_gateway::Error>(())
 //! ```
 
+mod memory;
 mod parts;
 mod postgres;
 mod redis;
 
 use std::{fmt, path::PathBuf, str::FromStr};
 
-use idem_core::{DynStore, MemoryStore};
+use idem_core::DynStore;
 use idem_sqlite::SqliteStore;
 
-pub use self::{postgres::PostgresUrl, redis::RedisUrl};
+pub use self::{memory::MemoryUrl, postgres::PostgresUrl, redis::RedisUrl};
 use crate::Error;
 
 /// Where idempotency records are kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StoreUrl {
-    /// `memory://`: in this process only, lost on exit.
-    Memory,
+    /// `memory://[?max_keys=N&max_bytes=SIZE]`: in this process only, lost on exit.
+    Memory(MemoryUrl),
     /// `sqlite://PATH` (relative) or `sqlite:///ABSOLUTE/PATH`: a SQLite file, created if missing.
     Sqlite(PathBuf),
     /// `postgres://…` or `postgresql://…`: a PostgreSQL table, shared by every gateway that
@@ -58,7 +59,7 @@ impl StoreUrl {
     /// date; for PostgreSQL, checks that `idem migrate` was run; for Redis, loads the scripts.
     pub async fn open(&self) -> Result<DynStore, Error> {
         match self {
-            StoreUrl::Memory => Ok(DynStore::new(MemoryStore::new())),
+            StoreUrl::Memory(url) => Ok(DynStore::new(url.open())),
             StoreUrl::Sqlite(path) => {
                 SqliteStore::open(path)
                     .await
@@ -88,8 +89,7 @@ impl FromStr for StoreUrl {
             ));
         };
         match scheme {
-            "memory" if rest.is_empty() => Ok(StoreUrl::Memory),
-            "memory" => Err(invalid("memory:// takes nothing after the scheme")),
+            "memory" => MemoryUrl::parse(url).map(StoreUrl::Memory),
             "sqlite" if rest.is_empty() => Err(invalid("no file path after sqlite://")),
             "sqlite" if rest.contains(['?', '#']) => Err(invalid(
                 "sqlite:// takes a file path, without query or fragment",
@@ -112,7 +112,7 @@ impl FromStr for StoreUrl {
 impl fmt::Display for StoreUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            StoreUrl::Memory => f.write_str("memory://"),
+            StoreUrl::Memory(url) => url.fmt(f),
             StoreUrl::Sqlite(path) => write!(f, "sqlite://{}", path.display()),
             StoreUrl::Postgres(url) => url.fmt(f),
             StoreUrl::Redis(url) => url.fmt(f),
@@ -128,6 +128,7 @@ mod tests {
     fn round_trips_through_text() {
         for url in [
             "memory://",
+            "memory://?max_keys=2&max_bytes=512MiB",
             "sqlite://idem.db",
             "sqlite:///var/lib/idem.db",
             "sqlite://./a/b.db",

@@ -16,6 +16,7 @@ mod proxying;
 mod relay;
 mod servers;
 mod shared_store;
+mod store_bounds;
 mod stores;
 mod support;
 mod tenancy;

@@ -1,4 +1,23 @@
-//! The time limit of every store call the engine makes.
+//! [`within`]: the time limit of a store call, as the [`Engine`](crate::Engine) applies
+//! [`Policy::store_timeout`](crate::Policy::store_timeout) to each of its calls.
+//!
+//! # Examples
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! use std::time::Duration;
+//! use idem_core::{Address, MemoryStore, Store, StoreError, time_limit::within};
+//!
+//! let store = MemoryStore::new();
+//! let address = Address::anonymous("k".parse()?);
+//! let record = within(Duration::from_secs(1), store.get(&address)).await?;
+//! assert_eq!(record, None);
+//!
+//! let hung = within(Duration::from_millis(1), std::future::pending::<Result<(), StoreError>>());
+//! assert!(matches!(hung.await, Err(StoreError::Unavailable(_))));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
 
 use std::{future::Future, time::Duration};
 
@@ -8,7 +27,7 @@ use crate::StoreError;
 /// [`StoreError::timed_out`]: a store that stops answering (a network partition that swallows
 /// packets, a lock held by a stuck transaction) would otherwise hold the request, or the lease
 /// renewal, for as long as the operating system keeps the connection open.
-pub(crate) async fn within<T>(
+pub async fn within<T>(
     limit: Duration,
     call: impl Future<Output = Result<T, StoreError>>,
 ) -> Result<T, StoreError> {
