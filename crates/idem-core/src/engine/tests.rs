@@ -674,11 +674,15 @@ async fn recording_gives_up_after_a_lease_and_the_key_frees_up_when_it_ends() {
 
 #[tokio::test(start_paused = true)]
 async fn a_renewal_that_hangs_is_abandoned_and_the_next_tick_keeps_the_lease() {
-    // Lease 3 s: renewals at 1 s (hangs until its 1 s limit), 2 s, 3 s, …
+    // Lease 3 s, renewals due every second. The first (at 1 s) hangs until its 1.5 s limit; the
+    // missed tick at 2 s renews at once (2.5 s), and the schedule goes on at 3 s, 4 s, …
     let lease = Duration::from_secs(3);
     let store = Faulty::new(Duration::ZERO, 0);
     store.hanging_renews.store(1, Ordering::SeqCst);
-    let engine = Engine::new(store, Policy::default().lease(lease));
+    let policy = Policy::default()
+        .lease(lease)
+        .store_timeout(Duration::from_millis(1_500));
+    let engine = Engine::new(store, policy);
     let runs = Arc::new(AtomicUsize::new(0));
     let long = tokio::spawn({
         let engine = engine.clone();
@@ -686,14 +690,14 @@ async fn a_renewal_that_hangs_is_abandoned_and_the_next_tick_keeps_the_lease() {
         async move { engine.run(address(), FP, work).await.unwrap() }
     });
     // Past the end of the first lease: without a renewal since the start, it would be taken.
-    sleep(Duration::from_millis(3_500)).await;
+    sleep(Duration::from_millis(3_200)).await;
     assert_eq!(engine.store().hanging_renews.load(Ordering::SeqCst), 0);
     let probe = engine
         .run(address(), FP, counted(&runs, Duration::ZERO, ok("stolen")))
         .await
         .unwrap();
     assert!(
-        matches!(probe, RunOutcome::InFlight { retry_after } if retry_after == Duration::from_millis(2_500)),
+        matches!(probe, RunOutcome::InFlight { retry_after } if retry_after == Duration::from_millis(2_800)),
         "{probe:?}"
     );
     assert!(matches!(long.await.unwrap(), RunOutcome::Executed(r) if r == ok("long")));
