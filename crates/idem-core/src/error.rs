@@ -13,6 +13,13 @@ pub enum StoreError {
     /// The store cannot be reached or did not answer (HTTP front ends answer 503).
     #[error("the store is unavailable")]
     Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The store is at its configured capacity and refuses a new key (HTTP front ends answer
+    /// 503). Keys it already holds are still acquired, renewed and completed.
+    #[error("the store is full: {limit}")]
+    Full {
+        /// Which limit was reached, e.g. `max_keys = 1000000`.
+        limit: String,
+    },
     /// The store holds data this build cannot read.
     #[error("the store holds a corrupted record")]
     Corrupted(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -34,6 +41,12 @@ impl StoreError {
         Self::Unavailable(source.into())
     }
 
+    /// A call that did not answer within `limit`: [`StoreError::Unavailable`], as the store is
+    /// then, for all the caller can tell.
+    pub fn timed_out(limit: std::time::Duration) -> Self {
+        Self::Unavailable(Box::new(TimedOut { limit }))
+    }
+
     /// Wraps a decoding failure.
     pub fn corrupted(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
         Self::Corrupted(source.into())
@@ -50,4 +63,11 @@ impl StoreError {
             source: Some(source.into()),
         }
     }
+}
+
+/// The source of [`StoreError::timed_out`].
+#[derive(Debug, thiserror::Error)]
+#[error("the store did not answer within {limit:?}")]
+struct TimedOut {
+    limit: std::time::Duration,
 }

@@ -55,6 +55,7 @@ mod scope;
 pub mod sealing;
 mod store;
 pub mod store_url;
+pub mod time_limit;
 pub mod transition;
 
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};

@@ -4,7 +4,7 @@ use std::{
     hash::{BuildHasher, RandomState},
     sync::{
         Arc, Mutex, MutexGuard,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -24,6 +24,24 @@ use crate::{
 ///
 /// Expired records are removed by [`Store::purge_expired`]; a processing record is never removed
 /// before its lease ends.
+///
+/// # Limits
+///
+/// The store holds at most [`max_keys`](MemoryStore::max_keys) records (default 1,000,000) and
+/// about [`max_bytes`](MemoryStore::max_bytes) bytes (default 1 GiB). A record counts its
+/// encoded response (status, headers and body), its key's length, and a fixed
+/// [`RECORD_OVERHEAD`](MemoryStore::RECORD_OVERHEAD) for its address, fingerprint, times and
+/// the table's slot; records count until they are removed, expired ones included.
+///
+/// The limits are checked when a **new** key would add a record: if the store is at either
+/// limit, its expired records are removed first (they are dead anyway; the sweep runs only when
+/// a record may have expired since the last one, and one at a time), and if that is not enough
+/// the key is refused with [`StoreError::Full`]. A live record (processing,
+/// or completed and not expired) is never evicted to make room. Keys the store already holds are
+/// still taken over, renewed, completed and released when it is full: a completion is never
+/// refused, since the operation it records has run. So `max_bytes` can be exceeded by the
+/// responses of the keys in flight when it was reached (each at most the response size the
+/// caller stores, 1 MiB by default over HTTP); `max_keys` is never exceeded.
 ///
 /// # Examples
 ///
@@ -52,6 +70,17 @@ pub struct MemoryStore {
     hasher: RandomState,
     last_token: AtomicU64,
     clock: Arc<dyn Clock>,
+    max_keys: usize,
+    max_bytes: u64,
+    /// Records held, and their weight (see [`Entry::weight`]); changed under the lock of the
+    /// shard that changed, so exact whenever no call is running.
+    keys: AtomicUsize,
+    bytes: AtomicU64,
+    /// No record expires before this (milliseconds): a store full of live records is not swept
+    /// for every new key. Lowered by every write of an expiry, recomputed by each sweep.
+    earliest_expiry: AtomicU64,
+    /// A sweep for room is running: the others refuse rather than sweep the same tables.
+    sweeping: AtomicBool,
 }
 
 /// A record as a shard keeps it: with its address, and the address's hash so that growing the
@@ -80,6 +109,15 @@ enum Held {
 }
 
 impl Entry {
+    /// What the record counts against [`MemoryStore::max_bytes`].
+    fn weight(&self) -> u64 {
+        let response = match &self.state {
+            Held::Processing { .. } => 0,
+            Held::Completed { response, .. } => response.len(),
+        };
+        MemoryStore::RECORD_OVERHEAD + (self.address.key.as_str().len() + response) as u64
+    }
+
     fn view(&self) -> RecordView<'_> {
         RecordView {
             fingerprint: &self.fingerprint,
@@ -126,9 +164,38 @@ fn decode(response: &[u8]) -> Result<StoredResponse, StoreError> {
 }
 
 impl MemoryStore {
+    /// What each record counts against [`max_bytes`](MemoryStore::max_bytes) besides its key and
+    /// its encoded response: its address, fingerprint, times, token and table slot, rounded up.
+    pub const RECORD_OVERHEAD: u64 = 256;
+    /// Default of [`max_keys`](MemoryStore::max_keys).
+    pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
+    /// Default of [`max_bytes`](MemoryStore::max_bytes): 1 GiB.
+    pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
+
     /// A store on the system clock, with one shard per four hardware threads (at least 16).
     pub fn new() -> Self {
         Self::with_clock(SystemClock)
+    }
+
+    /// Sets the most records the store holds; a new key beyond it is refused with
+    /// [`StoreError::Full`] (see [Limits](MemoryStore#limits)).
+    #[must_use]
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys;
+        self
+    }
+
+    /// Sets the bytes beyond which a new key is refused with [`StoreError::Full`] (see
+    /// [Limits](MemoryStore#limits)).
+    #[must_use]
+    pub fn max_bytes(mut self, max_bytes: u64) -> Self {
+        self.max_bytes = max_bytes;
+        self
+    }
+
+    /// The bytes the records held count (see [Limits](MemoryStore#limits)).
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
     }
 
     /// A store that reads time from `clock` (a [`ManualClock`](crate::ManualClock) in tests).
@@ -140,6 +207,12 @@ impl MemoryStore {
             hasher: RandomState::new(),
             last_token: AtomicU64::new(0),
             clock: Arc::new(clock),
+            max_keys: Self::DEFAULT_MAX_KEYS,
+            max_bytes: Self::DEFAULT_MAX_BYTES,
+            keys: AtomicUsize::new(0),
+            bytes: AtomicU64::new(0),
+            earliest_expiry: AtomicU64::new(u64::MAX),
+            sweeping: AtomicBool::new(false),
         }
     }
 
@@ -160,6 +233,71 @@ impl MemoryStore {
         let hash = self.hasher.hash_one(address);
         let index = (hash >> 40) as usize & (self.shards.len() - 1);
         (lock(&self.shards[index]), hash)
+    }
+
+    /// Counts a record added.
+    fn added(&self, weight: u64) {
+        self.keys.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(weight, Ordering::Relaxed);
+    }
+
+    /// Counts a record removed.
+    fn removed(&self, weight: u64) {
+        self.keys.fetch_sub(1, Ordering::Relaxed);
+        self.bytes.fetch_sub(weight, Ordering::Relaxed);
+    }
+
+    /// Counts a record whose weight changed from `before` to `after`.
+    fn reweighed(&self, before: u64, after: u64) {
+        if after >= before {
+            self.bytes.fetch_add(after - before, Ordering::Relaxed);
+        } else {
+            self.bytes.fetch_sub(before - after, Ordering::Relaxed);
+        }
+    }
+
+    /// Which limit a record of `weight` more would cross, if any.
+    fn over_limit(&self, weight: u64) -> Option<String> {
+        if self.keys.load(Ordering::Relaxed) >= self.max_keys {
+            return Some(format!("max_keys = {}", self.max_keys));
+        }
+        if self.bytes.load(Ordering::Relaxed) + weight > self.max_bytes {
+            return Some(format!("max_bytes = {}", self.max_bytes));
+        }
+        None
+    }
+
+    /// Notes that a record now expires at `at`.
+    fn expires(&self, at: Timestamp) {
+        self.earliest_expiry
+            .fetch_min(at.as_millis(), Ordering::Relaxed);
+    }
+
+    /// Removes every expired record, when one may have expired and no other sweep runs; whether
+    /// it swept. Takes one shard's lock at a time.
+    fn sweep(&self, now: Timestamp) -> bool {
+        if now.as_millis() < self.earliest_expiry.load(Ordering::Relaxed)
+            || self.sweeping.swap(true, Ordering::Acquire)
+        {
+            return false;
+        }
+        // Reset first: a record written during the sweep lowers it again itself.
+        self.earliest_expiry.store(u64::MAX, Ordering::Relaxed);
+        for shard in &self.shards {
+            let mut shard = lock(shard);
+            let mut earliest = u64::MAX;
+            let expired = shard.extract_if(|e| {
+                earliest = earliest.min(e.expires_at.as_millis());
+                now >= e.expires_at
+            });
+            for expired in expired {
+                self.removed(expired.weight());
+            }
+            drop(shard);
+            self.earliest_expiry.fetch_min(earliest, Ordering::Relaxed);
+        }
+        self.sweeping.store(false, Ordering::Release);
+        true
     }
 
     fn next_token(&self) -> FencingToken {
@@ -192,6 +330,8 @@ impl std::fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryStore")
             .field("shards", &self.shards.len())
+            .field("max_keys", &self.max_keys)
+            .field("max_bytes", &self.max_bytes)
             .finish_non_exhaustive()
     }
 }
@@ -204,8 +344,9 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-impl Store for MemoryStore {
-    async fn acquire(
+impl MemoryStore {
+    /// [`Store::acquire`] without making room: a new key over a limit is [`StoreError::Full`].
+    fn try_acquire(
         &self,
         address: &Address,
         fingerprint: &Fingerprint,
@@ -241,11 +382,15 @@ impl Store for MemoryStore {
                 entry.expires_at = entry.expires_at.max(lease_until);
                 entry.state = state;
             }
+            // Reused in place: the key count stays, the weight can only shrink.
             Some(expired) => {
+                let before = expired.weight();
                 expired.fingerprint = *fingerprint;
                 expired.created_at = now;
                 expired.expires_at = processing_expiry(now, terms);
                 expired.state = state;
+                self.reweighed(before, expired.weight());
+                self.expires(expired.expires_at);
             }
             None => {
                 let entry = Entry {
@@ -256,6 +401,12 @@ impl Store for MemoryStore {
                     expires_at: processing_expiry(now, terms),
                     state,
                 };
+                let weight = entry.weight();
+                if let Some(limit) = self.over_limit(weight) {
+                    return Err(StoreError::Full { limit });
+                }
+                self.added(weight);
+                self.expires(entry.expires_at);
                 shard.insert_unique(hash, entry, |e| e.hash);
             }
         }
@@ -264,6 +415,23 @@ impl Store for MemoryStore {
             until: lease_until,
             took_over,
         }))
+    }
+}
+
+impl Store for MemoryStore {
+    async fn acquire(
+        &self,
+        address: &Address,
+        fingerprint: &Fingerprint,
+        terms: Terms,
+    ) -> Result<Acquisition, StoreError> {
+        match self.try_acquire(address, fingerprint, terms) {
+            // The expired records are dead: room they free goes to new keys before any refusal.
+            Err(StoreError::Full { .. }) if self.sweep(self.clock.now()) => {
+                self.try_acquire(address, fingerprint, terms)
+            }
+            result => result,
+        }
     }
 
     async fn complete(
@@ -276,20 +444,24 @@ impl Store for MemoryStore {
         // Encoded before taking the lock; a copy, so a body sliced from a larger buffer (an HTTP
         // connection's read buffer, say) does not keep all of it alive for the whole TTL.
         let response = response.encode().into_boxed_slice();
+        // Never refused for size: the operation has run (see Limits).
         self.with_holder(address, token, |mut entry, now| {
             let entry = entry.get_mut();
+            let before = entry.weight();
             entry.state = Held::Completed {
                 token,
                 response,
                 completed_at: now,
             };
             entry.expires_at = now + ttl;
+            self.reweighed(before, entry.weight());
+            self.expires(entry.expires_at);
         })
     }
 
     async fn release(&self, address: &Address, token: FencingToken) -> Result<(), StoreError> {
         self.with_holder(address, token, |entry, _| {
-            entry.remove();
+            self.removed(entry.remove().0.weight());
         })
     }
 
@@ -325,7 +497,11 @@ impl Store for MemoryStore {
         let now = self.clock.now();
         let (mut shard, hash) = self.locate(address);
         Ok(match shard.find_entry(hash, |e| e.address == *address) {
-            Ok(entry) => now < entry.remove().0.expires_at,
+            Ok(entry) => {
+                let removed = entry.remove().0;
+                self.removed(removed.weight());
+                now < removed.expires_at
+            }
             Err(_) => false,
         })
     }
@@ -338,10 +514,13 @@ impl Store for MemoryStore {
                 break;
             }
             let mut shard = lock(shard);
-            purged += shard
+            for expired in shard
                 .extract_if(|e| now >= e.expires_at)
                 .take(limit - purged)
-                .count();
+            {
+                self.removed(expired.weight());
+                purged += 1;
+            }
         }
         Ok(purged)
     }
@@ -392,5 +571,163 @@ mod tests {
             !buffer.contains(&stored.body.as_ptr()),
             "the body is a copy"
         );
+    }
+
+    fn terms() -> Terms {
+        Terms {
+            lease: Duration::from_secs(30),
+            ttl: Duration::from_secs(60),
+        }
+    }
+
+    const FP: Fingerprint = Fingerprint::from_bytes([7; 32]);
+
+    fn address(key: &str) -> Address {
+        Address::anonymous(key.parse().unwrap())
+    }
+
+    async fn acquire(store: &MemoryStore, key: &str) -> Result<Acquisition, StoreError> {
+        store.acquire(&address(key), &FP, terms()).await
+    }
+
+    async fn acquired(store: &MemoryStore, key: &str) -> Lease {
+        match acquire(store, key).await {
+            Ok(Acquisition::Acquired(lease)) => lease,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn manual() -> (crate::ManualClock, MemoryStore) {
+        let clock = crate::ManualClock::new(Timestamp::from_millis(1_000_000));
+        (clock.clone(), MemoryStore::with_clock(clock))
+    }
+
+    #[tokio::test]
+    async fn a_key_beyond_max_keys_is_refused_and_held_keys_still_answer() {
+        let store = MemoryStore::new().max_keys(2);
+        let first = acquired(&store, "a").await;
+        acquired(&store, "b").await;
+
+        let refused = acquire(&store, "c").await;
+        assert!(
+            matches!(refused, Err(StoreError::Full { ref limit }) if limit == "max_keys = 2"),
+            "{refused:?}"
+        );
+        assert_eq!(store.len(), 2);
+        // Held keys still complete and replay, and a retry of a held key is no new key.
+        let response = StoredResponse::new(201).body("done");
+        store
+            .complete(&address("a"), first.token, &response, terms().ttl)
+            .await
+            .unwrap();
+        assert_eq!(
+            acquire(&store, "a").await.unwrap(),
+            Acquisition::Completed(response)
+        );
+        assert!(matches!(
+            acquire(&store, "b").await.unwrap(),
+            Acquisition::InFlight { .. }
+        ));
+        let encoded = StoredResponse::new(201).body("done").encode().len() as u64;
+        assert_eq!(
+            (store.len(), store.bytes()),
+            (2, 2 * (MemoryStore::RECORD_OVERHEAD + 1) + encoded)
+        );
+    }
+
+    #[tokio::test]
+    async fn an_expired_record_makes_room_for_a_new_key() {
+        let (clock, store) = manual();
+        let store = store.max_keys(1);
+        let lease = acquired(&store, "old").await;
+        store
+            .complete(
+                &address("old"),
+                lease.token,
+                &StoredResponse::new(200),
+                terms().ttl,
+            )
+            .await
+            .unwrap();
+        assert!(matches!(
+            acquire(&store, "new").await,
+            Err(StoreError::Full { .. })
+        ));
+
+        clock.advance(terms().ttl);
+        acquired(&store, "new").await;
+        assert_eq!(store.len(), 1);
+        assert_eq!(store.get(&address("old")).await.unwrap(), None);
+        assert_eq!(store.bytes(), MemoryStore::RECORD_OVERHEAD + 3);
+    }
+
+    #[tokio::test]
+    async fn a_live_record_is_never_evicted_for_a_new_key() {
+        let (clock, store) = manual();
+        let store = store.max_keys(1);
+        acquired(&store, "running").await;
+        // Its lease has run out but its record lives until its expiry (max(ttl, lease)).
+        clock.advance(terms().lease);
+        assert!(matches!(
+            acquire(&store, "new").await,
+            Err(StoreError::Full { .. })
+        ));
+        assert!(matches!(
+            acquire(&store, "running").await.unwrap(),
+            Acquisition::Acquired(Lease {
+                took_over: true,
+                ..
+            })
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_completion_over_max_bytes_is_accepted_and_new_keys_are_refused() {
+        let overhead = MemoryStore::RECORD_OVERHEAD;
+        // Room for two processing records with one-character keys.
+        let store = MemoryStore::new().max_bytes(2 * (overhead + 1));
+        let lease = acquired(&store, "a").await;
+        let response = StoredResponse::new(200).body(vec![b'x'; 4096]);
+        store
+            .complete(&address("a"), lease.token, &response, terms().ttl)
+            .await
+            .unwrap();
+        let weight = overhead + 1 + response.encode().len() as u64;
+        assert_eq!(store.bytes(), weight);
+        assert!(store.bytes() > 2 * (overhead + 1));
+
+        let refused = acquire(&store, "b").await;
+        assert!(
+            matches!(refused, Err(StoreError::Full { ref limit }) if *limit == format!("max_bytes = {}", 2 * (overhead + 1))),
+            "{refused:?}"
+        );
+        // Forgetting the record gives its bytes back.
+        assert!(store.forget(&address("a")).await.unwrap());
+        assert_eq!((store.len(), store.bytes()), (0, 0));
+        acquired(&store, "b").await;
+    }
+
+    #[tokio::test]
+    async fn the_counts_follow_every_change() {
+        let (clock, store) = manual();
+        let overhead = MemoryStore::RECORD_OVERHEAD;
+        let a = acquired(&store, "a").await;
+        let b = acquired(&store, "bb").await;
+        assert_eq!(store.bytes(), 2 * overhead + 3);
+        store.release(&address("a"), a.token).await.unwrap();
+        assert_eq!(store.bytes(), overhead + 2);
+        let response = StoredResponse::new(200).body("ok");
+        store
+            .complete(&address("bb"), b.token, &response, terms().ttl)
+            .await
+            .unwrap();
+        assert_eq!(store.bytes(), overhead + 2 + response.encode().len() as u64);
+        clock.advance(terms().ttl);
+        // Reusing the expired record in place keeps the count and drops the response's bytes.
+        acquired(&store, "bb").await;
+        assert_eq!((store.len(), store.bytes()), (1, overhead + 2));
+        clock.advance(terms().ttl);
+        assert_eq!(store.purge_expired(10).await.unwrap(), 1);
+        assert_eq!((store.len(), store.bytes()), (0, 0));
     }
 }

@@ -53,16 +53,27 @@ pub struct Policy {
     pub in_flight: InFlight,
     /// Outcomes that do not say whether the operation took effect.
     pub ambiguous: Ambiguous,
+    /// In wait mode, how many requests may wait at once for keys held by others, across all keys
+    /// of an engine; a request beyond it is answered [`InFlight::Reject`]'s way at once. Each
+    /// waiter holds memory and, with stores that signal changes, a subscription.
+    pub max_waiters: usize,
+    /// The longest a single store call may take; a call still unanswered then is abandoned and
+    /// fails as [`StoreError::Unavailable`](crate::StoreError::Unavailable). `None`: a third of
+    /// [`Policy::lease`], so that a renewal that hangs leaves time for the next one.
+    pub store_timeout: Option<Duration>,
 }
 
 impl Default for Policy {
-    /// TTL 24 h (as Stripe), lease 30 s, in-flight requests rejected, ambiguous outcomes retried.
+    /// TTL 24 h (as Stripe), lease 30 s, in-flight requests rejected, ambiguous outcomes retried,
+    /// at most 1000 waiters, store calls limited to a third of the lease.
     fn default() -> Self {
         Self {
             ttl: Duration::from_secs(24 * 60 * 60),
             lease: Duration::from_secs(30),
             in_flight: InFlight::Reject,
             ambiguous: Ambiguous::Retry,
+            max_waiters: 1000,
+            store_timeout: None,
         }
     }
 }
@@ -94,5 +105,24 @@ impl Policy {
     pub fn ambiguous(mut self, ambiguous: Ambiguous) -> Self {
         self.ambiguous = ambiguous;
         self
+    }
+
+    /// Sets [`Policy::max_waiters`].
+    #[must_use]
+    pub fn max_waiters(mut self, max_waiters: usize) -> Self {
+        self.max_waiters = max_waiters;
+        self
+    }
+
+    /// Sets [`Policy::store_timeout`].
+    #[must_use]
+    pub fn store_timeout(mut self, timeout: Duration) -> Self {
+        self.store_timeout = Some(timeout);
+        self
+    }
+
+    /// The time limit of one store call: [`Policy::store_timeout`], or a third of the lease.
+    pub fn store_call_limit(&self) -> Duration {
+        self.store_timeout.unwrap_or(self.lease / 3)
     }
 }

@@ -31,6 +31,8 @@ use idem_core::{Address, IdempotencyKey, Scope, Store};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 
+use idem_core::time_limit::within;
+
 use crate::{
     AdminToken, GatewayStore, RecordView, admin_auth,
     forget::{Forgotten, forget},
@@ -47,6 +49,8 @@ pub(crate) struct AdminState {
     pub(crate) metrics: PrometheusHandle,
     /// Set once the gateway stops taking requests.
     pub(crate) draining: Arc<AtomicBool>,
+    /// The time limit of the lookups and deletions.
+    pub(crate) store_timeout: Duration,
 }
 
 /// The admin routes; with a token, all but the probes need it.
@@ -181,7 +185,7 @@ async fn show_key(
         Ok(address) => address,
         Err(bad) => return bad.into_response(),
     };
-    match state.store.get(&address).await {
+    match within(state.store_timeout, state.store.get(&address)).await {
         Ok(Some(record)) => Json(RecordView::new(&address, &record)).into_response(),
         Ok(None) => not_found(),
         Err(error) => store_failed(&error),
@@ -203,7 +207,7 @@ async fn forget_key(
         Some("true") => true,
         Some(_) => return BadAddress::Force.into_response(),
     };
-    match forget(&state.store, &address, force).await {
+    match within(state.store_timeout, forget(&state.store, &address, force)).await {
         Ok(Forgotten::Removed) => {
             tracing::info!(key = %address.key.digest(), scope = %address.scope.digest(), force, "admin: key forgotten");
             StatusCode::NO_CONTENT.into_response()

@@ -136,6 +136,11 @@ pub struct ServeArgs {
           default_value_t = HumanDuration(config::DEFAULT_WAIT_TIMEOUT))]
     pub wait_timeout: HumanDuration,
 
+    /// In wait mode, how many requests may wait at once (for all keys); one more gets 409 at once.
+    #[arg(long, env = "IDEM_MAX_WAITERS", value_name = "N",
+          default_value_t = config::DEFAULT_MAX_WAITERS)]
+    pub max_waiters: usize,
+
     /// A 5xx, 408, 429 or lost upstream connection: release the key (retry executes again) or
     /// store it (never execute twice; a lost connection becomes "outcome unknown").
     #[arg(long, env = "IDEM_AMBIGUOUS", value_enum, default_value_t = AmbiguousMode::Retry)]
@@ -169,6 +174,11 @@ pub struct ServeArgs {
     /// When the store is unreachable: answer 503 (fail closed) or forward without idempotency.
     #[arg(long, env = "IDEM_ON_STORE_ERROR", value_enum, default_value_t = StoreErrorMode::Reject)]
     pub on_store_error: StoreErrorMode,
+
+    /// The longest one store call may take; then it fails as unreachable (503, or forwarded under
+    /// --on-store-error passthrough before the key is acquired). Default: a third of --lease.
+    #[arg(long, env = "IDEM_STORE_TIMEOUT", value_name = "DURATION")]
+    pub store_timeout: Option<HumanDuration>,
 
     /// On SIGTERM or SIGINT, how long open connections may take to finish their requests.
     #[arg(long, env = "IDEM_SHUTDOWN_TIMEOUT", value_name = "DURATION",

@@ -58,6 +58,11 @@ pub const DEFAULT_ANONYMOUS: &str = "allow";
 pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// Default of `--lease`.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// Default of `--max-waiters`.
+pub const DEFAULT_MAX_WAITERS: usize = 1000;
+/// What `--store-timeout` defaults to: the lease divided by this, so that a renewal that hangs
+/// leaves time for the next one.
+pub const DEFAULT_STORE_TIMEOUT_LEASE_FRACTION: u32 = 3;
 /// Default of `--wait-timeout`.
 pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default of `--connect-timeout`.
@@ -113,6 +118,8 @@ pub struct Config {
     pub lease: Duration,
     /// What a request whose key is in flight gets.
     pub in_flight: InFlight,
+    /// In wait mode, how many requests may wait at once.
+    pub max_waiters: usize,
     /// What happens to ambiguous outcomes.
     pub ambiguous: Ambiguous,
     /// The headers hashed into the scope; empty turns scoping off.
@@ -127,11 +134,21 @@ pub struct Config {
     pub max_stored_response: usize,
     /// Whether to forward requests without idempotency while the store is unreachable.
     pub on_store_error: OnStoreError,
+    /// The longest one store call may take; `None`: the lease divided by
+    /// [`DEFAULT_STORE_TIMEOUT_LEASE_FRACTION`].
+    pub store_timeout: Option<Duration>,
     /// How long open connections may take to finish on shutdown.
     pub shutdown_timeout: Duration,
 }
 
 impl Config {
+    /// The time limit of one store call: [`Config::store_timeout`], or the lease divided by
+    /// [`DEFAULT_STORE_TIMEOUT_LEASE_FRACTION`].
+    pub fn store_call_limit(&self) -> Duration {
+        self.store_timeout
+            .unwrap_or(self.lease / DEFAULT_STORE_TIMEOUT_LEASE_FRACTION)
+    }
+
     /// The defaults, forwarding to `upstream`.
     pub fn new(upstream: Upstream) -> Self {
         Self {
@@ -154,6 +171,7 @@ impl Config {
             ttl: DEFAULT_TTL,
             lease: DEFAULT_LEASE,
             in_flight: InFlight::Reject,
+            max_waiters: DEFAULT_MAX_WAITERS,
             ambiguous: Ambiguous::Retry,
             scope_headers: vec![http::header::AUTHORIZATION],
             anonymous: Anonymous::Allow,
@@ -161,6 +179,7 @@ impl Config {
             max_body: DEFAULT_MAX_BODY,
             max_stored_response: DEFAULT_MAX_STORED_RESPONSE,
             on_store_error: OnStoreError::Reject,
+            store_timeout: None,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
         }
     }
@@ -224,6 +243,7 @@ impl TryFrom<&ServeArgs> for Config {
                     timeout: args.wait_timeout.0,
                 },
             },
+            max_waiters: args.max_waiters,
             ambiguous: match args.ambiguous {
                 AmbiguousMode::Retry => Ambiguous::Retry,
                 AmbiguousMode::Reject => Ambiguous::Reject,
@@ -240,6 +260,7 @@ impl TryFrom<&ServeArgs> for Config {
                 StoreErrorMode::Reject => OnStoreError::Reject,
                 StoreErrorMode::Passthrough => OnStoreError::Passthrough,
             },
+            store_timeout: args.store_timeout.map(|timeout| timeout.0),
             shutdown_timeout: args.shutdown_timeout.0,
         })
     }
@@ -435,6 +456,24 @@ mod tests {
         let default = config_with_file("", &["--upstream", "http://a"]).unwrap();
         assert_eq!(default.anonymous, Anonymous::Allow);
         assert!(default.admin_token.is_none());
+    }
+
+    #[test]
+    fn store_bounds_come_from_the_file_and_the_store_timeout_follows_the_lease() {
+        let file = r#"
+            upstream = "http://a"
+            max-waiters = 5
+            store = "memory://?max_keys=10"
+        "#;
+        let config = config_with_file(file, &["--lease", "9s"]).unwrap();
+        assert_eq!(config.max_waiters, 5);
+        assert_eq!(config.store.to_string(), "memory://?max_keys=10");
+        assert_eq!(config.store_timeout, None);
+        assert_eq!(config.store_call_limit(), Duration::from_secs(3));
+        let config =
+            config_with_file("store-timeout = \"250ms\"", &["--upstream", "http://a"]).unwrap();
+        assert_eq!(config.store_call_limit(), Duration::from_millis(250));
+        assert_eq!(config.max_waiters, DEFAULT_MAX_WAITERS);
     }
 
     #[test]

@@ -56,5 +56,5 @@ pub use proxy::{ClientAddr, Proxy, UPSTREAM_DURATION, delivery, error_response};
 pub use record_view::RecordView;
 pub use serve::{Gateway, GatewayStore, serve, shutdown_signal};
 pub use size::ByteSize;
-pub use store_url::StoreUrl;
+pub use store_url::{MemoryUrl, StoreUrl};
 pub use upstream::Upstream;

@@ -23,7 +23,7 @@ use crate::{Error, StoreUrl};
 /// ```
 pub async fn run(url: &StoreUrl) -> Result<String, Error> {
     match url {
-        StoreUrl::Memory => {
+        StoreUrl::Memory(_) => {
             Ok("memory:// keeps nothing on disk: there is nothing to migrate".into())
         }
         StoreUrl::Postgres(postgres) => crate::store_url::postgres::migrate(postgres).await,

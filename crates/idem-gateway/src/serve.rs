@@ -100,7 +100,12 @@ impl Gateway {
         if let Some(key) = &config.digest_key {
             key.install()?;
         }
-        let store = config.store.open().await?;
+        let store = config
+            .store
+            .clone()
+            .statement_timeout(config.store_call_limit())
+            .open()
+            .await?;
         let store = InstrumentedStore::new(key_files::sealed(store, config.encryption.as_ref()));
         let bind = |addr| async move {
             TcpListener::bind(addr)
@@ -170,6 +175,7 @@ impl Gateway {
                 store: store.clone(),
                 metrics: metrics.clone(),
                 draining: Arc::clone(&draining),
+                store_timeout: config.store_call_limit(),
             },
             config.admin_token.clone(),
         );
@@ -178,7 +184,11 @@ impl Gateway {
                 .with_graceful_shutdown(background.clone().cancelled_owned())
                 .into_future(),
         );
-        tokio::spawn(purge_expired(store, background.clone()));
+        tokio::spawn(purge_expired(
+            store,
+            config.store_call_limit(),
+            background.clone(),
+        ));
         tokio::spawn(metrics_upkeep(metrics, background.clone()));
 
         tracing::info!(
@@ -276,6 +286,8 @@ fn idempotency_layer(config: &Config, store: GatewayStore) -> IdempotencyLayer<G
         .max_body(config.max_body)
         .max_stored_response(config.max_stored_response)
         .on_store_error(config.on_store_error)
+        .max_waiters(config.max_waiters)
+        .store_timeout(config.store_call_limit())
         .classify_error(proxy::delivery)
 }
 
@@ -332,8 +344,9 @@ where
     Ok(response)
 }
 
-/// Removes expired records every minute, in batches, until cancelled.
-async fn purge_expired(store: GatewayStore, cancel: CancellationToken) {
+/// Removes expired records every minute, in batches, each store call limited to `limit`, until
+/// cancelled.
+async fn purge_expired(store: GatewayStore, limit: Duration, cancel: CancellationToken) {
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
@@ -341,7 +354,7 @@ async fn purge_expired(store: GatewayStore, cancel: CancellationToken) {
         }
         let mut purged = 0;
         loop {
-            match store.purge_expired(PURGE_BATCH).await {
+            match idem_core::time_limit::within(limit, store.purge_expired(PURGE_BATCH)).await {
                 Ok(n) => {
                     purged += n;
                     if n < PURGE_BATCH {

@@ -18,13 +18,22 @@ use http::{HeaderName, Method, header::AUTHORIZATION};
 use idem_core::{FingerprintMode, Policy};
 
 /// What to do with a request whose key cannot be looked up because the store failed.
+///
+/// Either way, a store that answered with a record it cannot read ([`StoreError::Corrupted`]),
+/// that is full ([`StoreError::Full`]) or misconfigured is answered `503`: only a store that
+/// cannot be reached, or did not answer in time, before the key was acquired is passed through.
+/// Once the key is acquired the request is never forwarded a second way: a failure to record its
+/// result follows the engine's path (retried, then the key frees up when its lease ends).
+///
+/// [`StoreError::Corrupted`]: idem_core::StoreError::Corrupted
+/// [`StoreError::Full`]: idem_core::StoreError::Full
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OnStoreError {
     /// Fail closed: answer `503` problem+json with `Retry-After`; the request is not forwarded.
     #[default]
     Reject,
-    /// Forward the request without idempotency (and log a warning): availability over
-    /// exactly-once.
+    /// Forward the request without idempotency (and log a warning) when the store is
+    /// [unavailable](idem_core::StoreError::Unavailable): availability over exactly-once.
     Passthrough,
 }
 

@@ -66,7 +66,8 @@ impl<St: Store + Clone> IdempotencyLayer<St> {
     /// `PATCH`, key optional, TTL 24 h, lease 30 s, in-flight requests rejected, ambiguous
     /// outcomes retried, scope from `Authorization` (requests without it allowed, in the
     /// anonymous scope), JSON fingerprints, bodies up to 10 MiB, stored responses up to 1 MiB,
-    /// store failures rejected, every inner service error taken as [`Delivery::MaybeSent`].
+    /// store failures rejected, every inner service error taken as [`Delivery::MaybeSent`], at
+    /// most 1000 waiters, store calls limited to a third of the lease.
     pub fn new(store: St) -> Self {
         Self {
             store,
@@ -142,6 +143,20 @@ impl<St: Store + Clone> IdempotencyLayer<St> {
         self.configure(|config| config.policy = config.policy.ambiguous(mode))
     }
 
+    /// In wait mode, how many requests may wait at once for keys held by others; a request
+    /// beyond it is answered `409` at once. Default 1000.
+    #[must_use]
+    pub fn max_waiters(self, max_waiters: usize) -> Self {
+        self.configure(|config| config.policy = config.policy.max_waiters(max_waiters))
+    }
+
+    /// The longest one store call may take before it counts as failed (`503` when the key was
+    /// not acquired yet). Default a third of the lease.
+    #[must_use]
+    pub fn store_timeout(self, timeout: Duration) -> Self {
+        self.configure(|config| config.policy = config.policy.store_timeout(timeout))
+    }
+
     /// The headers whose names and values identify the caller, hashed into the key's scope.
     /// Replaces the default (`Authorization`); an empty list turns scoping off, so that every
     /// request is in the anonymous scope.
@@ -182,7 +197,8 @@ impl<St: Store + Clone> IdempotencyLayer<St> {
         self.configure(|config| config.max_stored_response = bytes)
     }
 
-    /// What to do when the store fails. Default [`OnStoreError::Reject`].
+    /// What to do when the store fails before the key is acquired. Default
+    /// [`OnStoreError::Reject`].
     #[must_use]
     pub fn on_store_error(self, mode: OnStoreError) -> Self {
         self.configure(|config| config.on_store_error = mode)

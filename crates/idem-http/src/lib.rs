@@ -67,7 +67,9 @@
 //! # Metrics
 //!
 //! Each request adds one to the counter `idem_requests_total{outcome}` of the
-//! [`metrics`](https://docs.rs/metrics) facade, with the labels of [`Outcome::as_str`].
+//! [`metrics`](https://docs.rs/metrics) facade, with the labels of [`Outcome::as_str`]. A new
+//! key refused because the store is full ([`problem::STORE_FULL`]) also adds one to
+//! `idem_store_full_total`.
 //!
 //! # Features
 //!

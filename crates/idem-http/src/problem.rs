@@ -45,6 +45,8 @@ pub const STORE_UNAVAILABLE: &str = "urn:idem:problem:store-unavailable";
 /// The key's stored record cannot be read (altered, or sealed with a key that is not in the key
 /// ring): nothing is executed again and nothing is replayed (500).
 pub const RECORD_CORRUPTED: &str = "urn:idem:problem:record-corrupted";
+/// The idempotency store is at its capacity and takes no new key (503, with `Retry-After`).
+pub const STORE_FULL: &str = "urn:idem:problem:store-full";
 /// The replay of a response that was too large to store; it carries the original status.
 pub const RESPONSE_NOT_STORED: &str = "urn:idem:problem:response-not-stored";
 /// The upstream's response was cut off after the request was sent; the key was released, so a
@@ -100,6 +102,9 @@ pub enum Rejection {
     /// `on_store_error` says, since the operation may already have taken effect.
     #[error("the idempotency record cannot be read")]
     RecordCorrupted(#[source] StoreError),
+    /// The store refused a new key: it is full (503, [`STORE_FULL`], `Retry-After: 1`).
+    #[error("the idempotency store is full")]
+    StoreFull(#[source] StoreError),
     /// The upstream's response was cut off and the key released (502, [`UPSTREAM_FAILED`]).
     #[error("the upstream response was cut off")]
     UpstreamFailed(#[source] BoxError),
@@ -116,7 +121,9 @@ impl Rejection {
             Rejection::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Rejection::InFlight { .. } => StatusCode::CONFLICT,
             Rejection::FingerprintMismatch => StatusCode::UNPROCESSABLE_ENTITY,
-            Rejection::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Rejection::StoreUnavailable(_) | Rejection::StoreFull(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Rejection::RecordCorrupted(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Rejection::UpstreamFailed(_) => StatusCode::BAD_GATEWAY,
         }
@@ -134,6 +141,7 @@ impl Rejection {
             Rejection::FingerprintMismatch => FINGERPRINT_MISMATCH,
             Rejection::StoreUnavailable(_) => STORE_UNAVAILABLE,
             Rejection::RecordCorrupted(_) => RECORD_CORRUPTED,
+            Rejection::StoreFull(_) => STORE_FULL,
             Rejection::UpstreamFailed(_) => UPSTREAM_FAILED,
         }
     }
@@ -150,6 +158,7 @@ impl Rejection {
             Rejection::FingerprintMismatch => "Idempotency key reused",
             Rejection::StoreUnavailable(_) => "Idempotency store unavailable",
             Rejection::RecordCorrupted(_) => "Idempotency record unreadable",
+            Rejection::StoreFull(_) => "Idempotency store full",
             Rejection::UpstreamFailed(_) => "Upstream failed",
         }
     }
@@ -200,6 +209,11 @@ impl Rejection {
                 "executed again. The operator has been told in the logs."
             )
             .to_owned(),
+            Rejection::StoreFull(_) => concat!(
+                "The idempotency store holds as many keys as it may; nothing was executed. ",
+                "Retry later, when older keys have expired."
+            )
+            .to_owned(),
             Rejection::UpstreamFailed(_) => concat!(
                 "The response was cut off; the operation may or may not have taken effect. ",
                 "Retrying with the same idempotency key executes it again."
@@ -215,7 +229,7 @@ impl Rejection {
                 let whole = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
                 Some(whole.max(1))
             }
-            Rejection::StoreUnavailable(_) => Some(1),
+            Rejection::StoreUnavailable(_) | Rejection::StoreFull(_) => Some(1),
             _ => None,
         }
     }

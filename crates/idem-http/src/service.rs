@@ -58,6 +58,9 @@ use crate::{
 
 type BoxError = Box<dyn Error + Send + Sync>;
 
+/// The counter of new keys refused because the store was full.
+const STORE_FULL_METRIC: &str = "idem_store_full_total";
+
 /// What every service made by one configured layer shares: its settings and its engine.
 pub(crate) struct Shared<St> {
     pub(crate) config: Config,
@@ -269,17 +272,25 @@ where
             rejected(Outcome::Conflict, Rejection::InFlight { retry_after })
         }
         Ok(RunOutcome::Mismatch) => rejected(Outcome::Mismatch, Rejection::FingerprintMismatch),
-        Err(error) => match (config.on_store_error, take(&slot)) {
-            // A record that cannot be read may hold an effect already taken: never forwarded.
-            (OnStoreError::Passthrough, Some((inner, request)))
-                if !matches!(error, StoreError::Corrupted(_)) =>
-            {
+        // The engine's errors all come before the key was acquired (the slot still holds the
+        // request); only an unreachable store is passed through, never one that answered.
+        Err(error) => match (config.on_store_error, &error, take(&slot)) {
+            (OnStoreError::Passthrough, StoreError::Unavailable(_), Some((inner, request))) => {
                 tracing::warn!(
                     key = %digest,
                     error = &error as &(dyn Error + 'static),
                     "the idempotency store failed; forwarding the request without idempotency"
                 );
                 (Outcome::Passthrough, forward(inner, request).await)
+            }
+            (_, StoreError::Full { .. }, _) => {
+                metrics::counter!(STORE_FULL_METRIC).increment(1);
+                tracing::warn!(
+                    key = %digest,
+                    error = &error as &(dyn Error + 'static),
+                    "the idempotency store is full; refusing a new key"
+                );
+                rejected(Outcome::StoreError, Rejection::StoreFull(error))
             }
             _ => {
                 tracing::error!(

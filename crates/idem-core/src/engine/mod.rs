@@ -20,14 +20,14 @@ use std::{
 };
 
 use futures_util::{FutureExt, future::OptionFuture};
-use tokio::time::{Instant, sleep};
+use tokio::time::{Instant, MissedTickBehavior, interval_at, sleep};
 use tokio_util::task::{TaskTracker, task_tracker::TrackedFuture};
 
 pub use self::execution::Execution;
 use self::{execution::Settlement, waiters::Waiters};
 use crate::{
     Acquisition, Address, Ambiguous, Fingerprint, InFlight, Lease, Policy, Store, StoreError,
-    StoredResponse, Terms,
+    StoredResponse, Terms, time_limit::within,
 };
 
 /// The first and the longest pause between two polls of the store while waiting for a key.
@@ -44,7 +44,8 @@ pub enum RunOutcome<T> {
     /// lease ran out without a result under [`Ambiguous::Reject`] (the response is then
     /// [`StoredResponse::outcome_unknown`]).
     Replayed(StoredResponse),
-    /// Another worker holds the key (and, in wait mode, did not finish within the timeout).
+    /// Another worker holds the key (and, in wait mode, did not finish within the timeout, or
+    /// [`Policy::max_waiters`] requests were waiting already).
     InFlight {
         /// The holder's remaining lease.
         retry_after: Duration,
@@ -144,9 +145,14 @@ impl<S: Store> Engine<S> {
     /// of its own: a key it acquired is still worked on to the end and its result recorded —
     /// never left held by nobody until its lease runs out. Must be called in a Tokio runtime.
     /// A panic in the work releases the key and is resumed in the caller. The only error is a
-    /// store failure before the work started (HTTP front ends answer 503); a failure to record
-    /// the result afterwards is logged, and the key's lease then runs out as if the worker had
+    /// store failure before the key was acquired, a store call that did not answer within
+    /// [`Policy::store_timeout`] included (HTTP front ends answer 503); a failure to record the
+    /// result afterwards is logged, and the key's lease then runs out as if the worker had
     /// crashed.
+    ///
+    /// In wait mode, a request that finds its key held waits only while fewer than
+    /// [`Policy::max_waiters`] requests of this engine wait; beyond that it is answered
+    /// [`RunOutcome::InFlight`] at once.
     pub async fn run<F, Fut, T>(
         &self,
         address: Address,
@@ -165,6 +171,8 @@ impl<S: Store> Engine<S> {
         };
         let mut backoff = POLL_BACKOFF.0;
         let mut work = work;
+        // Taken when the key is first found held, kept until this request has its answer.
+        let mut waiting = None;
         loop {
             // Waiters subscribe before looking, so a completion between the look and the wait
             // wakes them; only waiters listen for other processes (a listener can cost the store
@@ -192,6 +200,17 @@ impl<S: Store> Engine<S> {
             let Some(deadline) = deadline.filter(|d| now < *d) else {
                 return Ok(RunOutcome::InFlight { retry_after });
             };
+            if waiting.is_none() {
+                waiting = inner.waiters.enter(inner.policy.max_waiters);
+                if waiting.is_none() {
+                    tracing::debug!(
+                        key = %address.key.digest(),
+                        max_waiters = inner.policy.max_waiters,
+                        "too many requests waiting; answered as in flight"
+                    );
+                    return Ok(RunOutcome::InFlight { retry_after });
+                }
+            }
             let pause = backoff.min(retry_after).min(deadline - now);
             tokio::select! {
                 Some(()) = OptionFuture::from(notified.as_mut().as_pin_mut()) => {}
@@ -300,7 +319,12 @@ impl<S: Store> Inner<S> {
         Fut: Future<Output = Execution<T>> + Send,
     {
         let terms = Terms::from(&self.policy);
-        let lease = match self.store.acquire(&address, &fingerprint, terms).await {
+        let acquisition = within(
+            self.policy.store_call_limit(),
+            self.store.acquire(&address, &fingerprint, terms),
+        )
+        .await;
+        let lease = match acquisition {
             Ok(Acquisition::Acquired(lease)) => lease,
             Ok(Acquisition::Completed(response)) => {
                 return Attempt::Done(Ok(RunOutcome::Replayed(response)));
@@ -313,13 +337,25 @@ impl<S: Store> Inner<S> {
         };
         if lease.took_over && self.policy.ambiguous == Ambiguous::Reject {
             // The previous holder died without a result: it may have executed. Never run twice.
+            // The answer is "outcome unknown" even if recording it fails: that is what this
+            // request knows, and the key, still held, is taken over again when its lease ends.
             let unknown = StoredResponse::outcome_unknown();
-            let recorded = self
-                .store
-                .complete(&address, lease.token, &unknown, self.policy.ttl)
-                .await;
+            let recorded = within(
+                self.policy.store_call_limit(),
+                self.store
+                    .complete(&address, lease.token, &unknown, self.policy.ttl),
+            )
+            .await;
+            if let Err(error) = recorded {
+                tracing::warn!(
+                    key = %address.key.digest(),
+                    %error,
+                    "recording an outcome unknown failed; it is recorded when the key is taken \
+                     over again"
+                );
+            }
             self.waiters.notify(&address);
-            return Attempt::Done(recorded.map(|()| RunOutcome::Replayed(unknown)));
+            return Attempt::Done(Ok(RunOutcome::Replayed(unknown)));
         }
         let work = match std::panic::catch_unwind(AssertUnwindSafe(|| work(lease))) {
             Ok(work) => work,
@@ -358,17 +394,23 @@ impl<S: Store> Inner<S> {
         result
     }
 
-    /// Renews the lease every third of its length until dropped.
+    /// Renews the lease every third of its length until dropped. A renewal that fails or does
+    /// not answer within the store's time limit is retried at the next tick: on a fixed
+    /// schedule, so that with the default limit (a third of the lease) a renewal that hung is
+    /// followed by another before the lease ends.
     async fn heartbeat(&self, address: &Address, lease: Lease) -> std::convert::Infallible {
         // A zero lease would spin; nothing useful renews more often than this.
         let every = (self.policy.lease / 3).max(Duration::from_millis(10));
+        let mut ticks = interval_at(Instant::now() + every, every);
+        ticks.set_missed_tick_behavior(MissedTickBehavior::Skip);
         loop {
-            sleep(every).await;
-            match self
-                .store
-                .renew(address, lease.token, self.policy.lease)
-                .await
-            {
+            ticks.tick().await;
+            let renewed = within(
+                self.policy.store_call_limit(),
+                self.store.renew(address, lease.token, self.policy.lease),
+            )
+            .await;
+            match renewed {
                 Ok(_) => {}
                 Err(StoreError::LeaseLost) => {
                     tracing::warn!(
@@ -393,13 +435,19 @@ impl<S: Store> Inner<S> {
         let deadline = Instant::now() + self.policy.lease;
         let mut pause = SETTLE_BACKOFF.0;
         loop {
+            let limit = self.policy.store_call_limit();
             let result = match &settlement {
                 Settlement::Complete(response) => {
-                    self.store
-                        .complete(address, lease.token, response, self.policy.ttl)
-                        .await
+                    within(
+                        limit,
+                        self.store
+                            .complete(address, lease.token, response, self.policy.ttl),
+                    )
+                    .await
                 }
-                Settlement::Release => self.store.release(address, lease.token).await,
+                Settlement::Release => {
+                    within(limit, self.store.release(address, lease.token)).await
+                }
             };
             match result {
                 Ok(()) => return,

@@ -501,6 +501,8 @@ struct Faulty {
     store: MemoryStore,
     acquire_delay: Duration,
     failing_completes: AtomicUsize,
+    /// Renewals that never answer, as with a store whose network stopped delivering packets.
+    hanging_renews: AtomicUsize,
 }
 
 impl Faulty {
@@ -509,6 +511,7 @@ impl Faulty {
             store: MemoryStore::with_clock(TokioClock(tokio::time::Instant::now())),
             acquire_delay,
             failing_completes: AtomicUsize::new(failing_completes),
+            hanging_renews: AtomicUsize::new(0),
         }
     }
 }
@@ -556,6 +559,13 @@ impl Store for Faulty {
         token: crate::FencingToken,
         lease: Duration,
     ) -> Result<Timestamp, StoreError> {
+        let hangs = self
+            .hanging_renews
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if hangs {
+            return std::future::pending().await;
+        }
         self.store.renew(address, token, lease).await
     }
 
@@ -660,4 +670,137 @@ async fn recording_gives_up_after_a_lease_and_the_key_frees_up_when_it_ends() {
     assert!(started.elapsed() <= lease, "{:?}", started.elapsed());
     let record = engine.store().get(&address()).await.unwrap().unwrap();
     assert_eq!(record.state.name(), "processing");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renewal_that_hangs_is_abandoned_and_the_next_tick_keeps_the_lease() {
+    // Lease 3 s, renewals due every second. The first (at 1 s) hangs until its 1.5 s limit; the
+    // missed tick at 2 s renews at once (2.5 s), and the schedule goes on at 3 s, 4 s, …
+    let lease = Duration::from_secs(3);
+    let store = Faulty::new(Duration::ZERO, 0);
+    store.hanging_renews.store(1, Ordering::SeqCst);
+    let policy = Policy::default()
+        .lease(lease)
+        .store_timeout(Duration::from_millis(1_500));
+    let engine = Engine::new(store, policy);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let long = tokio::spawn({
+        let engine = engine.clone();
+        let work = counted(&runs, Duration::from_secs(10), ok("long"));
+        async move { engine.run(address(), FP, work).await.unwrap() }
+    });
+    // Past the end of the first lease: without a renewal since the start, it would be taken.
+    sleep(Duration::from_millis(3_200)).await;
+    assert_eq!(engine.store().hanging_renews.load(Ordering::SeqCst), 0);
+    let probe = engine
+        .run(address(), FP, counted(&runs, Duration::ZERO, ok("stolen")))
+        .await
+        .unwrap();
+    assert!(
+        matches!(probe, RunOutcome::InFlight { retry_after } if retry_after == Duration::from_millis(2_800)),
+        "{probe:?}"
+    );
+    assert!(matches!(long.await.unwrap(), RunOutcome::Executed(r) if r == ok("long")));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_acquire_that_does_not_answer_fails_as_unavailable_at_the_store_timeout() {
+    let engine = Engine::new(
+        Faulty::new(Duration::from_secs(60), 0),
+        Policy::default().store_timeout(Duration::from_millis(500)),
+    );
+    let runs = Arc::new(AtomicUsize::new(0));
+    let started = tokio::time::Instant::now();
+    let outcome = engine
+        .run(address(), FP, counted(&runs, Duration::ZERO, ok("never")))
+        .await;
+    assert_eq!(started.elapsed(), Duration::from_millis(500));
+    assert!(
+        matches!(outcome, Err(StoreError::Unavailable(_))),
+        "{outcome:?}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_takeover_whose_outcome_unknown_cannot_be_recorded_still_answers_it() {
+    let engine = Engine::new(
+        Faulty::new(Duration::ZERO, 1),
+        Policy::default().ambiguous(Ambiguous::Reject),
+    );
+    let terms = Terms::from(engine.policy());
+    let dead = engine
+        .store()
+        .acquire(&address(), &FP, terms)
+        .await
+        .unwrap();
+    assert!(matches!(dead, Acquisition::Acquired(_)));
+    sleep(terms.lease).await;
+
+    let runs = Arc::new(AtomicUsize::new(0));
+    let outcome = engine
+        .run(address(), FP, counted(&runs, Duration::ZERO, ok("twice")))
+        .await
+        .unwrap();
+    assert!(
+        matches!(outcome, RunOutcome::Replayed(ref r) if r.is_outcome_unknown()),
+        "{outcome:?}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    let record = engine.store().get(&address()).await.unwrap().unwrap();
+    assert_eq!(record.state.name(), "processing");
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiters_beyond_the_limit_are_in_flight_at_once_and_leaving_frees_their_place() {
+    const MAX: usize = 4;
+    let engine = engine(wait(Duration::from_secs(60)).max_waiters(MAX));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let holder = tokio::spawn({
+        let engine = engine.clone();
+        let work = counted(&runs, Duration::from_secs(10), ok("one"));
+        async move { engine.run(address(), FP, work).await.unwrap() }
+    });
+    sleep(Duration::from_millis(1)).await;
+    let waiter = || {
+        let engine = engine.clone();
+        let work = counted(&runs, Duration::ZERO, ok("two"));
+        tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
+            let outcome = engine.run(address(), FP, work).await.unwrap();
+            (outcome, started.elapsed())
+        })
+    };
+    let mut waiters: Vec<_> = (0..=MAX).map(|_| waiter()).collect();
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(engine.inner.waiters.waiting(), MAX);
+    let refused: Vec<_> = waiters.extract_if(.., |w| w.is_finished()).collect();
+    assert_eq!(refused.len(), 1);
+    let (outcome, elapsed) = refused.into_iter().next().unwrap().await.unwrap();
+    assert!(
+        matches!(outcome, RunOutcome::InFlight { .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(elapsed, Duration::ZERO);
+
+    // A waiter that goes away frees its place for another.
+    let gone = waiters.pop().unwrap();
+    gone.abort();
+    assert!(gone.await.unwrap_err().is_cancelled());
+    assert_eq!(engine.inner.waiters.waiting(), MAX - 1);
+    waiters.push(waiter());
+    sleep(Duration::from_millis(1)).await;
+    assert_eq!(engine.inner.waiters.waiting(), MAX);
+
+    assert!(matches!(holder.await.unwrap(), RunOutcome::Executed(r) if r == ok("one")));
+    for waiter in waiters {
+        let (outcome, _) = waiter.await.unwrap();
+        assert!(
+            matches!(outcome, RunOutcome::Replayed(ref r) if *r == ok("one")),
+            "{outcome:?}"
+        );
+    }
+    assert_eq!(engine.inner.waiters.waiting(), 0);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
 }

@@ -20,6 +20,10 @@ pub(crate) struct Waiters {
     /// Live subscriptions, so that a holder finishing while nobody waits (always, in reject mode)
     /// skips the lock every worker thread would otherwise take once per request.
     subscribed: AtomicUsize,
+    /// Requests that found their key held by another and are waiting for it: bounded by
+    /// [`Policy::max_waiters`](crate::Policy::max_waiters). Fewer than `subscribed`, which also
+    /// counts requests still making their first attempt.
+    waiting: AtomicUsize,
 }
 
 impl Waiters {
@@ -47,6 +51,23 @@ impl Waiters {
         if let Some(notify) = self.lock().remove(address) {
             notify.notify_waiters();
         }
+    }
+
+    /// A place among the requests waiting for a key, while fewer than `max` hold one; freed when
+    /// the returned guard is dropped (the request got its answer, or its caller went away).
+    pub(crate) fn enter(&self, max: usize) -> Option<WaitSlot<'_>> {
+        self.waiting
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| WaitSlot { waiters: self })
+    }
+
+    /// The requests waiting now.
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Address, Arc<Notify>>> {
@@ -88,6 +109,17 @@ impl Drop for Subscription<'_> {
     }
 }
 
+/// A request's place among the waiters; see [`Waiters::enter`].
+pub(crate) struct WaitSlot<'a> {
+    waiters: &'a Waiters,
+}
+
+impl Drop for WaitSlot<'_> {
+    fn drop(&mut self) {
+        self.waiters.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::pin::pin;
@@ -115,5 +147,19 @@ mod tests {
         drop(subscription);
         assert_eq!(waiters.len(), 0);
         assert_eq!(waiters.subscribed.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn waiting_places_are_bounded_and_freed_on_drop() {
+        let waiters = Waiters::default();
+        let first = waiters.enter(2).unwrap();
+        let second = waiters.enter(2).unwrap();
+        assert!(waiters.enter(2).is_none());
+        assert_eq!(waiters.waiting(), 2);
+        drop(first);
+        let third = waiters.enter(2).unwrap();
+        drop((second, third));
+        assert_eq!(waiters.waiting(), 0);
+        assert!(waiters.enter(0).is_none());
     }
 }

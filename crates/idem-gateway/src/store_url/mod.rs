@@ -9,7 +9,7 @@
 //! ```
 //! use idem_gateway::StoreUrl;
 //!
-//! assert!(matches!("memory://".parse::<StoreUrl>()?, StoreUrl::Memory));
+//! assert_eq!("memory://".parse::<StoreUrl>()?.to_string(), "memory://");
 //! assert_eq!("sqlite://idem.db".parse::<StoreUrl>()?.to_string(), "sqlite://idem.db");
 //! assert!(matches!(
 //!     "postgres://app@db/payments?schema=idem&sslmode=verify-full".parse::<StoreUrl>()?,
@@ -20,14 +20,17 @@
 //! # Ok::<(), idem_gateway::Error>(())
 //! ```
 
+mod memory;
 pub(crate) mod postgres;
 
-use std::{fmt, path::PathBuf, str::FromStr};
+use std::{fmt, path::PathBuf, str::FromStr, time::Duration};
 
-use idem_core::{DynStore, MemoryStore, store_url::InvalidStoreUrl};
+use idem_core::{DynStore, store_url::InvalidStoreUrl};
 use idem_postgres::PostgresOptions;
 use idem_redis::{RedisOptions, RedisStore};
 use idem_sqlite::{SqliteOptions, SqliteStore};
+
+pub use self::memory::MemoryUrl;
 
 use crate::Error;
 
@@ -37,8 +40,8 @@ use crate::Error;
 // Parsed once at start and kept: its size does not matter, boxing would only burden matches.
 #[allow(clippy::large_enum_variant)]
 pub enum StoreUrl {
-    /// `memory://`: in this process only, lost on exit.
-    Memory,
+    /// `memory://[?max_keys=N&max_bytes=SIZE]`: in this process only, lost on exit.
+    Memory(MemoryUrl),
     /// `sqlite://PATH` (relative) or `sqlite:///ABSOLUTE/PATH`: a SQLite file, created if missing.
     Sqlite(SqliteOptions),
     /// `postgres://…` or `postgresql://…`: a PostgreSQL table, shared by every gateway that
@@ -56,6 +59,18 @@ impl StoreUrl {
         StoreUrl::Sqlite(SqliteOptions::new(path.into()))
     }
 
+    /// Bounds every statement the store runs on its server by `limit`: PostgreSQL's
+    /// `statement_timeout` and `lock_timeout` on each of its connections. The gateway bounds each
+    /// store call by the same limit on its side (`--store-timeout`); this ends on the server too
+    /// a statement whose caller gave up, so that it stops holding locks. Other stores are unchanged.
+    #[must_use]
+    pub fn statement_timeout(self, limit: Duration) -> Self {
+        match self {
+            StoreUrl::Postgres(options) => StoreUrl::Postgres(options.statement_timeout(limit)),
+            other => other,
+        }
+    }
+
     /// Opens the store: for SQLite, creates the file if missing and brings its schema up to
     /// date; for PostgreSQL, checks that `idem migrate` was run; for Redis, loads the scripts.
     pub async fn open(&self) -> Result<DynStore, Error> {
@@ -64,7 +79,7 @@ impl StoreUrl {
             source,
         };
         match self {
-            StoreUrl::Memory => Ok(DynStore::new(MemoryStore::new())),
+            StoreUrl::Memory(url) => Ok(DynStore::new(url.open())),
             StoreUrl::Sqlite(options) => SqliteStore::open_with(options.clone())
                 .await
                 .map(DynStore::new)
@@ -83,14 +98,13 @@ impl FromStr for StoreUrl {
 
     fn from_str(url: &str) -> Result<Self, Self::Err> {
         let invalid = |reason| Error::InvalidStoreUrl(InvalidStoreUrl::new(url, reason));
-        let Some((scheme, rest)) = url.split_once("://") else {
+        let Some((scheme, _)) = url.split_once("://") else {
             return Err(invalid(
                 "expected SCHEME://…, e.g. memory://, sqlite://idem.db or postgres://HOST/DB",
             ));
         };
         match scheme {
-            "memory" if rest.is_empty() => Ok(StoreUrl::Memory),
-            "memory" => Err(invalid("memory:// takes nothing after the scheme")),
+            "memory" => MemoryUrl::parse(url).map(StoreUrl::Memory),
             "sqlite" => Ok(StoreUrl::Sqlite(SqliteOptions::from_url(url)?)),
             "postgres" | "postgresql" => Ok(StoreUrl::Postgres(PostgresOptions::from_url(url)?)),
             "redis" | "redis+cluster" | "rediss" | "rediss+cluster" => {
@@ -107,7 +121,7 @@ impl FromStr for StoreUrl {
 impl fmt::Display for StoreUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            StoreUrl::Memory => f.write_str("memory://"),
+            StoreUrl::Memory(url) => url.fmt(f),
             StoreUrl::Sqlite(options) => write!(f, "sqlite://{}", options.path().display()),
             StoreUrl::Postgres(options) => f.write_str(options.url().unwrap_or("postgres://")),
             StoreUrl::Redis(options) => f.write_str(options.url().unwrap_or("redis://")),
@@ -123,6 +137,7 @@ mod tests {
     fn round_trips_through_text() {
         for url in [
             "memory://",
+            "memory://?max_keys=2&max_bytes=512MiB",
             "sqlite://idem.db",
             "sqlite:///var/lib/idem.db",
             "sqlite://./a/b.db",

@@ -17,6 +17,7 @@ mod relay;
 mod sealing;
 mod servers;
 mod shared_store;
+mod store_bounds;
 mod stores;
 mod support;
 mod tenancy;
