@@ -12,7 +12,7 @@
 //! # drop(layer);
 //! ```
 
-use std::{error::Error, fmt, sync::Arc};
+use std::{error::Error, fmt, sync::Arc, time::Duration};
 
 use http::{HeaderName, Method, header::AUTHORIZATION};
 use idem_core::{FingerprintMode, Policy};
@@ -53,6 +53,8 @@ pub(crate) struct Config {
     pub(crate) scope_headers: Vec<HeaderName>,
     pub(crate) fingerprint: FingerprintMode,
     pub(crate) max_body: usize,
+    pub(crate) body_timeout: Option<Duration>,
+    pub(crate) max_buffered: Option<usize>,
     pub(crate) max_stored_response: usize,
     pub(crate) on_store_error: OnStoreError,
     pub(crate) classify_error: Classifier,
@@ -68,6 +70,8 @@ impl Default for Config {
             scope_headers: vec![AUTHORIZATION],
             fingerprint: FingerprintMode::Json,
             max_body: 10 * 1024 * 1024,
+            body_timeout: None,
+            max_buffered: None,
             max_stored_response: 1024 * 1024,
             on_store_error: OnStoreError::Reject,
             classify_error: Arc::new(|_| Delivery::MaybeSent),
@@ -85,6 +89,8 @@ impl fmt::Debug for Config {
             .field("scope_headers", &self.scope_headers)
             .field("fingerprint", &self.fingerprint)
             .field("max_body", &self.max_body)
+            .field("body_timeout", &self.body_timeout)
+            .field("max_buffered", &self.max_buffered)
             .field("max_stored_response", &self.max_stored_response)
             .field("on_store_error", &self.on_store_error)
             .finish_non_exhaustive()

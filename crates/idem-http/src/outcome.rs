@@ -34,11 +34,13 @@ pub enum Outcome {
     TooLarge,
     /// The store failed and the request was refused (503).
     StoreError,
+    /// The request body did not fit in the budget of bytes buffered at once (503).
+    Overloaded,
 }
 
 impl Outcome {
     /// The label used in metrics and logs: `executed`, `replayed`, `conflict`, `mismatch`,
-    /// `invalid`, `passthrough`, `too_large` or `store_error`.
+    /// `invalid`, `passthrough`, `too_large`, `store_error` or `overloaded`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Outcome::Executed => "executed",
@@ -49,6 +51,7 @@ impl Outcome {
             Outcome::Passthrough => "passthrough",
             Outcome::TooLarge => "too_large",
             Outcome::StoreError => "store_error",
+            Outcome::Overloaded => "overloaded",
         }
     }
 }
