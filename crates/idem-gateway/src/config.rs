@@ -41,6 +41,10 @@ use crate::{
 
 /// Default of `--listen`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// Default of `--max-connections`.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 10_000;
+/// Default of `--idle-timeout`.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default of `--admin-listen`.
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
 /// Default of `--store`.
@@ -65,6 +69,10 @@ pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default of `--max-body`: 10 MiB.
 pub const DEFAULT_MAX_BODY: usize = 10 << 20;
+/// Default of `--body-timeout`.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default of `--max-buffered`: 256 MiB.
+pub const DEFAULT_MAX_BUFFERED: usize = 256 << 20;
 /// Default of `--max-stored-response`: 1 MiB.
 pub const DEFAULT_MAX_STORED_RESPONSE: usize = 1 << 20;
 
@@ -74,6 +82,10 @@ pub const DEFAULT_MAX_STORED_RESPONSE: usize = 1 << 20;
 pub struct Config {
     /// Where clients connect (port 0: any free port, see [`Gateway::addr`](crate::Gateway::addr)).
     pub listen: SocketAddr,
+    /// The most client connections open at once.
+    pub max_connections: u32,
+    /// How long a client connection may stay without a request in progress.
+    pub idle_timeout: Duration,
     /// Where the admin endpoints listen.
     pub admin_listen: SocketAddr,
     /// The API requests are forwarded to.
@@ -82,7 +94,7 @@ pub struct Config {
     pub upstream_h2c: bool,
     /// How long to wait for a connection to the upstream.
     pub connect_timeout: Duration,
-    /// How long to wait for the upstream's response head once connected.
+    /// How long the whole upstream exchange may take once connected: response head and body.
     pub upstream_timeout: Duration,
     /// Where records are kept.
     pub store: StoreUrl,
@@ -106,11 +118,15 @@ pub struct Config {
     pub fingerprint: FingerprintMode,
     /// The largest body of a request with a key.
     pub max_body: usize,
+    /// How long the body of a request with a key may take to arrive.
+    pub body_timeout: Duration,
+    /// The most bytes of request bodies buffered at once, across all requests.
+    pub max_buffered: usize,
     /// The largest response stored for replay.
     pub max_stored_response: usize,
     /// Whether to forward requests without idempotency while the store is unreachable.
     pub on_store_error: OnStoreError,
-    /// How long open connections may take to finish on shutdown.
+    /// How long requests in progress may take to finish on shutdown.
     pub shutdown_timeout: Duration,
 }
 
@@ -119,6 +135,8 @@ impl Config {
     pub fn new(upstream: Upstream) -> Self {
         Self {
             listen: DEFAULT_LISTEN.parse().expect("valid default"),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
             admin_listen: DEFAULT_ADMIN_LISTEN.parse().expect("valid default"),
             upstream,
             upstream_h2c: false,
@@ -138,6 +156,8 @@ impl Config {
             scope_headers: vec![http::header::AUTHORIZATION],
             fingerprint: FingerprintMode::Json,
             max_body: DEFAULT_MAX_BODY,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
+            max_buffered: DEFAULT_MAX_BUFFERED,
             max_stored_response: DEFAULT_MAX_STORED_RESPONSE,
             on_store_error: OnStoreError::Reject,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
@@ -163,6 +183,8 @@ impl TryFrom<&ServeArgs> for Config {
             .collect::<Result<_, _>>()?;
         Ok(Self {
             listen: args.listen,
+            max_connections: args.max_connections,
+            idle_timeout: args.idle_timeout.0,
             admin_listen: args.admin_listen,
             upstream,
             upstream_h2c: args.upstream_h2c,
@@ -190,6 +212,8 @@ impl TryFrom<&ServeArgs> for Config {
                 FingerprintArg::Raw => FingerprintMode::Raw,
             },
             max_body: args.max_body.0,
+            body_timeout: args.body_timeout.0,
+            max_buffered: args.max_buffered.0,
             max_stored_response: args.max_stored_response.0,
             on_store_error: match args.on_store_error {
                 StoreErrorMode::Reject => OnStoreError::Reject,

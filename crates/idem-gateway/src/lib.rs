@@ -26,6 +26,8 @@
 mod admin;
 pub mod cli;
 pub mod config;
+mod connections;
+mod deadline;
 pub mod demo;
 mod duration;
 mod error;
