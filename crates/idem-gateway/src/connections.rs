@@ -1,12 +1,13 @@
 //! [`Connections`]: how many client connections the gateway holds at once, and when it closes
 //! them: idle for `--idle-timeout`, idle while the limit is reached, or on shutdown.
 //!
-//! At `--max-connections`, the gateway stops accepting: new connections wait in the kernel's
-//! accept queue. It then closes every connection that has been idle (no request in progress)
-//! for half a second or more, and does so again every half second while it stays full, so that
-//! idle keep-alive connections never keep a new client out for long. The half second spares a
-//! connection just accepted whose first request is on its way. A connection closes gracefully:
-//! a request in progress is answered first.
+//! At `--max-connections`, the gateway stops accepting: the connection just accepted waits for
+//! a free slot, and the next ones wait in the kernel's accept queue. The gateway then closes
+//! every connection that has been idle (no request in progress) for half a second or more, and
+//! does so again every half second while a connection waits, so that idle keep-alive
+//! connections never keep a new client out for long. The half second spares a connection just
+//! accepted whose first request is on its way. A connection closes gracefully: a request in
+//! progress is answered first.
 
 use std::{
     error::Error,

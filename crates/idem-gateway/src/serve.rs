@@ -199,11 +199,6 @@ impl Gateway {
             .keep_alive_timeout(HTTP2_KEEP_ALIVE);
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
-            let slot = tokio::select! {
-                biased;
-                () = &mut shutdown => break,
-                slot = connections.slot() => slot,
-            };
             let (stream, peer) = tokio::select! {
                 biased;
                 () = &mut shutdown => break,
@@ -217,6 +212,13 @@ impl Gateway {
                         continue;
                     }
                 },
+            };
+            // At the limit, this connection waits here (and the next ones in the accept queue)
+            // while idle connections are closed for it.
+            let slot = tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                slot = connections.slot() => slot,
             };
             // Responses are written whole; waiting to fill a segment only adds latency.
             let _ = stream.set_nodelay(true);
