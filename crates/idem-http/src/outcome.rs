@@ -25,7 +25,8 @@ pub enum Outcome {
     Conflict,
     /// The key is in use by a request with another fingerprint (422).
     Mismatch,
-    /// The key was missing though required, or invalid (400).
+    /// The key was missing though required, or invalid (400); or the body could not be read
+    /// (400) or did not arrive within the body timeout (408).
     Invalid,
     /// Forwarded without idempotency: method not covered, no key, or the store failed under
     /// [`OnStoreError::Passthrough`](crate::OnStoreError::Passthrough).
