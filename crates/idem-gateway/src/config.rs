@@ -400,6 +400,29 @@ mod tests {
     }
 
     #[test]
+    fn the_bounds_are_read_from_the_file() {
+        let file = r#"
+            upstream = "http://a"
+            max-connections = 100
+            idle-timeout = "5s"
+            body-timeout = "2s"
+            max-buffered = "8MiB"
+        "#;
+        let config = config_with_file(file, &[]).unwrap();
+        assert_eq!(config.max_connections, 100);
+        assert_eq!(config.idle_timeout, Duration::from_secs(5));
+        assert_eq!(config.body_timeout, Duration::from_secs(2));
+        assert_eq!(config.max_buffered, 8 << 20);
+        let defaults = config_with_file("", &["--upstream", "http://a"]).unwrap();
+        assert_eq!(defaults.max_connections, 10_000);
+        assert_eq!(defaults.idle_timeout, Duration::from_secs(60));
+        assert_eq!(defaults.body_timeout, Duration::from_secs(30));
+        assert_eq!(defaults.max_buffered, 256 << 20);
+        let error = config_with_file("", &["--upstream", "http://a", "--max-connections", "0"]);
+        assert!(matches!(error, Err(Error::Cli(_))));
+    }
+
+    #[test]
     fn a_wrongly_typed_setting_is_refused() {
         let error = config_with_file("ttl = 5.5", &["--upstream", "http://a"]).unwrap_err();
         assert!(matches!(
