@@ -190,14 +190,34 @@ async fn beyond_max_connections_a_new_connection_waits_for_a_busy_one_to_end() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_idle_connections_do_not_keep_a_new_client_out() {
     let upstream = Upstream::start().await;
-    // The default --max-connections: 10,000.
-    let gateway = Gateway::start(&upstream.url(), &["--store", "memory://"]);
+    // The default --max-connections: 10,000. The idle timeout is out of the way: the idle
+    // connections are closed for the new one, not because they timed out.
+    let gateway = Gateway::start(
+        &upstream.url(),
+        &["--store", "memory://", "--idle-timeout", "10m"],
+    );
+    let open = || {
+        std::fs::read_dir(format!("/proc/{}/fd", gateway.pid()))
+            .unwrap()
+            .count()
+    };
+    let before = open();
     let mut idle = Vec::with_capacity(10_000);
     for _ in 0..10_000 {
         idle.push(TcpStream::connect(gateway.addr).await.unwrap());
     }
-    // Long enough for the gateway to have accepted them all, and for them to count as idle.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Once the gateway has accepted them all (one descriptor each), and they have been idle
+    // long enough to be closed for a new connection.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while open() < before + 10_000 {
+        assert!(
+            Instant::now() < deadline,
+            "the gateway accepted {} connections",
+            open()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
 
     let asked = Instant::now();
     let reply = tokio::time::timeout(
