@@ -75,20 +75,26 @@ impl StoredResponse {
     /// implementation produces.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.encoded_len());
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// Appends the encoding to `out` (which callers size with [`StoredResponse::encoded_len`]),
+    /// so that a caller that frames it, as sealing does, allocates once.
+    pub(crate) fn encode_into(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(MAGIC);
         out.push(VERSION);
         out.extend_from_slice(&self.status.to_le_bytes());
-        encode_fields(&mut out, &self.headers);
+        encode_fields(out, &self.headers);
         out.extend_from_slice(&(self.body.len() as u64).to_le_bytes());
         out.extend_from_slice(&self.body);
         match &self.trailers {
             None => out.push(0),
             Some(trailers) => {
                 out.push(1);
-                encode_fields(&mut out, trailers);
+                encode_fields(out, trailers);
             }
         }
-        out
     }
 
     /// Decodes bytes written by [`StoredResponse::encode`].

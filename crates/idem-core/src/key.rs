@@ -115,7 +115,12 @@ impl IdempotencyKey {
     }
 
     /// A short, stable, non-reversible digest of the key, for logs (keys are never logged in clear).
+    ///
+    /// Keyed by the process's [`DigestKey`](crate::DigestKey) when one is installed.
     pub fn digest(&self) -> String {
+        if let Some(key) = crate::log_digest::for_keys() {
+            return blake3::keyed_hash(key, self.0.as_bytes()).to_hex()[..16].to_owned();
+        }
         // `blake3::derive_key` with the context hashed once, not for every request (and a new
         // hasher from it rather than a clone of a prepared one: that copies its 2 KiB).
         static CONTEXT: LazyLock<ContextKey> =

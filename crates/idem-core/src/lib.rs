@@ -3,7 +3,8 @@
 //! This crate holds the domain model and no I/O: the [`IdempotencyKey`], the caller's [`Scope`],
 //! the request [`Fingerprint`], the [`Record`] and its states, [`FencingToken`]s and
 //! [`Lease`]s, the [`Policy`], the [`Store`] contract every backend implements, the [`Engine`]
-//! that runs an operation under a key, and [`MemoryStore`], the reference store.
+//! that runs an operation under a key, and [`MemoryStore`], the reference store. With the
+//! `sealing` feature, [`sealing::Sealed`] keeps stored responses encrypted in any store.
 //!
 //! The state machine is described in `docs/state-machine.md` of the repository.
 //!
@@ -44,11 +45,14 @@ mod error;
 mod fingerprint;
 mod key;
 mod lease;
+mod log_digest;
 mod memory;
 mod policy;
 mod record;
 mod response;
 mod scope;
+#[cfg(feature = "sealing")]
+pub mod sealing;
 mod store;
 pub mod transition;
 
@@ -60,6 +64,7 @@ pub use error::StoreError;
 pub use fingerprint::{Fingerprint, FingerprintBuilder, FingerprintMode, InvalidFingerprint};
 pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
 pub use lease::{FencingToken, Lease};
+pub use log_digest::{DIGEST_KEY_LEN, DigestKey, DigestKeyInstalled};
 pub use memory::MemoryStore;
 pub use policy::{Ambiguous, InFlight, Policy};
 pub use record::{Record, RecordState};

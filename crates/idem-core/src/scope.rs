@@ -55,6 +55,16 @@ impl Scope {
         &self.0
     }
 
+    /// The scope as logs show it: its hash in hex, or, when the process has a
+    /// [`DigestKey`](crate::DigestKey) installed, a keyed hash of it (64 hex digits either way),
+    /// so that logs cannot be matched against guessed credentials.
+    pub fn digest(&self) -> String {
+        match crate::log_digest::for_scopes() {
+            Some(key) => blake3::keyed_hash(key, &self.0).to_hex().to_string(),
+            None => self.to_string(),
+        }
+    }
+
     /// Whether this is [`Scope::ANONYMOUS`].
     pub fn is_anonymous(&self) -> bool {
         *self == Self::ANONYMOUS

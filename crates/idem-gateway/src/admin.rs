@@ -6,10 +6,11 @@
 //! | `GET /readyz` | 200 when the store answers a ping, 503 otherwise (and while shutting down) |
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /v1/keys/{key}?scope=HEX` | the record as JSON ([`RecordView`]); 404 when there is none |
-//! | `DELETE /v1/keys/{key}?scope=HEX` | 204: the record is forgotten; 404 when there was none |
+//! | `DELETE /v1/keys/{key}?scope=HEX&force=true` | 204: the record is forgotten; 404 when there was none; 409 when a request holds the key, unless `force=true` |
 //!
 //! `scope` is the scope hash in hex, as the logs show it; without it, the anonymous scope. A bad
-//! key or scope is a 400. Errors are problem+json.
+//! key, scope or `force` is a 400. Errors are problem+json. With an admin token, every route but
+//! the probes needs it ([`AdminToken`](crate::AdminToken)).
 
 use std::{
     sync::{
@@ -30,7 +31,11 @@ use idem_core::{Address, IdempotencyKey, Scope, Store};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 
-use crate::{GatewayStore, RecordView, problem};
+use crate::{
+    AdminToken, GatewayStore, RecordView, admin_auth,
+    forget::{Forgotten, forget},
+    problem,
+};
 
 /// How long `/readyz` waits for the store's ping.
 const PING_TIMEOUT: Duration = Duration::from_secs(2);
@@ -44,13 +49,14 @@ pub(crate) struct AdminState {
     pub(crate) draining: Arc<AtomicBool>,
 }
 
-/// The admin routes.
-pub(crate) fn router(state: AdminState) -> Router {
-    Router::new()
+/// The admin routes; with a token, all but the probes need it.
+pub(crate) fn router(state: AdminState, token: Option<AdminToken>) -> Router {
+    let protected = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/v1/keys/{key}", get(show_key).delete(forget_key));
+    admin_auth::protect(protected, token)
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/v1/keys/{key}", get(show_key).delete(forget_key))
         .with_state(state)
 }
 
@@ -86,11 +92,18 @@ pub(crate) struct ScopeQuery {
     scope: Option<String>,
 }
 
-/// A key or scope in an admin URL that cannot be used (400).
+/// The `?force=true` of `DELETE`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ForceQuery {
+    force: Option<String>,
+}
+
+/// A key, scope or `force` in an admin URL that cannot be used (400).
 #[derive(Debug)]
 enum BadAddress {
     Key(idem_core::KeyError),
     Scope,
+    Force,
 }
 
 impl IntoResponse for BadAddress {
@@ -107,6 +120,12 @@ impl IntoResponse for BadAddress {
                 problem::INVALID_SCOPE,
                 "Invalid scope",
                 "The scope is the scope hash as the logs show it: 64 hexadecimal digits.",
+            ),
+            BadAddress::Force => problem::response(
+                StatusCode::BAD_REQUEST,
+                problem::INVALID_FORCE,
+                "Invalid force",
+                "force is `true` or `false`.",
             ),
         }
     }
@@ -136,12 +155,21 @@ fn store_failed(error: &idem_core::StoreError) -> Response {
         error = error as &(dyn std::error::Error + 'static),
         "admin: the store failed"
     );
-    problem::response(
-        StatusCode::SERVICE_UNAVAILABLE,
-        idem_http::problem::STORE_UNAVAILABLE,
-        "Idempotency store unavailable",
-        "The idempotency store cannot be reached.",
-    )
+    match error {
+        idem_core::StoreError::Corrupted(_) => problem::response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            idem_http::problem::RECORD_CORRUPTED,
+            "Idempotency record unreadable",
+            "The record under this key cannot be read (altered, or sealed with a key that is not \
+             in the key ring).",
+        ),
+        _ => problem::response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            idem_http::problem::STORE_UNAVAILABLE,
+            "Idempotency store unavailable",
+            "The idempotency store cannot be reached.",
+        ),
+    }
 }
 
 async fn show_key(
@@ -164,17 +192,30 @@ async fn forget_key(
     State(state): State<AdminState>,
     Path(key): Path<String>,
     Query(query): Query<ScopeQuery>,
+    Query(force): Query<ForceQuery>,
 ) -> Response {
     let address = match address(&key, &query) {
         Ok(address) => address,
         Err(bad) => return bad.into_response(),
     };
-    match state.store.forget(&address).await {
-        Ok(true) => {
-            tracing::info!(key = %address.key.digest(), scope = %address.scope, "admin: key forgotten");
+    let force = match force.force.as_deref() {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(_) => return BadAddress::Force.into_response(),
+    };
+    match forget(&state.store, &address, force).await {
+        Ok(Forgotten::Removed) => {
+            tracing::info!(key = %address.key.digest(), scope = %address.scope.digest(), force, "admin: key forgotten");
             StatusCode::NO_CONTENT.into_response()
         }
-        Ok(false) => not_found(),
+        Ok(Forgotten::NotFound) => not_found(),
+        Ok(Forgotten::Processing) => problem::response(
+            StatusCode::CONFLICT,
+            problem::KEY_PROCESSING,
+            "Key being processed",
+            "A request holds this key and may still be running; forgetting it would let a \
+             retry execute while it runs. Add force=true to forget it anyway.",
+        ),
         Err(error) => store_failed(&error),
     }
 }

@@ -95,11 +95,26 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_ADMIN_LISTEN", value_name = "ADDR", default_value = config::DEFAULT_ADMIN_LISTEN)]
     pub admin_listen: SocketAddr,
 
+    /// A file holding the admin token: /metrics and /v1/keys then need `Authorization: Bearer
+    /// <token>` (/healthz and /readyz never do). Required when --admin-listen is not loopback.
+    #[arg(long, env = "IDEM_ADMIN_TOKEN_FILE", value_name = "PATH")]
+    pub admin_token_file: Option<PathBuf>,
+
     /// Where records are kept: memory://, sqlite://PATH (relative), sqlite:///ABSOLUTE/PATH,
     /// postgres://USER@HOST/DB?schema=S, redis://HOST:PORT?prefix=P or
     /// redis+cluster://HOST:PORT,HOST:PORT…?prefix=P (the parameters are optional).
     #[arg(long, env = "IDEM_STORE", value_name = "URL", default_value = config::DEFAULT_STORE)]
     pub store: StoreUrl,
+
+    /// Seal stored responses with the key ring in this file: one `ID:BASE64` key per line (32
+    /// random bytes), the first seals, every one opens [default: stored in clear].
+    #[arg(long, env = "IDEM_ENCRYPTION_KEY_FILE", value_name = "PATH")]
+    pub encryption_key_file: Option<PathBuf>,
+
+    /// Key the key and scope digests in logs with the 32 bytes, in standard base64, in this file
+    /// [default: unkeyed].
+    #[arg(long, env = "IDEM_DIGEST_KEY_FILE", value_name = "PATH")]
+    pub digest_key_file: Option<PathBuf>,
 
     /// The request header that carries the idempotency key.
     #[arg(long, env = "IDEM_KEY_HEADER", value_name = "NAME", default_value = config::DEFAULT_KEY_HEADER)]
@@ -143,6 +158,11 @@ pub struct ServeArgs {
     #[arg(long = "scope-header", env = "IDEM_SCOPE_HEADER", value_name = "NAME",
           value_delimiter = ',', default_value = config::DEFAULT_SCOPE_HEADER)]
     pub scope_headers: Vec<String>,
+
+    /// A keyed request without any scope header: run it in the shared anonymous scope, or
+    /// refuse it (400 scope-required).
+    #[arg(long, env = "IDEM_ANONYMOUS", value_enum, default_value = config::DEFAULT_ANONYMOUS)]
+    pub anonymous: AnonymousMode,
 
     /// How request bodies are compared: JSON canonicalized first, or raw bytes.
     #[arg(long, env = "IDEM_FINGERPRINT", value_enum, default_value_t = FingerprintArg::Json)]
@@ -211,6 +231,15 @@ pub enum AmbiguousMode {
     Reject,
 }
 
+/// `--anonymous`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AnonymousMode {
+    /// Run it in the anonymous scope, shared by every such request.
+    Allow,
+    /// 400 problem `scope-required`; nothing stored or forwarded.
+    Reject,
+}
+
 /// `--fingerprint`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum FingerprintArg {
@@ -244,8 +273,9 @@ pub enum LogFormat {
 pub enum KeysCommand {
     /// Print a key's record as JSON.
     Show(KeyArgs),
-    /// Remove a key's record, whatever its state, so the next request executes.
-    Forget(KeyArgs),
+    /// Remove a key's record so the next request executes (one that a request holds only with
+    /// --force).
+    Forget(ForgetArgs),
     /// Remove every expired record and print how many there were.
     Purge(StoreArgs),
 }
@@ -255,12 +285,28 @@ pub enum KeysCommand {
 pub struct KeyArgs {
     /// The idempotency key, as clients send it.
     pub key: IdempotencyKey,
-    /// The scope hash in hex, as the logs show it (default: the anonymous scope).
+    /// The scope hash in hex, as the logs show it without --digest-key-file (default: the
+    /// anonymous scope).
     #[arg(long, value_name = "HEX")]
     pub scope: Option<Scope>,
+    /// The key ring that opens sealed records (as `idem serve --encryption-key-file`).
+    #[arg(long, env = "IDEM_ENCRYPTION_KEY_FILE", value_name = "PATH")]
+    pub encryption_key_file: Option<PathBuf>,
     /// The store.
     #[command(flatten)]
     pub store: StoreArgs,
+}
+
+/// `idem keys forget`.
+#[derive(Debug, Args)]
+pub struct ForgetArgs {
+    /// The key.
+    #[command(flatten)]
+    pub key: KeyArgs,
+    /// Forget the key even while a request holds it: a retry may then execute while that
+    /// request still runs [default: off].
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// The store a command works on.
@@ -394,6 +440,10 @@ pub struct RelayArgs {
         default_value = "127.0.0.1:9091"
     )]
     pub admin_listen: SocketAddr,
+    /// A file holding the admin token: /metrics then needs `Authorization: Bearer <token>`
+    /// (/healthz never does). Required when --admin-listen is not loopback.
+    #[arg(long, env = "IDEM_ADMIN_TOKEN_FILE", value_name = "PATH")]
+    pub admin_token_file: Option<PathBuf>,
     /// Log lines as text or as JSON objects.
     #[arg(long, env = "IDEM_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

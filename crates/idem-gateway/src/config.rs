@@ -31,12 +31,13 @@ use std::{ffi::OsString, fmt, net::SocketAddr, path::Path, str::FromStr, time::D
 
 use clap::{ArgAction, ArgMatches, parser::ValueSource};
 use http::{HeaderName, Method};
-use idem_core::{Ambiguous, FingerprintMode, InFlight};
-use idem_http::OnStoreError;
+use idem_core::{Ambiguous, DigestKey, FingerprintMode, InFlight, sealing::KeyRing};
+use idem_http::{Anonymous, OnStoreError};
 
 use crate::{
-    Error, StoreUrl, Upstream,
-    cli::{AmbiguousMode, FingerprintArg, InFlightMode, ServeArgs, StoreErrorMode},
+    AdminToken, Error, StoreUrl, Upstream,
+    cli::{AmbiguousMode, AnonymousMode, FingerprintArg, InFlightMode, ServeArgs, StoreErrorMode},
+    key_files,
 };
 
 /// Default of `--listen`.
@@ -55,6 +56,8 @@ pub const DEFAULT_KEY_HEADER: &str = "Idempotency-Key";
 pub const DEFAULT_METHODS: &str = "POST,PATCH";
 /// Default of `--scope-header`.
 pub const DEFAULT_SCOPE_HEADER: &str = "Authorization";
+/// Default of `--anonymous`.
+pub const DEFAULT_ANONYMOUS: &str = "allow";
 /// Default of `--ttl`: as Stripe.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// Default of `--lease`.
@@ -75,6 +78,10 @@ pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_MAX_BUFFERED: usize = 256 << 20;
 /// Default of `--max-stored-response`: 1 MiB.
 pub const DEFAULT_MAX_STORED_RESPONSE: usize = 1 << 20;
+/// Default of `--encryption-key-file`: none, stored responses are kept in clear.
+pub const DEFAULT_ENCRYPTION: Option<KeyRing> = None;
+/// Default of `--digest-key-file`: none, log digests are unkeyed.
+pub const DEFAULT_DIGEST_KEY: Option<DigestKey> = None;
 
 /// The settings of a [`Gateway`](crate::Gateway).
 #[derive(Debug, Clone)]
@@ -88,6 +95,9 @@ pub struct Config {
     pub idle_timeout: Duration,
     /// Where the admin endpoints listen.
     pub admin_listen: SocketAddr,
+    /// The token the admin endpoints need (all but `/healthz` and `/readyz`); none: open, which
+    /// only a loopback `admin_listen` allows.
+    pub admin_token: Option<AdminToken>,
     /// The API requests are forwarded to.
     pub upstream: Upstream,
     /// Speak h2c (HTTP/2 with prior knowledge) to the upstream instead of HTTP/1.1.
@@ -98,6 +108,11 @@ pub struct Config {
     pub upstream_timeout: Duration,
     /// Where records are kept.
     pub store: StoreUrl,
+    /// The keys that seal stored responses at rest; `None` keeps them in clear.
+    pub encryption: Option<KeyRing>,
+    /// The key that makes the digests in logs keyed; `None` leaves them unkeyed. Installed for
+    /// the whole process by [`Gateway::bind`](crate::Gateway::bind).
+    pub digest_key: Option<DigestKey>,
     /// The header that carries the idempotency key.
     pub key_header: HeaderName,
     /// The methods whose requests are deduplicated.
@@ -114,6 +129,8 @@ pub struct Config {
     pub ambiguous: Ambiguous,
     /// The headers hashed into the scope; empty turns scoping off.
     pub scope_headers: Vec<HeaderName>,
+    /// What a keyed request without any scope header gets.
+    pub anonymous: Anonymous,
     /// How bodies are fingerprinted.
     pub fingerprint: FingerprintMode,
     /// The largest body of a request with a key.
@@ -138,11 +155,14 @@ impl Config {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             admin_listen: DEFAULT_ADMIN_LISTEN.parse().expect("valid default"),
+            admin_token: None,
             upstream,
             upstream_h2c: false,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             upstream_timeout: DEFAULT_UPSTREAM_TIMEOUT,
             store: DEFAULT_STORE.parse().expect("valid default"),
+            encryption: DEFAULT_ENCRYPTION,
+            digest_key: DEFAULT_DIGEST_KEY,
             key_header: HeaderName::from_static("idempotency-key"),
             methods: DEFAULT_METHODS
                 .parse::<MethodList>()
@@ -154,6 +174,7 @@ impl Config {
             in_flight: InFlight::Reject,
             ambiguous: Ambiguous::Retry,
             scope_headers: vec![http::header::AUTHORIZATION],
+            anonymous: Anonymous::Allow,
             fingerprint: FingerprintMode::Json,
             max_body: DEFAULT_MAX_BODY,
             body_timeout: DEFAULT_BODY_TIMEOUT,
@@ -180,17 +201,40 @@ impl TryFrom<&ServeArgs> for Config {
                     value: name.clone(),
                 })
             })
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<Vec<_>, _>>()?;
+        let anonymous = match args.anonymous {
+            AnonymousMode::Allow => Anonymous::Allow,
+            AnonymousMode::Reject => Anonymous::Reject,
+        };
+        if anonymous == Anonymous::Reject && scope_headers.is_empty() {
+            return Err(Error::AnonymousWithoutScope);
+        }
+        let admin_token = args
+            .admin_token_file
+            .as_deref()
+            .map(AdminToken::from_file)
+            .transpose()?;
         Ok(Self {
             listen: args.listen,
             max_connections: args.max_connections,
             idle_timeout: args.idle_timeout.0,
             admin_listen: args.admin_listen,
+            admin_token,
             upstream,
             upstream_h2c: args.upstream_h2c,
             connect_timeout: args.connect_timeout.0,
             upstream_timeout: args.upstream_timeout.0,
             store: args.store.clone(),
+            encryption: args
+                .encryption_key_file
+                .as_deref()
+                .map(key_files::key_ring)
+                .transpose()?,
+            digest_key: args
+                .digest_key_file
+                .as_deref()
+                .map(key_files::digest_key)
+                .transpose()?,
             key_header: args.key_header.clone(),
             methods: args.methods.0.clone(),
             require_key: args.require_key,
@@ -207,6 +251,7 @@ impl TryFrom<&ServeArgs> for Config {
                 AmbiguousMode::Reject => Ambiguous::Reject,
             },
             scope_headers,
+            anonymous,
             fingerprint: match args.fingerprint {
                 FingerprintArg::Json => FingerprintMode::Json,
                 FingerprintArg::Raw => FingerprintMode::Raw,
@@ -420,6 +465,23 @@ mod tests {
         assert_eq!(defaults.max_buffered, 256 << 20);
         let error = config_with_file("", &["--upstream", "http://a", "--max-connections", "0"]);
         assert!(matches!(error, Err(Error::Cli(_))));
+    }
+
+    #[test]
+    fn the_admin_token_file_and_anonymous_come_from_the_file_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "t0ken\n").unwrap();
+        let file = format!(
+            "admin-token-file = {:?}\nanonymous = \"reject\"\n",
+            token.to_str().unwrap()
+        );
+        let config = config_with_file(&file, &["--upstream", "http://a"]).unwrap();
+        assert_eq!(config.anonymous, Anonymous::Reject);
+        assert_eq!(format!("{:?}", config.admin_token), "Some(AdminToken(..))");
+        let default = config_with_file("", &["--upstream", "http://a"]).unwrap();
+        assert_eq!(default.anonymous, Anonymous::Allow);
+        assert!(default.admin_token.is_none());
     }
 
     #[test]

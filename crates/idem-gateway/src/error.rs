@@ -75,6 +75,35 @@ pub enum Error {
     /// No upstream was configured.
     #[error("no upstream: set --upstream, IDEM_UPSTREAM or `upstream` in the config file")]
     MissingUpstream,
+    /// A key file (`--encryption-key-file`, `--digest-key-file`) could not be read.
+    #[error("cannot read the key file {}", path.display())]
+    ReadKeyFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The `--encryption-key-file` is not a valid key ring; the cause names the line.
+    #[error("invalid encryption key file {}", path.display())]
+    EncryptionKeyFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, and on which line.
+        #[source]
+        source: idem_core::sealing::KeyRingError,
+    },
+    /// The `--digest-key-file` is not 32 bytes of standard base64 on one line.
+    #[error("invalid digest key file {}: {problem}", path.display())]
+    DigestKeyFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+    /// Another digest key is already in use in this process (two gateways in one process).
+    #[error(transparent)]
+    DigestKeyInstalled(#[from] idem_core::DigestKeyInstalled),
     /// The config file could not be read.
     #[error("cannot read the config file {}", path.display())]
     ReadConfig {
@@ -149,6 +178,49 @@ pub enum Error {
         /// The scope in hex.
         scope: String,
     },
+    /// `idem keys forget` without `--force` found the key processing: a request holds it.
+    #[error(
+        "key {key_digest} in scope {scope} is being processed: a request holds it; add --force \
+         to forget it anyway (a retry may then execute while that request still runs)"
+    )]
+    KeyProcessing {
+        /// The key's digest, as logs show it.
+        key_digest: String,
+        /// The scope in hex.
+        scope: String,
+    },
+    /// The admin token file could not be read.
+    #[error("cannot read the admin token file {}", path.display())]
+    ReadAdminToken {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The admin token file does not hold a usable token.
+    #[error("the admin token file {} holds no usable token: {reason}", path.display())]
+    InvalidAdminToken {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with its content.
+        reason: &'static str,
+    },
+    /// The admin listener would listen beyond loopback without a token.
+    #[error(
+        "--admin-listen {addr} is not a loopback address: set --admin-token-file (or \
+         IDEM_ADMIN_TOKEN_FILE) so that its endpoints need a token"
+    )]
+    UnprotectedAdmin {
+        /// The admin listener's address.
+        addr: SocketAddr,
+    },
+    /// `--anonymous reject` with scoping off, which would refuse every request with a key.
+    #[error(
+        "--anonymous reject needs a scope header: with scoping off (--scope-header \"\") every \
+         request with a key would be refused"
+    )]
+    AnonymousWithoutScope,
     /// `--log-level` is not a valid tracing filter.
     #[error("invalid log filter `{filter}`")]
     InvalidLogFilter {
@@ -176,6 +248,21 @@ pub enum Error {
     /// The upstream did not answer in time; the request may have been sent.
     #[error("the upstream did not answer within {}", humantime::format_duration(*.0))]
     UpstreamTimeout(Duration),
+}
+
+impl Error {
+    /// The exit status of `idem` for this error: 2 for a refused command line or a setting
+    /// refused before start-up (an admin token or listener, incompatible options), 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Cli(_)
+            | Error::ReadAdminToken { .. }
+            | Error::InvalidAdminToken { .. }
+            | Error::UnprotectedAdmin { .. }
+            | Error::AnonymousWithoutScope => 2,
+            _ => 1,
+        }
+    }
 }
 
 /// What is wrong with a parameter of a store URL (`?schema=…`, `?prefix=…`).

@@ -20,6 +20,8 @@ use idem_core::{Address, Scope, Store};
 use crate::{
     Error, RecordView, StoreUrl,
     cli::{KeyArgs, KeysCommand},
+    forget::{Forgotten, forget},
+    key_files,
 };
 
 /// How many expired records one store call removes.
@@ -38,9 +40,16 @@ pub async fn run(command: KeysCommand) -> Result<String, Error> {
             Ok(serde_json::to_string_pretty(&view).expect("a record view serializes"))
         }
         KeysCommand::Forget(args) => {
-            let (store, address) = open(&args).await?;
-            if !store.forget(&address).await? {
-                return Err(not_found(&address));
+            let (store, address) = open(&args.key).await?;
+            match forget(&store, &address, args.force).await? {
+                Forgotten::Removed => {}
+                Forgotten::NotFound => return Err(not_found(&address)),
+                Forgotten::Processing => {
+                    return Err(Error::KeyProcessing {
+                        key_digest: address.key.digest(),
+                        scope: address.scope.to_string(),
+                    });
+                }
             }
             Ok(format!(
                 "forgot key {} in scope {}",
@@ -69,7 +78,12 @@ pub async fn run(command: KeysCommand) -> Result<String, Error> {
 }
 
 async fn open(args: &KeyArgs) -> Result<(idem_core::DynStore, Address), Error> {
-    let store = args.store.store.open().await?;
+    let ring = args
+        .encryption_key_file
+        .as_deref()
+        .map(key_files::key_ring)
+        .transpose()?;
+    let store = key_files::sealed(args.store.store.open().await?, ring.as_ref());
     let address = Address::new(args.scope.unwrap_or(Scope::ANONYMOUS), args.key.clone());
     Ok((store, address))
 }

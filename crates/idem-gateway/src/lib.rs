@@ -24,6 +24,7 @@
 //! ```
 
 mod admin;
+mod admin_auth;
 pub mod cli;
 pub mod config;
 mod connections;
@@ -31,7 +32,9 @@ mod deadline;
 pub mod demo;
 mod duration;
 mod error;
+mod forget;
 mod instrumented_store;
+mod key_files;
 pub mod keys;
 pub mod logging;
 mod metrics_recorder;
@@ -39,11 +42,13 @@ pub mod migrate;
 pub mod problem;
 mod proxy;
 mod record_view;
+pub mod relay_admin;
 mod serve;
 mod size;
 mod store_url;
 mod upstream;
 
+pub use admin_auth::AdminToken;
 pub use cli::Cli;
 pub use config::Config;
 pub use duration::HumanDuration;

@@ -1,7 +1,7 @@
 //! Logs: the subscriber (`--log-format text|json`, `--log-level`) and the one line per request.
 //!
 //! Keys and scope identities are never logged in clear: a request's line carries the key's
-//! digest and the scope's hash.
+//! digest and the scope's hash (both keyed under `--digest-key-file`).
 
 use std::{io::IsTerminal, time::Duration};
 
@@ -55,7 +55,8 @@ impl RequestLine<'_> {
             latency_ms = self.latency.as_micros() as f64 / 1000.0,
             outcome = self.outcome.map(|o| o.as_str()),
             key = self.key_digest,
-            scope = self.scope.map(tracing::field::display),
+            // The hash in hex, or its keyed digest under `--digest-key-file`.
+            scope = self.scope.map(|scope| scope.digest()),
             "request"
         );
     }

@@ -5,9 +5,9 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::error::ErrorKind;
 use idem_gateway::{
-    Cli, Error,
+    AdminToken, Cli, Error,
     cli::{Command, RelayArgs},
-    demo, keys, logging, migrate,
+    demo, keys, logging, migrate, relay_admin,
 };
 
 /// glibc's allocator grows and trims its per-thread heaps with a system call every request or two
@@ -70,6 +70,13 @@ async fn relay(args: RelayArgs) -> anyhow::Result<()> {
     use idem_messaging::{OutboxOptions, RelayProcess};
     use tokio_util::sync::CancellationToken;
 
+    // Refused before anything starts, as `serve` does.
+    let token = args
+        .admin_token_file
+        .as_deref()
+        .map(AdminToken::from_file)
+        .transpose()?;
+    AdminToken::check_listen(args.admin_listen, token.as_ref())?;
     logging::init(args.log_format, &args.log_level)?;
     // Installed first, so that a signal sent as soon as the relay starts is not lost.
     let signal = idem_gateway::shutdown_signal();
@@ -85,12 +92,7 @@ async fn relay(args: RelayArgs) -> anyhow::Result<()> {
     let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
         .install_recorder()
         .context("cannot install the metrics recorder")?;
-    let admin = axum::Router::new()
-        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
-        .route(
-            "/metrics",
-            axum::routing::get(move || std::future::ready(metrics.render())),
-        );
+    let admin = relay_admin::router(metrics, token);
     let listener = tokio::net::TcpListener::bind(args.admin_listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.admin_listen))?;
@@ -130,10 +132,10 @@ async fn relay(args: RelayArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Prints `error: <msg>: <cause>…` on one line.
+/// Prints `error: <msg>: <cause>…` on one line; exits 2 for a refused setting, else 1.
 fn failure(error: &anyhow::Error) -> ExitCode {
     eprintln!("error: {}", one_line(&causes(error)));
-    ExitCode::FAILURE
+    ExitCode::from(error.downcast_ref::<Error>().map_or(1, Error::exit_code))
 }
 
 /// The error and its causes, joined by `: `. Drivers often put their cause in their own message

@@ -16,6 +16,14 @@ pub const KEY_NOT_FOUND: &str = "urn:idem:problem:key-not-found";
 /// The admin API was given a scope that is not 64 hex digits (400).
 pub const INVALID_SCOPE: &str = "urn:idem:problem:invalid-scope";
 
+/// The admin API was called without the admin token, or with another (401, with
+/// `WWW-Authenticate: Bearer`).
+pub const UNAUTHORIZED: &str = "urn:idem:problem:unauthorized";
+/// The admin API was asked to forget a key that a request holds, without `?force=true` (409).
+pub const KEY_PROCESSING: &str = "urn:idem:problem:key-processing";
+/// The admin API was given a `force` that is neither `true` nor `false` (400).
+pub const INVALID_FORCE: &str = "urn:idem:problem:invalid-force";
+
 /// A problem+json response: `{"type","title","status","detail"}`.
 pub(crate) fn response(
     status: StatusCode,

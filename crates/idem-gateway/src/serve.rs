@@ -48,10 +48,11 @@ use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 use crate::{
-    Config, Error, InstrumentedStore, Proxy,
+    AdminToken, Config, Error, InstrumentedStore, Proxy,
     admin::{self, AdminState},
     cli::ServeArgs,
     connections::{Activity, Connections},
+    key_files,
     logging::{self, RequestLine},
     metrics_recorder,
     proxy::{self, ClientAddr},
@@ -93,11 +94,20 @@ impl std::fmt::Debug for Gateway {
 }
 
 impl Gateway {
-    /// Opens the store (for SQLite: creates the file and applies migrations), binds both
-    /// listeners and installs the metrics recorder (once per process).
+    /// Opens the store (for SQLite: creates the file and applies migrations), sealed when
+    /// [`Config::encryption`] has keys, binds both listeners and installs the metrics recorder
+    /// (once per process), and the digest key of the logs, if any.
+    ///
+    /// An admin listener beyond loopback without an admin token is refused first
+    /// ([`Error::UnprotectedAdmin`]), before anything is opened or bound.
     pub async fn bind(config: Config) -> Result<Self, Error> {
+        AdminToken::check_listen(config.admin_listen, config.admin_token.as_ref())?;
         let metrics = metrics_recorder::handle();
-        let store = InstrumentedStore::new(config.store.open().await?);
+        if let Some(key) = &config.digest_key {
+            key.install()?;
+        }
+        let store = config.store.open().await?;
+        let store = InstrumentedStore::new(key_files::sealed(store, config.encryption.as_ref()));
         let bind = |addr| async move {
             TcpListener::bind(addr)
                 .await
@@ -162,11 +172,14 @@ impl Gateway {
 
         let background = CancellationToken::new();
         let draining = Arc::new(AtomicBool::new(false));
-        let admin = admin::router(AdminState {
-            store: store.clone(),
-            metrics: metrics.clone(),
-            draining: Arc::clone(&draining),
-        });
+        let admin = admin::router(
+            AdminState {
+                store: store.clone(),
+                metrics: metrics.clone(),
+                draining: Arc::clone(&draining),
+            },
+            config.admin_token.clone(),
+        );
         let admin_task = tokio::spawn(
             axum::serve(admin_listener, admin)
                 .with_graceful_shutdown(background.clone().cancelled_owned())
@@ -182,6 +195,12 @@ impl Gateway {
             store = %config.store,
             "listening"
         );
+        if config.scope_headers.is_empty() {
+            tracing::warn!(
+                "scoping is off: every caller shares one key space, so two callers that send \
+                 the same key get one execution and each other's responses (set --scope-header)"
+            );
+        }
 
         let connections = Connections::new(config.max_connections as usize, config.idle_timeout);
         let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -280,6 +299,7 @@ fn idempotency_layer(config: &Config, store: GatewayStore) -> IdempotencyLayer<G
         .in_flight(config.in_flight)
         .ambiguous(config.ambiguous)
         .scope_headers(config.scope_headers.iter().cloned())
+        .anonymous(config.anonymous)
         .fingerprint(config.fingerprint)
         .max_body(config.max_body)
         .body_timeout(config.body_timeout)

@@ -43,7 +43,7 @@
 use bytes::{Bytes, BytesMut};
 use http::{
     HeaderMap, HeaderName, HeaderValue, Response, StatusCode,
-    header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, TRAILER},
+    header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, SET_COOKIE, TRAILER},
     response::Parts,
 };
 use http_body_util::BodyExt;
@@ -139,6 +139,14 @@ where
     };
     let response = Response::from_parts(parts, ResponseBody::buffered(data, trailers));
     Ok((response, stored))
+}
+
+/// Leaves out the `Set-Cookie` headers of a response stored in, or replayed from, the anonymous
+/// scope: the callers that share that scope are not one client, and a cookie is one client's.
+pub(crate) fn drop_cookies(stored: &mut StoredResponse) {
+    stored
+        .headers
+        .retain(|(name, _)| !name.eq_ignore_ascii_case(SET_COOKIE.as_str()));
 }
 
 /// What is stored for a response over the limit: its status and headers, but a problem body.

@@ -1,4 +1,4 @@
-//! The layer's settings, and the two choices that are not part of [`Policy`].
+//! The layer's settings, and the choices that are not part of [`Policy`].
 //!
 //! # Examples
 //!
@@ -28,6 +28,18 @@ pub enum OnStoreError {
     Passthrough,
 }
 
+/// What to do with a keyed request that carries none of the scope headers, which would put it in
+/// the anonymous scope that every such caller shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Anonymous {
+    /// Run it in the anonymous scope; its stored response is replayed without `Set-Cookie`.
+    #[default]
+    Allow,
+    /// Answer `400` problem+json of type
+    /// [`SCOPE_REQUIRED`](crate::problem::SCOPE_REQUIRED): nothing is stored or forwarded.
+    Reject,
+}
+
 /// Whether a request that failed with an error of the inner service may have reached the other
 /// side, as decided by [`IdempotencyLayer::classify_error`](crate::IdempotencyLayer::classify_error).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +63,7 @@ pub(crate) struct Config {
     pub(crate) require_key: bool,
     pub(crate) policy: Policy,
     pub(crate) scope_headers: Vec<HeaderName>,
+    pub(crate) anonymous: Anonymous,
     pub(crate) fingerprint: FingerprintMode,
     pub(crate) max_body: usize,
     pub(crate) body_timeout: Option<Duration>,
@@ -68,6 +81,7 @@ impl Default for Config {
             require_key: false,
             policy: Policy::default(),
             scope_headers: vec![AUTHORIZATION],
+            anonymous: Anonymous::Allow,
             fingerprint: FingerprintMode::Json,
             max_body: 10 * 1024 * 1024,
             body_timeout: None,
@@ -87,6 +101,7 @@ impl fmt::Debug for Config {
             .field("require_key", &self.require_key)
             .field("policy", &self.policy)
             .field("scope_headers", &self.scope_headers)
+            .field("anonymous", &self.anonymous)
             .field("fingerprint", &self.fingerprint)
             .field("max_body", &self.max_body)
             .field("body_timeout", &self.body_timeout)

@@ -29,7 +29,9 @@ use http::{HeaderName, Method};
 use idem_core::{Ambiguous, Engine, FingerprintMode, InFlight, Store};
 use tower::Layer;
 
-use crate::{Delivery, Idempotency, OnStoreError, budget::Budget, config::Config, service::Shared};
+use crate::{
+    Anonymous, Delivery, Idempotency, OnStoreError, budget::Budget, config::Config, service::Shared,
+};
 
 /// Applies [`Idempotency`] to a service: requests that carry an idempotency key run at most once
 /// per key, and their retries get the stored response.
@@ -39,7 +41,8 @@ use crate::{Delivery, Idempotency, OnStoreError, budget::Budget, config::Config,
 /// 1. A method not covered ([`methods`](Self::methods)), or no key when none is required: the
 ///    request is forwarded untouched and its body streamed; nothing is stored.
 /// 2. A missing key when [`require_key`](Self::require_key) is on, an invalid key, or a key
-///    header sent twice: `400` problem+json.
+///    header sent twice: `400` problem+json; so is a key without any scope header when
+///    [`anonymous`](Self::anonymous) is [`Anonymous::Reject`].
 /// 3. A body over [`max_body`](Self::max_body): `413` problem+json, nothing stored. A body not
 ///    received within [`body_timeout`](Self::body_timeout): `408`. A body that does not fit in
 ///    the [`max_buffered`](Self::max_buffered) budget: `503` with `Retry-After`. In each case
@@ -66,9 +69,10 @@ pub struct IdempotencyLayer<St> {
 impl<St: Store + Clone> IdempotencyLayer<St> {
     /// A layer over `store` with the defaults: key header `Idempotency-Key`, methods `POST` and
     /// `PATCH`, key optional, TTL 24 h, lease 30 s, in-flight requests rejected, ambiguous
-    /// outcomes retried, scope from `Authorization`, JSON fingerprints, bodies up to 10 MiB,
-    /// stored responses up to 1 MiB, no body timeout, no budget of buffered bytes, store
-    /// failures rejected, every inner service error taken as [`Delivery::MaybeSent`].
+    /// outcomes retried, scope from `Authorization` (requests without it allowed, in the
+    /// anonymous scope), JSON fingerprints, bodies up to 10 MiB, stored responses up to 1 MiB,
+    /// no body timeout, no budget of buffered bytes, store failures rejected, every inner
+    /// service error taken as [`Delivery::MaybeSent`].
     pub fn new(store: St) -> Self {
         Self {
             store,
@@ -151,6 +155,18 @@ impl<St: Store + Clone> IdempotencyLayer<St> {
     #[must_use]
     pub fn scope_headers(self, names: impl IntoIterator<Item = HeaderName>) -> Self {
         self.configure(|config| config.scope_headers = names.into_iter().collect())
+    }
+
+    /// What a keyed request without any of the scope headers gets: run in the anonymous scope, or
+    /// refused with `400` problem `scope-required` before anything is stored or forwarded.
+    /// Default [`Anonymous::Allow`]. With scoping off every request is anonymous, so
+    /// [`Anonymous::Reject`] refuses every keyed request.
+    ///
+    /// Whatever the mode, a response stored in the anonymous scope is stored and replayed
+    /// without its `Set-Cookie` headers: the callers that share that scope are not one client.
+    #[must_use]
+    pub fn anonymous(self, mode: Anonymous) -> Self {
+        self.configure(|config| config.anonymous = mode)
     }
 
     /// How request bodies are fingerprinted. Default [`FingerprintMode::Json`].

@@ -57,8 +57,8 @@
 //!
 //! # Contents
 //!
-//! - [`IdempotencyLayer`] (settings) and [`Idempotency`] (the service), with [`OnStoreError`]
-//!   and [`Delivery`];
+//! - [`IdempotencyLayer`] (settings) and [`Idempotency`] (the service), with [`OnStoreError`],
+//!   [`Anonymous`] and [`Delivery`];
 //! - [`ResponseBody`] and [`ResponseFuture`]: what the service returns;
 //! - [`Outcome`] and [`RequestKey`]: response extensions, for logs and metrics;
 //! - [`problem`]: the typed rejections and their problem types;
@@ -87,7 +87,7 @@ mod request;
 mod service;
 
 pub use body::ResponseBody;
-pub use config::{Delivery, OnStoreError};
+pub use config::{Anonymous, Delivery, OnStoreError};
 pub use from_bytes::FromBytes;
 pub use future::ResponseFuture;
 pub use layer::IdempotencyLayer;

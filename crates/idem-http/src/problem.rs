@@ -30,6 +30,8 @@ use crate::ResponseBody;
 pub const MISSING_KEY: &str = "urn:idem:problem:missing-key";
 /// The key header is invalid or was sent more than once (400).
 pub const INVALID_KEY: &str = "urn:idem:problem:invalid-key";
+/// The request has a key but none of the scope headers, and anonymous keys are refused (400).
+pub const SCOPE_REQUIRED: &str = "urn:idem:problem:scope-required";
 /// A request with the same key is still running (409, with `Retry-After`).
 pub const IN_FLIGHT: &str = "urn:idem:problem:in-flight";
 /// The key was used before with another method, path, query or body (422).
@@ -44,6 +46,9 @@ pub const BODY_TIMEOUT: &str = "urn:idem:problem:body-timeout";
 pub const OVERLOADED: &str = "urn:idem:problem:overloaded";
 /// The idempotency store cannot be reached (503, with `Retry-After`).
 pub const STORE_UNAVAILABLE: &str = "urn:idem:problem:store-unavailable";
+/// The key's stored record cannot be read (altered, or sealed with a key that is not in the key
+/// ring): nothing is executed again and nothing is replayed (500).
+pub const RECORD_CORRUPTED: &str = "urn:idem:problem:record-corrupted";
 /// The replay of a response that was too large to store; it carries the original status.
 pub const RESPONSE_NOT_STORED: &str = "urn:idem:problem:response-not-stored";
 /// The upstream's response was cut off after the request was sent; the key was released, so a
@@ -66,6 +71,13 @@ pub enum Rejection {
     /// The key header is invalid or repeated (400, [`INVALID_KEY`]).
     #[error("the idempotency key is invalid")]
     InvalidKey(#[source] KeyError),
+    /// The request has a key but none of the scope headers, and anonymous keys are refused
+    /// (400, [`SCOPE_REQUIRED`]).
+    #[error("this request with an idempotency key carries none of the scope headers")]
+    ScopeRequired {
+        /// The configured scope headers (empty when scoping is off).
+        headers: Vec<HeaderName>,
+    },
     /// The request body is over the limit (413, [`BODY_TOO_LARGE`]).
     #[error("the request body is larger than {limit} bytes")]
     BodyTooLarge {
@@ -99,6 +111,10 @@ pub enum Rejection {
     /// The store failed (503, [`STORE_UNAVAILABLE`], `Retry-After: 1`).
     #[error("the idempotency store is unavailable")]
     StoreUnavailable(#[source] StoreError),
+    /// The key's record cannot be read (500, [`RECORD_CORRUPTED`]); never forwarded, whatever
+    /// `on_store_error` says, since the operation may already have taken effect.
+    #[error("the idempotency record cannot be read")]
+    RecordCorrupted(#[source] StoreError),
     /// The upstream's response was cut off and the key released (502, [`UPSTREAM_FAILED`]).
     #[error("the upstream response was cut off")]
     UpstreamFailed(#[source] BoxError),
@@ -110,6 +126,7 @@ impl Rejection {
         match self {
             Rejection::MissingKey { .. }
             | Rejection::InvalidKey(_)
+            | Rejection::ScopeRequired { .. }
             | Rejection::BodyUnreadable(_) => StatusCode::BAD_REQUEST,
             Rejection::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Rejection::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
@@ -117,6 +134,7 @@ impl Rejection {
             Rejection::InFlight { .. } => StatusCode::CONFLICT,
             Rejection::FingerprintMismatch => StatusCode::UNPROCESSABLE_ENTITY,
             Rejection::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Rejection::RecordCorrupted(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Rejection::UpstreamFailed(_) => StatusCode::BAD_GATEWAY,
         }
     }
@@ -126,6 +144,7 @@ impl Rejection {
         match self {
             Rejection::MissingKey { .. } => MISSING_KEY,
             Rejection::InvalidKey(_) => INVALID_KEY,
+            Rejection::ScopeRequired { .. } => SCOPE_REQUIRED,
             Rejection::BodyTooLarge { .. } => BODY_TOO_LARGE,
             Rejection::BodyUnreadable(_) => BODY_UNREADABLE,
             Rejection::BodyTimeout { .. } => BODY_TIMEOUT,
@@ -133,6 +152,7 @@ impl Rejection {
             Rejection::InFlight { .. } => IN_FLIGHT,
             Rejection::FingerprintMismatch => FINGERPRINT_MISMATCH,
             Rejection::StoreUnavailable(_) => STORE_UNAVAILABLE,
+            Rejection::RecordCorrupted(_) => RECORD_CORRUPTED,
             Rejection::UpstreamFailed(_) => UPSTREAM_FAILED,
         }
     }
@@ -142,6 +162,7 @@ impl Rejection {
         match self {
             Rejection::MissingKey { .. } => "Idempotency key missing",
             Rejection::InvalidKey(_) => "Invalid idempotency key",
+            Rejection::ScopeRequired { .. } => "Caller scope required",
             Rejection::BodyTooLarge { .. } => "Request body too large",
             Rejection::BodyUnreadable(_) => "Request body unreadable",
             Rejection::BodyTimeout { .. } => "Request body timeout",
@@ -149,6 +170,7 @@ impl Rejection {
             Rejection::InFlight { .. } => "Request in flight",
             Rejection::FingerprintMismatch => "Idempotency key reused",
             Rejection::StoreUnavailable(_) => "Idempotency store unavailable",
+            Rejection::RecordCorrupted(_) => "Idempotency record unreadable",
             Rejection::UpstreamFailed(_) => "Upstream failed",
         }
     }
@@ -160,6 +182,19 @@ impl Rejection {
                 format!("This request requires an idempotency key in the {header} header.")
             }
             Rejection::InvalidKey(error) => error.to_string(),
+            Rejection::ScopeRequired { headers } if headers.is_empty() => concat!(
+                "Requests with an idempotency key must identify their caller, ",
+                "and no scope header is configured; nothing was executed."
+            )
+            .to_owned(),
+            Rejection::ScopeRequired { headers } => {
+                let names: Vec<&str> = headers.iter().map(HeaderName::as_str).collect();
+                format!(
+                    "Requests with an idempotency key must identify their caller with one of \
+                     these headers: {}; nothing was executed.",
+                    names.join(", ")
+                )
+            }
             Rejection::BodyTooLarge { limit } => format!(
                 "Requests with an idempotency key may have a body of at most {limit} bytes."
             ),
@@ -189,6 +224,11 @@ impl Rejection {
                 "The idempotency store cannot be reached; nothing was executed. Retry later."
                     .to_owned()
             }
+            Rejection::RecordCorrupted(_) => concat!(
+                "The stored result of this idempotency key cannot be read; the request was not ",
+                "executed again. The operator has been told in the logs."
+            )
+            .to_owned(),
             Rejection::UpstreamFailed(_) => concat!(
                 "The response was cut off; the operation may or may not have taken effect. ",
                 "Retrying with the same idempotency key executes it again."

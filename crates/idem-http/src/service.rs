@@ -42,13 +42,16 @@ use std::{
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use idem_core::{Address, Ambiguous, Engine, Execution, RunOutcome, Store, StoredResponse};
+use idem_core::{
+    Address, Ambiguous, Engine, Execution, RunOutcome, Store, StoreError, StoredResponse,
+};
 use tower::Service;
 
 use crate::{
-    Delivery, FromBytes, OnStoreError, Outcome, RequestKey, ResponseBody, ResponseFuture,
+    Anonymous, Delivery, FromBytes, OnStoreError, Outcome, RequestKey, ResponseBody,
+    ResponseFuture,
     budget::{Budget, Reservation},
-    capture::{Replay, capture, replay},
+    capture::{Replay, capture, drop_cookies, replay},
     config::Config,
     problem::Rejection,
     request,
@@ -167,7 +170,7 @@ where
     if let Some(key) = &key {
         tracing::debug!(
             key = %key.digest,
-            scope = %key.scope,
+            scope = %key.scope.digest(),
             outcome = outcome.as_str(),
             "idempotent request"
         );
@@ -225,6 +228,11 @@ where
         digest: digest.clone(),
         scope,
     });
+    let anonymous = scope.is_anonymous();
+    if anonymous && config.anonymous == Anonymous::Reject {
+        let headers = config.scope_headers.clone();
+        return rejected(Outcome::Invalid, Rejection::ScopeRequired { headers });
+    }
 
     let (parts, body) = request.into_parts();
     let buffering = request::buffer(
@@ -258,7 +266,7 @@ where
         let shared = Arc::clone(shared);
         move |_lease| {
             let (inner, request, held) = take(&slot).expect("the engine starts the work once");
-            execute(shared, inner, request, held)
+            execute(shared, inner, request, held, anonymous)
         }
     };
     match shared
@@ -267,13 +275,22 @@ where
         .await
     {
         Ok(RunOutcome::Executed(answer)) => (Outcome::Executed, answer),
-        Ok(RunOutcome::Replayed(stored)) => (Outcome::Replayed, Ok(replay(stored, Replay::Marked))),
+        Ok(RunOutcome::Replayed(mut stored)) => {
+            // Records stored before cookies were dropped at store time may still hold some.
+            if anonymous {
+                drop_cookies(&mut stored);
+            }
+            (Outcome::Replayed, Ok(replay(stored, Replay::Marked)))
+        }
         Ok(RunOutcome::InFlight { retry_after }) => {
             rejected(Outcome::Conflict, Rejection::InFlight { retry_after })
         }
         Ok(RunOutcome::Mismatch) => rejected(Outcome::Mismatch, Rejection::FingerprintMismatch),
         Err(error) => match (config.on_store_error, take(&slot)) {
-            (OnStoreError::Passthrough, Some((inner, request, held))) => {
+            // A record that cannot be read may hold an effect already taken: never forwarded.
+            (OnStoreError::Passthrough, Some((inner, request, held)))
+                if !matches!(error, StoreError::Corrupted(_)) =>
+            {
                 tracing::warn!(
                     key = %digest,
                     error = &error as &(dyn Error + 'static),
@@ -289,7 +306,11 @@ where
                     error = &error as &(dyn Error + 'static),
                     "the idempotency store failed; refusing the request"
                 );
-                rejected(Outcome::StoreError, Rejection::StoreUnavailable(error))
+                let rejection = match error {
+                    StoreError::Corrupted(_) => Rejection::RecordCorrupted(error),
+                    _ => Rejection::StoreUnavailable(error),
+                };
+                rejected(Outcome::StoreError, rejection)
             }
         },
     }
@@ -313,14 +334,15 @@ where
         .map(|response| response.map(ResponseBody::new))
 }
 
-/// The engine's work: calls the inner service, reads its response for the store, and says how
-/// final the outcome is. The request body's bytes count in the budget (`held`) until the inner
-/// service has answered.
+/// The engine's work: calls the inner service, reads its response for the store (without its
+/// cookies when the request is `anonymous`), and says how final the outcome is. The request
+/// body's bytes count in the budget (`held`) until the inner service has answered.
 async fn execute<S, St, ReqBody, ResBody>(
     shared: Arc<Shared<St>>,
     mut inner: S,
     request: Request<ReqBody>,
     held: Option<Reservation>,
+    anonymous: bool,
 ) -> Execution<Answer<ResBody, S::Error>>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
@@ -351,7 +373,16 @@ where
         }
     };
     let status = response.status();
-    match capture(response, shared.config.max_stored_response).await {
+    let captured = capture(response, shared.config.max_stored_response)
+        .await
+        .map(|(response, mut stored)| {
+            // The client that caused the response gets its cookies; no replay does.
+            if anonymous {
+                drop_cookies(&mut stored);
+            }
+            (response, stored)
+        });
+    match captured {
         Ok((response, stored)) if is_ambiguous(status) => Execution::Ambiguous {
             response: stored,
             value: Ok(response),

@@ -19,6 +19,6 @@ completed AS (
 )
 -- Only a record that somebody found in flight (see acquire.sql) is worth a NOTIFY.
 SELECT CASE WHEN watched
-    THEN pg_notify('{channel}', encode(sha256(scope || convert_to(key, 'UTF8')), 'hex'))
+    THEN pg_notify('{channel}', encode(sha256(scope || key), 'hex'))
 END
 FROM completed

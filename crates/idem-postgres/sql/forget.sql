@@ -11,6 +11,6 @@ forgotten AS (
 SELECT c.now < f.expires_at AS live,
     -- Only a record that somebody found in flight (see acquire.sql) is worth a NOTIFY.
     CASE WHEN f.watched
-        THEN pg_notify('{channel}', encode(sha256(f.scope || convert_to(f.key, 'UTF8')), 'hex'))
+        THEN pg_notify('{channel}', encode(sha256(f.scope || f.key), 'hex'))
     END
 FROM forgotten AS f, clock AS c

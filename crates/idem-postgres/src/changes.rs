@@ -2,7 +2,7 @@
 //!
 //! The first `acquire` that finds a record in flight marks it `watched`. Completing, releasing or
 //! forgetting a watched record notifies the store's channel, in the same statement, with a hex
-//! SHA-256 of the record's scope and key as the payload (never the key itself); PostgreSQL
+//! SHA-256 of the record's scope and key digest as the payload (never the key itself); PostgreSQL
 //! delivers it when that transaction commits, and drops it when it rolls back. Records nobody
 //! waited for send nothing: `NOTIFY` serializes the commits of every notifying transaction in the
 //! database, which halves the throughput of new keys.
@@ -32,6 +32,8 @@ use sqlx::{
     postgres::{PgListener, PgPoolOptions},
 };
 use tokio::{sync::oneshot, task::AbortHandle};
+
+use crate::key_digest::key_digest;
 
 /// The listener's backoff between attempts to connect.
 const RECONNECT: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
@@ -157,11 +159,12 @@ async fn subscribe(pool: &PgPool, channel: &str) -> Result<PgListener, sqlx::Err
     Ok(listener)
 }
 
-/// The payload the statements send for a record: `encode(sha256(scope || key), 'hex')`.
+/// The payload the statements send for a record: `encode(sha256(scope || key), 'hex')`, where
+/// the `key` column holds the key's digest.
 fn digest(address: &Address) -> Digest32 {
     let mut hasher = Sha256::new();
     hasher.update(address.scope.as_bytes());
-    hasher.update(address.key.as_str().as_bytes());
+    hasher.update(key_digest(&address.key));
     hasher.finalize().into()
 }
 

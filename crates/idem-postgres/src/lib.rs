@@ -51,6 +51,7 @@
 mod changes;
 mod connections;
 mod error;
+mod key_digest;
 mod names;
 mod options;
 mod purger;

@@ -9,7 +9,7 @@ use crate::{Error, sql::Sql};
 /// The columns the statements use and their types, as `format_type` shows them.
 const COLUMNS: &[(&str, &str)] = &[
     ("scope", "bytea"),
-    ("key", "text"),
+    ("key", "bytea"),
     ("fingerprint", "bytea"),
     ("state", "text"),
     ("token", "bigint"),

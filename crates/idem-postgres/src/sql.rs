@@ -16,11 +16,18 @@ use sqlx::{
 use crate::{SchemaName, TableName};
 
 /// The migrations, in order: (version, description, template).
-const MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "idem records",
-    include_str!("../migrations/0001_idem_records.sql"),
-)];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "idem records",
+        include_str!("../migrations/0001_idem_records.sql"),
+    ),
+    (
+        2,
+        "key digest",
+        include_str!("../migrations/0002_key_digest.sql"),
+    ),
+];
 
 /// A statement the store runs, to read its SQL with [`PostgresStore::sql`](crate::PostgresStore::sql).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -17,6 +17,7 @@ use crate::{
     changes::Changes,
     connections::{Checkout, Connections},
     error::store_error,
+    key_digest::key_digest,
     row::{AcquireRow, Columns, sql_millis, sql_now, sql_token},
     schema,
     sql::{Sql, query_text},
@@ -139,8 +140,9 @@ impl PostgresStore {
     }
 
     /// The `LISTEN`/`NOTIFY` channel: `idem_` and 24 hex digits of a hash of the schema and
-    /// table names. Payloads are the hex SHA-256 of a record's scope bytes followed by its key,
-    /// sent when a record that a request found in flight is completed, released or forgotten.
+    /// table names. Payloads are the hex SHA-256 of a record's scope bytes followed by its key's
+    /// SHA-256, sent when a record that a request found in flight is completed, released or
+    /// forgotten.
     pub fn channel(&self) -> &str {
         &self.inner.sql.channel
     }
@@ -247,7 +249,7 @@ impl PostgresStore {
         sqlx::query(query_text(self.inner.sql.text(statement)))
             .bind(self.now())
             .bind(address.scope.as_bytes().as_slice())
-            .bind(address.key.as_str())
+            .bind(key_digest(&address.key))
     }
 
     /// `statement` as the holder of `token` runs it.

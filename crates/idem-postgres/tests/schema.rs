@@ -75,7 +75,7 @@ async fn migrating_is_idempotent_and_safe_from_several_processes_at_once() {
     .fetch_all(&pools[0])
     .await
     .unwrap();
-    assert_eq!(applied, [(1, true)]);
+    assert_eq!(applied, [(1, true), (2, true)]);
     open(&pools[1], options).await.unwrap();
 }
 
@@ -206,7 +206,7 @@ async fn migrations_from_a_newer_or_edited_build_are_refused() {
         &pool,
         format!(
             r#"INSERT INTO {migrations} (version, description, success, checksum, execution_time)
-               VALUES (2, 'from a newer idem', true, '\x00', 0)"#
+               VALUES (99, 'from a newer idem', true, '\x00', 0)"#
         ),
     )
     .await;
@@ -223,7 +223,81 @@ async fn migrations_from_a_newer_or_edited_build_are_refused() {
     .await;
     let error = open(&pool, schema.options()).await.unwrap_err();
     assert!(
-        matches!(error, Error::UnknownMigration { version: 2, .. }),
+        matches!(error, Error::UnknownMigration { version: 99, .. }),
         "{error:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn records_of_the_first_schema_are_converted_to_key_digests_and_replay() {
+    use idem_core::{Acquisition, Fingerprint, Policy, StoredResponse};
+    use sha2::{Digest, Sha256};
+    use sqlx::{
+        SqlSafeStr,
+        migrate::{Migration, MigrationType, Migrator},
+    };
+
+    let url = require_postgres!();
+    let schema = TestSchema::new(&url);
+    let pool = schema.pool().await;
+    // The first schema, as a build before migration 2 created it.
+    let first = include_str!("../migrations/0001_idem_records.sql")
+        .replace("{schema}", &schema.name)
+        .replace("{table}", "idem_records");
+    let mut migrator = Migrator::with_migrations(vec![Migration::new(
+        1,
+        "idem records".into(),
+        MigrationType::Simple,
+        AssertSqlSafe(first).into_sql_str(),
+        false,
+    )]);
+    migrator.dangerous_set_table_name(format!(r#""{}"."idem_records_migrations""#, schema.name));
+    migrator.create_schema(format!(r#""{}""#, schema.name));
+    migrator.run(&pool).await.unwrap();
+    let error = open(&pool, schema.options()).await.unwrap_err();
+    assert!(
+        matches!(error, Error::MigrationPending { version: 2, .. }),
+        "{error:?}"
+    );
+
+    // A completed record as the first schema kept it: the key in clear.
+    let response = StoredResponse::new(201).body("converted");
+    let address = address("legacy-key");
+    sqlx::query(AssertSqlSafe(format!(
+        r#"INSERT INTO "{}".idem_records
+               (scope, key, fingerprint, state, token, created_at, completed_at, expires_at, response)
+           VALUES ($1, $2, $3, 'completed', 1, now(), now(), now() + interval '1 hour', $4)"#,
+        schema.name
+    )))
+    .bind(address.scope.as_bytes().as_slice())
+    .bind(address.key.as_str())
+    .bind([7u8; 32].as_slice())
+    .bind(response.encode())
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    PostgresStore::migrate(&pool, &schema.options())
+        .await
+        .unwrap();
+    let keys: Vec<(Vec<u8>,)> = sqlx::query_as(AssertSqlSafe(format!(
+        r#"SELECT key FROM "{}".idem_records"#,
+        schema.name
+    )))
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(keys, [(Sha256::digest(b"legacy-key").to_vec(),)]);
+
+    let store = open(&pool, schema.options()).await.unwrap();
+    let replay = store
+        .acquire(
+            &address,
+            &Fingerprint::from_bytes([7; 32]),
+            (&Policy::default()).into(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(replay, Acquisition::Completed(response));
+    assert!(store.forget(&address).await.unwrap());
 }

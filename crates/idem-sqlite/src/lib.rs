@@ -27,6 +27,7 @@
 //! ```
 
 mod error;
+mod key_digest;
 mod options;
 mod row;
 mod store;

@@ -101,6 +101,7 @@ impl SqliteOptions {
     /// Connects, retrying for up to the busy timeout while another process turns a new file to
     /// WAL: that takes an exclusive lock which SQLite's busy handler does not wait for.
     pub(crate) async fn connect(&self) -> Result<SqlitePool, sqlx::Error> {
+        create_private(&self.path)?;
         let deadline = Instant::now() + self.busy_timeout;
         loop {
             match self
@@ -135,6 +136,21 @@ impl SqliteOptions {
             // A connection to a local file does not go stale; pinging it costs a round trip to
             // its worker thread on every operation.
             .test_before_acquire(false)
+    }
+}
+
+/// Creates the database file, if missing, readable and writable by its owner only (`0600`),
+/// whatever the umask: it holds the records. SQLite creates the `-wal` and `-shm` files with the
+/// database file's permissions. An existing file keeps the permissions it has.
+fn create_private(path: &Path) -> Result<(), sqlx::Error> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(error) => Err(sqlx::Error::Io(error)),
     }
 }
 

@@ -17,6 +17,7 @@ use sqlx::{
 use crate::{
     Error, SqliteOptions,
     error::store_error,
+    key_digest::{self, key_digest},
     row::{self, Found, StateCode, sql_int},
 };
 
@@ -88,6 +89,9 @@ impl SqliteStore {
             .run_direct(None, &mut *tx, false)
             .await
             .map_err(Error::Migrate)?;
+        key_digest::convert_first_schema(&mut tx)
+            .await
+            .map_err(|e| Error::Migrate(e.into()))?;
         tx.commit().await.map_err(|e| Error::Migrate(e.into()))?;
         Ok(Self {
             pool,
@@ -125,7 +129,7 @@ fn holder_write(
 ) -> Query<'static, Sqlite, SqliteArguments> {
     sqlx::query(sql)
         .bind(address.scope.as_bytes().as_slice())
-        .bind(address.key.as_str())
+        .bind(key_digest(&address.key).as_slice())
         .bind(sql_int(token.get()))
         .bind(StateCode::Processing.code())
         .bind(sql_int(now.as_millis()))
@@ -146,7 +150,8 @@ impl Store for SqliteStore {
         fingerprint: &Fingerprint,
         terms: Terms,
     ) -> Result<Acquisition, StoreError> {
-        let (scope, key) = (address.scope.as_bytes().as_slice(), address.key.as_str());
+        let digest = key_digest(&address.key);
+        let (scope, key) = (address.scope.as_bytes().as_slice(), digest.as_slice());
         let mut tx = self
             .pool
             .begin_with("BEGIN IMMEDIATE")
@@ -253,7 +258,7 @@ impl Store for SqliteStore {
         let now = self.clock.now();
         let row = sqlx::query(include_str!("../sql/get.sql"))
             .bind(address.scope.as_bytes().as_slice())
-            .bind(address.key.as_str())
+            .bind(key_digest(&address.key).as_slice())
             .bind(sql_int(now.as_millis()))
             .fetch_optional(&self.pool)
             .await
@@ -265,7 +270,7 @@ impl Store for SqliteStore {
         let now = self.clock.now();
         let expires_at: Option<u64> = sqlx::query_scalar(include_str!("../sql/forget.sql"))
             .bind(address.scope.as_bytes().as_slice())
-            .bind(address.key.as_str())
+            .bind(key_digest(&address.key).as_slice())
             .fetch_optional(&self.pool)
             .await
             .map_err(store_error)?;
@@ -337,14 +342,131 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("new.db");
         let store = open(&path).await;
-        assert_eq!(applied_migrations(&store).await, [(1, true)]);
+        assert_eq!(applied_migrations(&store).await, [(1, true), (2, true)]);
         let lease = acquired(&store, &address("kept")).await;
         store.close().await;
 
         let store = open(&path).await;
-        assert_eq!(applied_migrations(&store).await, [(1, true)]);
+        assert_eq!(applied_migrations(&store).await, [(1, true), (2, true)]);
         let record = store.get(&address("kept")).await.unwrap().unwrap();
         assert_eq!(record.state.token(), lease.token);
+    }
+
+    #[tokio::test]
+    async fn records_of_the_first_schema_are_converted_to_key_digests_on_open() {
+        use sqlx::{
+            AssertSqlSafe, Connection, SqlSafeStr, SqliteConnection,
+            migrate::{Migration, MigrationType, Migrator},
+        };
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("first.db");
+        // A file as a build before migration 2 left it, with 600 records (two batches).
+        let url = format!("sqlite://{}?mode=rwc", path.display());
+        let mut connection = SqliteConnection::connect(&url).await.unwrap();
+        Migrator::with_migrations(vec![Migration::new(
+            1,
+            "idem records".into(),
+            MigrationType::Simple,
+            AssertSqlSafe(include_str!("../migrations/0001_idem_records.sql")).into_sql_str(),
+            false,
+        )])
+        .run(&mut connection)
+        .await
+        .unwrap();
+        let response = StoredResponse::new(201).body("converted");
+        for i in 0..600 {
+            sqlx::query(
+                "INSERT INTO idem_records (scope, key, fingerprint, state, token, created_at, \
+                 completed_at, expires_at, response) VALUES (?1, ?2, ?3, 2, ?4, 0, 0, ?5, ?6)",
+            )
+            .bind([0u8; 32].as_slice())
+            .bind(format!("legacy-{i}"))
+            .bind(FP.as_bytes().as_slice())
+            .bind(i64::from(i) + 1)
+            .bind(i64::MAX)
+            .bind(response.encode())
+            .execute(&mut connection)
+            .await
+            .unwrap();
+        }
+        connection.close().await.unwrap();
+
+        let store = open(&path).await;
+        assert_eq!(applied_migrations(&store).await, [(1, true), (2, true)]);
+        for i in [0, 499, 500, 599] {
+            let replay = store
+                .acquire(&address(&format!("legacy-{i}")), &FP, terms())
+                .await
+                .unwrap();
+            assert_eq!(
+                replay,
+                Acquisition::Completed(response.clone()),
+                "legacy-{i}"
+            );
+        }
+        let (rows, digest): (i64, Vec<u8>) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM idem_records), \
+             (SELECT key FROM idem_records WHERE token = 1)",
+        )
+        .fetch_one(&store.pool)
+        .await
+        .unwrap();
+        assert_eq!(rows, 600);
+        assert_eq!(digest, key_digest(&"legacy-0".parse().unwrap()));
+        let tables: Vec<String> =
+            sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+                .fetch_all(&store.pool)
+                .await
+                .unwrap();
+        assert_eq!(tables, ["_sqlx_migrations", "idem_fencing", "idem_records"]);
+    }
+
+    #[tokio::test]
+    async fn the_file_holds_key_digests_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("digests.db");
+        let store = open(&path).await;
+        let secret = address("customer-jane@example.com");
+        acquired(&store, &secret).await;
+        let key: Vec<u8> = sqlx::query_scalar("SELECT key FROM idem_records")
+            .fetch_one(&store.pool)
+            .await
+            .unwrap();
+        assert_eq!(key, key_digest(&secret.key));
+        store.close().await;
+        let mut raw = Vec::new();
+        for suffix in ["", "-wal"] {
+            raw.extend(std::fs::read(format!("{}{suffix}", path.display())).unwrap_or_default());
+        }
+        assert!(!raw.windows(8).any(|w| w == b"jane@exa"));
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn the_file_and_its_wal_and_shm_are_private_to_their_owner() {
+        use std::os::unix::fs::PermissionsExt;
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("private.db");
+        let store = open(&path).await;
+        // A write, while the pool's connections are open: the -wal and -shm files exist.
+        acquired(&store, &address("k")).await;
+        let mut modes = Vec::new();
+        for suffix in ["", "-wal", "-shm"] {
+            let metadata = std::fs::metadata(format!("{}{suffix}", path.display())).unwrap();
+            modes.push((suffix, metadata.permissions().mode() & 0o777));
+        }
+        assert_eq!(modes, [("", 0o600), ("-wal", 0o600), ("-shm", 0o600)]);
+        store.close().await;
+
+        // An existing file keeps the permissions its operator gave it.
+        let shared = dir.path().join("shared.db");
+        std::fs::write(&shared, b"").unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o640)).unwrap();
+        open(&shared).await.close().await;
+        let mode = std::fs::metadata(&shared).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o640);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -359,7 +481,7 @@ mod tests {
             .collect();
         for store in opens {
             let store = store.await.unwrap();
-            assert_eq!(applied_migrations(&store).await, [(1, true)]);
+            assert_eq!(applied_migrations(&store).await, [(1, true), (2, true)]);
         }
     }
 

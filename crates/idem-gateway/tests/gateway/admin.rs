@@ -3,7 +3,10 @@
 use axum::{body::Body, http::Request};
 use idem_core::{IdempotencyKey, Scope};
 
-use crate::support::{Client, Gateway, Reply, Upstream};
+use crate::{
+    cli::fails,
+    support::{Client, Gateway, Reply, Upstream, idem_command, sqlite_url},
+};
 
 async fn get(client: &Client, url: String) -> Reply {
     client
@@ -176,4 +179,240 @@ async fn bad_keys_and_scopes_are_400() {
 
     let unknown = delete(&client, gateway.admin_url("/v1/keys/never-used")).await;
     assert_eq!(unknown.status, 404);
+}
+
+/// A file holding `token` and a newline, in a directory removed when dropped.
+fn token_file(token: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("admin-token");
+    std::fs::write(&path, format!("{token}\n")).unwrap();
+    let path = path.to_str().unwrap().to_owned();
+    (dir, path)
+}
+
+async fn send_with(client: &Client, method: &str, url: String, token: Option<&str>) -> Reply {
+    let mut request = Request::builder().method(method).uri(url);
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    client.send(request.body(Body::empty()).unwrap()).await
+}
+
+fn assert_unauthorized(reply: &Reply) {
+    assert_eq!(reply.status, 401);
+    assert_eq!(reply.header("www-authenticate"), "Bearer");
+    assert_eq!(reply.header("content-type"), "application/problem+json");
+    assert_eq!(reply.json()["type"], "urn:idem:problem:unauthorized");
+    assert_eq!(reply.json()["status"], 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_token_metrics_and_keys_need_it_and_the_probes_do_not() {
+    let (_dir, path) = token_file("s3cret-token");
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(
+        &upstream.url(),
+        &["--store", "memory://", "--admin-token-file", &path],
+    );
+    let client = Client::new();
+    let reply = client.post(&gateway.url("/charges"), "tok-1", "{}").await;
+    assert_eq!(reply.status, 201);
+
+    for (method, path) in [
+        ("GET", "/metrics"),
+        ("GET", "/v1/keys/tok-1"),
+        ("DELETE", "/v1/keys/tok-1"),
+    ] {
+        let url = || gateway.admin_url(path);
+        assert_unauthorized(&send_with(&client, method, url(), None).await);
+        assert_unauthorized(&send_with(&client, method, url(), Some("s3cret-tokeN")).await);
+        assert_unauthorized(&send_with(&client, method, url(), Some("s3cret-token2")).await);
+        assert_unauthorized(&send_with(&client, method, url(), Some("")).await);
+        let basic = Request::builder()
+            .method(method)
+            .uri(url())
+            .header("authorization", "Basic s3cret-token")
+            .body(Body::empty())
+            .unwrap();
+        assert_unauthorized(&client.send(basic).await);
+    }
+    // Refused requests changed nothing: the key is still there.
+    let token = Some("s3cret-token");
+    let metrics = send_with(&client, "GET", gateway.admin_url("/metrics"), token).await;
+    assert_eq!(metrics.status, 200);
+    assert!(
+        metrics
+            .text()
+            .lines()
+            .any(|l| l == "idem_requests_total{outcome=\"executed\"} 1"),
+        "{}",
+        metrics.text()
+    );
+    let shown = send_with(&client, "GET", gateway.admin_url("/v1/keys/tok-1"), token).await;
+    assert_eq!(shown.status, 200);
+    assert_eq!(shown.json()["state"], "completed");
+    let lower = Request::get(gateway.admin_url("/v1/keys/tok-1"))
+        .header("authorization", "bearer s3cret-token")
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(client.send(lower).await.status, 200);
+    let forgot = send_with(
+        &client,
+        "DELETE",
+        gateway.admin_url("/v1/keys/tok-1"),
+        token,
+    )
+    .await;
+    assert_eq!(forgot.status, 204);
+
+    for (path, body) in [("/healthz", "ok\n"), ("/readyz", "ready\n")] {
+        let probe = send_with(&client, "GET", gateway.admin_url(path), None).await;
+        assert_eq!((probe.status.as_u16(), probe.text()), (200, body));
+        let wrong = send_with(&client, "GET", gateway.admin_url(path), Some("wrong")).await;
+        assert_eq!(wrong.status, 200);
+    }
+    // The token is never logged.
+    let all_logs = serde_json::to_string(&gateway.logs()).unwrap();
+    assert!(!all_logs.contains("s3cret-token"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_file_can_come_from_the_environment() {
+    let (_dir, path) = token_file("from-env");
+    let upstream = Upstream::start().await;
+    let mut command = idem_command();
+    command
+        .args([
+            "serve",
+            "--upstream",
+            &upstream.url(),
+            "--store",
+            "memory://",
+        ])
+        .env("IDEM_ADMIN_TOKEN_FILE", &path);
+    let gateway = Gateway::spawn(command, &[]);
+    let client = Client::new();
+    let url = || gateway.admin_url("/metrics");
+    assert_unauthorized(&send_with(&client, "GET", url(), None).await);
+    assert_eq!(
+        send_with(&client, "GET", url(), Some("from-env"))
+            .await
+            .status,
+        200
+    );
+}
+
+#[test]
+fn a_non_loopback_admin_listener_without_a_token_is_refused_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_url(dir.path(), "idem.db");
+    for addr in ["0.0.0.0:9090", "[::]:9090", "192.0.2.1:9090"] {
+        assert_eq!(
+            fails(
+                &[
+                    "serve",
+                    "--upstream",
+                    "http://127.0.0.1:9",
+                    "--store",
+                    &store,
+                    "--admin-listen",
+                    addr,
+                ],
+                2
+            ),
+            format!(
+                "error: --admin-listen {addr} is not a loopback address: set --admin-token-file \
+                 (or IDEM_ADMIN_TOKEN_FILE) so that its endpoints need a token"
+            )
+        );
+    }
+    // Refused before the store was opened, so before any socket was bound.
+    assert!(!dir.path().join("idem.db").exists());
+}
+
+#[test]
+fn a_missing_empty_or_multi_line_token_file_stops_start_up_with_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("token");
+    let file = path.to_str().unwrap();
+    let serve = [
+        "serve",
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--store",
+        "memory://",
+        "--admin-token-file",
+        file,
+    ];
+    assert_eq!(
+        fails(&serve, 2),
+        format!(
+            "error: cannot read the admin token file {file}: No such file or directory (os error 2)"
+        )
+    );
+    std::fs::write(&path, "\n").unwrap();
+    assert_eq!(
+        fails(&serve, 2),
+        format!("error: the admin token file {file} holds no usable token: it is empty")
+    );
+    std::fs::write(&path, "one\ntwo\n").unwrap();
+    assert_eq!(
+        fails(&serve, 2),
+        format!(
+            "error: the admin token file {file} holds no usable token: a bearer token is \
+             visible ASCII without spaces, on one line"
+        )
+    );
+    let unreadable = dir.path().to_str().unwrap();
+    let mut directory = serve;
+    directory[6] = unreadable;
+    assert!(fails(&directory, 2).starts_with(&format!(
+        "error: cannot read the admin token file {unreadable}: "
+    )));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forgetting_a_processing_key_is_409_unless_forced() {
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&upstream.url(), &["--store", "memory://"]);
+    let client = Client::new();
+    let slow = tokio::spawn({
+        let client = client.clone();
+        let url = gateway.url("/slow");
+        async move {
+            client
+                .send(
+                    Request::post(url)
+                        .header("idempotency-key", "busy-1")
+                        .header("x-delay-ms", "3000")
+                        .body(Body::empty())
+                        .unwrap(),
+                )
+                .await
+        }
+    });
+    upstream.wait_for_hits("slow", 1).await;
+
+    let url = |query: &str| gateway.admin_url(&format!("/v1/keys/busy-1{query}"));
+    let refused = delete(&client, url("")).await;
+    assert_eq!(refused.status, 409);
+    assert_eq!(refused.header("content-type"), "application/problem+json");
+    assert_eq!(refused.json()["type"], "urn:idem:problem:key-processing");
+    assert_eq!(
+        delete(&client, url("?force=false")).await.json()["type"],
+        "urn:idem:problem:key-processing"
+    );
+    let bad = delete(&client, url("?force=yes")).await;
+    assert_eq!(bad.status, 400);
+    assert_eq!(bad.json()["type"], "urn:idem:problem:invalid-force");
+    assert_eq!(get(&client, url("")).await.json()["state"], "processing");
+
+    assert_eq!(delete(&client, url("?force=true")).await.status, 204);
+    assert_eq!(get(&client, url("")).await.status, 404);
+    assert_eq!(delete(&client, url("?force=true")).await.status, 404);
+
+    // The forced key's request still finishes for its client; its result is not kept.
+    let finished = slow.await.unwrap();
+    assert_eq!(finished.status, 201);
+    assert_eq!(get(&client, url("")).await.status, 404);
 }

@@ -215,3 +215,62 @@ pub(crate) async fn keys_show_forget_and_purge(store: &str, purged: &str) {
         format!("error: no record for key {digest} in scope {anonymous}")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_forget_refuses_a_processing_key_without_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_url(dir.path(), "idem.db");
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&upstream.url(), &["--store", &store]);
+    let client = Client::new();
+    let slow = tokio::spawn({
+        let client = client.clone();
+        let url = gateway.url("/slow");
+        async move {
+            client
+                .send(
+                    axum::http::Request::post(url)
+                        .header("idempotency-key", "cli-busy")
+                        .header("x-delay-ms", "4000")
+                        .body(axum::body::Body::empty())
+                        .unwrap(),
+                )
+                .await
+        }
+    });
+    upstream.wait_for_hits("slow", 1).await;
+    let digest = "cli-busy"
+        .parse::<idem_core::IdempotencyKey>()
+        .unwrap()
+        .digest();
+    let anonymous = "0".repeat(64);
+
+    assert_eq!(
+        fails(&["keys", "forget", "cli-busy", "--store", &store], 1),
+        format!(
+            "error: key {digest} in scope {anonymous} is being processed: a request holds it; \
+             add --force to forget it anyway (a retry may then execute while that request \
+             still runs)"
+        )
+    );
+    let shown = idem(&["keys", "show", "cli-busy", "--store", &store]);
+    assert_eq!(shown.code, Some(0), "{}", shown.stderr);
+    assert!(
+        shown.stdout.contains("\"state\": \"processing\""),
+        "{}",
+        shown.stdout
+    );
+
+    let forced = idem(&["keys", "forget", "cli-busy", "--store", &store, "--force"]);
+    assert_eq!(forced.code, Some(0), "{}", forced.stderr);
+    assert_eq!(
+        forced.stdout,
+        format!("forgot key {digest} in scope {anonymous}\n")
+    );
+    assert_eq!(
+        fails(&["keys", "show", "cli-busy", "--store", &store], 1),
+        format!("error: no record for key {digest} in scope {anonymous}")
+    );
+    assert_eq!(slow.await.unwrap().status, 201);
+    gateway.stop().await;
+}

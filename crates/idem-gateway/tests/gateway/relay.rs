@@ -26,6 +26,45 @@ fn a_bad_broker_url_is_one_line_and_exit_2() {
     );
 }
 
+#[test]
+fn a_non_loopback_admin_listener_without_a_token_is_refused_with_exit_2() {
+    // Refused before the relay connects to anything: neither server needs to exist.
+    let output = idem(&[
+        "relay",
+        "--store",
+        "postgres://postgres@127.0.0.1:9/none",
+        "--broker",
+        "nats://127.0.0.1:9",
+        "--admin-listen",
+        "0.0.0.0:9091",
+    ]);
+    assert_eq!(output.code, Some(2), "{}", output.stderr);
+    assert_eq!(output.stdout, "");
+    assert_eq!(
+        output.stderr.trim_end(),
+        "error: --admin-listen 0.0.0.0:9091 is not a loopback address: set --admin-token-file \
+         (or IDEM_ADMIN_TOKEN_FILE) so that its endpoints need a token"
+    );
+    let empty = tempfile::NamedTempFile::new().unwrap();
+    let output = idem(&[
+        "relay",
+        "--store",
+        "postgres://postgres@127.0.0.1:9/none",
+        "--broker",
+        "nats://127.0.0.1:9",
+        "--admin-token-file",
+        empty.path().to_str().unwrap(),
+    ]);
+    assert_eq!(output.code, Some(2), "{}", output.stderr);
+    assert_eq!(
+        output.stderr.trim_end(),
+        format!(
+            "error: the admin token file {} holds no usable token: it is empty",
+            empty.path().display()
+        )
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_relay_serves_health_and_stops_on_sigterm_with_exit_0() {
     let (Some(postgres), Some(nats)) = (
@@ -47,6 +86,8 @@ async fn the_relay_serves_health_and_stops_on_sigterm_with_exit_0() {
         assert!(status.success(), "{sql}");
     };
     psql(&format!("create schema {schema}"));
+    let token = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(token.path(), "relay-token\n").unwrap();
 
     let mut relay = idem_command()
         .args([
@@ -62,6 +103,8 @@ async fn the_relay_serves_health_and_stops_on_sigterm_with_exit_0() {
             &schema,
             "--admin-listen",
             &admin_addr.to_string(),
+            "--admin-token-file",
+            token.path().to_str().unwrap(),
         ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -77,6 +120,22 @@ async fn the_relay_serves_health_and_stops_on_sigterm_with_exit_0() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(health.as_deref(), Some("ok\n"));
+    // /metrics needs the token; /healthz did not.
+    let metrics = |token: Option<&'static str>| http_response(admin_addr, "/metrics", token);
+    let refused = metrics(None).await.unwrap();
+    assert!(refused.starts_with("HTTP/1.1 401 "), "{refused}");
+    assert!(
+        refused.contains("\r\nwww-authenticate: Bearer\r\n"),
+        "{refused}"
+    );
+    assert!(
+        refused.contains("urn:idem:problem:unauthorized"),
+        "{refused}"
+    );
+    let wrong = metrics(Some("relay-tokem")).await.unwrap();
+    assert!(wrong.starts_with("HTTP/1.1 401 "), "{wrong}");
+    let allowed = metrics(Some("relay-token")).await.unwrap();
+    assert!(allowed.starts_with("HTTP/1.1 200 "), "{allowed}");
 
     let status = std::process::Command::new("kill")
         .args(["-TERM", &relay.id().to_string()])
@@ -94,6 +153,31 @@ async fn the_relay_serves_health_and_stops_on_sigterm_with_exit_0() {
     let _ = relay.kill();
     psql(&format!("drop schema {schema} cascade"));
     assert_eq!(exit.and_then(|s| s.code()), Some(0));
+}
+
+/// A GET of `path` with an optional bearer token, over a plain TCP connection: the whole
+/// response, status line and headers included.
+async fn http_response(
+    addr: std::net::SocketAddr,
+    path: &str,
+    token: Option<&str>,
+) -> std::io::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    let authorization = token
+        .map(|token| format!("authorization: Bearer {token}\r\n"))
+        .unwrap_or_default();
+    stream
+        .write_all(
+            format!(
+                "GET {path} HTTP/1.1\r\nhost: {addr}\r\n{authorization}connection: close\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    Ok(response)
 }
 
 /// A GET over a plain TCP connection, so this test needs no HTTP client setup.

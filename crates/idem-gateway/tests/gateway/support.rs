@@ -17,7 +17,7 @@ use axum::{
     body::{Body, Bytes},
     extract::{Path as UrlPath, Query, State},
     http::{HeaderMap, Method, Request, StatusCode, Uri, Version},
-    response::{IntoResponse, Response},
+    response::{AppendHeaders, IntoResponse, Response},
     routing::{any, get, post},
 };
 use http_body_util::BodyExt;
@@ -62,7 +62,9 @@ impl Upstream {
     /// - `ANY /echo`: 200 with the request as JSON (method, path, query, version, headers, body);
     /// - `POST /hop`: 200 `hop` with hop-by-hop headers (`Connection: x-custom`, `X-Custom`,
     ///   `Keep-Alive`) and an end-to-end one (`X-Kept`);
-    /// - `GET /hello`: 200 `hello`.
+    /// - `GET /hello`: 200 `hello`;
+    /// - `POST /cookies`: 201 `{"session":N}` with `Set-Cookie: session=N` and
+    ///   `Set-Cookie: theme=dark`.
     pub(crate) async fn start() -> Self {
         let hits: Hits = Arc::default();
         let orders: Orders = Arc::default();
@@ -79,6 +81,7 @@ impl Upstream {
             .route("/echo", any(echo))
             .route("/hop", post(hop))
             .route("/hello", get(hello))
+            .route("/cookies", post(cookies))
             .with_state(Arc::clone(&hits));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -229,14 +232,31 @@ async fn hop(State(hits): State<Hits>) -> Response {
         .into_response()
 }
 
+async fn cookies(State(hits): State<Hits>) -> Response {
+    let n = hit(&hits, "cookies");
+    (
+        StatusCode::CREATED,
+        AppendHeaders([
+            ("set-cookie", format!("session={n}")),
+            ("set-cookie", "theme=dark".to_owned()),
+        ]),
+        Json(json!({ "session": n })),
+    )
+        .into_response()
+}
+
 async fn hello(State(hits): State<Hits>) -> &'static str {
     hit(&hits, "hello");
     "hello"
 }
 
 /// A command for the binary, with no `IDEM_*` variable inherited from the test's environment.
+///
+/// `IDEM_TEST_BIN` names another build of the binary to run instead: several checkouts that
+/// share one target directory overwrite each other's `target/debug/idem`.
 pub(crate) fn idem_command() -> Command {
-    let mut command = Command::new(IDEM);
+    let binary = std::env::var_os("IDEM_TEST_BIN").unwrap_or_else(|| IDEM.into());
+    let mut command = Command::new(binary);
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("IDEM_") {
             command.env_remove(name);

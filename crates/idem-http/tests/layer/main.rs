@@ -11,4 +11,5 @@ mod limits;
 mod replay;
 mod socket;
 mod store_errors;
+mod tenancy;
 mod trailers;

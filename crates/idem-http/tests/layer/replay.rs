@@ -40,11 +40,10 @@ async fn the_first_request_executes_and_a_retry_replays_status_headers_and_body(
     assert_eq!(retry.outcome, Some(Outcome::Replayed));
     assert_eq!(
         retry.header_lines(),
+        // The anonymous scope's replay leaves the cookies out (tenancy.rs tests why).
         lines(&[
             ("content-type", "application/json"),
             ("x-charge", "ch_1"),
-            ("set-cookie", "a=1"),
-            ("set-cookie", "b=2"),
             ("content-length", "31"),
             ("idempotent-replayed", "true"),
         ])

@@ -1,0 +1,195 @@
+//! [`Sealed`]: a store wrapper that keeps stored responses encrypted.
+
+use std::{future::Future, time::Duration};
+
+use crate::{
+    Acquisition, Address, FencingToken, Fingerprint, Record, RecordState, Store, StoreError,
+    StoredResponse, Terms, Timestamp,
+    sealing::{
+        KeyRing, SealingError,
+        envelope::{self, is_sealed},
+    },
+};
+
+/// A [`Store`] whose completed responses (status, headers, body, trailers) are sealed with
+/// XChaCha20-Poly1305 before they reach the inner store, and opened when read back.
+///
+/// What stays in clear, because the store's atomic decisions need it: the address (the scope is
+/// a hash already; SQL stores keep a digest of the key), the fingerprint, the state, the tokens
+/// and the timestamps.
+///
+/// A sealed record that does not open (altered, copied to another address, sealed with a key
+/// that has left the ring) is [`StoreError::Corrupted`]: never replayed, never executed again.
+///
+/// A record in clear, written before sealing was turned on, is replayed as it is by default, so
+/// that turning sealing on needs no downtime and no rewrite: old records age out within their
+/// TTL. Once they have, [`accept_plaintext(false)`](Sealed::accept_plaintext) makes such a record
+/// [`StoreError::Corrupted`], so that a record written to the store in clear by someone without
+/// the key is never replayed.
+///
+/// # Examples
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// use idem_core::{
+///     Acquisition, Address, Fingerprint, MemoryStore, Policy, RecordState, Store, StoredResponse,
+///     sealing::{KeyRing, Sealed},
+/// };
+///
+/// let inner = std::sync::Arc::new(MemoryStore::new());
+/// let store = Sealed::new(inner.clone(), KeyRing::single("k1", [7; 32]));
+/// let address = Address::anonymous("order-42".parse()?);
+/// let fingerprint = Fingerprint::from_bytes([1; 32]);
+/// let terms = (&Policy::default()).into();
+///
+/// let Acquisition::Acquired(lease) = store.acquire(&address, &fingerprint, terms).await? else {
+///     unreachable!("a new key is acquired");
+/// };
+/// let response = StoredResponse::new(201).body("card 4242 charged");
+/// store.complete(&address, lease.token, &response, terms.ttl).await?;
+///
+/// // Replays open the response...
+/// let replay = store.acquire(&address, &fingerprint, terms).await?;
+/// assert_eq!(replay, Acquisition::Completed(response));
+/// // ...which the inner store holds sealed.
+/// let Some(RecordState::Completed { response: held, .. }) =
+///     inner.get(&address).await?.map(|r| r.state) else { unreachable!() };
+/// assert!(!held.body.windows(4).any(|w| w == b"4242"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
+#[derive(Debug, Clone)]
+pub struct Sealed<S> {
+    inner: S,
+    ring: KeyRing,
+    accept_plaintext: bool,
+}
+
+impl<S> Sealed<S> {
+    /// Seals what `inner` stores with `ring`'s first key, and opens with any of its keys.
+    pub fn new(inner: S, ring: KeyRing) -> Self {
+        Self {
+            inner,
+            ring,
+            accept_plaintext: true,
+        }
+    }
+
+    /// Whether records in clear (written before sealing was on) are replayed (`true`, the
+    /// default) or are [`StoreError::Corrupted`].
+    #[must_use]
+    pub fn accept_plaintext(mut self, accept: bool) -> Self {
+        self.accept_plaintext = accept;
+        self
+    }
+
+    /// The inner store, which holds sealed responses.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// The key ring.
+    pub fn ring(&self) -> &KeyRing {
+        &self.ring
+    }
+
+    fn open(
+        &self,
+        address: &Address,
+        response: StoredResponse,
+    ) -> Result<StoredResponse, StoreError> {
+        if is_sealed(&response) {
+            envelope::open(&self.ring, address, response).map_err(StoreError::corrupted)
+        } else if self.accept_plaintext {
+            Ok(response)
+        } else {
+            Err(StoreError::corrupted(SealingError::Plaintext))
+        }
+    }
+}
+
+impl<S: Store> Store for Sealed<S> {
+    async fn acquire(
+        &self,
+        address: &Address,
+        fingerprint: &Fingerprint,
+        terms: Terms,
+    ) -> Result<Acquisition, StoreError> {
+        match self.inner.acquire(address, fingerprint, terms).await? {
+            Acquisition::Completed(response) => {
+                Ok(Acquisition::Completed(self.open(address, response)?))
+            }
+            other => Ok(other),
+        }
+    }
+
+    async fn complete(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        response: &StoredResponse,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let sealed =
+            envelope::seal(&self.ring, address, response).map_err(|error| match error {
+                SealingError::Random(_) => StoreError::unavailable(error),
+                other => StoreError::corrupted(other),
+            })?;
+        self.inner.complete(address, token, &sealed, ttl).await
+    }
+
+    fn release(
+        &self,
+        address: &Address,
+        token: FencingToken,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.inner.release(address, token)
+    }
+
+    fn renew(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Timestamp, StoreError>> + Send {
+        self.inner.renew(address, token, lease)
+    }
+
+    async fn get(&self, address: &Address) -> Result<Option<Record>, StoreError> {
+        let Some(record) = self.inner.get(address).await? else {
+            return Ok(None);
+        };
+        let state = match record.state {
+            RecordState::Completed {
+                token,
+                response,
+                completed_at,
+            } => RecordState::Completed {
+                token,
+                response: self.open(address, response)?,
+                completed_at,
+            },
+            processing => processing,
+        };
+        Ok(Some(Record { state, ..record }))
+    }
+
+    fn forget(&self, address: &Address) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.inner.forget(address)
+    }
+
+    fn purge_expired(
+        &self,
+        limit: usize,
+    ) -> impl Future<Output = Result<usize, StoreError>> + Send {
+        self.inner.purge_expired(limit)
+    }
+
+    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.inner.ping()
+    }
+
+    fn changed(&self, address: &Address) -> impl Future<Output = ()> + Send + 'static {
+        self.inner.changed(address)
+    }
+}

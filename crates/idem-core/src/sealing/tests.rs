@@ -1,0 +1,258 @@
+use std::sync::Arc;
+
+use crate::{
+    Acquisition, Address, Fingerprint, MemoryStore, Policy, RecordState, Scope, Store, StoreError,
+    StoredResponse, Terms,
+    sealing::{KeyRing, Sealed},
+};
+
+const KEY_A: &str = "a:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+const KEY_B: &str = "b:ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8=";
+const SECRET: &[u8] = b"card 4242424242424242";
+
+fn ring(text: &str) -> KeyRing {
+    text.parse().unwrap()
+}
+
+fn terms() -> Terms {
+    (&Policy::default()).into()
+}
+
+fn address(key: &str) -> Address {
+    Address::new(
+        Scope::from_identity([b"Bearer alice".as_slice()]),
+        key.parse().unwrap(),
+    )
+}
+
+fn response() -> StoredResponse {
+    StoredResponse::new(201)
+        .header("content-type", "text/plain")
+        .header("x-card", "4242424242424242")
+        .body(SECRET)
+        .trailer("grpc-status", "0")
+}
+
+/// Acquires `address` and completes it with `response` through `store`.
+async fn write(store: &impl Store, address: &Address, response: &StoredResponse) {
+    let fingerprint = Fingerprint::from_bytes([1; 32]);
+    let Acquisition::Acquired(lease) = store.acquire(address, &fingerprint, terms()).await.unwrap()
+    else {
+        panic!("a new key is acquired");
+    };
+    store
+        .complete(address, lease.token, response, terms().ttl)
+        .await
+        .unwrap();
+}
+
+async fn replay(store: &impl Store, address: &Address) -> Result<Acquisition, StoreError> {
+    store
+        .acquire(address, &Fingerprint::from_bytes([1; 32]), terms())
+        .await
+}
+
+/// The response the inner store holds.
+async fn held(store: &MemoryStore, address: &Address) -> StoredResponse {
+    match store.get(address).await.unwrap().unwrap().state {
+        RecordState::Completed { response, .. } => response,
+        state => panic!("expected a completed record, got {state:?}"),
+    }
+}
+
+fn corruption(result: Result<Acquisition, StoreError>) -> String {
+    match result {
+        Err(StoreError::Corrupted(source)) => source.to_string(),
+        other => panic!("expected Corrupted, got {other:?}"),
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[tokio::test]
+async fn the_inner_store_holds_no_status_header_or_body_in_clear() {
+    let inner = Arc::new(MemoryStore::new());
+    let store = Sealed::new(inner.clone(), ring(KEY_A));
+    let address = address("pay-1");
+    write(&store, &address, &response()).await;
+
+    let sealed = held(&inner, &address).await;
+    assert_eq!(sealed.status, 500);
+    assert_eq!(sealed.headers, []);
+    assert_eq!(sealed.trailers, None);
+    let encoded = sealed.encode();
+    for clear in [
+        SECRET,
+        b"4242424242424242",
+        b"x-card",
+        b"grpc-status",
+        b"text/plain",
+    ] {
+        assert!(
+            !contains(&encoded, clear),
+            "{:?} in clear",
+            String::from_utf8_lossy(clear)
+        );
+    }
+    // Framing, id, nonce, the encoded response and the tag: nothing more.
+    assert_eq!(
+        sealed.body.len(),
+        12 + 1 + 1 + 1 + 24 + response().encoded_len() + 16
+    );
+
+    assert_eq!(
+        replay(&store, &address).await.unwrap(),
+        Acquisition::Completed(response())
+    );
+    let record = store.get(&address).await.unwrap().unwrap();
+    assert_eq!(record.state.name(), "completed");
+    assert!(matches!(record.state, RecordState::Completed { response: r, .. } if r == response()));
+}
+
+#[tokio::test]
+async fn each_seal_draws_a_new_nonce() {
+    let inner = Arc::new(MemoryStore::new());
+    let store = Sealed::new(inner.clone(), ring(KEY_A));
+    write(&store, &address("one"), &response()).await;
+    write(&store, &address("two"), &response()).await;
+    let one = held(&inner, &address("one")).await.body;
+    let two = held(&inner, &address("two")).await.body;
+    assert_eq!(one[..15], two[..15]);
+    assert_ne!(one[15..39], two[15..39]);
+}
+
+#[tokio::test]
+async fn a_rotated_ring_opens_old_and_new_records_and_seals_with_the_new_key() {
+    let inner = Arc::new(MemoryStore::new());
+    let before = Sealed::new(inner.clone(), ring(KEY_A));
+    write(&before, &address("old"), &response()).await;
+
+    let rotated = Sealed::new(inner.clone(), ring(&format!("{KEY_B}\n{KEY_A}\n")));
+    let newer = StoredResponse::new(200).body("after rotation");
+    write(&rotated, &address("new"), &newer).await;
+
+    assert_eq!(
+        replay(&rotated, &address("old")).await.unwrap(),
+        Acquisition::Completed(response())
+    );
+    assert_eq!(
+        replay(&rotated, &address("new")).await.unwrap(),
+        Acquisition::Completed(newer)
+    );
+    // The id byte and the id: `b` seals after the rotation.
+    assert_eq!(held(&inner, &address("new")).await.body[13..15], [1, b'b']);
+    assert_eq!(held(&inner, &address("old")).await.body[13..15], [1, b'a']);
+
+    // Once `a` leaves the ring, its records no longer open.
+    let retired = Sealed::new(inner.clone(), ring(KEY_B));
+    assert_eq!(
+        corruption(replay(&retired, &address("old")).await),
+        "the record is sealed with key `a`, which is not in the key ring"
+    );
+}
+
+#[tokio::test]
+async fn a_sealed_response_copied_to_another_address_does_not_open() {
+    let inner = Arc::new(MemoryStore::new());
+    let store = Sealed::new(inner.clone(), ring(KEY_A));
+    write(&store, &address("victim"), &response()).await;
+    let sealed = held(&inner, &address("victim")).await;
+
+    // The copy is written straight into the inner store, as someone with access to it could.
+    write(&*inner, &address("attacker"), &sealed).await;
+    assert_eq!(
+        corruption(replay(&store, &address("attacker")).await),
+        "the record sealed with key `a` does not open: it was altered or copied from another address"
+    );
+    // Same key, other scope.
+    let other_scope = Address::anonymous("victim".parse().unwrap());
+    write(&*inner, &other_scope, &sealed).await;
+    assert!(matches!(
+        store.get(&other_scope).await,
+        Err(StoreError::Corrupted(_))
+    ));
+}
+
+#[tokio::test]
+async fn a_sealed_response_under_another_key_with_the_same_id_does_not_open() {
+    let inner = Arc::new(MemoryStore::new());
+    write(
+        &Sealed::new(inner.clone(), ring(KEY_A)),
+        &address("k"),
+        &response(),
+    )
+    .await;
+    let impostor = Sealed::new(inner.clone(), ring(&KEY_B.replacen('b', "a", 1)));
+    assert_eq!(
+        corruption(replay(&impostor, &address("k")).await),
+        "the record sealed with key `a` does not open: it was altered or copied from another address"
+    );
+}
+
+#[tokio::test]
+async fn every_altered_byte_makes_the_record_corrupted() {
+    let inner = Arc::new(MemoryStore::new());
+    let store = Sealed::new(inner.clone(), ring(KEY_A));
+    let len = seal(&store, &address("probe")).body.len();
+    // After the magic: version, id length, id, nonce, ciphertext, tag.
+    for at in 12..len {
+        let address = address(&format!("tampered-{at}"));
+        let sealed = seal(&store, &address);
+        let mut body = sealed.body.to_vec();
+        body[at] ^= 0x01;
+        let tampered = StoredResponse {
+            body: body.into(),
+            ..sealed
+        };
+        write(&*inner, &address, &tampered).await;
+        assert!(
+            matches!(
+                replay(&store, &address).await,
+                Err(StoreError::Corrupted(_))
+            ),
+            "byte {at}"
+        );
+    }
+}
+
+/// `response()` sealed for `address` with the store's ring.
+fn seal(store: &Sealed<Arc<MemoryStore>>, address: &Address) -> StoredResponse {
+    crate::sealing::envelope::seal(store.ring(), address, &response()).unwrap()
+}
+
+#[tokio::test]
+async fn a_truncated_sealed_record_is_corrupted() {
+    let inner = Arc::new(MemoryStore::new());
+    let store = Sealed::new(inner.clone(), ring(KEY_A));
+    let address = address("short");
+    let sealed = seal(&store, &address);
+    let truncated = StoredResponse {
+        body: sealed.body.slice(..12 + 2 + 1 + 24 + 15),
+        ..sealed
+    };
+    write(&*inner, &address, &truncated).await;
+    assert_eq!(
+        corruption(replay(&store, &address).await),
+        "the sealed record is truncated"
+    );
+}
+
+#[tokio::test]
+async fn records_in_clear_are_replayed_unless_refused() {
+    let inner = Arc::new(MemoryStore::new());
+    let address = address("before-sealing");
+    write(&*inner, &address, &response()).await;
+
+    let store = Sealed::new(inner.clone(), ring(KEY_A));
+    assert_eq!(
+        replay(&store, &address).await.unwrap(),
+        Acquisition::Completed(response())
+    );
+    let strict = store.accept_plaintext(false);
+    assert_eq!(
+        corruption(replay(&strict, &address).await),
+        "the record is not sealed, and only sealed records are accepted"
+    );
+}

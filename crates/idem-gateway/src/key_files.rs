@@ -1,0 +1,150 @@
+//! The key files of `idem serve`: `--encryption-key-file` (the key ring that seals stored
+//! responses) and `--digest-key-file` (the key of the digests in logs).
+//!
+//! Both are read once, at start-up; a file that cannot be used stops it with one line that
+//! names the file and, for the key ring, the line.
+
+use std::path::Path;
+
+use base64::{Engine as _, engine::general_purpose::STANDARD};
+use idem_core::{
+    DIGEST_KEY_LEN, DigestKey, DynStore,
+    sealing::{KeyRing, Sealed},
+};
+
+use crate::Error;
+
+/// Reads the key ring of `--encryption-key-file`.
+pub(crate) fn key_ring(path: &Path) -> Result<KeyRing, Error> {
+    read(path)?
+        .parse()
+        .map_err(|source| Error::EncryptionKeyFile {
+            path: path.to_owned(),
+            source,
+        })
+}
+
+/// Reads the key of `--digest-key-file`: 32 bytes in standard base64, on one line.
+pub(crate) fn digest_key(path: &Path) -> Result<DigestKey, Error> {
+    let text = read(path)?;
+    let invalid = |problem: String| Error::DigestKeyFile {
+        path: path.to_owned(),
+        problem,
+    };
+    let mut lines = text.lines().map(str::trim).filter(|line| !line.is_empty());
+    let (Some(line), None) = (lines.next(), lines.next()) else {
+        return Err(invalid(
+            "expected one line: 32 random bytes in standard base64".into(),
+        ));
+    };
+    let bytes = STANDARD
+        .decode(line)
+        .map_err(|_| invalid("the key is not standard base64".into()))?;
+    let key: [u8; DIGEST_KEY_LEN] = bytes.as_slice().try_into().map_err(|_| {
+        invalid(format!(
+            "the key is {} bytes long; a digest key is {DIGEST_KEY_LEN} random bytes",
+            bytes.len()
+        ))
+    })?;
+    Ok(DigestKey::new(key))
+}
+
+/// `store`, sealing its responses with `ring` when there is one.
+pub(crate) fn sealed(store: DynStore, ring: Option<&KeyRing>) -> DynStore {
+    match ring {
+        Some(ring) => DynStore::new(Sealed::new(store, ring.clone())),
+        None => store,
+    }
+}
+
+fn read(path: &Path) -> Result<String, Error> {
+    std::fs::read_to_string(path).map_err(|source| Error::ReadKeyFile {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn digest_key_error(text: &str) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("digest.key");
+        std::fs::write(&path, text).unwrap();
+        let error = digest_key(&path).unwrap_err().to_string();
+        error.replace(&path.display().to_string(), "PATH")
+    }
+
+    #[test]
+    fn a_digest_key_is_32_bytes_of_base64_on_one_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("digest.key");
+        std::fs::write(&path, format!("{}\n", STANDARD.encode([3; 32]))).unwrap();
+        assert_eq!(digest_key(&path).unwrap(), DigestKey::new([3; 32]));
+
+        assert_eq!(
+            digest_key_error(""),
+            "invalid digest key file PATH: expected one line: 32 random bytes in standard base64"
+        );
+        assert_eq!(
+            digest_key_error(&format!("{0}\n{0}\n", STANDARD.encode([3; 32]))),
+            "invalid digest key file PATH: expected one line: 32 random bytes in standard base64"
+        );
+        assert_eq!(
+            digest_key_error("not*base64"),
+            "invalid digest key file PATH: the key is not standard base64"
+        );
+        assert_eq!(
+            digest_key_error(&STANDARD.encode([3; 16])),
+            "invalid digest key file PATH: the key is 16 bytes long; a digest key is 32 random bytes"
+        );
+    }
+
+    #[test]
+    fn both_key_files_are_read_from_the_config_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let ring = dir.path().join("ring.keys");
+        std::fs::write(
+            &ring,
+            format!("new:{0}\nold:{0}\n", STANDARD.encode([1; 32])),
+        )
+        .unwrap();
+        let digest = dir.path().join("digest.key");
+        std::fs::write(&digest, STANDARD.encode([2; 32])).unwrap();
+        let file = dir.path().join("idem.toml");
+        std::fs::write(
+            &file,
+            format!(
+                "upstream = \"http://127.0.0.1:3000\"\nencryption-key-file = {:?}\n\
+                 digest-key-file = {:?}\n",
+                ring.display().to_string(),
+                digest.display().to_string()
+            ),
+        )
+        .unwrap();
+        let cli = crate::Cli::parse_from_env_and_file([
+            "idem",
+            "serve",
+            "--config",
+            file.to_str().unwrap(),
+        ])
+        .unwrap();
+        let crate::cli::Command::Serve(serve) = cli.command else {
+            unreachable!("parsed as serve")
+        };
+        let config = crate::Config::try_from(&*serve).unwrap();
+        let ids: Vec<&str> = config.encryption.as_ref().unwrap().ids().collect();
+        assert_eq!(ids, ["new", "old"]);
+        assert_eq!(config.digest_key, Some(DigestKey::new([2; 32])));
+    }
+
+    #[test]
+    fn a_missing_key_file_names_the_file() {
+        let error = key_ring(Path::new("/nonexistent/keys")).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "cannot read the key file /nonexistent/keys"
+        );
+    }
+}
