@@ -59,6 +59,18 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_LISTEN", value_name = "ADDR", default_value = config::DEFAULT_LISTEN)]
     pub listen: SocketAddr,
 
+    /// The most client connections open at once; beyond it, new ones wait in the accept queue
+    /// and idle ones are closed.
+    #[arg(long, env = "IDEM_MAX_CONNECTIONS", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..),
+          default_value_t = config::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: u32,
+
+    /// How long a client connection may stay without a request in progress before it is closed.
+    #[arg(long, env = "IDEM_IDLE_TIMEOUT", value_name = "DURATION",
+          default_value_t = HumanDuration(config::DEFAULT_IDLE_TIMEOUT))]
+    pub idle_timeout: HumanDuration,
+
     /// The API to forward to, as http://HOST:PORT (required).
     #[arg(long, env = "IDEM_UPSTREAM", value_name = "URL")]
     pub upstream: Option<Upstream>,
@@ -73,7 +85,8 @@ pub struct ServeArgs {
           default_value_t = HumanDuration(config::DEFAULT_CONNECT_TIMEOUT))]
     pub connect_timeout: HumanDuration,
 
-    /// How long to wait for the upstream's response head (then 504; the outcome is ambiguous).
+    /// How long the whole upstream exchange may take, response head and body (then 504 without
+    /// a head, a cut-off response after it; the outcome is ambiguous).
     #[arg(long, env = "IDEM_UPSTREAM_TIMEOUT", value_name = "DURATION",
           default_value_t = HumanDuration(config::DEFAULT_UPSTREAM_TIMEOUT))]
     pub upstream_timeout: HumanDuration,
@@ -166,6 +179,17 @@ pub struct ServeArgs {
           default_value_t = ByteSize(config::DEFAULT_MAX_BODY))]
     pub max_body: ByteSize,
 
+    /// How long the body of a request with a key may take to arrive (then 408).
+    #[arg(long, env = "IDEM_BODY_TIMEOUT", value_name = "DURATION",
+          default_value_t = HumanDuration(config::DEFAULT_BODY_TIMEOUT))]
+    pub body_timeout: HumanDuration,
+
+    /// The most bytes of request bodies buffered at once, across all requests; a request over
+    /// it gets 503 with Retry-After.
+    #[arg(long, env = "IDEM_MAX_BUFFERED", value_name = "BYTES",
+          default_value_t = ByteSize(config::DEFAULT_MAX_BUFFERED))]
+    pub max_buffered: ByteSize,
+
     /// The largest response stored for replay; a bigger one is delivered but not stored.
     #[arg(long, env = "IDEM_MAX_STORED_RESPONSE", value_name = "BYTES",
           default_value_t = ByteSize(config::DEFAULT_MAX_STORED_RESPONSE))]
@@ -180,7 +204,8 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_STORE_TIMEOUT", value_name = "DURATION")]
     pub store_timeout: Option<HumanDuration>,
 
-    /// On SIGTERM or SIGINT, how long open connections may take to finish their requests.
+    /// On SIGTERM or SIGINT, how long requests in progress may take to finish; then the gateway
+    /// exits anyway, leaving their keys to their leases.
     #[arg(long, env = "IDEM_SHUTDOWN_TIMEOUT", value_name = "DURATION",
           default_value_t = HumanDuration(config::DEFAULT_SHUTDOWN_TIMEOUT))]
     pub shutdown_timeout: HumanDuration,

@@ -42,6 +42,10 @@ use crate::{
 
 /// Default of `--listen`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// Default of `--max-connections`.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 10_000;
+/// Default of `--idle-timeout`.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default of `--admin-listen`.
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
 /// Default of `--store`.
@@ -73,6 +77,10 @@ pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default of `--max-body`: 10 MiB.
 pub const DEFAULT_MAX_BODY: usize = 10 << 20;
+/// Default of `--body-timeout`.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default of `--max-buffered`: 256 MiB.
+pub const DEFAULT_MAX_BUFFERED: usize = 256 << 20;
 /// Default of `--max-stored-response`: 1 MiB.
 pub const DEFAULT_MAX_STORED_RESPONSE: usize = 1 << 20;
 /// Default of `--encryption-key-file`: none, stored responses are kept in clear.
@@ -86,6 +94,10 @@ pub const DEFAULT_DIGEST_KEY: Option<DigestKey> = None;
 pub struct Config {
     /// Where clients connect (port 0: any free port, see [`Gateway::addr`](crate::Gateway::addr)).
     pub listen: SocketAddr,
+    /// The most client connections open at once.
+    pub max_connections: u32,
+    /// How long a client connection may stay without a request in progress.
+    pub idle_timeout: Duration,
     /// Where the admin endpoints listen.
     pub admin_listen: SocketAddr,
     /// The token the admin endpoints need (all but `/healthz` and `/readyz`); none: open, which
@@ -97,7 +109,7 @@ pub struct Config {
     pub upstream_h2c: bool,
     /// How long to wait for a connection to the upstream.
     pub connect_timeout: Duration,
-    /// How long to wait for the upstream's response head once connected.
+    /// How long the whole upstream exchange may take once connected: response head and body.
     pub upstream_timeout: Duration,
     /// Where records are kept.
     pub store: StoreUrl,
@@ -130,6 +142,10 @@ pub struct Config {
     pub fingerprint: FingerprintMode,
     /// The largest body of a request with a key.
     pub max_body: usize,
+    /// How long the body of a request with a key may take to arrive.
+    pub body_timeout: Duration,
+    /// The most bytes of request bodies buffered at once, across all requests.
+    pub max_buffered: usize,
     /// The largest response stored for replay.
     pub max_stored_response: usize,
     /// Whether to forward requests without idempotency while the store is unreachable.
@@ -137,7 +153,7 @@ pub struct Config {
     /// The longest one store call may take; `None`: the lease divided by
     /// [`DEFAULT_STORE_TIMEOUT_LEASE_FRACTION`].
     pub store_timeout: Option<Duration>,
-    /// How long open connections may take to finish on shutdown.
+    /// How long requests in progress may take to finish on shutdown.
     pub shutdown_timeout: Duration,
 }
 
@@ -153,6 +169,8 @@ impl Config {
     pub fn new(upstream: Upstream) -> Self {
         Self {
             listen: DEFAULT_LISTEN.parse().expect("valid default"),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
             admin_listen: DEFAULT_ADMIN_LISTEN.parse().expect("valid default"),
             admin_token: None,
             upstream,
@@ -177,6 +195,8 @@ impl Config {
             anonymous: Anonymous::Allow,
             fingerprint: FingerprintMode::Json,
             max_body: DEFAULT_MAX_BODY,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
+            max_buffered: DEFAULT_MAX_BUFFERED,
             max_stored_response: DEFAULT_MAX_STORED_RESPONSE,
             on_store_error: OnStoreError::Reject,
             store_timeout: None,
@@ -215,6 +235,8 @@ impl TryFrom<&ServeArgs> for Config {
             .transpose()?;
         Ok(Self {
             listen: args.listen,
+            max_connections: args.max_connections,
+            idle_timeout: args.idle_timeout.0,
             admin_listen: args.admin_listen,
             admin_token,
             upstream,
@@ -255,6 +277,8 @@ impl TryFrom<&ServeArgs> for Config {
                 FingerprintArg::Raw => FingerprintMode::Raw,
             },
             max_body: args.max_body.0,
+            body_timeout: args.body_timeout.0,
+            max_buffered: args.max_buffered.0,
             max_stored_response: args.max_stored_response.0,
             on_store_error: match args.on_store_error {
                 StoreErrorMode::Reject => OnStoreError::Reject,
@@ -439,6 +463,29 @@ mod tests {
         let parsed = config_with_file("", &["--upstream", "http://a"]).unwrap();
         let built = Config::new("http://a".parse().unwrap());
         assert_eq!(format!("{parsed:?}"), format!("{built:?}"));
+    }
+
+    #[test]
+    fn the_bounds_are_read_from_the_file() {
+        let file = r#"
+            upstream = "http://a"
+            max-connections = 100
+            idle-timeout = "5s"
+            body-timeout = "2s"
+            max-buffered = "8MiB"
+        "#;
+        let config = config_with_file(file, &[]).unwrap();
+        assert_eq!(config.max_connections, 100);
+        assert_eq!(config.idle_timeout, Duration::from_secs(5));
+        assert_eq!(config.body_timeout, Duration::from_secs(2));
+        assert_eq!(config.max_buffered, 8 << 20);
+        let defaults = config_with_file("", &["--upstream", "http://a"]).unwrap();
+        assert_eq!(defaults.max_connections, 10_000);
+        assert_eq!(defaults.idle_timeout, Duration::from_secs(60));
+        assert_eq!(defaults.body_timeout, Duration::from_secs(30));
+        assert_eq!(defaults.max_buffered, 256 << 20);
+        let error = config_with_file("", &["--upstream", "http://a", "--max-connections", "0"]);
+        assert!(matches!(error, Err(Error::Cli(_))));
     }
 
     #[test]

@@ -27,6 +27,8 @@ mod admin;
 mod admin_auth;
 pub mod cli;
 pub mod config;
+mod connections;
+mod deadline;
 pub mod demo;
 mod duration;
 mod error;

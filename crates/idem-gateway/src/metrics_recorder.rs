@@ -42,7 +42,7 @@ pub(crate) fn handle() -> PrometheusHandle {
 fn describe() {
     metrics::describe_counter!(
         "idem_requests_total",
-        "Requests by outcome: executed, replayed, conflict, mismatch, invalid, passthrough, too_large, store_error."
+        "Requests by outcome: executed, replayed, conflict, mismatch, invalid, passthrough, too_large, store_error, overloaded."
     );
     metrics::describe_histogram!(
         UPSTREAM_DURATION,

@@ -28,7 +28,7 @@ use idem_http::Delivery;
 use metrics::Histogram;
 use tokio::time::Instant;
 
-use crate::{Error, Upstream, problem};
+use crate::{Error, Upstream, deadline::DeadlineBody, problem};
 
 /// The histogram of upstream latencies: from forwarding a request to its response head.
 pub const UPSTREAM_DURATION: &str = "idem_upstream_duration_seconds";
@@ -77,7 +77,9 @@ pub struct Proxy {
 
 impl Proxy {
     /// A proxy to `upstream`, over HTTP/1.1 or (with `h2c`) HTTP/2 with prior knowledge, giving
-    /// up on connecting after `connect_timeout` and on the response head after `timeout`.
+    /// up on connecting after `connect_timeout`, and on the whole exchange (the response head,
+    /// then its body) after `timeout`: a body still streaming then ends in
+    /// [`Error::UpstreamTimeout`].
     pub fn new(
         upstream: Upstream,
         h2c: bool,
@@ -166,7 +168,8 @@ impl tower::Service<Request<Body>> for Proxy {
         let latency = self.latency.clone();
         Box::pin(async move {
             let start = Instant::now();
-            let result = tokio::time::timeout(timeout, client.request(request)).await;
+            let deadline = start + timeout;
+            let result = tokio::time::timeout_at(deadline, client.request(request)).await;
             latency.record(start.elapsed().as_secs_f64());
             let mut response = match result {
                 Ok(Ok(response)) => response,
@@ -175,7 +178,7 @@ impl tower::Service<Request<Body>> for Proxy {
                 Err(_) => return Err(Error::UpstreamTimeout(timeout)),
             };
             remove_hop_by_hop(response.headers_mut(), false);
-            Ok(response.map(Body::new))
+            Ok(response.map(|body| Body::new(DeadlineBody::new(body, deadline, timeout))))
         })
     }
 }

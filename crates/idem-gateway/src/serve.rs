@@ -38,7 +38,7 @@ use http::{HeaderName, Request, Response};
 use hyper::body::Incoming;
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
-    server::{conn::auto, graceful::GracefulShutdown},
+    server::conn::auto,
 };
 use idem_core::{DynStore, IdempotencyKey, Store};
 use idem_http::{IdempotencyLayer, Outcome, RequestKey};
@@ -51,6 +51,7 @@ use crate::{
     AdminToken, Config, Error, InstrumentedStore, Proxy,
     admin::{self, AdminState},
     cli::ServeArgs,
+    connections::{Activity, Connections},
     key_files,
     logging::{self, RequestLine},
     metrics_recorder,
@@ -65,6 +66,11 @@ const PURGE_EVERY: Duration = Duration::from_secs(60);
 const PURGE_BATCH: usize = 1000;
 /// How often the metrics recorder drains its histograms.
 const METRICS_UPKEEP_EVERY: Duration = Duration::from_secs(5);
+/// The most requests at once on one HTTP/2 client connection.
+const MAX_CONCURRENT_STREAMS: u32 = 256;
+/// How often an HTTP/2 client connection is pinged, and how long its answer may take before the
+/// connection is taken for dead and closed.
+const HTTP2_KEEP_ALIVE: Duration = Duration::from_secs(20);
 
 /// The gateway with its store open and its sockets bound, ready to [`run`](Gateway::run).
 pub struct Gateway {
@@ -146,8 +152,9 @@ impl Gateway {
     }
 
     /// Serves until `shutdown` completes, then shuts down gracefully: stops accepting, lets
-    /// open requests finish (for at most the configured shutdown timeout), waits until every
-    /// keyed operation has recorded its result, and returns.
+    /// open requests finish and waits until every keyed operation has recorded its result, for
+    /// at most the configured shutdown timeout in all, and returns. Keys still `processing` then
+    /// are counted in the log; their leases free them.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), Error> {
         let Gateway {
             config,
@@ -205,11 +212,20 @@ impl Gateway {
             );
         }
 
-        let graceful = GracefulShutdown::new();
+        let connections = Connections::new(config.max_connections as usize, config.idle_timeout);
         let mut builder = auto::Builder::new(TokioExecutor::new());
-        // A timer makes hyper's header read timeout (slow clients) and HTTP/2 keep-alive work.
-        builder.http1().timer(TokioTimer::new());
-        builder.http2().timer(TokioTimer::new());
+        // A timer makes hyper's header read timeout (slow clients, and idle HTTP/1 keep-alive
+        // connections: the next request's head is awaited as one) and HTTP/2 keep-alive work.
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(config.idle_timeout);
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+            .keep_alive_interval(HTTP2_KEEP_ALIVE)
+            .keep_alive_timeout(HTTP2_KEEP_ALIVE);
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
             let (stream, peer) = tokio::select! {
@@ -226,46 +242,58 @@ impl Gateway {
                     }
                 },
             };
+            // At the limit, this connection waits here (and the next ones in the accept queue)
+            // while idle connections are closed for it.
+            let slot = tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                slot = connections.slot() => slot,
+            };
             // Responses are written whole; waiting to fill a segment only adds latency.
             let _ = stream.set_nodelay(true);
             let service = service.clone();
             let key_header = config.key_header.clone();
+            let activity = Activity::new();
+            let requests = Arc::clone(&activity);
             let per_request = hyper::service::service_fn(move |request: Request<Incoming>| {
+                let busy = requests.track();
                 let mut request = request.map(Body::new);
                 request.extensions_mut().insert(ClientAddr(peer));
-                answer(service.clone(), key_header.clone(), request)
+                let answered = answer(service.clone(), key_header.clone(), request);
+                async move { Ok::<_, Infallible>(answered.await?.map(|body| busy.body(body))) }
             });
             let connection = builder
                 .serve_connection(TokioIo::new(stream), per_request)
                 .into_owned();
-            let connection = graceful.watch(connection);
-            tokio::spawn(async move {
-                if let Err(error) = connection.await {
-                    tracing::debug!(%peer, error = &*error as &(dyn std::error::Error + 'static), "connection ended with an error");
-                }
-            });
+            connections.spawn(connection, activity, slot, peer);
         }
 
         drop(listener);
         draining.store(true, Ordering::SeqCst);
         tracing::info!("shutting down: finishing open requests");
-        if tokio::time::timeout(config.shutdown_timeout, graceful.shutdown())
-            .await
-            .is_err()
-        {
+        let deadline = Instant::now() + config.shutdown_timeout;
+        if !connections.shutdown(config.shutdown_timeout).await {
             tracing::warn!(
                 timeout = %crate::HumanDuration(config.shutdown_timeout),
                 "connections still open at the shutdown timeout are closed"
             );
         }
         // Requests whose clients went away may still be running in the engine: their results
-        // must be recorded before the process exits.
-        engine.shutdown().await;
+        // must be recorded before the process exits, unless the shutdown timeout has passed.
+        let _ = tokio::time::timeout_at(deadline, engine.shutdown()).await;
+        let processing = engine.running();
+        if processing > 0 {
+            tracing::warn!(
+                processing,
+                timeout = %crate::HumanDuration(config.shutdown_timeout),
+                "keys left processing at the shutdown timeout; their leases free them"
+            );
+        }
         background.cancel();
         if let Ok(Err(error)) = admin_task.await {
             tracing::warn!(%error, "the admin listener failed");
         }
-        tracing::info!("stopped");
+        tracing::info!(processing, "stopped");
         Ok(())
     }
 }
@@ -284,6 +312,8 @@ fn idempotency_layer(config: &Config, store: GatewayStore) -> IdempotencyLayer<G
         .anonymous(config.anonymous)
         .fingerprint(config.fingerprint)
         .max_body(config.max_body)
+        .body_timeout(config.body_timeout)
+        .max_buffered(config.max_buffered)
         .max_stored_response(config.max_stored_response)
         .on_store_error(config.on_store_error)
         .max_waiters(config.max_waiters)

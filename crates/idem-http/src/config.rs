@@ -12,7 +12,7 @@
 //! # drop(layer);
 //! ```
 
-use std::{error::Error, fmt, sync::Arc};
+use std::{error::Error, fmt, sync::Arc, time::Duration};
 
 use http::{HeaderName, Method, header::AUTHORIZATION};
 use idem_core::{FingerprintMode, Policy};
@@ -75,6 +75,8 @@ pub(crate) struct Config {
     pub(crate) anonymous: Anonymous,
     pub(crate) fingerprint: FingerprintMode,
     pub(crate) max_body: usize,
+    pub(crate) body_timeout: Option<Duration>,
+    pub(crate) max_buffered: Option<usize>,
     pub(crate) max_stored_response: usize,
     pub(crate) on_store_error: OnStoreError,
     pub(crate) classify_error: Classifier,
@@ -91,6 +93,8 @@ impl Default for Config {
             anonymous: Anonymous::Allow,
             fingerprint: FingerprintMode::Json,
             max_body: 10 * 1024 * 1024,
+            body_timeout: None,
+            max_buffered: None,
             max_stored_response: 1024 * 1024,
             on_store_error: OnStoreError::Reject,
             classify_error: Arc::new(|_| Delivery::MaybeSent),
@@ -109,6 +113,8 @@ impl fmt::Debug for Config {
             .field("anonymous", &self.anonymous)
             .field("fingerprint", &self.fingerprint)
             .field("max_body", &self.max_body)
+            .field("body_timeout", &self.body_timeout)
+            .field("max_buffered", &self.max_buffered)
             .field("max_stored_response", &self.max_stored_response)
             .field("on_store_error", &self.on_store_error)
             .finish_non_exhaustive()

@@ -29,7 +29,9 @@ use http::{HeaderName, Method};
 use idem_core::{Ambiguous, Engine, FingerprintMode, InFlight, Store};
 use tower::Layer;
 
-use crate::{Anonymous, Delivery, Idempotency, OnStoreError, config::Config, service::Shared};
+use crate::{
+    Anonymous, Delivery, Idempotency, OnStoreError, budget::Budget, config::Config, service::Shared,
+};
 
 /// Applies [`Idempotency`] to a service: requests that carry an idempotency key run at most once
 /// per key, and their retries get the stored response.
@@ -41,7 +43,10 @@ use crate::{Anonymous, Delivery, Idempotency, OnStoreError, config::Config, serv
 /// 2. A missing key when [`require_key`](Self::require_key) is on, an invalid key, or a key
 ///    header sent twice: `400` problem+json; so is a key without any scope header when
 ///    [`anonymous`](Self::anonymous) is [`Anonymous::Reject`].
-/// 3. A body over [`max_body`](Self::max_body): `413` problem+json, nothing stored.
+/// 3. A body over [`max_body`](Self::max_body): `413` problem+json, nothing stored. A body not
+///    received within [`body_timeout`](Self::body_timeout): `408`. A body that does not fit in
+///    the [`max_buffered`](Self::max_buffered) budget: `503` with `Retry-After`. In each case
+///    the key is not acquired and nothing is forwarded.
 /// 4. The request is fingerprinted and run under its key by the [`Engine`]: executed, replayed
 ///    (with `Idempotent-Replayed: true`), `409` while in flight (with `Retry-After`), or `422`
 ///    when the key was used with another request. The key is completed before the response is
@@ -66,8 +71,9 @@ impl<St: Store + Clone> IdempotencyLayer<St> {
     /// `PATCH`, key optional, TTL 24 h, lease 30 s, in-flight requests rejected, ambiguous
     /// outcomes retried, scope from `Authorization` (requests without it allowed, in the
     /// anonymous scope), JSON fingerprints, bodies up to 10 MiB, stored responses up to 1 MiB,
-    /// store failures rejected, every inner service error taken as [`Delivery::MaybeSent`], at
-    /// most 1000 waiters, store calls limited to a third of the lease.
+    /// no body timeout, no budget of buffered bytes, store failures rejected, every inner
+    /// service error taken as [`Delivery::MaybeSent`], at most 1000 waiters, store calls limited
+    /// to a third of the lease.
     pub fn new(store: St) -> Self {
         Self {
             store,
@@ -87,6 +93,7 @@ impl<St: Store + Clone> IdempotencyLayer<St> {
             Arc::new(Shared {
                 config: self.config.clone(),
                 engine: Engine::new(self.store.clone(), self.config.policy),
+                budget: self.config.max_buffered.map(Budget::new),
             })
         });
         Arc::clone(shared)
@@ -188,6 +195,29 @@ impl<St: Store + Clone> IdempotencyLayer<St> {
     #[must_use]
     pub fn max_body(self, bytes: usize) -> Self {
         self.configure(|config| config.max_body = bytes)
+    }
+
+    /// How long the body of a request with a key may take to arrive in full, counted from when
+    /// the layer starts reading it; then `408` problem+json
+    /// ([`BODY_TIMEOUT`](crate::problem::BODY_TIMEOUT)), and the key is not acquired. Requests
+    /// without a key are streamed to the inner service, which bounds their bodies itself.
+    /// Default: none.
+    #[must_use]
+    pub fn body_timeout(self, timeout: Duration) -> Self {
+        self.configure(|config| config.body_timeout = Some(timeout))
+    }
+
+    /// The most bytes of request bodies that all the services of this layer buffer at once.
+    /// A request whose body would pass it gets `503` problem+json
+    /// ([`OVERLOADED`](crate::problem::OVERLOADED)) with `Retry-After: 1`, and the key is not
+    /// acquired. A body of known length (`Content-Length`) is counted whole before it is read;
+    /// a chunked one as its chunks arrive. The bytes count until the inner service has answered
+    /// (its response head), by which time it has read them. Requests without a key stream
+    /// through and do not count. Keep it at least [`max_body`](Self::max_body), or the largest
+    /// bodies are always refused. Default: no limit.
+    #[must_use]
+    pub fn max_buffered(self, bytes: usize) -> Self {
+        self.configure(|config| config.max_buffered = Some(bytes))
     }
 
     /// The largest response body stored; a larger one is delivered whole and its replay is a

@@ -77,6 +77,7 @@
 //!   tonic server (gRPC trailers are stored and replayed with the response).
 
 mod body;
+mod budget;
 mod capture;
 mod config;
 mod from_bytes;

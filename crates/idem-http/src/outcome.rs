@@ -25,7 +25,8 @@ pub enum Outcome {
     Conflict,
     /// The key is in use by a request with another fingerprint (422).
     Mismatch,
-    /// The key was missing though required, or invalid (400).
+    /// The key was missing though required, or invalid (400); or the body could not be read
+    /// (400) or did not arrive within the body timeout (408).
     Invalid,
     /// Forwarded without idempotency: method not covered, no key, or the store failed under
     /// [`OnStoreError::Passthrough`](crate::OnStoreError::Passthrough).
@@ -34,11 +35,13 @@ pub enum Outcome {
     TooLarge,
     /// The store failed and the request was refused (503).
     StoreError,
+    /// The request body did not fit in the budget of bytes buffered at once (503).
+    Overloaded,
 }
 
 impl Outcome {
     /// The label used in metrics and logs: `executed`, `replayed`, `conflict`, `mismatch`,
-    /// `invalid`, `passthrough`, `too_large` or `store_error`.
+    /// `invalid`, `passthrough`, `too_large`, `store_error` or `overloaded`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Outcome::Executed => "executed",
@@ -49,6 +52,7 @@ impl Outcome {
             Outcome::Passthrough => "passthrough",
             Outcome::TooLarge => "too_large",
             Outcome::StoreError => "store_error",
+            Outcome::Overloaded => "overloaded",
         }
     }
 }

@@ -40,6 +40,10 @@ pub const FINGERPRINT_MISMATCH: &str = "urn:idem:problem:fingerprint-mismatch";
 pub const BODY_TOO_LARGE: &str = "urn:idem:problem:body-too-large";
 /// The request body could not be read (the client went away mid-upload) (400).
 pub const BODY_UNREADABLE: &str = "urn:idem:problem:body-unreadable";
+/// The request body did not arrive within the body timeout (408).
+pub const BODY_TIMEOUT: &str = "urn:idem:problem:body-timeout";
+/// The bodies being buffered already fill the buffer budget (503, with `Retry-After`).
+pub const OVERLOADED: &str = "urn:idem:problem:overloaded";
 /// The idempotency store cannot be reached (503, with `Retry-After`).
 pub const STORE_UNAVAILABLE: &str = "urn:idem:problem:store-unavailable";
 /// The key's stored record cannot be read (altered, or sealed with a key that is not in the key
@@ -85,6 +89,17 @@ pub enum Rejection {
     /// The request body failed while it was read (400, [`BODY_UNREADABLE`]).
     #[error("the request body could not be read")]
     BodyUnreadable(#[source] BoxError),
+    /// The request body was not received in full within the body timeout (408,
+    /// [`BODY_TIMEOUT`]).
+    #[error("the request body was not received within {timeout:?}")]
+    BodyTimeout {
+        /// The body timeout.
+        timeout: Duration,
+    },
+    /// Buffering the request body would pass the budget of bytes buffered at once (503,
+    /// [`OVERLOADED`], `Retry-After: 1`).
+    #[error("too many request bodies are buffered at once")]
+    Overloaded,
     /// A request with the same key is still running (409, [`IN_FLIGHT`]).
     #[error("a request with this idempotency key is still being processed")]
     InFlight {
@@ -119,6 +134,8 @@ impl Rejection {
             | Rejection::ScopeRequired { .. }
             | Rejection::BodyUnreadable(_) => StatusCode::BAD_REQUEST,
             Rejection::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Rejection::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            Rejection::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             Rejection::InFlight { .. } => StatusCode::CONFLICT,
             Rejection::FingerprintMismatch => StatusCode::UNPROCESSABLE_ENTITY,
             Rejection::StoreUnavailable(_) | Rejection::StoreFull(_) => {
@@ -137,6 +154,8 @@ impl Rejection {
             Rejection::ScopeRequired { .. } => SCOPE_REQUIRED,
             Rejection::BodyTooLarge { .. } => BODY_TOO_LARGE,
             Rejection::BodyUnreadable(_) => BODY_UNREADABLE,
+            Rejection::BodyTimeout { .. } => BODY_TIMEOUT,
+            Rejection::Overloaded => OVERLOADED,
             Rejection::InFlight { .. } => IN_FLIGHT,
             Rejection::FingerprintMismatch => FINGERPRINT_MISMATCH,
             Rejection::StoreUnavailable(_) => STORE_UNAVAILABLE,
@@ -154,6 +173,8 @@ impl Rejection {
             Rejection::ScopeRequired { .. } => "Caller scope required",
             Rejection::BodyTooLarge { .. } => "Request body too large",
             Rejection::BodyUnreadable(_) => "Request body unreadable",
+            Rejection::BodyTimeout { .. } => "Request body timeout",
+            Rejection::Overloaded => "Overloaded",
             Rejection::InFlight { .. } => "Request in flight",
             Rejection::FingerprintMismatch => "Idempotency key reused",
             Rejection::StoreUnavailable(_) => "Idempotency store unavailable",
@@ -189,6 +210,14 @@ impl Rejection {
             Rejection::BodyUnreadable(_) => {
                 "The request body could not be read; nothing was executed.".to_owned()
             }
+            Rejection::BodyTimeout { timeout } => format!(
+                "The request body was not received within {timeout:?}; nothing was executed."
+            ),
+            Rejection::Overloaded => concat!(
+                "Too many request bodies are being received at once; nothing was executed. ",
+                "Retry later."
+            )
+            .to_owned(),
             Rejection::InFlight { .. } => concat!(
                 "A request with this idempotency key is still being processed; ",
                 "retry after the time given in Retry-After."
@@ -229,7 +258,9 @@ impl Rejection {
                 let whole = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
                 Some(whole.max(1))
             }
-            Rejection::StoreUnavailable(_) | Rejection::StoreFull(_) => Some(1),
+            Rejection::StoreUnavailable(_) | Rejection::StoreFull(_) | Rejection::Overloaded => {
+                Some(1)
+            }
             _ => None,
         }
     }

@@ -31,16 +31,21 @@
 //! # }).unwrap();
 //! ```
 
-use bytes::Bytes;
+use std::{pin::pin, sync::Arc};
+
+use bytes::{Bytes, BytesMut};
 use http::{
     HeaderMap, HeaderName,
     header::{CONTENT_LENGTH, CONTENT_TYPE},
     request::Parts,
 };
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 use idem_core::{Fingerprint, FingerprintMode, IdempotencyKey, KeyError, Scope};
 
-use crate::problem::Rejection;
+use crate::{
+    budget::{Budget, Reservation},
+    problem::Rejection,
+};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -77,13 +82,20 @@ pub(crate) fn scope(headers: &HeaderMap, names: &[HeaderName]) -> Scope {
     }
 }
 
-/// Reads the whole body, refusing it as soon as it is known to be over `limit` bytes: from
-/// `Content-Length` or the body's size hint before reading, else while reading.
+/// Reads the whole body, refusing it as soon as it is known to be over `limit` bytes (from
+/// `Content-Length` or the body's size hint before reading, else while reading), or as soon as
+/// it does not fit in the `budget` shared by all requests.
+///
+/// A body of known size is reserved whole before a byte is read, so that a full budget refuses
+/// it at once; a body of unknown size (chunked) is reserved chunk by chunk as it arrives, so
+/// that small chunked bodies do not each hold `limit` bytes of the budget. The reservation is
+/// returned with the bytes: they count until it is dropped.
 pub(crate) async fn buffer<B>(
     headers: &HeaderMap,
     body: B,
     limit: usize,
-) -> Result<Bytes, Rejection>
+    budget: Option<&Arc<Budget>>,
+) -> Result<(Bytes, Option<Reservation>), Rejection>
 where
     B: http_body::Body<Data = Bytes>,
     B::Error: Into<BoxError>,
@@ -95,11 +107,46 @@ where
     if declared.is_some_and(too_large) || too_large(body.size_hint().lower()) {
         return Err(Rejection::BodyTooLarge { limit });
     }
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(error) if error.is::<LengthLimitError>() => Err(Rejection::BodyTooLarge { limit }),
-        Err(error) => Err(Rejection::BodyUnreadable(error)),
+    // Not over `limit`, so it fits in a usize.
+    let known = declared
+        .or(body.size_hint().exact())
+        .map_or(0, |len| usize::try_from(len).unwrap_or(limit));
+    let mut reservation = match budget {
+        Some(budget) => Some(budget.try_reserve(known).ok_or(Rejection::Overloaded)?),
+        None => None,
+    };
+    let mut body = pin!(body);
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut len = 0_usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|error| Rejection::BodyUnreadable(error.into()))?;
+        let Ok(chunk) = frame.into_data() else {
+            continue;
+        };
+        len += chunk.len();
+        if len > limit {
+            return Err(Rejection::BodyTooLarge { limit });
+        }
+        if let Some(reservation) = &mut reservation
+            && len > reservation.bytes()
+            && !reservation.grow(len - reservation.bytes())
+        {
+            return Err(Rejection::Overloaded);
+        }
+        chunks.push(chunk);
     }
+    let bytes = match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.swap_remove(0),
+        _ => {
+            let mut all = BytesMut::with_capacity(len);
+            for chunk in chunks {
+                all.extend_from_slice(&chunk);
+            }
+            all.freeze()
+        }
+    };
+    Ok((bytes, reservation))
 }
 
 /// The fingerprint: method, path, query as sent, and the body read as `mode` says.

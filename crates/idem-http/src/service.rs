@@ -50,6 +50,7 @@ use tower::Service;
 use crate::{
     Anonymous, Delivery, FromBytes, OnStoreError, Outcome, RequestKey, ResponseBody,
     ResponseFuture,
+    budget::{Budget, Reservation},
     capture::{Replay, capture, drop_cookies, replay},
     config::Config,
     problem::Rejection,
@@ -65,6 +66,8 @@ const STORE_FULL_METRIC: &str = "idem_store_full_total";
 pub(crate) struct Shared<St> {
     pub(crate) config: Config,
     pub(crate) engine: Engine<St>,
+    /// The budget of buffered request bytes, when there is one.
+    pub(crate) budget: Option<Arc<Budget>>,
 }
 
 /// Makes the requests of an inner service idempotent: a request with a key runs at most once
@@ -183,10 +186,11 @@ where
     Ok(response)
 }
 
-/// The request and the service that is ready for it, until the engine's work takes them.
-type Slot<S, B> = Arc<Mutex<Option<(S, Request<B>)>>>;
+/// The request, the service that is ready for it and the buffer budget its body holds, until
+/// the engine's work takes them.
+type Slot<S, B> = Arc<Mutex<Option<(S, Request<B>, Option<Reservation>)>>>;
 
-fn take<S, B>(slot: &Slot<S, B>) -> Option<(S, Request<B>)> {
+fn take<S, B>(slot: &Slot<S, B>) -> Option<(S, Request<B>, Option<Reservation>)> {
     slot.lock().unwrap_or_else(PoisonError::into_inner).take()
 }
 
@@ -234,11 +238,24 @@ where
     }
 
     let (parts, body) = request.into_parts();
-    let body = match request::buffer(&parts.headers, body, config.max_body).await {
-        Ok(body) => body,
+    let buffering = request::buffer(
+        &parts.headers,
+        body,
+        config.max_body,
+        shared.budget.as_ref(),
+    );
+    let buffered = match config.body_timeout {
+        Some(timeout) => tokio::time::timeout(timeout, buffering)
+            .await
+            .unwrap_or(Err(Rejection::BodyTimeout { timeout })),
+        None => buffering.await,
+    };
+    let (body, held) = match buffered {
+        Ok(buffered) => buffered,
         Err(rejection @ Rejection::BodyTooLarge { .. }) => {
             return rejected(Outcome::TooLarge, rejection);
         }
+        Err(rejection @ Rejection::Overloaded) => return rejected(Outcome::Overloaded, rejection),
         Err(rejection) => return rejected(Outcome::Invalid, rejection),
     };
     let fingerprint = request::fingerprint(config.fingerprint, &parts, &body);
@@ -246,13 +263,13 @@ where
 
     // The work takes the request when the engine starts it; if the store fails before that, it
     // is still here for a passthrough.
-    let slot: Slot<S, ReqBody> = Arc::new(Mutex::new(Some((inner, request))));
+    let slot: Slot<S, ReqBody> = Arc::new(Mutex::new(Some((inner, request, held))));
     let work = {
         let slot = Arc::clone(&slot);
         let shared = Arc::clone(shared);
         move |_lease| {
-            let (inner, request) = take(&slot).expect("the engine starts the work once");
-            execute(shared, inner, request, anonymous)
+            let (inner, request, held) = take(&slot).expect("the engine starts the work once");
+            execute(shared, inner, request, held, anonymous)
         }
     };
     match shared
@@ -275,13 +292,19 @@ where
         // The engine's errors all come before the key was acquired (the slot still holds the
         // request); only an unreachable store is passed through, never one that answered.
         Err(error) => match (config.on_store_error, &error, take(&slot)) {
-            (OnStoreError::Passthrough, StoreError::Unavailable(_), Some((inner, request))) => {
+            (
+                OnStoreError::Passthrough,
+                StoreError::Unavailable(_),
+                Some((inner, request, held)),
+            ) => {
                 tracing::warn!(
                     key = %digest,
                     error = &error as &(dyn Error + 'static),
                     "the idempotency store failed; forwarding the request without idempotency"
                 );
-                (Outcome::Passthrough, forward(inner, request).await)
+                let answer = forward(inner, request).await;
+                drop(held);
+                (Outcome::Passthrough, answer)
             }
             (_, StoreError::Full { .. }, _) => {
                 metrics::counter!(STORE_FULL_METRIC).increment(1);
@@ -327,11 +350,13 @@ where
 }
 
 /// The engine's work: calls the inner service, reads its response for the store (without its
-/// cookies when the request is `anonymous`), and says how final the outcome is.
+/// cookies when the request is `anonymous`), and says how final the outcome is. The request
+/// body's bytes count in the budget (`held`) until the inner service has answered.
 async fn execute<S, St, ReqBody, ResBody>(
     shared: Arc<Shared<St>>,
     mut inner: S,
     request: Request<ReqBody>,
+    held: Option<Reservation>,
     anonymous: bool,
 ) -> Execution<Answer<ResBody, S::Error>>
 where
@@ -342,7 +367,9 @@ where
     ResBody::Error: Into<BoxError>,
 {
     let ambiguous = shared.engine.policy().ambiguous;
-    let response = match inner.call(request).await {
+    let called = inner.call(request).await;
+    drop(held);
+    let response = match called {
         Ok(response) => response,
         Err(error) => {
             return match ((shared.config.classify_error)(&error), ambiguous) {

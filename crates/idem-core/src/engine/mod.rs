@@ -137,6 +137,13 @@ impl<S: Store> Engine<S> {
         self.inner.tasks.wait().await;
     }
 
+    /// How many operations this engine started have not finished: each holds its key, or is
+    /// still acquiring it. After a [`shutdown`](Self::shutdown) cut short, the keys left
+    /// `processing` (their leases free them).
+    pub fn running(&self) -> usize {
+        self.inner.tasks.len()
+    }
+
     /// Runs `work` under `address` unless it already ran (or is running) for the same
     /// fingerprint.
     ///

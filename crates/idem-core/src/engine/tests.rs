@@ -477,10 +477,12 @@ async fn shutdown_waits_for_work_whose_caller_went_away() {
         async move { engine.run(address(), FP, work).await }
     });
     sleep(Duration::from_millis(10)).await;
+    assert_eq!(engine.running(), 1);
     caller.abort();
     let started = tokio::time::Instant::now();
     engine.shutdown().await;
     assert_eq!(started.elapsed(), Duration::from_millis(4_990));
+    assert_eq!(engine.running(), 0);
     assert_eq!(
         stored(
             engine

@@ -2,6 +2,7 @@
 //! executions.
 
 mod admin;
+mod bounds;
 mod cli;
 mod concurrency;
 mod config;

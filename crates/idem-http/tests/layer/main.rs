@@ -2,6 +2,7 @@
 //! wrapped in the layer.
 
 mod ambiguous;
+mod bounds;
 mod common;
 mod concurrency;
 mod grpc;
