@@ -344,23 +344,12 @@ impl<S: Store> Inner<S> {
         };
         if lease.took_over && self.policy.ambiguous == Ambiguous::Reject {
             // The previous holder died without a result: it may have executed. Never run twice.
-            // The answer is "outcome unknown" even if recording it fails: that is what this
-            // request knows, and the key, still held, is taken over again when its lease ends.
+            // Recorded like any result (retried for up to a lease); the answer is "outcome
+            // unknown" even if that fails: it is what this request knows, and the key, still
+            // held, is taken over again (and the outcome recorded) once its lease ends.
             let unknown = StoredResponse::outcome_unknown();
-            let recorded = within(
-                self.policy.store_call_limit(),
-                self.store
-                    .complete(&address, lease.token, &unknown, self.policy.ttl),
-            )
-            .await;
-            if let Err(error) = recorded {
-                tracing::warn!(
-                    key = %address.key.digest(),
-                    %error,
-                    "recording an outcome unknown failed; it is recorded when the key is taken \
-                     over again"
-                );
-            }
+            self.settle(&address, lease, Settlement::Complete(unknown.clone()))
+                .await;
             self.waiters.notify(&address);
             return Attempt::Done(Ok(RunOutcome::Replayed(unknown)));
         }

@@ -3,7 +3,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::oneshot;
 
 use super::*;
-use crate::{Clock, MemoryStore, RecordState, Timestamp};
+use crate::{Clock, MemoryStore, Record, RecordState, Timestamp};
 
 /// Wall time that follows tokio's clock, so paused-time tests move leases too.
 struct TokioClock(tokio::time::Instant);
@@ -726,9 +726,41 @@ async fn an_acquire_that_does_not_answer_fails_as_unavailable_at_the_store_timeo
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_takeover_records_its_outcome_unknown_through_a_failing_store() {
+    // The first attempt to record fails (a store restart): retried, as any result is.
+    let (outcome, runs, record) = take_over_with_failing_completes(1).await;
+    assert!(
+        matches!(outcome, RunOutcome::Replayed(ref r) if r.is_outcome_unknown()),
+        "{outcome:?}"
+    );
+    assert_eq!(runs, 0);
+    assert!(
+        matches!(record.state, RecordState::Completed { ref response, .. } if response.is_outcome_unknown()),
+        "{:?}",
+        record.state
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_takeover_whose_outcome_unknown_cannot_be_recorded_still_answers_it() {
+    // The store refuses every attempt for longer than a lease: the answer is still "outcome
+    // unknown", and the key stays held, to be taken over again when its lease ends.
+    let (outcome, runs, record) = take_over_with_failing_completes(usize::MAX).await;
+    assert!(
+        matches!(outcome, RunOutcome::Replayed(ref r) if r.is_outcome_unknown()),
+        "{outcome:?}"
+    );
+    assert_eq!(runs, 0);
+    assert_eq!(record.state.name(), "processing");
+}
+
+/// A key whose holder died, taken over under `--ambiguous reject` while `failures` completes
+/// fail: the outcome, the executions, and the record after it.
+async fn take_over_with_failing_completes(
+    failures: usize,
+) -> (RunOutcome<StoredResponse>, usize, Record) {
     let engine = Engine::new(
-        Faulty::new(Duration::ZERO, 1),
+        Faulty::new(Duration::ZERO, failures),
         Policy::default().ambiguous(Ambiguous::Reject),
     );
     let terms = Terms::from(engine.policy());
@@ -745,13 +777,8 @@ async fn a_takeover_whose_outcome_unknown_cannot_be_recorded_still_answers_it() 
         .run(address(), FP, counted(&runs, Duration::ZERO, ok("twice")))
         .await
         .unwrap();
-    assert!(
-        matches!(outcome, RunOutcome::Replayed(ref r) if r.is_outcome_unknown()),
-        "{outcome:?}"
-    );
-    assert_eq!(runs.load(Ordering::SeqCst), 0);
     let record = engine.store().get(&address()).await.unwrap().unwrap();
-    assert_eq!(record.state.name(), "processing");
+    (outcome, runs.load(Ordering::SeqCst), record)
 }
 
 #[tokio::test(start_paused = true)]
