@@ -189,6 +189,17 @@ async fn beyond_max_connections_a_new_connection_waits_for_a_busy_one_to_end() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_idle_connections_do_not_keep_a_new_client_out() {
+    // This process and the gateway it starts each hold 10,000 sockets.
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
+    let open_files: u64 = limits
+        .lines()
+        .find_map(|line| line.strip_prefix("Max open files"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or(u64::MAX);
+    assert!(
+        open_files >= 10_100,
+        "this test needs `ulimit -n` of at least 10100 (scripts/test raises it), not {open_files}"
+    );
     let upstream = Upstream::start().await;
     // The default --max-connections: 10,000. The idle timeout is out of the way: the idle
     // connections are closed for the new one, not because they timed out.
