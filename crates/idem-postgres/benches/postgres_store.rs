@@ -20,6 +20,7 @@ use std::{
 use criterion::{Criterion, Throughput};
 use idem_core::{Acquisition, Address, Fingerprint, Policy, Scope, Store, StoredResponse, Terms};
 use idem_postgres::{PostgresOptions, PostgresStore, Statement};
+use sha2::{Digest, Sha256};
 use sqlx::{AssertSqlSafe, PgPool, Row, postgres::PgPoolOptions};
 use tokio::runtime::Runtime;
 
@@ -81,7 +82,9 @@ impl Bench {
     /// What the store sends for a new key, through sqlx directly.
     async fn baseline_op(&self) {
         let address = next_address(self.scope);
-        let (scope, key) = (address.scope.as_bytes().as_slice(), address.key.as_str());
+        // The store keeps SHA-256 of the key, not the key.
+        let key: [u8; 32] = Sha256::digest(address.key.as_str().as_bytes()).into();
+        let (scope, key) = (address.scope.as_bytes().as_slice(), key.as_slice());
         let row = sqlx::query(AssertSqlSafe(self.store.sql(Statement::Acquire)))
             .bind(None::<i64>)
             .bind(scope)

@@ -42,9 +42,13 @@ fn bytea(bytes: &[u8]) -> String {
     format!(r"'\x{hex}'::bytea")
 }
 
+/// pgbench's random key, as the store binds it: its SHA-256.
+const KEY_DIGEST: &str = "sha256((:key)::text::bytea)";
+
 /// The store's two statements for a new key, with their parameters as the store binds them:
-/// `$1` (the test clock) NULL, one tenant's scope, a random key, the default policy's terms, and
-/// a small JSON response. `\gset` carries the token from acquire to complete.
+/// `$1` (the test clock) NULL, one tenant's scope, the SHA-256 of a random key (the store keeps
+/// key digests), the default policy's terms, and a small JSON response. `\gset` carries the
+/// token from acquire to complete.
 fn pgbench_script(store: &PostgresStore) -> String {
     let terms = Terms::from(&Policy::default());
     let scope =
@@ -68,14 +72,14 @@ fn pgbench_script(store: &PostgresStore) -> String {
     );
     let acquire = fill(
         store.sql(Statement::Acquire),
-        &["NULL", &scope, ":key", &bytea(&[7; 32]), &lease, &ttl],
+        &["NULL", &scope, KEY_DIGEST, &bytea(&[7; 32]), &lease, &ttl],
     );
     let complete = fill(
         store.sql(Statement::Complete),
         &[
             "NULL",
             &scope,
-            ":key",
+            KEY_DIGEST,
             ":token",
             &bytea(&response.encode()),
             &ttl,
@@ -102,7 +106,7 @@ async fn purge(store: &PostgresStore, schema: &str, rows: i64, batch: usize) -> 
     sqlx::query(AssertSqlSafe(format!(
         r#"INSERT INTO "{schema}".idem_records
                (scope, key, fingerprint, state, token, created_at, completed_at, expires_at, response)
-           SELECT '\x00'::bytea, 'expired-' || n, '\x00'::bytea, 'completed', n,
+           SELECT '\x00'::bytea, sha256(('expired-' || n)::bytea), '\x00'::bytea, 'completed', n,
                   now() - interval '1 day', now() - interval '1 day', now() - interval '1 minute',
                   $2
            FROM generate_series(1, $1) AS n"#
