@@ -22,8 +22,39 @@ fn a_bad_broker_url_is_one_line_and_exit_2() {
     assert_eq!(
         output.stderr.trim_end(),
         "error: invalid value 'ftp://example' for '--broker <URL>': a broker URL starts with \
-         amqp://, amqps://, nats:// or kafka://; got \"ftp://example\""
+         amqp://, amqps://, nats://, tls:// or kafka://; got \"ftp://example\""
     );
+}
+
+#[test]
+fn a_tls_setting_on_a_plain_broker_url_is_one_line_and_exit_2() {
+    for (broker, message) in [
+        (
+            "amqp://127.0.0.1:5672/%2f?cacert=/etc/idem/ca.pem",
+            "the broker URL's `cacert`: a TLS setting: use amqps://",
+        ),
+        (
+            "tls://127.0.0.1:4222?cacrt=/etc/idem/ca.pem",
+            "unknown parameter `cacrt` in the broker URL (takes cacert, cert and key)",
+        ),
+        (
+            "nats://127.0.0.1:4222?cacert=/ca.pem&cert=/client.pem",
+            "the broker URL's `cert`: cert and key go together: give both or neither",
+        ),
+    ] {
+        let output = idem(&[
+            "relay",
+            "--store",
+            "postgres://postgres@127.0.0.1:9/none",
+            "--broker",
+            broker,
+        ]);
+        assert_eq!(output.code, Some(2), "{}", output.stderr);
+        assert_eq!(
+            output.stderr.trim_end(),
+            format!("error: invalid value '{broker}' for '--broker <URL>': {message}")
+        );
+    }
 }
 
 #[test]
