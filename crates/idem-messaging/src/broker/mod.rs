@@ -51,6 +51,7 @@ use std::future::Future;
 use crate::{BoxError, Envelope};
 
 pub use dyn_publisher::{BoxPublisher, DynPublisher};
+#[cfg(any(feature = "amqp", feature = "nats"))]
 pub(crate) use tls::TlsFiles;
 pub use url::{BrokerUrl, InvalidBrokerUrl};
 

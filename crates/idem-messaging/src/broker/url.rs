@@ -369,6 +369,7 @@ mod tests {
         }
     }
 
+    #[cfg(any(feature = "amqp", feature = "nats"))]
     fn files(ca: Option<&str>, client: Option<(&str, &str)>) -> TlsFiles {
         TlsFiles {
             ca: ca.map(PathBuf::from),

@@ -9,21 +9,21 @@ use rcgen::{
 };
 
 /// PEM files in a directory of the test's.
-pub struct Certificates {
+pub(crate) struct Certificates {
     /// The CA that signed the server's and the client's certificates.
-    pub ca: PathBuf,
+    pub(crate) ca: PathBuf,
     /// A CA that did not.
-    pub wrong_ca: PathBuf,
+    pub(crate) wrong_ca: PathBuf,
     /// The server's certificate, for `localhost` and `127.0.0.1`, and its key.
-    pub cert: PathBuf,
-    pub key: PathBuf,
+    pub(crate) cert: PathBuf,
+    pub(crate) key: PathBuf,
     /// A client certificate and its key.
-    pub client_cert: PathBuf,
-    pub client_key: PathBuf,
+    pub(crate) client_cert: PathBuf,
+    pub(crate) client_key: PathBuf,
 }
 
 impl Certificates {
-    pub fn make(dir: &Path) -> Self {
+    pub(crate) fn make(dir: &Path) -> Self {
         let ca = authority("idem test CA");
         let wrong = authority("idem wrong CA");
         let write = |name: &str, pem: String| {
