@@ -375,7 +375,9 @@ pub struct RelayArgs {
     #[arg(long, env = "IDEM_STORE", value_name = "URL")]
     pub store: String,
     /// The broker: amqp://USER:PASSWORD@HOST:PORT/VHOST (RabbitMQ), nats://HOST:PORT (NATS
-    /// JetStream) or kafka://HOST:PORT,HOST:PORT… (Kafka, its bootstrap servers).
+    /// JetStream) or kafka://HOST:PORT,HOST:PORT… (Kafka, its bootstrap servers). Over TLS:
+    /// amqps://… or tls://HOST:PORT, with ?cacert=PATH for a private CA and &cert=PATH&key=PATH
+    /// for a client certificate (PEM files).
     #[arg(long, env = "IDEM_BROKER", value_name = "URL")]
     pub broker: idem_messaging::BrokerUrl,
     /// The outbox's schema.

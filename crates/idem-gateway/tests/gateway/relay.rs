@@ -4,8 +4,9 @@
 use std::{process::Stdio, time::Duration};
 
 use crate::{
-    servers::configured,
+    servers::{configured, free_port},
     support::{idem, idem_command},
+    tls_servers::{Certificates, TlsNats},
 };
 
 #[test]
@@ -22,8 +23,39 @@ fn a_bad_broker_url_is_one_line_and_exit_2() {
     assert_eq!(
         output.stderr.trim_end(),
         "error: invalid value 'ftp://example' for '--broker <URL>': a broker URL starts with \
-         amqp://, amqps://, nats:// or kafka://; got \"ftp://example\""
+         amqp://, amqps://, nats://, tls:// or kafka://; got \"ftp://example\""
     );
+}
+
+#[test]
+fn a_tls_setting_on_a_plain_broker_url_is_one_line_and_exit_2() {
+    for (broker, message) in [
+        (
+            "amqp://127.0.0.1:5672/%2f?cacert=/etc/idem/ca.pem",
+            "the broker URL's `cacert`: a TLS setting: use amqps://",
+        ),
+        (
+            "tls://127.0.0.1:4222?cacrt=/etc/idem/ca.pem",
+            "unknown parameter `cacrt` in the broker URL (takes cacert, cert and key)",
+        ),
+        (
+            "nats://127.0.0.1:4222?cacert=/ca.pem&cert=/client.pem",
+            "the broker URL's `cert`: cert and key go together: give both or neither",
+        ),
+    ] {
+        let output = idem(&[
+            "relay",
+            "--store",
+            "postgres://postgres@127.0.0.1:9/none",
+            "--broker",
+            broker,
+        ]);
+        assert_eq!(output.code, Some(2), "{}", output.stderr);
+        assert_eq!(
+            output.stderr.trim_end(),
+            format!("error: invalid value '{broker}' for '--broker <URL>': {message}")
+        );
+    }
 }
 
 #[test]
@@ -153,6 +185,91 @@ async fn the_relay_serves_health_and_stops_on_sigterm_with_exit_0() {
     let _ = relay.kill();
     psql(&format!("drop schema {schema} cascade"));
     assert_eq!(exit.and_then(|s| s.code()), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_to_nats_over_tls_with_a_wrong_ca_warns_with_the_certificate_problem() {
+    let (Some(postgres), Some(_nats)) = (
+        configured("IDEM_TEST_POSTGRES_URL"),
+        configured("IDEM_TEST_NATS_URL"),
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let certificates = Certificates::make(dir.path(), &["localhost", "127.0.0.1"]);
+    let nats = TlsNats::start(dir.path(), &certificates);
+    let schema = format!("idem_relay_tls_{:x}", std::process::id());
+    let psql = |sql: &str| {
+        let output = std::process::Command::new("psql")
+            .args([postgres.as_str(), "-qtAc", sql])
+            .stderr(Stdio::null())
+            .output()
+            .unwrap();
+        output
+            .status
+            .success()
+            .then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    };
+    assert!(psql(&format!("create schema {schema}")).is_some());
+    let log = dir.path().join("relay.log");
+    let broker = nats.url(&format!("cacert={}", certificates.wrong_ca.display()));
+    let mut relay = idem_command()
+        .args([
+            "relay",
+            "--store",
+            &postgres,
+            "--broker",
+            &broker,
+            "--migrate",
+        ])
+        .args(["--outbox-schema", &schema, "--log-format", "text"])
+        .args(["--admin-listen", &format!("127.0.0.1:{}", free_port())])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+
+    // The relay migrates the outbox; a message in it makes the relay connect.
+    let insert = format!(
+        "insert into {schema}.idem_outbox (id, seq, destination, header_names, header_values, \
+         payload, state, available_at, enqueued_at) values (gen_random_uuid(), \
+         nextval('{schema}.idem_outbox_seq'), 'orders.paid', '{{}}', '{{}}', 'x', 'pending', \
+         now(), now())"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while psql(&insert).is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the outbox was not created"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut warning = None;
+    while warning.is_none() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        warning = std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .find(|line| line.contains("cannot connect to NATS"))
+            .map(str::to_owned);
+    }
+    let _ = relay.kill();
+    let _ = relay.wait();
+    // Unavailable, not rejected: the message waits without a counted attempt.
+    let attempts = psql(&format!("select attempts from {schema}.idem_outbox"));
+    psql(&format!("drop schema {schema} cascade"));
+    let warning = warning.unwrap_or_else(|| {
+        panic!(
+            "no warning about the connection in:\n{}",
+            std::fs::read_to_string(&log).unwrap()
+        )
+    });
+    assert!(
+        warning.contains("invalid peer certificate: UnknownIssuer"),
+        "{warning}"
+    );
+    assert_eq!(attempts.as_deref(), Some("0"));
 }
 
 /// A GET of `path` with an optional bearer token, over a plain TCP connection: the whole

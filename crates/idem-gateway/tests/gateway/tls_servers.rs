@@ -347,3 +347,46 @@ impl TlsRedis {
         format!("rediss+cluster://127.0.0.1:{}?{parameters}", self.port)
     }
 }
+
+/// A `nats-server -js` that speaks TLS only, with the test's certificate, not asking clients for
+/// theirs; killed when dropped.
+pub(crate) struct TlsNats {
+    _server: Killed,
+    port: u16,
+}
+
+impl TlsNats {
+    /// Starts it with its store in `dir`, and waits until it accepts connections.
+    pub(crate) fn start(dir: &Path, certificates: &Certificates) -> Self {
+        let port = free_port();
+        let child = Command::new("setpriv")
+            .args(["--pdeathsig", "KILL", "--", "nats-server", "-js"])
+            .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+            .arg(dir.join("jetstream"))
+            .arg("--tls")
+            .arg("--tlscert")
+            .arg(&certificates.cert)
+            .arg("--tlskey")
+            .arg(&certificates.key)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start nats-server (setpriv from util-linux, and nats-server)");
+        let server = Self {
+            _server: Killed(child),
+            port,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "nats-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    /// `tls://127.0.0.1:PORT?PARAMETERS`.
+    pub(crate) fn url(&self, parameters: &str) -> String {
+        format!("tls://127.0.0.1:{}?{parameters}", self.port)
+    }
+}

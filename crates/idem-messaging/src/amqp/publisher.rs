@@ -1,16 +1,17 @@
 //! [`AmqpPublisher`]: publishes with publisher confirms on one channel, reconnecting when it is
 //! lost.
 
-use std::{collections::HashMap, fmt};
+use std::{collections::HashMap, fmt, path::PathBuf};
 
 use lapin::{
     BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, PublisherConfirm,
     options::{BasicPublishOptions, ConfirmSelectOptions},
+    tcp::{OwnedIdentity, OwnedTLSConfig},
     types::{AMQPValue, FieldTable, LongString, ShortString},
 };
 use tokio::sync::Mutex;
 
-use crate::{Confirmations, Envelope, PublishError, Publisher};
+use crate::{Confirmations, Envelope, PublishError, Publisher, broker::TlsFiles};
 
 /// AMQP's delivery mode for messages the broker writes to disk (in durable queues).
 const PERSISTENT: u8 = 2;
@@ -26,6 +27,10 @@ const PERSISTENT: u8 = 2;
 /// The publisher connects on its first batch (or in [`connect`](Self::connect)) and keeps one
 /// connection and one channel; when either is lost, the batch's messages are
 /// [`PublishError::Unavailable`] and the next batch reconnects.
+///
+/// `amqps://` connects over TLS (rustls, with the *ring* provider): the broker's certificate
+/// must name the host of the URI and chain to the Mozilla roots built in, or to a CA added with
+/// [`tls_ca_file`](Self::tls_ca_file).
 ///
 /// # Examples
 ///
@@ -43,6 +48,7 @@ const PERSISTENT: u8 = 2;
 /// ```
 pub struct AmqpPublisher {
     uri: String,
+    tls: TlsFiles,
     exchange: ShortString,
     mandatory: bool,
     persistent: bool,
@@ -61,6 +67,7 @@ impl AmqpPublisher {
     pub fn new(uri: impl Into<String>) -> Self {
         Self {
             uri: uri.into(),
+            tls: TlsFiles::default(),
             exchange: ShortString::default(),
             mandatory: true,
             persistent: true,
@@ -105,11 +112,57 @@ impl AmqpPublisher {
         self
     }
 
+    /// Trusts the CA certificates (PEM) in `path` for the broker's certificate, besides the
+    /// built-in roots (`amqps://` only). The file is read at each connection.
+    #[must_use]
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls.ca = Some(path.into());
+        self
+    }
+
+    /// Presents a client certificate and its key (PEM files; the key PKCS#8, PKCS#1 or SEC1) to
+    /// a broker that asks for one (`ssl_options.verify = verify_peer` with
+    /// `fail_if_no_peer_cert`), for `amqps://` only. The files are read at each connection.
+    #[must_use]
+    pub fn tls_client_cert(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.tls.client = Some((cert.into(), key.into()));
+        self
+    }
+
+    /// Sets every TLS file at once (from a [`BrokerUrl`](crate::BrokerUrl)).
+    pub(crate) fn tls_files(mut self, tls: TlsFiles) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// lapin's TLS settings: the files, read now.
+    async fn tls_config(&self) -> Result<OwnedTLSConfig, PublishError> {
+        let files = self.tls.read().await.map_err(PublishError::unavailable)?;
+        let cert_chain = match (files.ca, &self.tls.ca) {
+            (Some(pem), Some(path)) => Some(String::from_utf8(pem).map_err(|_| {
+                PublishError::unavailable(format!("{} is not PEM text", path.display()))
+            })?),
+            _ => None,
+        };
+        Ok(OwnedTLSConfig {
+            identity: files
+                .client
+                .map(|(pem, key)| OwnedIdentity::PKCS8 { pem, key }),
+            cert_chain,
+        })
+    }
+
     /// Opens a connection and a channel in confirm mode.
     async fn open(&self) -> Result<Session, PublishError> {
-        let connection = Connection::connect(&self.uri, ConnectionProperties::default())
-            .await
-            .map_err(PublishError::unavailable)?;
+        let runtime = lapin::runtime::default_runtime().map_err(PublishError::unavailable)?;
+        let connection = Connection::connect_with_config(
+            &self.uri,
+            ConnectionProperties::default(),
+            self.tls_config().await?,
+            runtime,
+        )
+        .await
+        .map_err(PublishError::unavailable)?;
         let channel = connection
             .create_channel()
             .await
@@ -283,6 +336,7 @@ impl fmt::Debug for AmqpPublisher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The URI may hold a password.
         f.debug_struct("AmqpPublisher")
+            .field("tls", &self.tls)
             .field("exchange", &self.exchange)
             .field("mandatory", &self.mandatory)
             .field("persistent", &self.persistent)

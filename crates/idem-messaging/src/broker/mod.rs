@@ -43,6 +43,7 @@
 //! ```
 
 mod dyn_publisher;
+mod tls;
 mod url;
 
 use std::future::Future;
@@ -50,6 +51,8 @@ use std::future::Future;
 use crate::{BoxError, Envelope};
 
 pub use dyn_publisher::{BoxPublisher, DynPublisher};
+#[cfg(any(feature = "amqp", feature = "nats"))]
+pub(crate) use tls::TlsFiles;
 pub use url::{BrokerUrl, InvalidBrokerUrl};
 
 /// One outcome per message of a batch, in the batch's order.

@@ -1,15 +1,27 @@
 //! [`BrokerUrl`]: a broker picked at run time from a URL (`idem relay --broker`).
 
-use std::{fmt, str::FromStr};
+use std::{fmt, path::PathBuf, str::FromStr};
 
+use super::tls::TlsFiles;
 use crate::BoxPublisher;
+
+/// The parameters of RabbitMQ URLs that lapin reads, passed on to it.
+const AMQP_PARAMETERS: [&str; 5] = [
+    "frame_max",
+    "channel_max",
+    "heartbeat",
+    "connection_timeout",
+    "auth_mechanism",
+];
 
 /// Why a string is not a [`BrokerUrl`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum InvalidBrokerUrl {
     /// The URL has no `scheme://`, or one that names no broker.
-    #[error("a broker URL starts with amqp://, amqps://, nats:// or kafka://; got {given:?}")]
+    #[error(
+        "a broker URL starts with amqp://, amqps://, nats://, tls:// or kafka://; got {given:?}"
+    )]
     UnknownScheme {
         /// What was given, its password hidden.
         given: String,
@@ -25,11 +37,41 @@ pub enum InvalidBrokerUrl {
     /// Nothing after `scheme://`.
     #[error("the broker URL names no host")]
     MissingHost,
+    /// A query parameter that neither idem nor the broker's client reads.
+    #[error("unknown parameter `{name}` in the broker URL ({known})")]
+    UnknownParameter {
+        /// The parameter.
+        name: String,
+        /// The parameters this broker's URLs take.
+        known: &'static str,
+    },
+    /// A known parameter that cannot be used as given.
+    #[error("the broker URL's `{name}`: {reason}")]
+    InvalidParameter {
+        /// The parameter.
+        name: &'static str,
+        /// Why it cannot be used.
+        reason: &'static str,
+    },
 }
 
-/// A broker's URL: RabbitMQ (`amqp://user:password@host:port/vhost`, `amqps://…`), NATS
-/// JetStream (`nats://host:port`, several comma-separated) or Kafka
+/// A broker's URL: RabbitMQ (`amqp://user:password@host:port/vhost`, `amqps://…` over TLS),
+/// NATS JetStream (`nats://host:port`, several comma-separated; `tls://…` over TLS) or Kafka
 /// (`kafka://host:port[,host:port…]`, the bootstrap servers). Each needs its cargo feature.
+///
+/// TLS connections (rustls) take three parameters, whose files are read when the publisher
+/// connects:
+///
+/// - `cacert=PATH`: the CA certificates (PEM) the broker's certificate must chain to. For NATS,
+///   they replace the system's trusted roots; for RabbitMQ, they are trusted besides the Mozilla
+///   roots built into idem.
+/// - `cert=PATH&key=PATH`: a client certificate and its key (PEM), for brokers that ask for one.
+///
+/// Any of them makes TLS required: with `nats://`, the connection is refused rather than made in
+/// plain text; with `amqp://`, they are refused (use `amqps://`). A RabbitMQ URL may also carry
+/// lapin's `frame_max`, `channel_max`, `heartbeat`, `connection_timeout` and `auth_mechanism`;
+/// any other parameter is refused, so that a misspelt one is not silently ignored. Values are
+/// taken as given (not percent-decoded).
 ///
 /// Its [`publisher`](Self::publisher) publishes with the broker's confirmation; it connects on
 /// its first batch. Displayed with the password hidden.
@@ -45,6 +87,10 @@ pub enum InvalidBrokerUrl {
 /// let publisher = url.publisher(); // connects on its first batch
 /// # drop(publisher);
 /// # }
+/// # #[cfg(feature = "nats")] {
+/// let tls: BrokerUrl = "tls://nats.internal:4222?cacert=/etc/idem/nats-ca.pem".parse()?;
+/// # drop(tls);
+/// # }
 /// assert!("http://example.com".parse::<BrokerUrl>().is_err());
 /// # Ok::<(), idem_messaging::InvalidBrokerUrl>(())
 /// ```
@@ -52,6 +98,9 @@ pub enum InvalidBrokerUrl {
 pub struct BrokerUrl {
     broker: Broker,
     url: String,
+    /// What the broker's client is given: the URL without idem's TLS parameters.
+    endpoint: String,
+    tls: TlsFiles,
 }
 
 /// The brokers.
@@ -69,6 +118,18 @@ impl Broker {
             Self::Amqp => "amqp",
             Self::Nats => "nats",
             Self::Kafka => "kafka",
+        }
+    }
+
+    /// The parameters its URLs take, as an error says them.
+    fn known(self) -> &'static str {
+        match self {
+            Self::Amqp => {
+                "takes cacert, cert and key with amqps://, and frame_max, channel_max, \
+                 heartbeat, connection_timeout and auth_mechanism"
+            }
+            Self::Nats => "takes cacert, cert and key",
+            Self::Kafka => "takes none",
         }
     }
 
@@ -93,13 +154,17 @@ impl BrokerUrl {
     pub fn publisher(&self) -> BoxPublisher {
         match self.broker {
             #[cfg(feature = "amqp")]
-            Broker::Amqp => BoxPublisher::new(crate::amqp::AmqpPublisher::new(self.url.clone())),
+            Broker::Amqp => BoxPublisher::new(
+                crate::amqp::AmqpPublisher::new(self.endpoint.clone()).tls_files(self.tls.clone()),
+            ),
             #[cfg(feature = "nats")]
-            Broker::Nats => BoxPublisher::new(crate::nats::NatsPublisher::new(self.url.clone())),
+            Broker::Nats => BoxPublisher::new(
+                crate::nats::NatsPublisher::new(self.endpoint.clone()).tls_files(self.tls.clone()),
+            ),
             #[cfg(feature = "kafka")]
             Broker::Kafka => {
                 let servers = self
-                    .url
+                    .endpoint
                     .split_once("://")
                     .map_or("", |(_, servers)| servers);
                 BoxPublisher::new(crate::kafka::KafkaPublisher::new(servers))
@@ -122,9 +187,11 @@ impl FromStr for BrokerUrl {
         if rest.is_empty() {
             return Err(InvalidBrokerUrl::MissingHost);
         }
-        let broker = match scheme.to_ascii_lowercase().as_str() {
+        let scheme_lower = scheme.to_ascii_lowercase();
+        let broker = match scheme_lower.as_str() {
             "amqp" | "amqps" => Broker::Amqp,
-            "nats" => Broker::Nats,
+            // `tls://` is how NATS clients spell a server that must be reached over TLS.
+            "nats" | "tls" => Broker::Nats,
             "kafka" => Broker::Kafka,
             _ => {
                 return Err(InvalidBrokerUrl::UnknownScheme {
@@ -138,11 +205,76 @@ impl FromStr for BrokerUrl {
                 feature: broker.feature(),
             });
         }
+        let (endpoint, tls) = parameters(url, broker)?;
+        if scheme_lower == "amqp" && tls.any() {
+            return Err(InvalidBrokerUrl::InvalidParameter {
+                name: if tls.ca.is_some() { "cacert" } else { "cert" },
+                reason: "a TLS setting: use amqps://",
+            });
+        }
         Ok(Self {
             broker,
             url: url.to_owned(),
+            endpoint,
+            tls,
         })
     }
+}
+
+/// Splits idem's TLS parameters (`cacert`, `cert`, `key`) from `url`: the URL for the broker's
+/// client (with the parameters the client reads, if any), and the files.
+fn parameters(url: &str, broker: Broker) -> Result<(String, TlsFiles), InvalidBrokerUrl> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), TlsFiles::default()));
+    };
+    let (mut ca, mut cert, mut key) = (None, None, None);
+    let mut kept = Vec::new();
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let (name, slot): (&'static str, _) = match name {
+            "cacert" if broker != Broker::Kafka => ("cacert", &mut ca),
+            "cert" if broker != Broker::Kafka => ("cert", &mut cert),
+            "key" if broker != Broker::Kafka => ("key", &mut key),
+            _ if broker == Broker::Amqp && AMQP_PARAMETERS.contains(&name) => {
+                kept.push(pair);
+                continue;
+            }
+            _ => {
+                return Err(InvalidBrokerUrl::UnknownParameter {
+                    name: name.to_owned(),
+                    known: broker.known(),
+                });
+            }
+        };
+        if value.is_empty() {
+            return Err(InvalidBrokerUrl::InvalidParameter {
+                name,
+                reason: "an empty path",
+            });
+        }
+        if slot.replace(PathBuf::from(value)).is_some() {
+            return Err(InvalidBrokerUrl::InvalidParameter {
+                name,
+                reason: "given twice",
+            });
+        }
+    }
+    let client = match (cert, key) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        (cert, _) => {
+            return Err(InvalidBrokerUrl::InvalidParameter {
+                name: if cert.is_some() { "cert" } else { "key" },
+                reason: "cert and key go together: give both or neither",
+            });
+        }
+    };
+    let endpoint = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    Ok((endpoint, TlsFiles { ca, client }))
 }
 
 /// `url` with the password of its user information, if any, replaced by `***`.
@@ -150,7 +282,7 @@ fn redacted(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
     let (authority, path) = rest.split_at(authority_end);
     match authority.rsplit_once('@') {
         Some((user_info, host)) => match user_info.split_once(':') {
@@ -218,6 +350,7 @@ mod tests {
             ("amqp://h", "amqp", cfg!(feature = "amqp")),
             ("AMQPS://h", "amqp", cfg!(feature = "amqp")),
             ("nats://h", "nats", cfg!(feature = "nats")),
+            ("tls://h", "nats", cfg!(feature = "nats")),
             ("kafka://h:9092", "kafka", cfg!(feature = "kafka")),
         ] {
             match url.parse::<BrokerUrl>() {
@@ -234,5 +367,137 @@ mod tests {
                 Err(other) => panic!("{url}: {other}"),
             }
         }
+    }
+
+    #[cfg(any(feature = "amqp", feature = "nats"))]
+    fn files(ca: Option<&str>, client: Option<(&str, &str)>) -> TlsFiles {
+        TlsFiles {
+            ca: ca.map(PathBuf::from),
+            client: client.map(|(cert, key)| (cert.into(), key.into())),
+        }
+    }
+
+    #[cfg(feature = "nats")]
+    #[test]
+    fn nats_takes_the_tls_files_out_of_the_url() {
+        let url: BrokerUrl = "tls://app:pw@nats.internal:4222?cacert=/etc/ca.pem"
+            .parse()
+            .unwrap();
+        assert_eq!(url.broker, Broker::Nats);
+        assert_eq!(url.endpoint, "tls://app:pw@nats.internal:4222");
+        assert_eq!(url.tls, files(Some("/etc/ca.pem"), None));
+        assert_eq!(
+            url.to_string(),
+            "tls://app:***@nats.internal:4222?cacert=/etc/ca.pem"
+        );
+
+        let url: BrokerUrl = "nats://a:4222,b:4222?cert=/c.pem&key=/k.pem&cacert=/ca.pem"
+            .parse()
+            .unwrap();
+        assert_eq!(url.endpoint, "nats://a:4222,b:4222");
+        assert_eq!(url.tls, files(Some("/ca.pem"), Some(("/c.pem", "/k.pem"))));
+        assert_eq!(
+            url.as_str(),
+            "nats://a:4222,b:4222?cert=/c.pem&key=/k.pem&cacert=/ca.pem"
+        );
+
+        let plain: BrokerUrl = "nats://h:4222".parse().unwrap();
+        assert_eq!(plain.endpoint, "nats://h:4222");
+        assert_eq!(plain.tls, TlsFiles::default());
+    }
+
+    #[cfg(feature = "amqp")]
+    #[test]
+    fn amqps_keeps_lapins_parameters_and_takes_the_tls_files() {
+        let url: BrokerUrl =
+            "amqps://u:pw@rabbit:5671/%2f?heartbeat=10&cacert=/ca.pem&auth_mechanism=plain"
+                .parse()
+                .unwrap();
+        assert_eq!(url.broker, Broker::Amqp);
+        assert_eq!(
+            url.endpoint,
+            "amqps://u:pw@rabbit:5671/%2f?heartbeat=10&auth_mechanism=plain"
+        );
+        assert_eq!(url.tls, files(Some("/ca.pem"), None));
+        assert_eq!(
+            url.to_string(),
+            "amqps://u:***@rabbit:5671/%2f?heartbeat=10&cacert=/ca.pem&auth_mechanism=plain"
+        );
+        let url: BrokerUrl = "amqps://rabbit/%2f?cert=/c.pem&key=/k.pem".parse().unwrap();
+        assert_eq!(url.endpoint, "amqps://rabbit/%2f");
+        assert_eq!(url.tls, files(None, Some(("/c.pem", "/k.pem"))));
+        let url: BrokerUrl = "amqp://rabbit/%2f?connection_timeout=500".parse().unwrap();
+        assert_eq!(url.endpoint, "amqp://rabbit/%2f?connection_timeout=500");
+    }
+
+    #[cfg(all(feature = "amqp", feature = "nats"))]
+    #[test]
+    fn bad_parameters_are_refused_with_what_is_known() {
+        let error = |url: &str| url.parse::<BrokerUrl>().unwrap_err();
+        assert_eq!(
+            error("amqp://u:p@rabbit/%2f?cacert=/ca.pem"),
+            InvalidBrokerUrl::InvalidParameter {
+                name: "cacert",
+                reason: "a TLS setting: use amqps://"
+            }
+        );
+        assert_eq!(
+            error("amqp://rabbit?cert=/c.pem&key=/k.pem").to_string(),
+            "the broker URL's `cert`: a TLS setting: use amqps://"
+        );
+        assert_eq!(
+            error("nats://h?cacrt=/ca.pem").to_string(),
+            "unknown parameter `cacrt` in the broker URL (takes cacert, cert and key)"
+        );
+        assert_eq!(
+            error("nats://h?heartbeat=10"),
+            InvalidBrokerUrl::UnknownParameter {
+                name: "heartbeat".into(),
+                known: "takes cacert, cert and key"
+            }
+        );
+        assert_eq!(
+            error("amqps://h?verify=none").to_string(),
+            "unknown parameter `verify` in the broker URL (takes cacert, cert and key with \
+             amqps://, and frame_max, channel_max, heartbeat, connection_timeout and \
+             auth_mechanism)"
+        );
+        assert_eq!(
+            error("tls://h?cert=/c.pem").to_string(),
+            "the broker URL's `cert`: cert and key go together: give both or neither"
+        );
+        assert_eq!(
+            error("amqps://h?key=/k.pem"),
+            InvalidBrokerUrl::InvalidParameter {
+                name: "key",
+                reason: "cert and key go together: give both or neither"
+            }
+        );
+        assert_eq!(
+            error("tls://h?cacert="),
+            InvalidBrokerUrl::InvalidParameter {
+                name: "cacert",
+                reason: "an empty path"
+            }
+        );
+        assert_eq!(
+            error("tls://h?cacert=/a.pem&cacert=/b.pem"),
+            InvalidBrokerUrl::InvalidParameter {
+                name: "cacert",
+                reason: "given twice"
+            }
+        );
+    }
+
+    #[cfg(feature = "kafka")]
+    #[test]
+    fn kafka_takes_no_parameter() {
+        assert_eq!(
+            "kafka://a:9092?cacert=/ca.pem".parse::<BrokerUrl>(),
+            Err(InvalidBrokerUrl::UnknownParameter {
+                name: "cacert".into(),
+                known: "takes none"
+            })
+        );
     }
 }

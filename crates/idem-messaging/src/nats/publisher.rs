@@ -1,6 +1,6 @@
 //! [`NatsPublisher`]: publishes to JetStream and waits for each message's `PubAck`.
 
-use std::fmt;
+use std::{fmt, path::PathBuf};
 
 use async_nats::{
     ConnectOptions, HeaderMap, HeaderName, HeaderValue,
@@ -13,7 +13,7 @@ use async_nats::{
 };
 use tokio::sync::OnceCell;
 
-use crate::{Confirmations, Envelope, PublishError, Publisher};
+use crate::{Confirmations, Envelope, PublishError, Publisher, broker::TlsFiles};
 
 /// How the publisher's connection shows in the server's monitoring.
 const CONNECTION_NAME: &str = "idem-relay";
@@ -36,6 +36,10 @@ const JETSTREAM_UNAVAILABLE: usize = 503;
 /// connected, the client reconnects by itself after a lost connection, and messages published
 /// meanwhile are [`PublishError::Unavailable`] when their `PubAck` does not come in time.
 ///
+/// Over TLS (rustls): a `tls://` URL, or a CA file or client certificate set here, makes TLS
+/// required; a server that asks for TLS gets it in any case. The server's certificate must name
+/// the host of the URL.
+///
 /// # Examples
 ///
 /// ```no_run
@@ -50,6 +54,7 @@ const JETSTREAM_UNAVAILABLE: usize = 503;
 /// ```
 pub struct NatsPublisher {
     url: String,
+    tls: TlsFiles,
     context: OnceCell<jetstream::Context>,
 }
 
@@ -59,8 +64,32 @@ impl NatsPublisher {
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
+            tls: TlsFiles::default(),
             context: OnceCell::new(),
         }
+    }
+
+    /// Trusts only the CA certificates (PEM) in `path` for the server's certificate, instead of
+    /// the system's, and makes TLS required. The file is read when the publisher connects.
+    #[must_use]
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls.ca = Some(path.into());
+        self
+    }
+
+    /// Presents a client certificate and its key (PEM files) to a server that asks for one
+    /// (`verify: true` in its `tls` block), and makes TLS required. The files are read when the
+    /// publisher connects.
+    #[must_use]
+    pub fn tls_client_cert(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.tls.client = Some((cert.into(), key.into()));
+        self
+    }
+
+    /// Sets every TLS file at once (from a [`BrokerUrl`](crate::BrokerUrl)).
+    pub(crate) fn tls_files(mut self, tls: TlsFiles) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// A publisher to `url`, connected now: fails fast on a wrong address.
@@ -75,6 +104,7 @@ impl NatsPublisher {
     pub fn with_context(context: jetstream::Context) -> Self {
         Self {
             url: String::new(),
+            tls: TlsFiles::default(),
             context: OnceCell::new_with(Some(context)),
         }
     }
@@ -82,8 +112,20 @@ impl NatsPublisher {
     async fn context(&self) -> Result<&jetstream::Context, PublishError> {
         self.context
             .get_or_try_init(|| async {
-                let client = ConnectOptions::new()
-                    .name(CONNECTION_NAME)
+                let mut options = ConnectOptions::new().name(CONNECTION_NAME);
+                if self.tls.any() {
+                    // Read here only to name a file that cannot be read: async-nats's own error
+                    // would not say which.
+                    self.tls.read().await.map_err(PublishError::unavailable)?;
+                    options = options.require_tls(true);
+                    if let Some(ca) = &self.tls.ca {
+                        options = options.add_root_certificates(ca.clone());
+                    }
+                    if let Some((cert, key)) = &self.tls.client {
+                        options = options.add_client_certificate(cert.clone(), key.clone());
+                    }
+                }
+                let client = options
                     .connect(self.url.as_str())
                     .await
                     .map_err(PublishError::unavailable)?;
@@ -215,6 +257,7 @@ impl fmt::Debug for NatsPublisher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The URL may hold credentials.
         f.debug_struct("NatsPublisher")
+            .field("tls", &self.tls)
             .field("connected", &self.context.initialized())
             .finish_non_exhaustive()
     }
