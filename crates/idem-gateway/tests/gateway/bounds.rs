@@ -144,6 +144,44 @@ async fn an_idle_http2_connection_is_closed_after_the_idle_timeout() {
     assert!(ended.unwrap().is_ok(), "closed gracefully, with a GOAWAY");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_connection_runs_at_most_256_streams_at_once() {
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&upstream.url(), &["--store", "memory://"]);
+    let stream = TcpStream::connect(gateway.addr).await.unwrap();
+    let (sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    // 257 slow requests on the one connection: the client holds back what the server's
+    // SETTINGS_MAX_CONCURRENT_STREAMS does not allow, so one waits for a stream to end.
+    let requests: Vec<_> = (0..257)
+        .map(|_| {
+            let mut sender = sender.clone();
+            let request = Request::post(gateway.url("/slow"))
+                .header("x-delay-ms", "8000")
+                .body(Body::empty())
+                .unwrap();
+            tokio::spawn(async move {
+                let response = sender.send_request(request).await.unwrap();
+                response.status()
+            })
+        })
+        .collect();
+    // Every request is held 8 s: none has ended when the count is read, within 6 s.
+    let deadline = Instant::now() + Duration::from_secs(6);
+    while upstream.hits("slow") < 256 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(upstream.hits("slow"), 256, "the streams running at once");
+    for request in requests {
+        assert_eq!(request.await.unwrap(), StatusCode::CREATED);
+    }
+    assert_eq!(upstream.hits("slow"), 257);
+}
+
 /// `POST /slow` with a key, on a connection of its own, the response read to the end.
 async fn slow_on_its_own_connection(addr: SocketAddr, key: &str, delay_ms: u64) -> String {
     let mut socket = TcpStream::connect(addr).await.unwrap();
