@@ -182,6 +182,55 @@ async fn an_http2_connection_runs_at_most_256_streams_at_once() {
     assert_eq!(upstream.hits("slow"), 257);
 }
 
+#[tokio::test]
+async fn an_http2_connection_is_pinged_and_closed_when_its_pings_go_unanswered() {
+    let upstream = Upstream::start().await;
+    // The idle timeout is out of the way: only the keep-alive pings can close the connection.
+    let gateway = Gateway::start(
+        &upstream.url(),
+        &["--store", "memory://", "--idle-timeout", "10m"],
+    );
+    let mut socket = TcpStream::connect(gateway.addr).await.unwrap();
+    // The client preface and an empty SETTINGS frame; then the client reads and never answers.
+    socket
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let (mut pings, mut pinged_after) = (0, None);
+    loop {
+        let mut header = [0; 9];
+        let read = tokio::time::timeout(Duration::from_secs(90), socket.read_exact(&mut header))
+            .await
+            .expect("the gateway closes the connection");
+        if read.is_err() {
+            break;
+        }
+        let length = u32::from_be_bytes([0, header[0], header[1], header[2]]) as usize;
+        let mut payload = vec![0; length];
+        if socket.read_exact(&mut payload).await.is_err() {
+            break;
+        }
+        // A PING (type 6) that is not an acknowledgement (flag 1).
+        if header[3] == 6 && header[4] & 1 == 0 {
+            pings += 1;
+            pinged_after.get_or_insert(started.elapsed());
+        }
+    }
+    let closed_after = started.elapsed();
+    assert_eq!(pings, 1, "one ping, then the connection is closed");
+    // Pinged after the 20 s interval, closed 20 s later without an answer.
+    let pinged_after = pinged_after.unwrap();
+    assert!(
+        pinged_after >= Duration::from_secs(19),
+        "pinged after {pinged_after:?}"
+    );
+    assert!(
+        closed_after >= pinged_after + Duration::from_secs(19),
+        "pinged after {pinged_after:?}, closed after {closed_after:?}"
+    );
+}
+
 /// `POST /slow` with a key, on a connection of its own, the response read to the end.
 async fn slow_on_its_own_connection(addr: SocketAddr, key: &str, delay_ms: u64) -> String {
     let mut socket = TcpStream::connect(addr).await.unwrap();
