@@ -48,6 +48,17 @@ async fn refusal(url: &str) -> String {
     chain(&outcome.expect_err("the connection is refused"))
 }
 
+/// Asserts that a server that asks for a client certificate refused a client without one: the
+/// client reads the server's TLS `alert`, or, when the server's close overtakes the alert, sees
+/// the connection reset.
+fn assert_refused_without_a_client_certificate(refused: &str, alert: &str) {
+    let expected = [
+        format!("the broker is unavailable: IO error: received fatal alert: {alert}"),
+        "the broker is unavailable: IO error: Connection reset by peer (os error 104)".to_owned(),
+    ];
+    assert!(expected.iter().any(|e| e == refused), "{refused}");
+}
+
 /// Enqueues one message to `destination` in a fresh outbox, and relays one batch through
 /// `url`: the message's id, once the broker confirmed it.
 async fn relay_one(schema: &TestSchema, url: &str, destination: &str) -> String {

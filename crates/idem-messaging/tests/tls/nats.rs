@@ -12,7 +12,10 @@ use async_nats::{
     jetstream::{self, stream},
 };
 
-use crate::{certificates::Certificates, common, common::TestSchema, refusal, relay_one, require};
+use crate::{
+    assert_refused_without_a_client_certificate, certificates::Certificates, common,
+    common::TestSchema, refusal, relay_one, require,
+};
 
 /// The subjects the test stream captures.
 const SUBJECTS: &str = "idem_tls.>";
@@ -173,10 +176,7 @@ async fn a_client_certificate_in_the_url_satisfies_a_server_that_asks_for_one() 
     let server = TlsNats::start(dir.path(), &certificates, true).await;
     let ca = format!("cacert={}", certificates.ca.display());
 
-    assert_eq!(
-        refusal(&server.url(&ca)).await,
-        "the broker is unavailable: IO error: received fatal alert: BadCertificate"
-    );
+    assert_refused_without_a_client_certificate(&refusal(&server.url(&ca)).await, "BadCertificate");
 
     let schema = TestSchema::new(&postgres).await;
     let with = server.url(&format!(

@@ -11,7 +11,10 @@ use lapin::{
 use tempfile::TempDir;
 use tokio::process::Command;
 
-use crate::{certificates::Certificates, common, common::TestSchema, refusal, relay_one, require};
+use crate::{
+    assert_refused_without_a_client_certificate, certificates::Certificates, common,
+    common::TestSchema, refusal, relay_one, require,
+};
 
 const QUEUE: &str = "idem_tls";
 
@@ -223,9 +226,9 @@ async fn a_client_certificate_in_the_url_satisfies_a_node_that_asks_for_one() {
     let node = TlsRabbit::start(&certificates, true).await;
     let ca = format!("cacert={}", certificates.ca.display());
 
-    assert_eq!(
-        refusal(&node.url(&ca)).await,
-        "the broker is unavailable: IO error: received fatal alert: CertificateRequired"
+    assert_refused_without_a_client_certificate(
+        &refusal(&node.url(&ca)).await,
+        "CertificateRequired",
     );
 
     let schema = TestSchema::new(&postgres).await;
