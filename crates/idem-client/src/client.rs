@@ -29,9 +29,9 @@ const DEFAULT_KEY_HEADER: HeaderName = HeaderName::from_static("idempotency-key"
 /// ```
 #[derive(Debug, Clone)]
 pub struct Client {
-    pub(crate) http: reqwest::Client,
-    pub(crate) policy: RetryPolicy,
-    pub(crate) key_header: HeaderName,
+    http: reqwest::Client,
+    policy: RetryPolicy,
+    key_header: HeaderName,
 }
 
 impl Client {
@@ -62,7 +62,12 @@ impl Client {
     /// A `method` request to `url`: a new operation, with a fresh key. An invalid URL is
     /// reported by [`send`](RequestBuilder::send), as [`Error::Build`](crate::Error::Build).
     pub fn request(&self, method: Method, url: impl IntoUrl) -> RequestBuilder {
-        RequestBuilder::new(self.clone(), self.http.request(method, url))
+        RequestBuilder::new(
+            self.http.clone(),
+            self.policy,
+            self.key_header.clone(),
+            self.http.request(method, url),
+        )
     }
 }
 

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, header::CONTENT_TYPE};
 use serde::Serialize;
 
-use crate::{Client, Error, Response, key, retry};
+use crate::{Error, Response, key, policy::RetryPolicy, retry};
 
 /// One logical operation: a request and the key every attempt at it carries.
 ///
@@ -31,7 +31,9 @@ use crate::{Client, Error, Response, key, retry};
 /// ```
 #[must_use = "a request does nothing until it is sent"]
 pub struct RequestBuilder {
-    client: Client,
+    http: reqwest::Client,
+    policy: RetryPolicy,
+    key_header: HeaderName,
     inner: reqwest::RequestBuilder,
     key: String,
     /// The body's `Content-Type`, unless a header sets one.
@@ -40,9 +42,17 @@ pub struct RequestBuilder {
 }
 
 impl RequestBuilder {
-    pub(crate) fn new(client: Client, inner: reqwest::RequestBuilder) -> Self {
+    /// A request of `http`'s, sent under `policy` with its key in `key_header`.
+    pub(crate) fn new(
+        http: reqwest::Client,
+        policy: RetryPolicy,
+        key_header: HeaderName,
+        inner: reqwest::RequestBuilder,
+    ) -> Self {
         Self {
-            client,
+            http,
+            policy,
+            key_header,
             inner,
             key: key::generate(),
             content_type: None,
@@ -117,7 +127,9 @@ impl RequestBuilder {
     /// or a replay of any status. Everything else is retried; see the crate documentation.
     pub async fn send(self) -> Result<Response, Error> {
         let Self {
-            client,
+            http,
+            policy,
+            key_header,
             inner,
             key,
             content_type,
@@ -132,8 +144,8 @@ impl RequestBuilder {
         if let Some(content_type) = content_type {
             headers.entry(CONTENT_TYPE).or_insert(content_type);
         }
-        headers.insert(client.key_header.clone(), key_value);
-        retry::send(&client, request, key).await
+        headers.insert(key_header, key_value);
+        retry::send(&http, policy, request, key).await
     }
 }
 

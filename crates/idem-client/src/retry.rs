@@ -8,18 +8,19 @@ use idem_core::IdempotencyKey;
 use tokio::time::Instant;
 
 use crate::{
-    Client, Error, GiveUpReason, LastFailure, Response,
+    Error, GiveUpReason, LastFailure, Response,
     classify::{Verdict, classify},
+    policy::RetryPolicy,
 };
 
 /// Sends `request` (which carries `key`) until a definite answer or a limit of the client's
 /// policy.
 pub(crate) async fn send(
-    client: &Client,
+    http: &reqwest::Client,
+    policy: RetryPolicy,
     request: reqwest::Request,
     key: IdempotencyKey,
 ) -> Result<Response, Error> {
-    let policy = client.policy;
     // `None`: a deadline too far to represent, so none.
     let deadline = Instant::now().checked_add(policy.deadline);
     let mut rng = Rng::new();
@@ -36,7 +37,7 @@ pub(crate) async fn send(
             .expect("the body is bytes, never a stream");
         *attempt.timeout_mut() = Some(policy.attempt_timeout.min(remaining));
 
-        let (last, retry_after) = match execute(&client.http, attempt, attempts, &key).await {
+        let (last, retry_after) = match execute(http, attempt, attempts, &key).await {
             Ok(response) => {
                 let verdict = classify(&response);
                 tracing::debug!(

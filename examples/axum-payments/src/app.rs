@@ -1,16 +1,12 @@
-//! [`App`]: the service's state and routes.
+//! [`App`]: the service's state.
 
 use std::sync::Arc;
 
-use axum::{
-    Router,
-    routing::{post, put},
-};
 use idem_core::{Policy, Terms};
 use idem_postgres::{PostgresOptions, PostgresStore};
 use sqlx::{PgPool, migrate::Migrator};
 
-use crate::{Faults, accounts, charges, refunds};
+use crate::Faults;
 
 static MIGRATOR: Migrator = sqlx::migrate!();
 
@@ -40,19 +36,6 @@ impl App {
             terms: Terms::from(&Policy::default()),
             faults: Faults::default(),
         })))
-    }
-
-    /// The routes:
-    ///
-    /// - `PUT /accounts/{id}` with `{"balance": n}`: creates the account, once;
-    /// - `POST /accounts/{id}/charges` with an `Idempotency-Key` and `{"amount": n}`: charges it;
-    /// - `POST /charges/{id}/refund`: refunds a charge, once.
-    pub fn router(&self) -> Router {
-        Router::new()
-            .route("/accounts/{id}", put(accounts::create))
-            .route("/accounts/{id}/charges", post(charges::charge))
-            .route("/charges/{id}/refund", post(refunds::refund))
-            .with_state(self.clone())
     }
 
     /// The idempotency store.

@@ -29,6 +29,12 @@ pub enum AppError {
     Injected(Step),
 }
 
+impl From<Step> for AppError {
+    fn from(step: Step) -> Self {
+        AppError::Injected(step)
+    }
+}
+
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let status = match &self {

@@ -3,8 +3,6 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::AppError;
-
 /// A step of a charge, inside its transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
@@ -29,13 +27,14 @@ impl Faults {
             .push(step);
     }
 
-    /// Fails with [`AppError::Injected`] if a failure is armed at `step`, disarming it.
-    pub(crate) fn check(&self, step: Step) -> Result<(), AppError> {
+    /// Fails with `step` if a failure is armed there, disarming it (the handler's `?` makes it
+    /// an [`AppError::Injected`](crate::AppError::Injected)).
+    pub(crate) fn check(&self, step: Step) -> Result<(), Step> {
         let mut armed = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         match armed.iter().position(|s| *s == step) {
             Some(at) => {
                 armed.remove(at);
-                Err(AppError::Injected(step))
+                Err(step)
             }
             None => Ok(()),
         }

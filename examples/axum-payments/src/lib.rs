@@ -41,6 +41,7 @@ mod charges;
 mod error;
 mod faults;
 mod refunds;
+mod routes;
 
 pub use app::App;
 pub use error::AppError;
