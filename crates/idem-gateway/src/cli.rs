@@ -367,6 +367,16 @@ impl Cli {
     }
 }
 
+/// Parses `--broker`; a broker left out of this build names the command that builds it in.
+fn broker_url(url: &str) -> Result<idem_messaging::BrokerUrl, Error> {
+    url.parse().map_err(|invalid| match invalid {
+        idem_messaging::InvalidBrokerUrl::FeatureDisabled { scheme, feature } => {
+            Error::BrokerNotBuilt { scheme, feature }
+        }
+        other => Error::InvalidBrokerUrl(other),
+    })
+}
+
 /// `idem relay`: publishes the messages of a PostgreSQL outbox to a broker, each confirmed by
 /// the broker before it is marked sent (see docs/messaging.md).
 #[derive(Debug, Args)]
@@ -375,10 +385,11 @@ pub struct RelayArgs {
     #[arg(long, env = "IDEM_STORE", value_name = "URL")]
     pub store: String,
     /// The broker: amqp://USER:PASSWORD@HOST:PORT/VHOST (RabbitMQ), nats://HOST:PORT (NATS
-    /// JetStream) or kafka://HOST:PORT,HOST:PORT… (Kafka, its bootstrap servers). Over TLS:
+    /// JetStream) or kafka://HOST:PORT,HOST:PORT… (Kafka, its bootstrap servers; needs idem
+    /// built with `--features kafka`). Over TLS:
     /// amqps://… or tls://HOST:PORT, with ?cacert=PATH for a private CA and &cert=PATH&key=PATH
     /// for a client certificate (PEM files).
-    #[arg(long, env = "IDEM_BROKER", value_name = "URL")]
+    #[arg(long, env = "IDEM_BROKER", value_name = "URL", value_parser = broker_url)]
     pub broker: idem_messaging::BrokerUrl,
     /// The outbox's schema.
     #[arg(

@@ -26,6 +26,20 @@ pub enum Error {
     /// store does not know or cannot use.
     #[error(transparent)]
     InvalidStoreUrl(#[from] idem_core::store_url::InvalidStoreUrl),
+    /// A broker URL that cannot be parsed or is refused (`idem relay --broker`).
+    #[error(transparent)]
+    InvalidBrokerUrl(idem_messaging::InvalidBrokerUrl),
+    /// A broker URL for a broker whose cargo feature this build of `idem` lacks.
+    #[error(
+        "{scheme}:// needs idem's `{feature}` feature, which this build lacks: \
+         cargo install --path crates/idem-gateway --features {feature}"
+    )]
+    BrokerNotBuilt {
+        /// The URL's scheme.
+        scheme: String,
+        /// The missing feature.
+        feature: &'static str,
+    },
     /// An upstream URL that is not `http://HOST[:PORT]`.
     #[error("invalid upstream URL `{url}`: {reason}")]
     InvalidUpstream {

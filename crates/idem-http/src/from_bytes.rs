@@ -4,10 +4,12 @@
 //!
 //! ```
 //! use bytes::Bytes;
+//! use http_body::Body as _;
+//! use http_body_util::Full;
 //! use idem_http::FromBytes;
 //!
-//! let body = axum::body::Body::from_bytes(Bytes::from_static(b"{}"));
-//! # drop(body);
+//! let body = Full::from_bytes(Bytes::from_static(b"{}"));
+//! assert_eq!(body.size_hint().exact(), Some(2));
 //! ```
 
 use std::convert::Infallible;
@@ -23,12 +25,16 @@ use http_body_util::{
 /// A request with a key is buffered to be fingerprinted, then passed on to the inner service as a
 /// new body of the same type holding those bytes. This is `From<Bytes>` in spirit; it is a trait
 /// of its own because some body types (tonic's) do not implement `From<Bytes>`.
+///
+/// Implemented for http-body-util's [`Full`] and boxed bodies, for `axum::body::Body` with the
+/// `axum` feature and for `tonic::body::Body` with the `tonic` feature.
 pub trait FromBytes {
     /// A body that yields `bytes`.
     fn from_bytes(bytes: Bytes) -> Self;
 }
 
-impl FromBytes for axum::body::Body {
+#[cfg(feature = "axum")]
+impl FromBytes for axum_core::body::Body {
     fn from_bytes(bytes: Bytes) -> Self {
         Self::from(bytes)
     }

@@ -6,9 +6,11 @@
 //! response with `Idempotent-Replayed: true`. Concurrent duplicates get `409` (or wait for the
 //! first), a key reused for another request gets `422`, and every refusal is an
 //! `application/problem+json` body with a stable [`problem`] type. The records live in any
-//! [`idem_core::Store`]; the behaviour is the HTTP contract of the project's DESIGN.md.
+//! [`idem_core::Store`]; the behaviour is the HTTP contract of the project's docs/http.md.
 //!
 //! # Examples
+//!
+//! An axum application (the `axum` feature):
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
@@ -73,6 +75,10 @@
 //!
 //! # Features
 //!
+//! None is on by default.
+//!
+//! - `axum`: implements [`FromBytes`] for `axum::body::Body`, so that the layer can wrap an axum
+//!   router. It depends on axum-core only, so the application's axum keeps the features it asks for.
 //! - `tonic`: implements [`FromBytes`] for `tonic::body::Body`, so that the layer can wrap a
 //!   tonic server (gRPC trailers are stored and replayed with the response).
 

@@ -76,7 +76,7 @@ fn string(text: &str, out: &mut Vec<u8>) {
 
 /// A number as `-?D+(e-?E+)?`: significant digits without leading or trailing zeros, and the
 /// decimal exponent when it is not zero; zero is `0`.
-fn number(text: &str) -> Option<String> {
+pub(super) fn number(text: &str) -> Option<String> {
     let parts = NumberParts::new(text);
     let digits = format!("{}{}", parts.int, parts.fraction);
     let digits = digits.trim_start_matches('0');

@@ -11,7 +11,8 @@ use serde_json::value::RawValue;
 /// Deepest nesting of arrays and objects, as idem-core documents it (serde_json's limit).
 const MAX_DEPTH: usize = 127;
 
-/// The names serde_json gives the maps it fakes for numbers and raw values.
+/// The names serde_json gives the maps it fakes for raw values (and, with `arbitrary_precision`,
+/// numbers).
 const SERDE_INTERNALS: &str = "$serde_json::private::";
 
 /// A JSON value; numbers are kept as written.
@@ -29,8 +30,8 @@ impl Doc {
     /// The document serde_json reads from `input`, or `None` when serde_json refuses it or it
     /// nests deeper than [`MAX_DEPTH`].
     ///
-    /// Each value is read as a [`RawValue`] first: serde_json's grammar and UTF-8 checks, but no
-    /// `arbitrary_precision` number map that an object could imitate.
+    /// Each value is read as a [`RawValue`] first: serde_json's grammar and UTF-8 checks, with
+    /// each number's text as written.
     pub(super) fn parse(input: &[u8]) -> Option<Self> {
         let raw: &RawValue = serde_json::from_slice(input).ok()?;
         Self::from_raw(raw, MAX_DEPTH)
@@ -64,6 +65,16 @@ impl Doc {
             b'n' => Self::Null,
             _ => Self::Number(text.to_owned()),
         })
+    }
+
+    /// Whether `keep` holds for the text of every number in the document.
+    pub(super) fn all_numbers(&self, keep: &impl Fn(&str) -> bool) -> bool {
+        match self {
+            Self::Number(text) => keep(text),
+            Self::Array(items) => items.iter().all(|item| item.all_numbers(keep)),
+            Self::Object(members) => members.iter().all(|(_, value)| value.all_numbers(keep)),
+            Self::Null | Self::Bool(_) | Self::String(_) => true,
+        }
     }
 
     /// Whether a member name could pass for one of serde_json's internal maps, which

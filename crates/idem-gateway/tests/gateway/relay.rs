@@ -27,6 +27,26 @@ fn a_bad_broker_url_is_one_line_and_exit_2() {
     );
 }
 
+#[cfg(not(feature = "kafka"))]
+#[test]
+fn kafka_without_its_feature_is_one_line_naming_the_feature_and_exit_2() {
+    let output = idem(&[
+        "relay",
+        "--store",
+        "postgres://postgres@127.0.0.1:9/none",
+        "--broker",
+        "kafka://127.0.0.1:9092",
+    ]);
+    assert_eq!(output.code, Some(2), "{}", output.stderr);
+    assert_eq!(output.stdout, "");
+    assert_eq!(
+        output.stderr.trim_end(),
+        "error: invalid value 'kafka://127.0.0.1:9092' for '--broker <URL>': kafka:// needs \
+         idem's `kafka` feature, which this build lacks: cargo install --path \
+         crates/idem-gateway --features kafka"
+    );
+}
+
 #[test]
 fn a_tls_setting_on_a_plain_broker_url_is_one_line_and_exit_2() {
     for (broker, message) in [

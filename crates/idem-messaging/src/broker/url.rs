@@ -369,6 +369,23 @@ mod tests {
         }
     }
 
+    #[cfg(not(feature = "kafka"))]
+    #[test]
+    fn kafka_is_known_but_refused_without_its_feature() {
+        let refused = "kafka://a:9092,b:9092".parse::<BrokerUrl>().unwrap_err();
+        assert_eq!(
+            refused,
+            InvalidBrokerUrl::FeatureDisabled {
+                scheme: "kafka".into(),
+                feature: "kafka"
+            }
+        );
+        assert_eq!(
+            refused.to_string(),
+            "kafka:// needs idem-messaging's `kafka` feature, which this build lacks"
+        );
+    }
+
     #[cfg(any(feature = "amqp", feature = "nats"))]
     fn files(ca: Option<&str>, client: Option<(&str, &str)>) -> TlsFiles {
         TlsFiles {
