@@ -3,7 +3,7 @@
 use idem_core::{IdempotencyKey, KeyError, MAX_KEY_LEN};
 
 /// Parses `data` as a key header value and checks the result against a reference written from
-/// the key syntax of DESIGN.md.
+/// the key syntax of docs/http.md, Sending a key.
 ///
 /// - A valid key is the reference's unquoted value, 1 to [`MAX_KEY_LEN`] printable ASCII
 ///   characters; written back as an sf-string (and as a bare key when it is one) it parses to

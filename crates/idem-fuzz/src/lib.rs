@@ -4,7 +4,7 @@
 //! The `cargo fuzz` targets under `fuzz/` of the repository call them, and this crate's tests
 //! replay the committed corpus and crash reproducers through them on stable Rust.
 //!
-//! - [`key`]: `Idempotency-Key` header values, checked against the key syntax of DESIGN.md.
+//! - [`key`]: `Idempotency-Key` header values, checked against the key syntax of docs/http.md.
 //! - [`fingerprint`]: request bodies as JSON, checked against a reference canonical form.
 //! - [`stored_response`]: stored responses read back from a corrupted store.
 //! - [`gateway_request`]: sequences of requests through the tower layer, checked against a model

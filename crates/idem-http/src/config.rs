@@ -64,7 +64,7 @@ pub enum Delivery {
 /// Decides how an inner service error maps to a [`Delivery`].
 pub(crate) type Classifier = Arc<dyn Fn(&(dyn Error + 'static)) -> Delivery + Send + Sync>;
 
-/// Everything the service needs to know; defaults as in DESIGN.md.
+/// Everything the service needs to know; defaults as `IdempotencyLayer::new` documents them.
 #[derive(Clone)]
 pub(crate) struct Config {
     pub(crate) key_header: HeaderName,

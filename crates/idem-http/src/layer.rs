@@ -36,7 +36,7 @@ use crate::{
 /// Applies [`Idempotency`] to a service: requests that carry an idempotency key run at most once
 /// per key, and their retries get the stored response.
 ///
-/// What happens to a request, in this order (DESIGN.md's HTTP contract):
+/// What happens to a request, in this order (the HTTP contract: docs/http.md, Responses):
 ///
 /// 1. A method not covered ([`methods`](Self::methods)), or no key when none is required: the
 ///    request is forwarded untouched and its body streamed; nothing is stored.

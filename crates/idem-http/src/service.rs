@@ -194,8 +194,8 @@ fn take<S, B>(slot: &Slot<S, B>) -> Option<(S, Request<B>, Option<Reservation>)>
     slot.lock().unwrap_or_else(PoisonError::into_inner).take()
 }
 
-/// Checks the request in the order DESIGN.md gives (method, key, body, fingerprint), then runs it
-/// under its key.
+/// Checks the request in the order of docs/http.md, Responses (method, key, body, fingerprint),
+/// then runs it under its key.
 async fn respond<S, St, ReqBody, ResBody>(
     shared: &Arc<Shared<St>>,
     inner: S,

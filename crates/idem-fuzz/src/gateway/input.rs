@@ -96,7 +96,8 @@ impl UpstreamStatus {
         }
     }
 
-    /// 5xx, 408 and 429 do not say whether the operation took effect (DESIGN.md).
+    /// 5xx, 408 and 429 do not say whether the operation took effect (docs/http.md, What is
+    /// stored).
     pub(super) fn is_ambiguous(self) -> bool {
         matches!(
             self,

@@ -34,8 +34,8 @@ thread_local! {
 /// Reads `data` as a session (layer settings and up to eight steps of one request, two
 /// concurrent ones, or an earlier request sent again), sends it through an
 /// [`Idempotency`](idem_http::Idempotency) service over a fresh [`MemoryStore`] in front of an
-/// upstream that logs its executions, and checks every answer against a model of DESIGN.md's
-/// HTTP contract.
+/// upstream that logs its executions, and checks every answer against a model of the HTTP
+/// contract (docs/http.md).
 ///
 /// - Every response has a status of the contract and an `Outcome`; one the layer made is an
 ///   `application/problem+json` body whose `type` starts with `urn:idem:problem:` (and the

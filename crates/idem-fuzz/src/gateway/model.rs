@@ -135,8 +135,8 @@ impl Model {
         }
     }
 
-    /// The order of checks of DESIGN.md: method covered → key present (or required) and valid →
-    /// body within `max_body` → fingerprint.
+    /// The order of checks of docs/http.md, Responses: method covered → key present (or
+    /// required) and valid → body within `max_body` → fingerprint.
     pub(super) fn classify(&self, sent: &Sent) -> Class {
         if !matches!(sent.method, Method::POST | Method::PATCH) {
             return Class::Passthrough;
@@ -240,7 +240,7 @@ impl Model {
     }
 
     /// What the client gets from an execution under a key, and what it does to the key:
-    /// DESIGN.md's final and ambiguous outcomes.
+    /// the final and ambiguous outcomes of docs/http.md, What is stored.
     pub(super) fn execute(&self, behaviour: Behaviour, run: u64) -> (Answer, Effect) {
         let reject = self.settings.reject_ambiguous;
         let status = behaviour.status.code();

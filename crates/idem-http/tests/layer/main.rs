@@ -1,4 +1,4 @@
-//! The HTTP contract of DESIGN.md, row by row, through an axum application (and a tonic server)
+//! The HTTP contract of docs/http.md, row by row, through an axum application (and a tonic server)
 //! wrapped in the layer.
 
 mod ambiguous;
