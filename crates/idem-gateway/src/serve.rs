@@ -40,7 +40,7 @@ use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
     server::conn::auto,
 };
-use idem_core::{DynStore, IdempotencyKey, Store};
+use idem_core::{DynStore, IdempotencyKey};
 use idem_http::{IdempotencyLayer, Outcome, RequestKey};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::{net::TcpListener, time::Instant};
