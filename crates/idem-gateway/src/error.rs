@@ -127,7 +127,8 @@ pub enum Error {
         problem: &'static str,
     },
     /// The store could not be opened (a file that cannot be created, a server that cannot be
-    /// reached, a schema that cannot be migrated).
+    /// reached, a schema that cannot be migrated or has not been: the store's error says how to
+    /// migrate it).
     #[error("cannot open the store {url}")]
     OpenStore {
         /// The store URL, password hidden.
@@ -135,30 +136,6 @@ pub enum Error {
         /// Why.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
-    },
-    /// The PostgreSQL store's table has not been created: `idem migrate` was not run.
-    #[error(
-        "the idem table {table} of the store {url} has not been created: run \
-         `idem migrate --store {url}`"
-    )]
-    NotMigrated {
-        /// The store URL, password hidden.
-        url: String,
-        /// The records table, quoted and qualified.
-        table: String,
-    },
-    /// The PostgreSQL store's table lacks a migration of this build.
-    #[error(
-        "the idem table {table} of the store {url} lacks migration {version}: run \
-         `idem migrate --store {url}`"
-    )]
-    MigrationPending {
-        /// The store URL, password hidden.
-        url: String,
-        /// The records table, quoted and qualified.
-        table: String,
-        /// The first migration missing.
-        version: i64,
     },
     /// A store operation failed.
     #[error(transparent)]

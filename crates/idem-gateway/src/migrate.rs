@@ -4,6 +4,8 @@
 //! (`idem serve` refuses to start on a table without its migrations); memory and Redis stores
 //! have no schema.
 
+use idem_postgres::{Migration, PostgresStore};
+
 use crate::{Error, StoreUrl};
 
 /// Applies the migrations the store at `url` lacks, and says what was done.
@@ -26,7 +28,28 @@ pub async fn run(url: &StoreUrl) -> Result<String, Error> {
         StoreUrl::Memory(_) => {
             Ok("memory:// keeps nothing on disk: there is nothing to migrate".into())
         }
-        StoreUrl::Postgres(postgres) => crate::store_url::postgres::migrate(postgres).await,
+        StoreUrl::Postgres(options) => {
+            let failed = |error: idem_postgres::Error| Error::OpenStore {
+                url: url.to_string(),
+                source: error.into(),
+            };
+            let pool = options
+                .clone()
+                .pool_size(2)
+                .connect_pool()
+                .await
+                .map_err(failed)?;
+            let done = PostgresStore::migrate(&pool, options).await;
+            pool.close().await;
+            let table = format!(r#""{}"."{}""#, options.schema_name(), options.table_name());
+            Ok(match done.map_err(failed)? {
+                Migration::Created => format!("created the idem table {table} in {url}"),
+                Migration::Applied { from } => {
+                    format!("applied the idem migrations from version {from} to {table} in {url}")
+                }
+                _ => format!("{url}: the idem table {table} is up to date"),
+            })
+        }
         StoreUrl::Redis(_) => {
             url.open().await?;
             Ok(format!(

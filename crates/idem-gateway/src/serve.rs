@@ -40,7 +40,7 @@ use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
     server::conn::auto,
 };
-use idem_core::{DynStore, IdempotencyKey, Store};
+use idem_core::{DynStore, IdempotencyKey};
 use idem_http::{IdempotencyLayer, Outcome, RequestKey};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::{net::TcpListener, time::Instant};
@@ -374,36 +374,15 @@ where
     Ok(response)
 }
 
-/// Removes expired records every minute, in batches, each store call limited to `limit`, until
-/// cancelled.
+/// Removes expired records at start and then every minute, in batches, each store call limited
+/// to `limit`, until cancelled.
 async fn purge_expired(store: GatewayStore, limit: Duration, cancel: CancellationToken) {
-    loop {
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            () = tokio::time::sleep(PURGE_EVERY) => {}
-        }
-        let mut purged = 0;
-        loop {
-            match idem_core::time_limit::within(limit, store.purge_expired(PURGE_BATCH)).await {
-                Ok(n) => {
-                    purged += n;
-                    if n < PURGE_BATCH {
-                        break;
-                    }
-                }
-                Err(error) => {
-                    tracing::warn!(
-                        error = &error as &(dyn std::error::Error + 'static),
-                        "purging expired records failed"
-                    );
-                    break;
-                }
-            }
-        }
-        if purged > 0 {
-            tracing::info!(purged, "purged expired records");
-        }
-    }
+    idem_sql::PurgeLoop::new(store, "expired records")
+        .every(PURGE_EVERY)
+        .batch(PURGE_BATCH)
+        .time_limit(limit)
+        .run(cancel)
+        .await;
 }
 
 /// Drains the histograms of the metrics recorder regularly, until cancelled.

@@ -41,68 +41,16 @@ impl Error {
     /// message text. A missing table, a refused privilege or bad data are not transient.
     pub fn is_transient(&self) -> bool {
         match self {
-            Self::Database(sqlx::Error::Database(db)) => match db.code() {
-                Some(code) if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() => {
-                    transient_sqlite(&code)
-                }
-                Some(code) => transient_sqlstate(&code),
-                None => false,
-            },
-            Self::Database(
-                sqlx::Error::Io(_)
-                | sqlx::Error::PoolTimedOut
-                | sqlx::Error::PoolClosed
-                | sqlx::Error::WorkerCrashed
-                | sqlx::Error::Protocol(_),
-            )
-            | Self::Settle(_) => true,
+            Self::Database(error) => idem_sql::Failure::of(error).is_transient(),
+            Self::Settle(_) => true,
             _ => false,
         }
     }
 }
 
-/// PostgreSQL's transient classes (appendix A, "Error Codes"): connection exceptions, the
-/// transaction rollbacks (serialization failure, deadlock), insufficient resources, operator
-/// intervention (shutdown, statement timeout).
-fn transient_sqlstate(code: &str) -> bool {
-    matches!(code.get(..2), Some("08" | "40" | "53" | "57"))
-}
-
-/// SQLite's extended result codes: busy (5) and locked (6), whatever their extension.
-fn transient_sqlite(code: &str) -> bool {
-    code.parse::<i32>()
-        .is_ok_and(|code| matches!(code & 0xff, 5 | 6))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sqlstates_are_classified_by_class() {
-        for (code, transient) in [
-            ("40001", true),  // serialization failure
-            ("40P01", true),  // deadlock detected
-            ("08006", true),  // connection failure
-            ("57P01", true),  // admin shutdown
-            ("57014", true),  // statement timeout
-            ("53300", true),  // too many connections
-            ("42P01", false), // undefined table
-            ("23505", false), // unique violation
-            ("22P02", false), // invalid text representation
-        ] {
-            assert_eq!(transient_sqlstate(code), transient, "{code}");
-        }
-        for (code, transient) in [
-            ("5", true),     // SQLITE_BUSY
-            ("517", true),   // SQLITE_BUSY_SNAPSHOT
-            ("6", true),     // SQLITE_LOCKED
-            ("11", false),   // SQLITE_CORRUPT
-            ("2067", false), // SQLITE_CONSTRAINT_UNIQUE
-        ] {
-            assert_eq!(transient_sqlite(code), transient, "{code}");
-        }
-    }
 
     #[test]
     fn transport_failures_are_transient() {

@@ -87,7 +87,6 @@ mod id;
 mod inbox;
 #[cfg(feature = "kafka")]
 pub mod kafka;
-mod names;
 #[cfg(feature = "nats")]
 pub mod nats;
 mod outbox;
@@ -100,9 +99,9 @@ pub use broker::{
 };
 pub use error::{BoxError, Error};
 pub use id::{ConsumerName, InvalidId, MessageId};
+pub use idem_sql::{InvalidName, SchemaName, TableName};
 pub use inbox::{
     Delivery, Handled, Inbox, InboxDatabase, InboxOptions, PgInbox, Purger, SqliteInbox,
 };
-pub use names::{InvalidName, SchemaName, TableName};
 pub use outbox::{DeadLetter, Envelope, Outbox, OutboxMessage, OutboxOptions};
 pub use relay::{BatchReport, Relay, RelayProcess, metrics, shutdown_on_signals};

@@ -22,22 +22,17 @@ use std::{
         Arc, Mutex, MutexGuard, PoisonError,
         atomic::{AtomicU64, Ordering},
     },
-    time::Duration,
 };
 
 use idem_core::Address;
+use idem_sql::listener::{Event, Listener};
 use sha2::{Digest, Sha256};
-use sqlx::{
-    PgPool,
-    postgres::{PgConnectOptions, PgListener, PgPoolOptions},
-};
+use sqlx::postgres::PgConnectOptions;
 use tokio::{sync::oneshot, task::AbortHandle};
 
 use crate::key_digest::key_digest;
 
-/// The listener's backoff between attempts to connect.
-const RECONNECT: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
-/// How the listener's connection shows in `pg_stat_activity`.
+/// How the listener's connection shows in `pg_stat_activity`, and in logs.
 const APPLICATION_NAME: &str = "idem-listener";
 
 /// The hash of an address that notifications carry.
@@ -48,25 +43,17 @@ type Waiters = Vec<(u64, oneshot::Sender<()>)>;
 /// One store's waiters and its listener task.
 pub(crate) struct Changes {
     interest: Arc<Interest>,
-    pool: PgPool,
-    channel: String,
-    listener: Mutex<Option<AbortHandle>>,
+    listener: Listener,
+    task: Mutex<Option<AbortHandle>>,
 }
 
 impl Changes {
     /// Waiters on `channel`, listening on a connection of its own made with `connect`.
     pub(crate) fn new(connect: &PgConnectOptions, channel: String) -> Self {
-        let connect = connect.clone().application_name(APPLICATION_NAME);
-        let pool = PgPoolOptions::new()
-            .max_connections(1)
-            .max_lifetime(None)
-            .idle_timeout(None)
-            .connect_lazy_with(connect);
         Self {
             interest: Arc::default(),
-            pool,
-            channel,
-            listener: Mutex::new(None),
+            listener: Listener::new(connect.clone(), APPLICATION_NAME, channel),
+            task: Mutex::new(None),
         }
     }
 
@@ -80,81 +67,37 @@ impl Changes {
 
     /// Stops the listener for good and closes its connection.
     pub(crate) async fn close(&self) {
-        if let Some(task) = lock(&self.listener).take() {
+        if let Some(task) = lock(&self.task).take() {
             task.abort();
         }
-        self.pool.close().await;
+        self.listener.close().await;
     }
 
     fn start_listener(&self) {
-        let mut listener = lock(&self.listener);
-        if listener.is_some() || self.pool.is_closed() {
+        let mut task = lock(&self.task);
+        if task.is_some() || self.listener.is_closed() {
             return;
         }
         // Outside a runtime there is nothing to spawn on; the next call inside one starts it.
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let task = listen(
-            self.pool.clone(),
-            self.channel.clone(),
-            Arc::clone(&self.interest),
-        );
-        *listener = Some(runtime.spawn(task).abort_handle());
+        let interest = Arc::clone(&self.interest);
+        let listen = self.listener.clone().run(move |event| match event {
+            // Notifications sent while not listening are lost: everyone looks again.
+            Event::Listening => interest.wake_all(),
+            Event::Notification(payload) => interest.wake(payload),
+        });
+        *task = Some(runtime.spawn(listen).abort_handle());
     }
 }
 
 impl Drop for Changes {
     fn drop(&mut self) {
-        if let Some(task) = lock(&self.listener).take() {
+        if let Some(task) = lock(&self.task).take() {
             task.abort();
         }
     }
-}
-
-/// Listens on `channel` until aborted, reconnecting with backoff.
-async fn listen(pool: PgPool, channel: String, interest: Arc<Interest>) {
-    let mut pause = RECONNECT.0;
-    loop {
-        match subscribe(&pool, &channel).await {
-            Ok(mut listener) => {
-                pause = RECONNECT.0;
-                interest.wake_all();
-                loop {
-                    match listener.try_recv().await {
-                        Ok(Some(notification)) => interest.wake(notification.payload()),
-                        Ok(None) => {
-                            tracing::warn!(channel, "the idem listener lost its connection");
-                            break;
-                        }
-                        Err(error) => {
-                            tracing::warn!(
-                                channel,
-                                error = &error as &dyn std::error::Error,
-                                "the idem listener failed"
-                            );
-                            break;
-                        }
-                    }
-                }
-            }
-            Err(error) => tracing::warn!(
-                channel,
-                error = &error as &dyn std::error::Error,
-                "the idem listener cannot connect; waiters poll meanwhile"
-            ),
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(RECONNECT.1);
-    }
-}
-
-async fn subscribe(pool: &PgPool, channel: &str) -> Result<PgListener, sqlx::Error> {
-    let mut listener = PgListener::connect_with(pool).await?;
-    // Reconnecting is ours to do, so that we know when to wake everyone.
-    listener.eager_reconnect(false);
-    listener.listen(channel).await?;
-    Ok(listener)
 }
 
 /// The payload the statements send for a record: `encode(sha256(scope || key), 'hex')`, where

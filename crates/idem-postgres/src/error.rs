@@ -1,6 +1,7 @@
 //! The failures of the Postgres store, and how database errors map to [`StoreError`].
 
 use idem_core::StoreError;
+use idem_sql::Failure;
 
 /// A failure to set up a [`PostgresStore`](crate::PostgresStore): connecting, migrating, or
 /// finding the schema it expects. Also the source of [`StoreError::Corrupted`] for a record it
@@ -21,21 +22,27 @@ pub enum Error {
     /// The idem migrations have not been applied: the schema, the table or its migrations
     /// table is missing.
     #[error(
-        "the idem table {table} has not been created: run `idem migrate` or \
-         `PostgresStore::migrate` first"
+        "the idem table {table} has not been created: run {} or `PostgresStore::migrate` first",
+        MigrateCommand(url.as_deref())
     )]
     NotMigrated {
         /// The records table, quoted and qualified.
         table: String,
+        /// The store's URL, password hidden, when it was made from one
+        /// ([`PostgresOptions::url`](crate::PostgresOptions::url)).
+        url: Option<String>,
     },
     /// A migration of this build has not been applied yet.
     #[error(
-        "the idem table {table} lacks migration {version}: run `idem migrate` or \
-         `PostgresStore::migrate`"
+        "the idem table {table} lacks migration {version}: run {} or `PostgresStore::migrate`",
+        MigrateCommand(url.as_deref())
     )]
     MigrationPending {
         /// The records table, quoted and qualified.
         table: String,
+        /// The store's URL, password hidden, when it was made from one
+        /// ([`PostgresOptions::url`](crate::PostgresOptions::url)).
+        url: Option<String>,
         /// The first migration missing.
         version: i64,
     },
@@ -89,7 +96,19 @@ pub enum Error {
     Contended(u32),
 }
 
-/// Classifies a database error by its SQLSTATE class, never by its message:
+/// `idem migrate`, with the store's URL when it is known.
+struct MigrateCommand<'a>(Option<&'a str>);
+
+impl std::fmt::Display for MigrateCommand<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(url) => write!(f, "`idem migrate --store {url}`"),
+            None => f.write_str("`idem migrate`"),
+        }
+    }
+}
+
+/// Classifies a database error by its SQLSTATE class ([`Failure`]), never by its message:
 ///
 /// - a statement the server refuses (a table, column, function or schema missing, a privilege
 ///   lacking, authentication) means the store is misconfigured;
@@ -99,19 +118,9 @@ pub enum Error {
 ///   serialization failure or deadlock, a statement timeout, a read-only replica) is transient:
 ///   the store is unavailable.
 pub(crate) fn store_error(error: sqlx::Error, table: &str) -> StoreError {
-    let class = match &error {
-        sqlx::Error::Database(db) => db.code().map(|code| classify(&code)),
-        sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => Some(Class::Corrupted),
-        sqlx::Error::ColumnNotFound(_)
-        | sqlx::Error::ColumnIndexOutOfBounds { .. }
-        | sqlx::Error::TypeNotFound { .. }
-        | sqlx::Error::Configuration(_) => Some(Class::Misconfigured),
-        _ => None,
-    };
-    match class.unwrap_or(Class::Unavailable) {
-        Class::Unavailable => StoreError::unavailable(error),
-        Class::Corrupted => StoreError::corrupted(error),
-        Class::Misconfigured => {
+    match Failure::of(&error) {
+        Failure::Corrupted => StoreError::corrupted(error),
+        Failure::Refused => {
             let code = match &error {
                 sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
                 _ => None,
@@ -128,56 +137,13 @@ pub(crate) fn store_error(error: sqlx::Error, table: &str) -> StoreError {
             };
             StoreError::misconfigured(message, error)
         }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Class {
-    Unavailable,
-    Corrupted,
-    Misconfigured,
-}
-
-/// See [`store_error`]. Classes from PostgreSQL's appendix A, "Error Codes".
-fn classify(sqlstate: &str) -> Class {
-    match sqlstate.get(..2) {
-        // Syntax error or access rule violation; invalid schema, catalog or authorization;
-        // feature not supported.
-        Some("42" | "3F" | "3D" | "28" | "0A") => Class::Misconfigured,
-        // Data exception; integrity constraint violation; internal error (data or index corrupted).
-        Some("22" | "23") => Class::Corrupted,
-        Some("XX") if matches!(sqlstate, "XX001" | "XX002") => Class::Corrupted,
-        _ => Class::Unavailable,
+        _ => StoreError::unavailable(error),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sqlstates_map_to_the_three_kinds() {
-        for (code, class) in [
-            ("42P01", Class::Misconfigured), // undefined table
-            ("42703", Class::Misconfigured), // undefined column
-            ("42501", Class::Misconfigured), // insufficient privilege
-            ("3F000", Class::Misconfigured), // invalid schema name
-            ("28P01", Class::Misconfigured), // invalid password
-            ("22P02", Class::Corrupted),     // invalid text representation
-            ("23514", Class::Corrupted),     // check violation
-            ("XX001", Class::Corrupted),     // data corrupted
-            ("XX000", Class::Unavailable),   // internal error
-            ("08006", Class::Unavailable),   // connection failure
-            ("57P01", Class::Unavailable),   // admin shutdown
-            ("57014", Class::Unavailable),   // query canceled (statement timeout)
-            ("40001", Class::Unavailable),   // serialization failure
-            ("40P01", Class::Unavailable),   // deadlock detected
-            ("53300", Class::Unavailable),   // too many connections
-            ("25006", Class::Unavailable),   // read-only transaction (a standby)
-        ] {
-            assert_eq!(classify(code), class, "{code}");
-        }
-    }
 
     #[test]
     fn transport_failures_are_unavailable_and_decoding_is_corruption() {

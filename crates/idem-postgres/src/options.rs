@@ -43,12 +43,17 @@ pub struct PostgresOptions {
 }
 
 impl PostgresOptions {
+    /// The schema of the table unless [`schema`](Self::schema) says otherwise: `public`.
+    pub const DEFAULT_SCHEMA: SchemaName = SchemaName::from_static("public");
+    /// The table unless [`table`](Self::table) says otherwise: `idem_records`.
+    pub const DEFAULT_TABLE: TableName = TableName::from_static("idem_records");
+
     /// `public.idem_records`, a pool of 10 connections with a 5-second timeout, the database
     /// server's clock.
     pub fn new() -> Self {
         Self {
-            schema: SchemaName::default(),
-            table: TableName::default(),
+            schema: Self::DEFAULT_SCHEMA,
+            table: Self::DEFAULT_TABLE,
             pool_size: 10,
             pool_timeout: Duration::from_secs(5),
             statement_timeout: None,
@@ -211,5 +216,17 @@ impl fmt::Debug for PostgresOptions {
 impl Default for PostgresOptions {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_table_is_public_idem_records() {
+        let options = PostgresOptions::new();
+        assert_eq!(options.schema_name().as_str(), "public");
+        assert_eq!(options.table_name().as_str(), "idem_records");
     }
 }

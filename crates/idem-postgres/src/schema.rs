@@ -2,9 +2,24 @@
 
 use std::collections::HashMap;
 
-use sqlx::{Connection, PgPool, migrate::Migrator};
+use sqlx::{PgPool, migrate::Migrator};
 
 use crate::{Error, sql::Sql};
+
+/// What [`PostgresStore::migrate`](crate::PostgresStore::migrate) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Migration {
+    /// The table did not exist: it was created, with every migration of this build.
+    Created,
+    /// The table lacked migrations of this build: they were applied.
+    Applied {
+        /// The first migration applied.
+        from: i64,
+    },
+    /// The table had every migration of this build already: nothing was done.
+    UpToDate,
+}
 
 /// The columns the statements use and their types, as `format_type` shows them.
 const COLUMNS: &[(&str, &str)] = &[
@@ -21,22 +36,44 @@ const COLUMNS: &[(&str, &str)] = &[
     ("watched", "boolean"),
 ];
 
-/// Applies the migrations that are missing, creating the schema if needed. Safe to run from
-/// several processes at once: sqlx serializes them with an advisory lock.
-pub(crate) async fn migrate(pool: &PgPool, migrator: &Migrator) -> Result<(), Error> {
-    let mut connection = pool.acquire().await.map_err(Error::Connect)?;
-    let result = migrator.run_direct(None, &mut *connection, false).await;
-    if result.is_err() {
-        // A failed run can leave sqlx's session-level advisory lock held: never give that
-        // connection back to the pool.
-        let _ = connection.detach().close().await;
-    }
-    result.map_err(Error::Migrate)
+/// Applies the migrations that are missing, creating the schema if needed, then checks the
+/// table as [`verify`] does. Safe to run from several processes at once: sqlx serializes them
+/// with an advisory lock.
+///
+/// A table migrated by a newer build is refused before anything runs: this build's migrations
+/// must not run over it. Any other trouble is left to sqlx's migrator (a changed migration) or
+/// to the check after it (a changed column).
+pub(crate) async fn migrate(
+    pool: &PgPool,
+    sql: &Sql,
+    url: Option<&str>,
+) -> Result<Migration, Error> {
+    let migrator = sql.migrator();
+    let done = match verify(pool, sql, &migrator, url).await {
+        Ok(()) => return Ok(Migration::UpToDate),
+        Err(Error::NotMigrated { .. }) => Migration::Created,
+        Err(Error::MigrationPending { version, .. }) => Migration::Applied { from: version },
+        Err(error @ (Error::UnknownMigration { .. } | Error::Check(_))) => return Err(error),
+        Err(_) => Migration::UpToDate,
+    };
+    let connection = pool.acquire().await.map_err(Error::Connect)?;
+    idem_sql::migrate_postgres(connection, &migrator)
+        .await
+        .map_err(Error::Migrate)?;
+    verify(pool, sql, &migrator, url).await?;
+    Ok(done)
 }
 
 /// Checks that the schema, the table and its migrations are those of this build.
-pub(crate) async fn verify(pool: &PgPool, sql: &Sql, migrator: &Migrator) -> Result<(), Error> {
+/// `url` is the store's, password hidden, for the messages that say how to migrate.
+pub(crate) async fn verify(
+    pool: &PgPool,
+    sql: &Sql,
+    migrator: &Migrator,
+    url: Option<&str>,
+) -> Result<(), Error> {
     let table = || sql.table.clone();
+    let url = || url.map(str::to_owned);
     let (schema, migrations, records): (bool, bool, bool) =
         sqlx::query_as(include_str!("../sql/catalog.sql"))
             .bind(&sql.schema)
@@ -46,11 +83,14 @@ pub(crate) async fn verify(pool: &PgPool, sql: &Sql, migrator: &Migrator) -> Res
             .await
             .map_err(Error::Check)?;
     if !(schema && migrations) {
-        return Err(Error::NotMigrated { table: table() });
+        return Err(Error::NotMigrated {
+            table: table(),
+            url: url(),
+        });
     }
 
     let applied: Vec<(i64, Vec<u8>, bool)> =
-        sqlx::query_as(crate::sql::query_text(&sql.applied_migrations))
+        sqlx::query_as(idem_sql::query_text(&sql.applied_migrations))
             .fetch_all(pool)
             .await
             .map_err(Error::Check)?;
@@ -77,10 +117,14 @@ pub(crate) async fn verify(pool: &PgPool, sql: &Sql, migrator: &Migrator) -> Res
         .find(|m| !applied.iter().any(|(version, ..)| *version == m.version))
     {
         return Err(if applied.is_empty() {
-            Error::NotMigrated { table: table() }
+            Error::NotMigrated {
+                table: table(),
+                url: url(),
+            }
         } else {
             Error::MigrationPending {
                 table: table(),
+                url: url(),
                 version: pending.version,
             }
         });

@@ -5,24 +5,22 @@
 //! and `{now}`, the store's clock (`sql/now.sql`). Only validated names and the channel, which is
 //! hex digits, are ever put in their place.
 
-use std::{borrow::Cow, fmt::Write, sync::Arc};
+use std::{fmt::Write, sync::Arc};
 
+use idem_sql::{Location, MigrationFile};
 use sha2::{Digest, Sha256};
-use sqlx::{
-    AssertSqlSafe, SqlSafeStr,
-    migrate::{Migration, MigrationType, Migrator},
-};
+use sqlx::migrate::Migrator;
 
 use crate::{SchemaName, TableName};
 
-/// The migrations, in order: (version, description, template).
-const MIGRATIONS: &[(i64, &str, &str)] = &[
-    (
+/// The migrations, in order.
+const MIGRATIONS: &[MigrationFile] = &[
+    MigrationFile::new(
         1,
         "idem records",
         include_str!("../migrations/0001_idem_records.sql"),
     ),
-    (
+    MigrationFile::new(
         2,
         "key digest",
         include_str!("../migrations/0002_key_digest.sql"),
@@ -68,13 +66,14 @@ pub(crate) struct Sql {
     pub(crate) schema: String,
     pub(crate) table: String,
     pub(crate) migrations_table: String,
+    location: Location,
 }
 
 impl Sql {
     pub(crate) fn new(schema: &SchemaName, table: &TableName) -> Self {
+        let location = Location::new(schema.clone(), table.clone());
         let channel = channel(schema, table);
-        let render =
-            |template: &str| -> Arc<str> { render(template, schema, table, &channel).into() };
+        let render = |template: &str| -> Arc<str> { render(&location, template, &channel).into() };
         Self {
             acquire: render(include_str!("../sql/acquire.sql")),
             complete: render(include_str!("../sql/complete.sql")),
@@ -84,10 +83,11 @@ impl Sql {
             forget: render(include_str!("../sql/forget.sql")),
             purge_expired: render(include_str!("../sql/purge_expired.sql")),
             applied_migrations: render(include_str!("../sql/applied_migrations.sql")),
-            schema: format!(r#""{schema}""#),
-            table: format!(r#""{schema}"."{table}""#),
-            migrations_table: format!(r#""{schema}"."{table}_migrations""#),
+            schema: location.quoted_schema(),
+            table: location.qualified(),
+            migrations_table: location.migrations_table(),
             channel,
+            location,
         }
     }
 
@@ -105,38 +105,22 @@ impl Sql {
 
     /// The migrations for this schema and table, tracked in `<table>_migrations` next to the
     /// table, so that several stores in one database migrate independently.
-    pub(crate) fn migrator(&self, schema: &SchemaName, table: &TableName) -> Migrator {
-        let migrations = MIGRATIONS
-            .iter()
-            .map(|&(version, description, template)| {
-                let sql = render(template, schema, table, &self.channel);
-                Migration::new(
-                    version,
-                    Cow::Borrowed(description),
-                    MigrationType::Simple,
-                    AssertSqlSafe(sql).into_sql_str(),
-                    false,
-                )
-            })
-            .collect();
-        let mut migrator = Migrator::with_migrations(migrations);
-        migrator.dangerous_set_table_name(self.migrations_table.clone());
-        migrator.create_schema(self.schema.clone());
-        migrator
+    pub(crate) fn migrator(&self) -> Migrator {
+        self.location
+            .migrator(MIGRATIONS, &placeholders(&self.channel), true)
     }
 }
 
-/// A statement's text as sqlx takes it.
-pub(crate) fn query_text(text: &Arc<str>) -> AssertSqlSafe<Arc<str>> {
-    AssertSqlSafe(Arc::clone(text))
+fn render(location: &Location, template: &str, channel: &str) -> String {
+    location.render(template, &placeholders(channel))
 }
 
-fn render(template: &str, schema: &SchemaName, table: &TableName, channel: &str) -> String {
-    template
-        .replace("{now}", include_str!("../sql/now.sql").trim_end())
-        .replace("{schema}", schema.as_str())
-        .replace("{table}", table.as_str())
-        .replace("{channel}", channel)
+/// The placeholders of the store's files besides the names: the clock, and the channel.
+fn placeholders(channel: &str) -> [(&'static str, &str); 2] {
+    [
+        ("{now}", include_str!("../sql/now.sql").trim_end()),
+        ("{channel}", channel),
+    ]
 }
 
 /// `idem_` and 24 hex digits of a hash of the qualified table name: unique per table, and short
@@ -179,7 +163,7 @@ mod tests {
             sql.complete
                 .contains(&format!("pg_notify('{}'", sql.channel))
         );
-        let migrator = sql.migrator(&"billing".parse().unwrap(), &"keys".parse().unwrap());
+        let migrator = sql.migrator();
         let migration = migrator.iter().next().unwrap();
         assert!(!migration.sql.as_str().contains('{'));
         assert_eq!(migrator.table_name, r#""billing"."keys_migrations""#);

@@ -6,6 +6,7 @@ use idem_core::{
     Acquisition, Address, Clock, FencingToken, Fingerprint, ManualClock, Record, Store, StoreError,
     StoredResponse, Terms, Timestamp,
 };
+use idem_sql::{PurgeLoop, query_text};
 use sqlx::{
     PgConnection, PgPool, Postgres, Row,
     postgres::{PgArguments, PgRow},
@@ -13,14 +14,14 @@ use sqlx::{
 };
 
 use crate::{
-    Error, PostgresOptions, Purger, Statement,
+    Error, Migration, PostgresOptions, Purger, Statement,
     changes::Changes,
     connections::{Checkout, Connections},
     error::store_error,
     key_digest::key_digest,
     row::{AcquireRow, Columns, sql_millis, sql_now, sql_token},
     schema,
-    sql::{Sql, query_text},
+    sql::Sql,
 };
 
 /// How many times `acquire` runs again after losing a race to a concurrent writer of the same
@@ -102,7 +103,8 @@ impl PostgresStore {
     /// A store on `pool` (yours: the transactional API shares it), after checking that the
     /// schema, the table and its migrations are this build's: a missing or older table is
     /// [`Error::NotMigrated`] or [`Error::MigrationPending`], a changed one
-    /// [`Error::UnexpectedColumn`] or [`Error::ChangedMigration`].
+    /// [`Error::UnexpectedColumn`] or [`Error::ChangedMigration`], a newer build's
+    /// [`Error::UnknownMigration`].
     ///
     /// The store's own operations ([`Store`]'s methods) run on up to
     /// [`PostgresOptions::pool_size`] connections of its own, opened with `pool`'s connect
@@ -111,8 +113,7 @@ impl PostgresStore {
     /// `pool` serves the purger, readiness checks and your transactions.
     pub async fn open(pool: PgPool, options: PostgresOptions) -> Result<Self, Error> {
         let sql = Sql::new(&options.schema, &options.table);
-        let migrator = sql.migrator(&options.schema, &options.table);
-        schema::verify(&pool, &sql, &migrator).await?;
+        schema::verify(&pool, &sql, &sql.migrator(), options.url()).await?;
         let connect = options.with_timeouts((*pool.connect_options()).clone());
         let changes = Changes::new(&connect, sql.channel.clone());
         let connections = Connections::new(
@@ -131,12 +132,15 @@ impl PostgresStore {
         })
     }
 
-    /// Creates the schema (if missing), the table and its sequence, or brings them up to date:
-    /// what `idem migrate` runs. Applied migrations are recorded in `<table>_migrations`; running
-    /// it again, or from several processes at once, is safe.
-    pub async fn migrate(pool: &PgPool, options: &PostgresOptions) -> Result<(), Error> {
+    /// Creates the schema (if missing), the table and its sequence, or brings them up to date,
+    /// then checks the table as [`open`](Self::open) does; says what it did. What `idem migrate`
+    /// runs. Applied migrations are recorded in `<table>_migrations`; running it again, or from
+    /// several processes at once, is safe.
+    ///
+    /// A table migrated by a newer build ([`Error::UnknownMigration`]) is left untouched.
+    pub async fn migrate(pool: &PgPool, options: &PostgresOptions) -> Result<Migration, Error> {
         let sql = Sql::new(&options.schema, &options.table);
-        schema::migrate(pool, &sql.migrator(&options.schema, &options.table)).await
+        schema::migrate(pool, &sql, options.url()).await
     }
 
     /// The pool.
@@ -174,7 +178,10 @@ impl PostgresStore {
     ///
     /// Outside a Tokio runtime.
     pub fn spawn_purger(&self, every: Duration, batch: usize) -> Purger {
-        Purger::spawn(self.clone(), every, batch)
+        PurgeLoop::new(self.clone(), "expired idem records")
+            .every(every)
+            .batch(batch)
+            .spawn()
     }
 
     /// [`Store::acquire`] on `connection`, inside the caller's transaction if one is open on it

@@ -106,8 +106,8 @@ impl PostgresOptions {
             connection = connection.ssl_mode(PgSslMode::VerifyCa);
         }
         let mut options = Self::new()
-            .schema(schema.unwrap_or_default())
-            .table(table.unwrap_or_default())
+            .schema(schema.unwrap_or(Self::DEFAULT_SCHEMA))
+            .table(table.unwrap_or(Self::DEFAULT_TABLE))
             .connection(connection);
         if let Some(size) = pool_size {
             options = options.pool_size(size);

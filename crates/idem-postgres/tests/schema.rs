@@ -4,7 +4,7 @@
 mod common;
 
 use idem_core::Store;
-use idem_postgres::{Error, PostgresOptions, PostgresStore};
+use idem_postgres::{Error, Migration, PostgresOptions, PostgresStore};
 use sqlx::{AssertSqlSafe, PgPool};
 
 use common::{TestSchema, address};
@@ -30,19 +30,35 @@ async fn opening_before_migrating_says_to_migrate() {
     // No schema at all.
     let error = open(&pool, schema.options()).await.unwrap_err();
     assert!(
-        matches!(&error, Error::NotMigrated { table: t } if *t == table),
+        matches!(&error, Error::NotMigrated { table: t, url: None } if *t == table),
         "{error:?}"
     );
     assert!(error.to_string().contains("idem migrate"), "{error}");
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "the idem table {table} has not been created: run `idem migrate` or \
+             `PostgresStore::migrate` first"
+        )
+    );
 
     // The schema exists, the table does not.
     run(&pool, format!(r#"CREATE SCHEMA "{}""#, schema.name)).await;
     let error = open(&pool, schema.options()).await.unwrap_err();
     assert!(matches!(error, Error::NotMigrated { .. }), "{error:?}");
 
-    PostgresStore::migrate(&pool, &schema.options())
-        .await
-        .unwrap();
+    assert_eq!(
+        PostgresStore::migrate(&pool, &schema.options())
+            .await
+            .unwrap(),
+        Migration::Created
+    );
+    assert_eq!(
+        PostgresStore::migrate(&pool, &schema.options())
+            .await
+            .unwrap(),
+        Migration::UpToDate
+    );
     let store = open(&pool, schema.options()).await.unwrap();
     assert_eq!(store.get(&address("k")).await.unwrap(), None);
 }
@@ -91,7 +107,7 @@ async fn another_schema_or_table_is_not_migrated() {
     let other_table = schema.options().table("payment_keys".parse().unwrap());
     let error = open(&pool, other_table).await.unwrap_err();
     assert!(
-        matches!(&error, Error::NotMigrated { table } if table.ends_with(r#"."payment_keys""#)),
+        matches!(&error, Error::NotMigrated { table, .. } if table.ends_with(r#"."payment_keys""#)),
         "{error:?}"
     );
 
@@ -277,9 +293,12 @@ async fn records_of_the_first_schema_are_converted_to_key_digests_and_replay() {
     .await
     .unwrap();
 
-    PostgresStore::migrate(&pool, &schema.options())
-        .await
-        .unwrap();
+    assert_eq!(
+        PostgresStore::migrate(&pool, &schema.options())
+            .await
+            .unwrap(),
+        idem_postgres::Migration::Applied { from: 2 }
+    );
     let keys: Vec<(Vec<u8>,)> = sqlx::query_as(AssertSqlSafe(format!(
         r#"SELECT key FROM "{}".idem_records"#,
         schema.name

@@ -1,11 +1,10 @@
 //! The failures of the SQLite store, and how database errors map to [`StoreError`].
 
 use idem_core::StoreError;
+use idem_sql::{Failure, sqlite_code};
 
-/// Primary result codes, as SQLite defines them.
+/// SQLite's primary result code for a lock another connection holds.
 const SQLITE_BUSY: i32 = 5;
-const SQLITE_CORRUPT: i32 = 11;
-const SQLITE_NOTADB: i32 = 26;
 
 /// A failure of the SQLite store: opening it, or a record it cannot read.
 ///
@@ -35,15 +34,11 @@ pub enum Error {
     },
 }
 
-/// Classifies a database error by its result code: data SQLite cannot read, or a value of the
-/// wrong type, is corruption; anything else (a busy or closed database, a full disk, I/O) makes
-/// the store unavailable.
+/// Classifies a database error by its result code ([`Failure`]): data SQLite cannot read, or a
+/// value of the wrong type, is corruption; anything else (a busy or closed database, a full
+/// disk, I/O) makes the store unavailable.
 pub(crate) fn store_error(error: sqlx::Error) -> StoreError {
-    let corrupted = match &error {
-        sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => true,
-        _ => matches!(primary_code(&error), Some(SQLITE_CORRUPT | SQLITE_NOTADB)),
-    };
-    if corrupted {
+    if Failure::of(&error) == Failure::Corrupted {
         StoreError::corrupted(error)
     } else {
         StoreError::unavailable(error)
@@ -52,14 +47,5 @@ pub(crate) fn store_error(error: sqlx::Error) -> StoreError {
 
 /// Whether another connection holds a lock that SQLite did not wait for.
 pub(crate) fn is_busy(error: &sqlx::Error) -> bool {
-    primary_code(error) == Some(SQLITE_BUSY)
-}
-
-/// The primary part of SQLite's extended result code.
-fn primary_code(error: &sqlx::Error) -> Option<i32> {
-    let sqlx::Error::Database(db) = error else {
-        return None;
-    };
-    let extended: i32 = db.code()?.parse().ok()?;
-    Some(extended & 0xff)
+    sqlite_code(error) == Some(SQLITE_BUSY)
 }

@@ -21,12 +21,11 @@
 //! ```
 
 mod memory;
-pub(crate) mod postgres;
 
 use std::{fmt, path::PathBuf, str::FromStr, time::Duration};
 
 use idem_core::{DynStore, store_url::InvalidStoreUrl};
-use idem_postgres::PostgresOptions;
+use idem_postgres::{PostgresOptions, PostgresStore};
 use idem_redis::{RedisOptions, RedisStore};
 use idem_sqlite::{SqliteOptions, SqliteStore};
 
@@ -84,7 +83,10 @@ impl StoreUrl {
                 .await
                 .map(DynStore::new)
                 .map_err(|error| failed(error.into())),
-            StoreUrl::Postgres(options) => postgres::open(options).await.map(DynStore::new),
+            StoreUrl::Postgres(options) => PostgresStore::connect_with(options.clone())
+                .await
+                .map(DynStore::new)
+                .map_err(|error| failed(error.into())),
             StoreUrl::Redis(options) => RedisStore::open_with(options.clone())
                 .await
                 .map(DynStore::new)

@@ -90,15 +90,15 @@ async fn postgres_needs_idem_migrate_and_a_table_of_this_build() {
     assert_eq!(
         fails(&serve(&store), 1),
         format!(
-            "error: the idem table {table} of the store {store} has not been created: run `idem \
-             migrate --store {store}`"
+            "error: cannot open the store {store}: the idem table {table} has not been created: \
+             run `idem migrate --store {store}` or `PostgresStore::migrate` first"
         )
     );
     assert_eq!(
         fails(&["keys", "purge", "--store", &store], 1),
         format!(
-            "error: the idem table {table} of the store {store} has not been created: run `idem \
-             migrate --store {store}`"
+            "error: cannot open the store {store}: the idem table {table} has not been created: \
+             run `idem migrate --store {store}` or `PostgresStore::migrate` first"
         )
     );
 
@@ -120,8 +120,9 @@ async fn postgres_needs_idem_migrate_and_a_table_of_this_build() {
     assert_eq!(
         fails(&serve(&other), 1),
         format!(
-            "error: the idem table \"{}\".\"payment_keys\" of the store {other} has not been \
-             created: run `idem migrate --store {other}`",
+            "error: cannot open the store {other}: the idem table \"{}\".\"payment_keys\" has \
+             not been created: run `idem migrate --store {other}` or `PostgresStore::migrate` \
+             first",
             schema.name
         )
     );

@@ -1,7 +1,8 @@
 //! [`InboxDatabase`]: the databases an inbox can live in, PostgreSQL and SQLite.
 
 use futures_util::future::BoxFuture;
-use sqlx::{AssertSqlSafe, Connection, Pool, Postgres, Sqlite, migrate::Migrator};
+use idem_sql::MigrationFile;
+use sqlx::{AssertSqlSafe, Pool, Postgres, Sqlite, migrate::Migrator};
 
 use crate::Error;
 
@@ -21,7 +22,7 @@ pub trait InboxDatabase: sqlx::Database + sealed::Sealed {
     #[doc(hidden)]
     const CREATE_SCHEMA: bool;
     #[doc(hidden)]
-    const MIGRATIONS: &'static [(i64, &'static str, &'static str)];
+    const MIGRATIONS: &'static [MigrationFile];
     #[doc(hidden)]
     const RECORD: &'static str;
     #[doc(hidden)]
@@ -56,7 +57,7 @@ pub trait InboxDatabase: sqlx::Database + sealed::Sealed {
 impl InboxDatabase for Postgres {
     const DEFAULT_SCHEMA: &'static str = "public";
     const CREATE_SCHEMA: bool = true;
-    const MIGRATIONS: &'static [(i64, &'static str, &'static str)] = &[(
+    const MIGRATIONS: &'static [MigrationFile] = &[MigrationFile::new(
         1,
         "idem inbox",
         include_str!("../../migrations/postgres/0001_inbox.sql"),
@@ -107,7 +108,7 @@ impl InboxDatabase for Postgres {
 impl InboxDatabase for Sqlite {
     const DEFAULT_SCHEMA: &'static str = "main";
     const CREATE_SCHEMA: bool = false;
-    const MIGRATIONS: &'static [(i64, &'static str, &'static str)] = &[(
+    const MIGRATIONS: &'static [MigrationFile] = &[MigrationFile::new(
         1,
         "idem inbox",
         include_str!("../../migrations/sqlite/0001_inbox.sql"),
@@ -161,12 +162,8 @@ pub(crate) async fn migrate_postgres(
     pool: &Pool<Postgres>,
     migrator: &Migrator,
 ) -> Result<(), Error> {
-    let mut connection = pool.acquire().await?;
-    let result = migrator.run_direct(None, &mut *connection, false).await;
-    if result.is_err() {
-        // A failed run can leave sqlx's session-level advisory lock held: never give that
-        // connection back to the pool.
-        let _ = connection.detach().close().await;
-    }
-    result.map_err(Error::Migrate)
+    let connection = pool.acquire().await?;
+    idem_sql::migrate_postgres(connection, migrator)
+        .await
+        .map_err(Error::Migrate)
 }

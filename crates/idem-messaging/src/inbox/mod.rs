@@ -45,19 +45,23 @@
 
 mod database;
 mod options;
-mod purger;
 
 use std::{fmt, marker::PhantomData, sync::Arc, time::Duration};
 
 use futures_util::future::BoxFuture;
 use sqlx::{Pool, Postgres, Sqlite, Transaction};
 
-use crate::{ConsumerName, Error, Incoming, MessageId, sql::Location};
+use idem_sql::{Purge, PurgeLoop};
+
+use crate::{
+    ConsumerName, Error, Incoming, MessageId,
+    sql::{self, Location},
+};
 
 pub use database::InboxDatabase;
 pub(crate) use database::migrate_postgres;
+pub use idem_sql::Purger;
 pub use options::InboxOptions;
-pub use purger::Purger;
 
 /// An inbox in PostgreSQL.
 pub type PgInbox = Inbox<Postgres>;
@@ -107,16 +111,16 @@ impl<DB: InboxDatabase> Inbox<DB> {
     /// The inbox in the table `options` name. Does no I/O: run [`migrate`](Self::migrate) once
     /// (at deployment, or at start-up) before using it.
     pub fn new(options: InboxOptions) -> Self {
-        let location = Location {
-            schema: options
+        let location = Location::new(
+            options
                 .schema
                 .unwrap_or_else(|| crate::SchemaName::from_static(DB::DEFAULT_SCHEMA)),
-            table: options.table,
-        };
+            options.table,
+        );
         Self {
             inner: Arc::new(Inner {
-                record: location.statement(DB::RECORD),
-                purge: location.statement(DB::PURGE),
+                record: sql::statement(&location, DB::RECORD),
+                purge: sql::statement(&location, DB::PURGE),
                 location,
                 dedup_window: options.dedup_window,
             }),
@@ -128,10 +132,7 @@ impl<DB: InboxDatabase> Inbox<DB> {
     /// Applied migrations are recorded in `<table>_migrations`; running it again, or from several
     /// processes at once, is safe.
     pub async fn migrate(&self, pool: &Pool<DB>) -> Result<(), Error> {
-        let migrator = self
-            .inner
-            .location
-            .migrator(DB::MIGRATIONS, DB::CREATE_SCHEMA);
+        let migrator = sql::migrator(&self.inner.location, DB::MIGRATIONS, DB::CREATE_SCHEMA);
         DB::migrate(pool, &migrator).await
     }
 
@@ -305,7 +306,14 @@ impl<DB: InboxDatabase> Inbox<DB> {
     ///
     /// Outside a Tokio runtime.
     pub fn spawn_purger(&self, pool: Pool<DB>, every: Duration, batch: u32) -> Purger {
-        Purger::spawn(self.clone(), pool, every, batch.max(1))
+        let purge = InboxPurge {
+            inbox: self.clone(),
+            pool,
+        };
+        PurgeLoop::new(purge, "idem inbox rows older than the dedup window")
+            .every(every)
+            .batch(usize::try_from(batch).unwrap_or(usize::MAX))
+            .spawn()
     }
 
     /// Begins a transaction and records the message in it: the transaction for a first
@@ -329,6 +337,22 @@ impl<DB: InboxDatabase> Inbox<DB> {
                 Ok(None)
             }
         }
+    }
+}
+
+/// One batch of [`Inbox::spawn_purger`].
+struct InboxPurge<DB: InboxDatabase> {
+    inbox: Inbox<DB>,
+    pool: Pool<DB>,
+}
+
+impl<DB: InboxDatabase> Purge for InboxPurge<DB> {
+    type Error = Error;
+
+    async fn purge(&self, limit: usize) -> Result<usize, Error> {
+        let batch = u32::try_from(limit).unwrap_or(u32::MAX);
+        let purged = self.inbox.purge(&self.pool, batch).await?;
+        Ok(usize::try_from(purged).expect("at most `batch` rows"))
     }
 }
 

@@ -42,24 +42,26 @@ use std::{
 use sqlx::{PgConnection, PgPool, Row};
 use uuid::Uuid;
 
+use idem_sql::MigrationFile;
+
 use crate::{
     Error, MessageId,
     inbox::migrate_postgres,
-    sql::{Location, query_text},
+    sql::{self, Location, query_text},
 };
 
 pub use dead_letter::DeadLetter;
 pub use message::{Envelope, OutboxMessage};
 pub use options::OutboxOptions;
 
-/// The migrations, in order: (version, description, template).
-const MIGRATIONS: &[(i64, &str, &str)] = &[
-    (
+/// The migrations, in order.
+const MIGRATIONS: &[MigrationFile] = &[
+    MigrationFile::new(
         1,
         "idem outbox",
         include_str!("../../migrations/postgres/0001_outbox.sql"),
     ),
-    (
+    MigrationFile::new(
         2,
         "idem outbox: claims held as transactions",
         include_str!("../../migrations/postgres/0002_outbox_held_claims.sql"),
@@ -92,29 +94,43 @@ impl Outbox {
     /// The outbox in the table `options` name. Does no I/O: run [`migrate`](Self::migrate) once
     /// before using it.
     pub fn new(options: OutboxOptions) -> Self {
-        let location = Location {
-            schema: options.schema,
-            table: options.table,
-        };
+        let location = Location::new(options.schema, options.table);
         let claim = |ordering: &str| {
-            location.statement(
+            sql::statement(
+                &location,
                 &include_str!("../../sql/postgres/outbox_claim.sql")
                     .replace("{ordering}", ordering.trim_end()),
             )
         };
         Self {
             inner: Arc::new(Inner {
-                channel: location.channel(),
-                enqueue: location.statement(include_str!("../../sql/postgres/outbox_enqueue.sql")),
+                channel: sql::channel(&location),
+                enqueue: sql::statement(
+                    &location,
+                    include_str!("../../sql/postgres/outbox_enqueue.sql"),
+                ),
                 claim: claim(""),
                 claim_ordered: claim(include_str!("../../sql/postgres/outbox_ordering.sql")),
-                mark_sent: location
-                    .statement(include_str!("../../sql/postgres/outbox_mark_sent.sql")),
-                fail: location.statement(include_str!("../../sql/postgres/outbox_fail.sql")),
-                dead_letters: location
-                    .statement(include_str!("../../sql/postgres/outbox_dead_letters.sql")),
-                revive: location.statement(include_str!("../../sql/postgres/outbox_revive.sql")),
-                pending: location.statement(include_str!("../../sql/postgres/outbox_pending.sql")),
+                mark_sent: sql::statement(
+                    &location,
+                    include_str!("../../sql/postgres/outbox_mark_sent.sql"),
+                ),
+                fail: sql::statement(
+                    &location,
+                    include_str!("../../sql/postgres/outbox_fail.sql"),
+                ),
+                dead_letters: sql::statement(
+                    &location,
+                    include_str!("../../sql/postgres/outbox_dead_letters.sql"),
+                ),
+                revive: sql::statement(
+                    &location,
+                    include_str!("../../sql/postgres/outbox_revive.sql"),
+                ),
+                pending: sql::statement(
+                    &location,
+                    include_str!("../../sql/postgres/outbox_pending.sql"),
+                ),
                 location,
             }),
         }
@@ -124,7 +140,7 @@ impl Outbox {
     /// Applied migrations are recorded in `<table>_migrations`; running it again, or from several
     /// processes at once, is safe.
     pub async fn migrate(&self, pool: &PgPool) -> Result<(), Error> {
-        let migrator = self.inner.location.migrator(MIGRATIONS, true);
+        let migrator = sql::migrator(&self.inner.location, MIGRATIONS, true);
         migrate_postgres(pool, &migrator).await
     }
 

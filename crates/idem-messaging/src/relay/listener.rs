@@ -6,17 +6,12 @@
 //! starts listening it wakes the relay once; the relay also polls, so a listener that cannot
 //! connect only makes the relay slower to notice new messages.
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
-use sqlx::{
-    PgPool,
-    postgres::{PgListener, PgPoolOptions},
-};
+use sqlx::PgPool;
 use tokio::{sync::Notify, task::JoinHandle};
 
-/// The backoff between attempts to connect.
-const RECONNECT: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
-/// How the listener's connection shows in `pg_stat_activity`.
+/// How the listener's connection shows in `pg_stat_activity`, and in logs.
 const APPLICATION_NAME: &str = "idem-relay-listener";
 
 /// The listening task; aborted when dropped.
@@ -28,16 +23,15 @@ impl Listener {
     /// Listens on `channel` on a connection of its own, made with `pool`'s settings (so that the
     /// relay's pool keeps all its connections), and wakes `wake`.
     pub(super) fn spawn(pool: &PgPool, channel: String, wake: Arc<Notify>) -> Self {
-        let connect = (*pool.connect_options())
-            .clone()
-            .application_name(APPLICATION_NAME);
-        let pool = PgPoolOptions::new()
-            .max_connections(1)
-            .max_lifetime(None)
-            .idle_timeout(None)
-            .connect_lazy_with(connect);
+        let listener = idem_sql::listener::Listener::new(
+            (*pool.connect_options()).clone(),
+            APPLICATION_NAME,
+            channel,
+        );
+        // A permit is stored until taken, so a burst of notifications wakes the relay once.
+        let listen = listener.run(move |_| wake.notify_one());
         Self {
-            task: tokio::spawn(listen(pool, channel, wake)),
+            task: tokio::spawn(listen),
         }
     }
 }
@@ -46,51 +40,4 @@ impl Drop for Listener {
     fn drop(&mut self) {
         self.task.abort();
     }
-}
-
-async fn listen(pool: PgPool, channel: String, wake: Arc<Notify>) {
-    let mut pause = RECONNECT.0;
-    loop {
-        match subscribe(&pool, &channel).await {
-            Ok(mut listener) => {
-                pause = RECONNECT.0;
-                wake.notify_one();
-                loop {
-                    match listener.try_recv().await {
-                        Ok(Some(_)) => {
-                            while listener.next_buffered().is_some() {}
-                            wake.notify_one();
-                        }
-                        Ok(None) => {
-                            tracing::warn!(channel, "the outbox listener lost its connection");
-                            break;
-                        }
-                        Err(error) => {
-                            tracing::warn!(
-                                channel,
-                                error = &error as &dyn std::error::Error,
-                                "the outbox listener failed"
-                            );
-                            break;
-                        }
-                    }
-                }
-            }
-            Err(error) => tracing::warn!(
-                channel,
-                error = &error as &dyn std::error::Error,
-                "the outbox listener cannot connect; the relay polls meanwhile"
-            ),
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(RECONNECT.1);
-    }
-}
-
-async fn subscribe(pool: &PgPool, channel: &str) -> Result<PgListener, sqlx::Error> {
-    let mut listener = PgListener::connect_with(pool).await?;
-    // Reconnecting is ours to do, so that we know when to wake the relay.
-    listener.eager_reconnect(false);
-    listener.listen(channel).await?;
-    Ok(listener)
 }

@@ -1,12 +1,13 @@
-//! The names of the schema and the table that hold the records: validated SQL identifiers.
+//! [`SchemaName`] and [`TableName`]: where a table lives, as validated SQL identifiers.
 
-use std::{fmt, str::FromStr};
+use std::{borrow::Cow, fmt, str::FromStr};
 
 /// PostgreSQL keeps identifiers up to this many bytes (`NAMEDATALEN - 1`) and silently truncates
 /// longer ones.
 const MAX_IDENTIFIER: usize = 63;
-/// The longest suffix added to the table's name for its other objects (`_migrations`,
-/// `_expires_at`), which must fit in an identifier too.
+/// The longest suffix added to a table's name for its other objects (`<table>_migrations`,
+/// `<table>_expires_at`, `<table>_processed`, `<table>_seq`), which must fit in an identifier
+/// too.
 const LONGEST_SUFFIX: usize = "_migrations".len();
 
 /// Why a name is not a valid schema or table name.
@@ -41,50 +42,83 @@ pub enum InvalidName {
     Reserved,
 }
 
-/// Checks the identifier rules both names share. Upper case is refused rather than folded: the
-/// names are always quoted in SQL, and a quoted `Idem` is not the `idem` an operator would type.
-fn validate(kind: &'static str, name: &str, max: usize) -> Result<(), InvalidName> {
-    if name.is_empty() || name.len() > max {
-        return Err(InvalidName::Length {
-            kind,
-            max,
-            len: name.len(),
-        });
+/// What is wrong with a name, found in a `const fn` so that names written in the code are checked
+/// at compile time.
+enum Problem {
+    Length,
+    /// The byte offset of the first character not allowed. Every allowed character is ASCII, so
+    /// it starts a character.
+    Character(usize),
+    Reserved,
+}
+
+/// The identifier rules. Upper case is refused rather than folded: the names are always quoted
+/// in SQL, and a quoted `Idem` is not the `idem` an operator would type.
+const fn problem(name: &str, max: usize, schema: bool) -> Option<Problem> {
+    let bytes = name.as_bytes();
+    if bytes.is_empty() || bytes.len() > max {
+        return Some(Problem::Length);
     }
-    for (position, character) in name.char_indices() {
-        let allowed = match character {
-            'a'..='z' | '_' => true,
-            '0'..='9' => position > 0,
+    let mut position = 0;
+    while position < bytes.len() {
+        let allowed = match bytes[position] {
+            b'a'..=b'z' | b'_' => true,
+            b'0'..=b'9' => position > 0,
             _ => false,
         };
         if !allowed {
-            return Err(InvalidName::Character {
-                kind,
-                character,
-                position,
-            });
+            return Some(Problem::Character(position));
         }
+        position += 1;
     }
-    Ok(())
+    if schema && bytes.len() >= 3 && bytes[0] == b'p' && bytes[1] == b'g' && bytes[2] == b'_' {
+        return Some(Problem::Reserved);
+    }
+    None
+}
+
+fn validate(kind: &'static str, name: &str, max: usize, schema: bool) -> Result<(), InvalidName> {
+    match problem(name, max, schema) {
+        None => Ok(()),
+        Some(Problem::Length) => Err(InvalidName::Length {
+            kind,
+            max,
+            len: name.len(),
+        }),
+        Some(Problem::Character(position)) => Err(InvalidName::Character {
+            kind,
+            character: name[position..]
+                .chars()
+                .next()
+                .expect("a character starts here"),
+            position,
+        }),
+        Some(Problem::Reserved) => Err(InvalidName::Reserved),
+    }
 }
 
 macro_rules! identifier {
-    ($(#[$doc:meta])* $name:ident, $kind:literal, $max:expr, $default:literal, $extra:expr) => {
+    ($(#[$doc:meta])* $name:ident, $kind:literal, $max:expr, $schema:literal) => {
         $(#[$doc])*
         #[derive(Clone, PartialEq, Eq, Hash)]
-        pub struct $name(Box<str>);
+        pub struct $name(Cow<'static, str>);
 
         impl $name {
+            /// A name written in the code, checked at compile time when used in a `const`.
+            ///
+            /// # Panics
+            ///
+            /// When `name` is not valid.
+            pub const fn from_static(name: &'static str) -> Self {
+                if problem(name, $max, $schema).is_some() {
+                    panic!(concat!("not a valid ", $kind, " name"));
+                }
+                Self(Cow::Borrowed(name))
+            }
+
             /// The name, unquoted.
             pub fn as_str(&self) -> &str {
                 &self.0
-            }
-        }
-
-        impl Default for $name {
-            #[doc = concat!("`", $default, "`.")]
-            fn default() -> Self {
-                Self($default.into())
             }
         }
 
@@ -92,10 +126,8 @@ macro_rules! identifier {
             type Error = InvalidName;
 
             fn try_from(name: &str) -> Result<Self, InvalidName> {
-                validate($kind, name, $max)?;
-                let extra: fn(&str) -> Result<(), InvalidName> = $extra;
-                extra(name)?;
-                Ok(Self(name.into()))
+                validate($kind, name, $max, $schema)?;
+                Ok(Self(Cow::Owned(name.to_owned())))
             }
         }
 
@@ -115,61 +147,54 @@ macro_rules! identifier {
 
         impl fmt::Debug for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, "{}({:?})", stringify!($name), self.0)
+                write!(f, "{}({:?})", stringify!($name), &*self.0)
             }
         }
     };
 }
 
 identifier!(
-    /// The schema that holds the records table: 1 to 63 bytes of lower-case ASCII letters, digits
-    /// and `_`, not starting with a digit nor with `pg_`. Defaults to `public`.
+    /// The schema that holds a table: 1 to 63 bytes of lower-case ASCII letters, digits and `_`,
+    /// not starting with a digit nor with `pg_`. On SQLite, the name of an attached database.
     ///
     /// # Examples
     ///
     /// ```
-    /// use idem_postgres::{InvalidName, SchemaName};
+    /// use idem_sql::{InvalidName, SchemaName};
     ///
     /// let schema: SchemaName = "billing".parse()?;
     /// assert_eq!(schema.as_str(), "billing");
     /// assert!("Billing".parse::<SchemaName>().is_err());
     /// assert_eq!("pg_idem".parse::<SchemaName>(), Err(InvalidName::Reserved));
+    /// const PUBLIC: SchemaName = SchemaName::from_static("public");
+    /// assert_eq!(PUBLIC, "public".parse()?);
     /// # Ok::<(), InvalidName>(())
     /// ```
     SchemaName,
     "schema",
     MAX_IDENTIFIER,
-    "public",
-    |name| {
-        if name.starts_with("pg_") {
-            Err(InvalidName::Reserved)
-        } else {
-            Ok(())
-        }
-    }
+    true
 );
 
 identifier!(
-    /// The table that holds the records: 1 to 52 bytes of lower-case ASCII letters, digits and
-    /// `_`, not starting with a digit, so that the names derived from it (`<table>_migrations`,
-    /// `<table>_tokens`, `<table>_expires_at`) fit PostgreSQL's 63 bytes. Defaults to
-    /// `idem_records`.
+    /// A table: 1 to 52 bytes of lower-case ASCII letters, digits and `_`, not starting with a
+    /// digit, so that the names derived from it (`<table>_migrations`, its sequences and
+    /// indexes) fit PostgreSQL's 63 bytes.
     ///
     /// # Examples
     ///
     /// ```
-    /// use idem_postgres::TableName;
+    /// use idem_sql::TableName;
     ///
     /// let table: TableName = "payment_keys".parse()?;
     /// assert_eq!(table.to_string(), "payment_keys");
     /// assert!(r#"keys"; DROP TABLE x"#.parse::<TableName>().is_err());
-    /// # Ok::<(), idem_postgres::InvalidName>(())
+    /// # Ok::<(), idem_sql::InvalidName>(())
     /// ```
     TableName,
     "table",
     MAX_IDENTIFIER - LONGEST_SUFFIX,
-    "idem_records",
-    |_| Ok(())
+    false
 );
 
 #[cfg(test)]
@@ -201,6 +226,14 @@ mod tests {
                 kind: "schema",
                 character: 'é',
                 position: 0
+            })
+        );
+        assert_eq!(
+            "aé".parse::<TableName>(),
+            Err(InvalidName::Character {
+                kind: "table",
+                character: 'é',
+                position: 1
             })
         );
         assert!(matches!(
@@ -241,14 +274,25 @@ mod tests {
     }
 
     #[test]
-    fn defaults_and_reserved_names() {
-        assert_eq!(SchemaName::default().as_str(), "public");
-        assert_eq!(TableName::default().as_str(), "idem_records");
+    fn only_schemas_are_reserved() {
         assert_eq!(
             "pg_catalog".parse::<SchemaName>(),
             Err(InvalidName::Reserved)
         );
-        // Only schemas are reserved.
         assert_eq!("pg_keys".parse::<TableName>().unwrap().as_str(), "pg_keys");
+        assert_eq!("pg".parse::<SchemaName>().unwrap().as_str(), "pg");
+    }
+
+    #[test]
+    fn static_names_equal_parsed_ones() {
+        const TABLE: TableName = TableName::from_static("idem_records");
+        assert_eq!(TABLE, "idem_records".parse().unwrap());
+        assert_eq!(format!("{TABLE:?}"), r#"TableName("idem_records")"#);
+    }
+
+    #[test]
+    #[should_panic(expected = "not a valid schema name")]
+    fn an_invalid_static_name_panics() {
+        let _ = SchemaName::from_static("pg_catalog");
     }
 }

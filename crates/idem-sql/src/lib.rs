@@ -1,0 +1,31 @@
+//! idem's internal plumbing for its SQL crates (`idem-postgres`, `idem-sqlite`,
+//! `idem-messaging`) and the gateway: each piece written once for all of them.
+//!
+//! **No stability promise**: this crate is published only because those crates depend on it.
+//! Its API changes whenever they need it to, in any release. Use their APIs instead; they
+//! re-export what is theirs to show (the names, their purgers).
+//!
+//! - [`SchemaName`] and [`TableName`]: validated SQL identifiers, and [`InvalidName`].
+//! - [`Location`]: a schema and a table, the `{schema}`/`{table}` templating of `.sql` files,
+//!   and the migrators of [`MigrationFile`]s tracked next to each table.
+//! - [`Failure`]: what a database error means, by SQLSTATE or SQLite result code.
+//! - [`listener::Listener`] (`postgres` feature): `LISTEN` on a channel, reconnecting with
+//!   backoff.
+//! - [`Purge`], [`PurgeLoop`] and [`Purger`]: deleting what has expired in bounded batches, for
+//!   any table or, with the `store` feature, any `idem_core::Store`.
+
+mod failure;
+#[cfg(feature = "postgres")]
+pub mod listener;
+mod migrations;
+mod names;
+mod purger;
+mod template;
+
+pub use failure::{Failure, sqlite_code};
+pub use migrations::MigrationFile;
+#[cfg(feature = "postgres")]
+pub use migrations::migrate_postgres;
+pub use names::{InvalidName, SchemaName, TableName};
+pub use purger::{Purge, PurgeLoop, Purger};
+pub use template::{Location, query_text};

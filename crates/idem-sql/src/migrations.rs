@@ -1,0 +1,122 @@
+//! [`MigrationFile`]: a crate's migrations as templates, and running them.
+//!
+//! Each table's migrations are tracked in `<table>_migrations` next to it, so that several
+//! tables in one database (two stores, an inbox and an outbox) migrate independently.
+
+use std::borrow::Cow;
+
+use sqlx::{
+    AssertSqlSafe, SqlSafeStr,
+    migrate::{Migration, MigrationType, Migrator},
+};
+
+use crate::Location;
+
+/// One file of a crate's `migrations/`: its version, description and SQL template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MigrationFile {
+    /// The version, from 1 up without gaps.
+    pub version: i64,
+    /// What it does, as sqlx records it.
+    pub description: &'static str,
+    /// The SQL, with placeholders (see [`Location::render`]).
+    pub template: &'static str,
+}
+
+impl MigrationFile {
+    /// Migration `version`.
+    pub const fn new(version: i64, description: &'static str, template: &'static str) -> Self {
+        Self {
+            version,
+            description,
+            template,
+        }
+    }
+}
+
+impl Location {
+    /// A migrator of `files` rendered for this table, with `placeholders` filled in as
+    /// [`render`](Self::render) does, tracked in [`migrations_table`](Self::migrations_table).
+    /// `create_schema` is for PostgreSQL; SQLite's schemas are attached databases.
+    pub fn migrator(
+        &self,
+        files: &[MigrationFile],
+        placeholders: &[(&str, &str)],
+        create_schema: bool,
+    ) -> Migrator {
+        let migrations = files
+            .iter()
+            .map(|file| {
+                Migration::new(
+                    file.version,
+                    Cow::Borrowed(file.description),
+                    MigrationType::Simple,
+                    AssertSqlSafe(self.render(file.template, placeholders)).into_sql_str(),
+                    false,
+                )
+            })
+            .collect();
+        let mut migrator = Migrator::with_migrations(migrations);
+        migrator.dangerous_set_table_name(self.migrations_table());
+        if create_schema {
+            migrator.create_schema(self.quoted_schema());
+        }
+        migrator
+    }
+}
+
+/// Applies `migrator` on `connection`, taken from a PostgreSQL pool. Safe to run from several
+/// processes at once: sqlx serializes them with an advisory lock. A failed run can leave that
+/// session-level lock held, so the connection is then closed rather than given back to its pool.
+#[cfg(feature = "postgres")]
+pub async fn migrate_postgres(
+    mut connection: sqlx::pool::PoolConnection<sqlx::Postgres>,
+    migrator: &Migrator,
+) -> Result<(), sqlx::migrate::MigrateError> {
+    use sqlx::Connection as _;
+
+    let result = migrator.run_direct(None, &mut *connection, false).await;
+    if result.is_err() {
+        let _ = connection.detach().close().await;
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_are_rendered_and_tracked_next_to_the_table() {
+        let here = Location::new("billing".parse().unwrap(), "keys".parse().unwrap());
+        let files = [
+            MigrationFile::new(1, "first", r#"CREATE TABLE "{schema}"."{table}" ({x} int)"#),
+            MigrationFile::new(2, "second", r#"DROP TABLE "{schema}"."{table}""#),
+        ];
+        let migrator = here.migrator(&files, &[("{x}", "a")], true);
+        let rendered: Vec<_> = migrator
+            .iter()
+            .map(|m| {
+                (
+                    m.version,
+                    m.description.to_string(),
+                    m.sql.as_str().to_owned(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            rendered,
+            [
+                (
+                    1,
+                    "first".into(),
+                    r#"CREATE TABLE "billing"."keys" (a int)"#.into()
+                ),
+                (2, "second".into(), r#"DROP TABLE "billing"."keys""#.into()),
+            ]
+        );
+        assert_eq!(migrator.table_name, r#""billing"."keys_migrations""#);
+        assert_eq!(*migrator.create_schemas, [Cow::<str>::from(r#""billing""#)]);
+        assert!(here.migrator(&files, &[], false).create_schemas.is_empty());
+    }
+}
