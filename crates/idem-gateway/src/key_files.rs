@@ -102,44 +102,6 @@ mod tests {
     }
 
     #[test]
-    fn both_key_files_are_read_from_the_config_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let ring = dir.path().join("ring.keys");
-        std::fs::write(
-            &ring,
-            format!("new:{0}\nold:{0}\n", STANDARD.encode([1; 32])),
-        )
-        .unwrap();
-        let digest = dir.path().join("digest.key");
-        std::fs::write(&digest, STANDARD.encode([2; 32])).unwrap();
-        let file = dir.path().join("idem.toml");
-        std::fs::write(
-            &file,
-            format!(
-                "upstream = \"http://127.0.0.1:3000\"\nencryption-key-file = {:?}\n\
-                 digest-key-file = {:?}\n",
-                ring.display().to_string(),
-                digest.display().to_string()
-            ),
-        )
-        .unwrap();
-        let cli = crate::Cli::parse_from_env_and_file([
-            "idem",
-            "serve",
-            "--config",
-            file.to_str().unwrap(),
-        ])
-        .unwrap();
-        let crate::cli::Command::Serve(serve) = cli.command else {
-            unreachable!("parsed as serve")
-        };
-        let config = crate::Config::try_from(&*serve).unwrap();
-        let ids: Vec<&str> = config.encryption.as_ref().unwrap().ids().collect();
-        assert_eq!(ids, ["new", "old"]);
-        assert_eq!(config.digest_key, Some(DigestKey::new([2; 32])));
-    }
-
-    #[test]
     fn a_missing_key_file_names_the_file() {
         let error = key_ring(Path::new("/nonexistent/keys")).unwrap_err();
         assert_eq!(

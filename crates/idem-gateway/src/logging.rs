@@ -10,7 +10,18 @@ use idem_core::Scope;
 use idem_http::Outcome;
 use tracing_subscriber::EnvFilter;
 
-use crate::{Error, cli::LogFormat};
+use clap::ValueEnum;
+
+use crate::Error;
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
 
 /// Installs the global tracing subscriber, writing to standard output.
 ///
