@@ -16,7 +16,10 @@ pub use self::serve::{
     StoreErrorMode, serve,
 };
 pub use crate::logging::LogFormat;
-use crate::{HumanDuration, StoreUrl, config, error::Error};
+use crate::{
+    HumanDuration, StoreUrl, config,
+    error::{ConfigError, Error},
+};
 
 /// Exactly-once effects on top of at-least-once delivery: idempotency keys for any HTTP API.
 #[derive(Debug, Parser)]
@@ -107,7 +110,7 @@ impl Cli {
     /// Parses `args` (the program name first), filling the `serve` options that neither a flag
     /// nor an `IDEM_*` variable set from the `--config` file, if any.
     ///
-    /// Clap's refusals (and requests for help or the version) are [`Error::Cli`].
+    /// Clap's refusals (and requests for help or the version) are [`ConfigError::Cli`].
     pub fn parse_from_env_and_file<I, T>(args: I) -> Result<Self, Error>
     where
         I: IntoIterator<Item = T>,
@@ -115,8 +118,11 @@ impl Cli {
     {
         let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
         let command = Self::command();
-        let matches = command.clone().try_get_matches_from(&args)?;
-        let cli = Self::from_arg_matches(&matches)?;
+        let matches = command
+            .clone()
+            .try_get_matches_from(&args)
+            .map_err(ConfigError::Cli)?;
+        let cli = Self::from_arg_matches(&matches).map_err(ConfigError::Cli)?;
         if let Command::Serve(serve) = &cli.command
             && let Some(path) = &serve.config
             && let (Some(serve_command), Some(serve_matches)) = (
@@ -126,7 +132,8 @@ impl Cli {
         {
             let extra = config_file::file_args(path, serve_command, serve_matches)?;
             if !extra.is_empty() {
-                return Ok(Self::try_parse_from(args.into_iter().chain(extra))?);
+                return Ok(Self::try_parse_from(args.into_iter().chain(extra))
+                    .map_err(ConfigError::Cli)?);
             }
         }
         Ok(cli)

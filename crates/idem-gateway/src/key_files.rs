@@ -12,22 +12,22 @@ use idem_core::{
     sealing::{KeyRing, Sealed},
 };
 
-use crate::Error;
+use crate::error::KeyFileError;
 
 /// Reads the key ring of `--encryption-key-file`.
-pub(crate) fn key_ring(path: &Path) -> Result<KeyRing, Error> {
+pub(crate) fn key_ring(path: &Path) -> Result<KeyRing, KeyFileError> {
     read(path)?
         .parse()
-        .map_err(|source| Error::EncryptionKeyFile {
+        .map_err(|source| KeyFileError::EncryptionKeyFile {
             path: path.to_owned(),
             source,
         })
 }
 
 /// Reads the key of `--digest-key-file`: 32 bytes in standard base64, on one line.
-pub(crate) fn digest_key(path: &Path) -> Result<DigestKey, Error> {
+pub(crate) fn digest_key(path: &Path) -> Result<DigestKey, KeyFileError> {
     let text = read(path)?;
-    let invalid = |problem: String| Error::DigestKeyFile {
+    let invalid = |problem: String| KeyFileError::DigestKeyFile {
         path: path.to_owned(),
         problem,
     };
@@ -57,8 +57,8 @@ pub(crate) fn sealed(store: DynStore, ring: Option<&KeyRing>) -> DynStore {
     }
 }
 
-fn read(path: &Path) -> Result<String, Error> {
-    std::fs::read_to_string(path).map_err(|source| Error::ReadKeyFile {
+fn read(path: &Path) -> Result<String, KeyFileError> {
+    std::fs::read_to_string(path).map_err(|source| KeyFileError::ReadKeyFile {
         path: path.to_owned(),
         source,
     })

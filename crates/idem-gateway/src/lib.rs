@@ -52,7 +52,9 @@ pub use admin_auth::AdminToken;
 pub use cli::{Cli, serve};
 pub use config::Config;
 pub use duration::HumanDuration;
-pub use error::Error;
+pub use error::{
+    AdminTokenError, ConfigError, Error, KeyFileError, KeysError, StartupError, UpstreamError,
+};
 pub use instrumented_store::{GatewayStore, InstrumentedStore, STORE_DURATION};
 pub use proxy::{ClientAddr, Proxy, UPSTREAM_DURATION, delivery, error_response};
 pub use record_view::RecordView;

@@ -12,7 +12,7 @@ use tracing_subscriber::EnvFilter;
 
 use clap::ValueEnum;
 
-use crate::Error;
+use crate::{Error, error::StartupError};
 
 /// `--log-format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -27,7 +27,7 @@ pub enum LogFormat {
 ///
 /// `filter` uses `tracing`'s directive syntax: `info`, or `idem_gateway=debug,warn`.
 pub fn init(format: LogFormat, filter: &str) -> Result<(), Error> {
-    let filter = EnvFilter::try_new(filter).map_err(|source| Error::InvalidLogFilter {
+    let filter = EnvFilter::try_new(filter).map_err(|source| StartupError::InvalidLogFilter {
         filter: filter.to_owned(),
         source,
     })?;

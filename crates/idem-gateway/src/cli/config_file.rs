@@ -4,7 +4,7 @@ use std::{ffi::OsString, path::Path};
 
 use clap::{ArgAction, ArgMatches, parser::ValueSource};
 
-use crate::Error;
+use crate::error::ConfigError;
 
 /// The arguments that the config file at `path` adds to a command line of `idem serve`, parsed
 /// as `serve`: one per setting that neither a flag nor an environment variable set.
@@ -14,16 +14,16 @@ pub(crate) fn file_args(
     path: &Path,
     serve_command: &clap::Command,
     serve: &ArgMatches,
-) -> Result<Vec<OsString>, Error> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::ReadConfig {
+) -> Result<Vec<OsString>, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadConfig {
         path: path.to_owned(),
         source,
     })?;
-    let table: toml::Table = text.parse().map_err(|source| Error::ParseConfig {
+    let table: toml::Table = text.parse().map_err(|source| ConfigError::ParseConfig {
         path: path.to_owned(),
         source,
     })?;
-    let invalid = |key: &str, problem| Error::InvalidSetting {
+    let invalid = |key: &str, problem| ConfigError::InvalidSetting {
         path: path.to_owned(),
         key: key.to_owned(),
         problem,

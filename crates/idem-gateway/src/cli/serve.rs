@@ -9,6 +9,7 @@ use idem_http::{Anonymous, OnStoreError};
 
 use crate::{
     AdminToken, ByteSize, Config, Error, Gateway, HumanDuration, StoreUrl, Upstream, config,
+    error::ConfigError,
     key_files,
     logging::{self, LogFormat},
     shutdown_signal,
@@ -290,13 +291,13 @@ impl TryFrom<&ServeArgs> for Config {
     type Error = Error;
 
     fn try_from(args: &ServeArgs) -> Result<Self, Error> {
-        let upstream = args.upstream.clone().ok_or(Error::MissingUpstream)?;
+        let upstream = args.upstream.clone().ok_or(ConfigError::MissingUpstream)?;
         let scope_headers = args
             .scope_headers
             .iter()
             .filter(|name| !name.is_empty())
             .map(|name| {
-                HeaderName::from_str(name).map_err(|_| Error::InvalidHttpToken {
+                HeaderName::from_str(name).map_err(|_| ConfigError::InvalidHttpToken {
                     what: "header name",
                     value: name.clone(),
                 })
@@ -304,7 +305,7 @@ impl TryFrom<&ServeArgs> for Config {
             .collect::<Result<Vec<_>, _>>()?;
         let anonymous = Anonymous::from(args.anonymous);
         if anonymous == Anonymous::Reject && scope_headers.is_empty() {
-            return Err(Error::AnonymousWithoutScope);
+            return Err(ConfigError::AnonymousWithoutScope.into());
         }
         let admin_token = args
             .admin_token_file
@@ -359,16 +360,18 @@ impl TryFrom<&ServeArgs> for Config {
 pub struct MethodList(pub Vec<Method>);
 
 impl FromStr for MethodList {
-    type Err = Error;
+    type Err = ConfigError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         s.split(',')
             .map(str::trim)
             .filter(|m| !m.is_empty())
             .map(|m| {
-                Method::from_str(&m.to_ascii_uppercase()).map_err(|_| Error::InvalidHttpToken {
-                    what: "method",
-                    value: m.to_owned(),
+                Method::from_str(&m.to_ascii_uppercase()).map_err(|_| {
+                    ConfigError::InvalidHttpToken {
+                        what: "method",
+                        value: m.to_owned(),
+                    }
                 })
             })
             .collect::<Result<_, _>>()
@@ -561,7 +564,7 @@ mod tests {
         assert_eq!(defaults.body_timeout, Duration::from_secs(30));
         assert_eq!(defaults.max_buffered, 256 << 20);
         let error = config_with_file("", &["--upstream", "http://a", "--max-connections", "0"]);
-        assert!(matches!(error, Err(Error::Cli(_))));
+        assert!(matches!(error, Err(Error::Config(ConfigError::Cli(_)))));
     }
 
     #[test]
@@ -604,7 +607,7 @@ mod tests {
         let error = config_with_file("ttl = 5.5", &["--upstream", "http://a"]).unwrap_err();
         assert!(matches!(
             error,
-            Error::InvalidSetting { ref key, problem: "a value of the wrong type for", .. } if key == "ttl"
+            Error::Config(ConfigError::InvalidSetting { ref key, problem: "a value of the wrong type for", .. }) if key == "ttl"
         ));
     }
 }

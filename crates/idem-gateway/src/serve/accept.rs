@@ -16,8 +16,9 @@ use tokio::{net::TcpListener, time::Instant};
 use tower::{Service, ServiceExt};
 
 use crate::{
-    Error, GatewayStore, Proxy,
+    GatewayStore, Proxy,
     connections::{Activity, Connections},
+    error::UpstreamError,
     logging::RequestLine,
     proxy::{self, ClientAddr},
 };
@@ -105,7 +106,7 @@ async fn answer<S, B>(
     request: Request<Body>,
 ) -> Result<Response<Body>, Infallible>
 where
-    S: Service<Request<Body>, Response = Response<B>, Error = Error>,
+    S: Service<Request<Body>, Response = Response<B>, Error = UpstreamError>,
     B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {

@@ -18,7 +18,8 @@ use tower::ServiceBuilder;
 use super::{accept, admin_server, purge::purge_expired};
 use crate::{
     AdminToken, Config, Error, GatewayStore, HumanDuration, InstrumentedStore, Proxy,
-    admin::AdminState, connections::Connections, key_files, metrics_recorder, proxy,
+    admin::AdminState, connections::Connections, error::StartupError, key_files, metrics_recorder,
+    proxy,
 };
 
 /// The gateway with its store open and its sockets bound, ready to [`run`](Gateway::run).
@@ -48,12 +49,12 @@ impl Gateway {
     /// (once per process), and the digest key of the logs, if any.
     ///
     /// An admin listener beyond loopback without an admin token is refused first
-    /// ([`Error::UnprotectedAdmin`]), before anything is opened or bound.
+    /// ([`AdminTokenError::UnprotectedAdmin`](crate::AdminTokenError::UnprotectedAdmin)), before anything is opened or bound.
     pub async fn bind(config: Config) -> Result<Self, Error> {
         AdminToken::check_listen(config.admin_listen, config.admin_token.as_ref())?;
         let metrics = metrics_recorder::handle();
         if let Some(key) = &config.digest_key {
-            key.install()?;
+            key.install().map_err(StartupError::from)?;
         }
         let store = config
             .store
@@ -65,14 +66,14 @@ impl Gateway {
         let bind = |addr| async move {
             TcpListener::bind(addr)
                 .await
-                .map_err(|source| Error::Bind { addr, source })
+                .map_err(|source| StartupError::Bind { addr, source })
         };
         let listener = bind(config.listen).await?;
         let admin_listener = bind(config.admin_listen).await?;
         let local = |listener: &TcpListener, addr| {
             listener
                 .local_addr()
-                .map_err(|source| Error::Bind { addr, source })
+                .map_err(|source| StartupError::Bind { addr, source })
         };
         Ok(Self {
             addr: local(&listener, config.listen)?,
