@@ -4,6 +4,7 @@
 //! `--config`; see [`Cli::parse_from_env_and_file`] for the precedence.
 
 mod config_file;
+mod method_list;
 mod serve;
 
 use std::{ffi::OsString, net::SocketAddr, path::PathBuf, time::Duration};
@@ -11,9 +12,12 @@ use std::{ffi::OsString, net::SocketAddr, path::PathBuf, time::Duration};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, builder::BoolishValueParser};
 use idem_core::{IdempotencyKey, Scope};
 
-pub use self::serve::{
-    AmbiguousMode, AnonymousMode, FingerprintArg, InFlightMode, MethodList, ServeArgs,
-    StoreErrorMode, serve,
+pub use self::{
+    method_list::MethodList,
+    serve::{
+        AmbiguousMode, AnonymousMode, FingerprintArg, InFlightMode, ServeArgs, StoreErrorMode,
+        serve,
+    },
 };
 pub use crate::logging::LogFormat;
 use crate::{

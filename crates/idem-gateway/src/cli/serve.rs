@@ -1,12 +1,13 @@
 //! `idem serve`: its options ([`ServeArgs`]), the [`Config`] they describe, and the command.
 
-use std::{fmt, net::SocketAddr, path::PathBuf, str::FromStr, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, str::FromStr, time::Duration};
 
 use clap::{Args, ValueEnum, builder::BoolishValueParser};
-use http::{HeaderName, Method};
+use http::HeaderName;
 use idem_core::{Ambiguous, FingerprintMode, InFlight, Policy};
 use idem_http::{Anonymous, OnStoreError};
 
+use super::MethodList;
 use crate::{
     AdminToken, ByteSize, Config, Error, Gateway, HumanDuration, StoreUrl, Upstream, config,
     error::ConfigError,
@@ -355,37 +356,6 @@ impl TryFrom<&ServeArgs> for Config {
     }
 }
 
-/// A comma-separated list of HTTP methods, as `--methods` takes it (an empty list covers none).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MethodList(pub Vec<Method>);
-
-impl FromStr for MethodList {
-    type Err = ConfigError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        s.split(',')
-            .map(str::trim)
-            .filter(|m| !m.is_empty())
-            .map(|m| {
-                Method::from_str(&m.to_ascii_uppercase()).map_err(|_| {
-                    ConfigError::InvalidHttpToken {
-                        what: "method",
-                        value: m.to_owned(),
-                    }
-                })
-            })
-            .collect::<Result<_, _>>()
-            .map(Self)
-    }
-}
-
-impl fmt::Display for MethodList {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> = self.0.iter().map(Method::as_str).collect();
-        f.write_str(&names.join(","))
-    }
-}
-
 /// `idem serve`: sets up logging as `args` say, runs the gateway they describe until SIGTERM or
 /// SIGINT, then shuts down gracefully.
 pub async fn serve(args: &ServeArgs) -> Result<(), Error> {
@@ -400,6 +370,7 @@ pub async fn serve(args: &ServeArgs) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use base64::{Engine as _, engine::general_purpose::STANDARD};
+    use http::Method;
     use idem_core::DigestKey;
 
     use super::*;

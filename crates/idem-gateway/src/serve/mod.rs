@@ -3,8 +3,8 @@
 //! The stack for each client request is: the request log line, errors turned into 502/504
 //! problems, the idempotency layer, and the [`Proxy`]. Keyed requests run in the layer's
 //! engine: a client that disconnects does not cancel the forwarded call (the engine finishes it
-//! in a task of its own), and its result is stored for the retry. [`serve`](crate::serve) is the whole
-//! `idem serve` command.
+//! in a task of its own), and its result is stored for the retry. [`serve`](crate::serve) is
+//! the whole `idem serve` command.
 //!
 //! # Examples
 //!
