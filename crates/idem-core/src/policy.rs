@@ -68,17 +68,29 @@ impl Default for Policy {
     /// at most 1000 waiters, store calls limited to a third of the lease.
     fn default() -> Self {
         Self {
-            ttl: Duration::from_secs(24 * 60 * 60),
-            lease: Duration::from_secs(30),
+            ttl: Self::DEFAULT_TTL,
+            lease: Self::DEFAULT_LEASE,
             in_flight: InFlight::Reject,
             ambiguous: Ambiguous::Retry,
-            max_waiters: 1000,
+            max_waiters: Self::DEFAULT_MAX_WAITERS,
             store_timeout: None,
         }
     }
 }
 
 impl Policy {
+    /// The default [`Policy::ttl`]: 24 h, as Stripe.
+    pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+    /// The default [`Policy::lease`]: 30 s.
+    pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+    /// The default [`Policy::max_waiters`]: 1000.
+    pub const DEFAULT_MAX_WAITERS: usize = 1000;
+    /// The `timeout` to give [`InFlight::Wait`] when nothing else says: 10 s.
+    pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(10);
+    /// Without [`Policy::store_timeout`], a store call may take the lease divided by this, so
+    /// that a renewal that hangs leaves time for the next one.
+    pub const STORE_TIMEOUT_LEASE_FRACTION: u32 = 3;
+
     /// Sets [`Policy::ttl`].
     #[must_use]
     pub fn ttl(mut self, ttl: Duration) -> Self {
@@ -123,6 +135,7 @@ impl Policy {
 
     /// The time limit of one store call: [`Policy::store_timeout`], or a third of the lease.
     pub fn store_call_limit(&self) -> Duration {
-        self.store_timeout.unwrap_or(self.lease / 3)
+        self.store_timeout
+            .unwrap_or(self.lease / Self::STORE_TIMEOUT_LEASE_FRACTION)
     }
 }

@@ -38,7 +38,7 @@ use http::{
     header::{AUTHORIZATION, WWW_AUTHENTICATE},
 };
 
-use crate::{Error, problem};
+use crate::{Error, error::AdminTokenError, problem};
 
 /// The bearer token of an admin listener.
 ///
@@ -52,24 +52,24 @@ impl AdminToken {
     /// The token in the file at `path`: its whole content, one trailing newline (`\n` or `\r\n`)
     /// ignored. It must be non-empty visible ASCII (no spaces), as a bearer token is sent.
     pub fn from_file(path: &Path) -> Result<Self, Error> {
-        let text = std::fs::read(path).map_err(|source| Error::ReadAdminToken {
+        let text = std::fs::read(path).map_err(|source| AdminTokenError::ReadAdminToken {
             path: path.to_owned(),
             source,
         })?;
         let token = text
             .strip_suffix(b"\n")
             .map_or(&text[..], |line| line.strip_suffix(b"\r").unwrap_or(line));
-        let invalid = |reason| Error::InvalidAdminToken {
+        let invalid = |reason| AdminTokenError::InvalidAdminToken {
             path: path.to_owned(),
             reason,
         };
         if token.is_empty() {
-            return Err(invalid("it is empty"));
+            return Err(invalid("it is empty").into());
         }
         if !token.iter().all(u8::is_ascii_graphic) {
-            return Err(invalid(
-                "a bearer token is visible ASCII without spaces, on one line",
-            ));
+            return Err(
+                invalid("a bearer token is visible ASCII without spaces, on one line").into(),
+            );
         }
         Ok(Self(blake3::hash(token)))
     }
@@ -78,7 +78,7 @@ impl AdminToken {
     /// (`0.0.0.0` and `::` are not: they listen on every interface).
     pub fn check_listen(addr: SocketAddr, token: Option<&AdminToken>) -> Result<(), Error> {
         if token.is_none() && !addr.ip().is_loopback() {
-            return Err(Error::UnprotectedAdmin { addr });
+            return Err(AdminTokenError::UnprotectedAdmin { addr }.into());
         }
         Ok(())
     }
@@ -158,18 +158,18 @@ mod tests {
         assert!(!token_in(b"abc").unwrap().matches(b"abcd"));
         assert!(matches!(
             token_in(b"abc\n\n"),
-            Err(Error::InvalidAdminToken { .. })
+            Err(Error::AdminToken(AdminTokenError::InvalidAdminToken { .. }))
         ));
         assert!(matches!(
             token_in(b"\n"),
-            Err(Error::InvalidAdminToken {
+            Err(Error::AdminToken(AdminTokenError::InvalidAdminToken {
                 reason: "it is empty",
                 ..
-            })
+            }))
         ));
         assert!(matches!(
             token_in(b"a b"),
-            Err(Error::InvalidAdminToken { .. })
+            Err(Error::AdminToken(AdminTokenError::InvalidAdminToken { .. }))
         ));
     }
 
@@ -189,7 +189,7 @@ mod tests {
         for addr in ["0.0.0.0:9090", "[::]:9090", "10.0.0.1:9090"] {
             assert!(matches!(
                 AdminToken::check_listen(addr.parse().unwrap(), None),
-                Err(Error::UnprotectedAdmin { .. })
+                Err(Error::AdminToken(AdminTokenError::UnprotectedAdmin { .. }))
             ));
         }
     }

@@ -12,11 +12,11 @@ use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 use tokio::time::{Instant, Sleep, sleep_until};
 
-use crate::Error;
+use crate::error::UpstreamError;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// `body`, failing with [`Error::UpstreamTimeout`] if it has not ended by `deadline`.
+/// `body`, failing with [`UpstreamError::UpstreamTimeout`] if it has not ended by `deadline`.
 pub(crate) struct DeadlineBody<B> {
     body: Pin<Box<B>>,
     deadline: Pin<Box<Sleep>>,
@@ -50,7 +50,9 @@ where
             return Poll::Ready(frame.map(|frame| frame.map_err(Into::into)));
         }
         match self.deadline.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Some(Err(Error::UpstreamTimeout(self.timeout).into()))),
+            Poll::Ready(()) => Poll::Ready(Some(Err(
+                UpstreamError::UpstreamTimeout(self.timeout).into()
+            ))),
             Poll::Pending => Poll::Pending,
         }
     }
@@ -79,8 +81,8 @@ mod tests {
         let body = DeadlineBody::new(stalled, Instant::now() + timeout, timeout);
         let error = body.collect().await.unwrap_err();
         assert!(matches!(
-            error.downcast_ref::<Error>(),
-            Some(Error::UpstreamTimeout(t)) if *t == timeout
+            error.downcast_ref::<UpstreamError>(),
+            Some(UpstreamError::UpstreamTimeout(t)) if *t == timeout
         ));
 
         let whole = DeadlineBody::new(Full::new(Bytes::from("ok")), Instant::now(), timeout);

@@ -15,7 +15,7 @@
 
 use std::{fmt, str::FromStr, time::Duration};
 
-use crate::Error;
+use crate::error::ConfigError;
 
 /// A duration parsed from a whole number and one unit, and shown the same way (in the largest
 /// unit up to hours that divides it exactly).
@@ -32,10 +32,10 @@ const UNITS: [(&str, u64); 5] = [
 ];
 
 impl FromStr for HumanDuration {
-    type Err = Error;
+    type Err = ConfigError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let invalid = || Error::InvalidDuration(s.to_owned());
+        let invalid = || ConfigError::InvalidDuration(s.to_owned());
         let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(invalid)?;
         let (number, unit) = s.split_at(split);
         let number: u64 = number.parse().map_err(|_| invalid())?;

@@ -1,4 +1,5 @@
-//! The failures of the gateway and of the `idem` commands.
+//! The failures of the gateway and of the `idem` commands: [`Error`], made of one enum per
+//! concern.
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
@@ -9,6 +10,70 @@ use idem_core::StoreError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// The command line or the config file was refused.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A key file could not be read or holds no valid key.
+    #[error(transparent)]
+    KeyFile(#[from] KeyFileError),
+    /// The admin token could not be read, or is missing where it is required.
+    #[error(transparent)]
+    AdminToken(#[from] AdminTokenError),
+    /// The gateway could not start: a socket, the logs, the digest key.
+    #[error(transparent)]
+    Startup(#[from] StartupError),
+    /// The upstream is not a usable URL, or did not answer.
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+    /// `idem keys` could not do what it was asked.
+    #[error(transparent)]
+    Keys(#[from] KeysError),
+    /// `idem demo` could not set itself up (a temporary directory, a loopback port).
+    #[error("the demo could not {what}")]
+    Demo {
+        /// What it tried.
+        what: &'static str,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
+    // The store: its URL, its opening, its schema and its calls.
+    /// A store URL that cannot be parsed, has an unknown scheme, or has a parameter that its
+    /// store does not know or cannot use.
+    #[error(transparent)]
+    InvalidStoreUrl(#[from] idem_core::store_url::InvalidStoreUrl),
+    /// The store could not be opened (a file that cannot be created, a server that cannot be
+    /// reached, a schema that cannot be migrated or has not been: the store's error says how to
+    /// migrate it).
+    #[error("cannot open the store {url}")]
+    OpenStore {
+        /// The store URL, password hidden.
+        url: String,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A store operation failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl Error {
+    /// The exit status of `idem` for this error: 2 for a refused command line or a setting
+    /// refused before start-up (an admin token or listener, incompatible options), 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Config(ConfigError::Cli(_) | ConfigError::AnonymousWithoutScope)
+            | Error::AdminToken(_) => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// A refused command line of `idem`, or config file of `idem serve`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
     /// The command line was refused, or help or the version was asked for.
     #[error(transparent)]
     Cli(#[from] clap::Error),
@@ -22,10 +87,14 @@ pub enum Error {
         "invalid size `{0}`: expected a whole number of bytes, optionally with a unit (KiB, MiB or GiB), e.g. 1024, 64KiB, 10MiB"
     )]
     InvalidSize(String),
-    /// A store URL that cannot be parsed, has an unknown scheme, or has a parameter that its
-    /// store does not know or cannot use.
-    #[error(transparent)]
-    InvalidStoreUrl(#[from] idem_core::store_url::InvalidStoreUrl),
+    /// An HTTP method or header name that is not valid.
+    #[error("invalid {what} `{value}`")]
+    InvalidHttpToken {
+        /// `"method"` or `"header name"`.
+        what: &'static str,
+        /// The value as given.
+        value: String,
+    },
     /// A broker URL that cannot be parsed or is refused (`idem relay --broker`).
     #[error(transparent)]
     InvalidBrokerUrl(idem_messaging::InvalidBrokerUrl),
@@ -40,63 +109,15 @@ pub enum Error {
         /// The missing feature.
         feature: &'static str,
     },
-    /// An upstream URL that is not `http://HOST[:PORT]`.
-    #[error("invalid upstream URL `{url}`: {reason}")]
-    InvalidUpstream {
-        /// The URL as given.
-        url: String,
-        /// What is wrong with it.
-        reason: &'static str,
-    },
-    /// An HTTP method or header name that is not valid.
-    #[error("invalid {what} `{value}`")]
-    InvalidHttpToken {
-        /// `"method"` or `"header name"`.
-        what: &'static str,
-        /// The value as given.
-        value: String,
-    },
-    /// `idem demo` could not set itself up (a temporary directory, a loopback port).
-    #[error("the demo could not {what}")]
-    Demo {
-        /// What it tried.
-        what: &'static str,
-        /// Why it failed.
-        #[source]
-        source: std::io::Error,
-    },
     /// No upstream was configured.
     #[error("no upstream: set --upstream, IDEM_UPSTREAM or `upstream` in the config file")]
     MissingUpstream,
-    /// A key file (`--encryption-key-file`, `--digest-key-file`) could not be read.
-    #[error("cannot read the key file {}", path.display())]
-    ReadKeyFile {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The `--encryption-key-file` is not a valid key ring; the cause names the line.
-    #[error("invalid encryption key file {}", path.display())]
-    EncryptionKeyFile {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong, and on which line.
-        #[source]
-        source: idem_core::sealing::KeyRingError,
-    },
-    /// The `--digest-key-file` is not 32 bytes of standard base64 on one line.
-    #[error("invalid digest key file {}: {problem}", path.display())]
-    DigestKeyFile {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        problem: String,
-    },
-    /// Another digest key is already in use in this process (two gateways in one process).
-    #[error(transparent)]
-    DigestKeyInstalled(#[from] idem_core::DigestKeyInstalled),
+    /// `--anonymous reject` with scoping off, which would refuse every request with a key.
+    #[error(
+        "--anonymous reject needs a scope header: with scoping off (--scope-header \"\") every \
+         request with a key would be refused"
+    )]
+    AnonymousWithoutScope,
     /// The config file could not be read.
     #[error("cannot read the config file {}", path.display())]
     ReadConfig {
@@ -126,39 +147,44 @@ pub enum Error {
         /// `"an unknown setting"` or `"a value of the wrong type for"`.
         problem: &'static str,
     },
-    /// The store could not be opened (a file that cannot be created, a server that cannot be
-    /// reached, a schema that cannot be migrated or has not been: the store's error says how to
-    /// migrate it).
-    #[error("cannot open the store {url}")]
-    OpenStore {
-        /// The store URL, password hidden.
-        url: String,
+}
+
+/// A key file (`--encryption-key-file`, `--digest-key-file`) that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyFileError {
+    /// A key file (`--encryption-key-file`, `--digest-key-file`) could not be read.
+    #[error("cannot read the key file {}", path.display())]
+    ReadKeyFile {
+        /// The file.
+        path: PathBuf,
         /// Why.
         #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
+        source: std::io::Error,
     },
-    /// A store operation failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// `idem keys` found no record under the key.
-    #[error("no record for key {key_digest} in scope {scope}")]
-    KeyNotFound {
-        /// The key's digest, as logs show it.
-        key_digest: String,
-        /// The scope in hex.
-        scope: String,
+    /// The `--encryption-key-file` is not a valid key ring; the cause names the line.
+    #[error("invalid encryption key file {}", path.display())]
+    EncryptionKeyFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, and on which line.
+        #[source]
+        source: idem_core::sealing::KeyRingError,
     },
-    /// `idem keys forget` without `--force` found the key processing: a request holds it.
-    #[error(
-        "key {key_digest} in scope {scope} is being processed: a request holds it; add --force \
-         to forget it anyway (a retry may then execute while that request still runs)"
-    )]
-    KeyProcessing {
-        /// The key's digest, as logs show it.
-        key_digest: String,
-        /// The scope in hex.
-        scope: String,
+    /// The `--digest-key-file` is not 32 bytes of standard base64 on one line.
+    #[error("invalid digest key file {}: {problem}", path.display())]
+    DigestKeyFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: String,
     },
+}
+
+/// An admin token that cannot be read, or an admin listener that would need one.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdminTokenError {
     /// The admin token file could not be read.
     #[error("cannot read the admin token file {}", path.display())]
     ReadAdminToken {
@@ -185,12 +211,15 @@ pub enum Error {
         /// The admin listener's address.
         addr: SocketAddr,
     },
-    /// `--anonymous reject` with scoping off, which would refuse every request with a key.
-    #[error(
-        "--anonymous reject needs a scope header: with scoping off (--scope-header \"\") every \
-         request with a key would be refused"
-    )]
-    AnonymousWithoutScope,
+}
+
+/// What stops the gateway from starting once its settings are accepted.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartupError {
+    /// Another digest key is already in use in this process (two gateways in one process).
+    #[error(transparent)]
+    DigestKeyInstalled(#[from] idem_core::DigestKeyInstalled),
     /// `--log-level` is not a valid tracing filter.
     #[error("invalid log filter `{filter}`")]
     InvalidLogFilter {
@@ -209,6 +238,20 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// The upstream: a URL that cannot be forwarded to, or an exchange that failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UpstreamError {
+    /// An upstream URL that is not `http://HOST[:PORT]`.
+    #[error("invalid upstream URL `{url}`: {reason}")]
+    InvalidUpstream {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// The upstream could not be reached: nothing of the request was sent.
     #[error("cannot connect to the upstream")]
     UpstreamConnect(#[source] hyper_util::client::legacy::Error),
@@ -220,17 +263,27 @@ pub enum Error {
     UpstreamTimeout(Duration),
 }
 
-impl Error {
-    /// The exit status of `idem` for this error: 2 for a refused command line or a setting
-    /// refused before start-up (an admin token or listener, incompatible options), 1 otherwise.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            Error::Cli(_)
-            | Error::ReadAdminToken { .. }
-            | Error::InvalidAdminToken { .. }
-            | Error::UnprotectedAdmin { .. }
-            | Error::AnonymousWithoutScope => 2,
-            _ => 1,
-        }
-    }
+/// What `idem keys` refuses to do to a record.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeysError {
+    /// `idem keys` found no record under the key.
+    #[error("no record for key {key_digest} in scope {scope}")]
+    KeyNotFound {
+        /// The key's digest, as logs show it.
+        key_digest: String,
+        /// The scope in hex.
+        scope: String,
+    },
+    /// `idem keys forget` without `--force` found the key processing: a request holds it.
+    #[error(
+        "key {key_digest} in scope {scope} is being processed: a request holds it; add --force \
+         to forget it anyway (a retry may then execute while that request still runs)"
+    )]
+    KeyProcessing {
+        /// The key's digest, as logs show it.
+        key_digest: String,
+        /// The scope in hex.
+        scope: String,
+    },
 }

@@ -3,14 +3,17 @@
 use std::{future::Future, sync::Arc, time::Duration};
 
 use idem_core::{
-    Acquisition, Address, FencingToken, Fingerprint, Record, Store, StoreError, StoredResponse,
-    Terms, Timestamp,
+    Acquisition, Address, DynStore, FencingToken, Fingerprint, Record, Store, StoreError,
+    StoredResponse, Terms, Timestamp,
 };
 use metrics::Histogram;
 use tokio::time::Instant;
 
 /// The histogram of store call latencies, labelled by `op`.
 pub const STORE_DURATION: &str = "idem_store_duration_seconds";
+
+/// The store as the gateway uses it: chosen at run time, its calls timed.
+pub type GatewayStore = InstrumentedStore<DynStore>;
 
 /// Wraps a store and records each call's latency in the [`STORE_DURATION`] histogram, labelled
 /// `op="acquire"`, `"complete"`, … (failed calls too). [`Store::changed`] is passed through, so

@@ -12,22 +12,22 @@ use idem_core::{
     sealing::{KeyRing, Sealed},
 };
 
-use crate::Error;
+use crate::error::KeyFileError;
 
 /// Reads the key ring of `--encryption-key-file`.
-pub(crate) fn key_ring(path: &Path) -> Result<KeyRing, Error> {
+pub(crate) fn key_ring(path: &Path) -> Result<KeyRing, KeyFileError> {
     read(path)?
         .parse()
-        .map_err(|source| Error::EncryptionKeyFile {
+        .map_err(|source| KeyFileError::EncryptionKeyFile {
             path: path.to_owned(),
             source,
         })
 }
 
 /// Reads the key of `--digest-key-file`: 32 bytes in standard base64, on one line.
-pub(crate) fn digest_key(path: &Path) -> Result<DigestKey, Error> {
+pub(crate) fn digest_key(path: &Path) -> Result<DigestKey, KeyFileError> {
     let text = read(path)?;
-    let invalid = |problem: String| Error::DigestKeyFile {
+    let invalid = |problem: String| KeyFileError::DigestKeyFile {
         path: path.to_owned(),
         problem,
     };
@@ -57,8 +57,8 @@ pub(crate) fn sealed(store: DynStore, ring: Option<&KeyRing>) -> DynStore {
     }
 }
 
-fn read(path: &Path) -> Result<String, Error> {
-    std::fs::read_to_string(path).map_err(|source| Error::ReadKeyFile {
+fn read(path: &Path) -> Result<String, KeyFileError> {
+    std::fs::read_to_string(path).map_err(|source| KeyFileError::ReadKeyFile {
         path: path.to_owned(),
         source,
     })
@@ -99,44 +99,6 @@ mod tests {
             digest_key_error(&STANDARD.encode([3; 16])),
             "invalid digest key file PATH: the key is 16 bytes long; a digest key is 32 random bytes"
         );
-    }
-
-    #[test]
-    fn both_key_files_are_read_from_the_config_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let ring = dir.path().join("ring.keys");
-        std::fs::write(
-            &ring,
-            format!("new:{0}\nold:{0}\n", STANDARD.encode([1; 32])),
-        )
-        .unwrap();
-        let digest = dir.path().join("digest.key");
-        std::fs::write(&digest, STANDARD.encode([2; 32])).unwrap();
-        let file = dir.path().join("idem.toml");
-        std::fs::write(
-            &file,
-            format!(
-                "upstream = \"http://127.0.0.1:3000\"\nencryption-key-file = {:?}\n\
-                 digest-key-file = {:?}\n",
-                ring.display().to_string(),
-                digest.display().to_string()
-            ),
-        )
-        .unwrap();
-        let cli = crate::Cli::parse_from_env_and_file([
-            "idem",
-            "serve",
-            "--config",
-            file.to_str().unwrap(),
-        ])
-        .unwrap();
-        let crate::cli::Command::Serve(serve) = cli.command else {
-            unreachable!("parsed as serve")
-        };
-        let config = crate::Config::try_from(&*serve).unwrap();
-        let ids: Vec<&str> = config.encryption.as_ref().unwrap().ids().collect();
-        assert_eq!(ids, ["new", "old"]);
-        assert_eq!(config.digest_key, Some(DigestKey::new([2; 32])));
     }
 
     #[test]

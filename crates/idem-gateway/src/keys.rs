@@ -20,6 +20,7 @@ use idem_core::{Address, Scope, Store};
 use crate::{
     Error, RecordView, StoreUrl,
     cli::{KeyArgs, KeysCommand},
+    error::KeysError,
     forget::{Forgotten, forget},
     key_files,
 };
@@ -45,10 +46,11 @@ pub async fn run(command: KeysCommand) -> Result<String, Error> {
                 Forgotten::Removed => {}
                 Forgotten::NotFound => return Err(not_found(&address)),
                 Forgotten::Processing => {
-                    return Err(Error::KeyProcessing {
+                    return Err(KeysError::KeyProcessing {
                         key_digest: address.key.digest(),
                         scope: address.scope.to_string(),
-                    });
+                    }
+                    .into());
                 }
             }
             Ok(format!(
@@ -89,8 +91,9 @@ async fn open(args: &KeyArgs) -> Result<(idem_core::DynStore, Address), Error> {
 }
 
 fn not_found(address: &Address) -> Error {
-    Error::KeyNotFound {
+    KeysError::KeyNotFound {
         key_digest: address.key.digest(),
         scope: address.scope.to_string(),
     }
+    .into()
 }

@@ -49,14 +49,16 @@ mod store_url;
 mod upstream;
 
 pub use admin_auth::AdminToken;
-pub use cli::Cli;
+pub use cli::{Cli, serve};
 pub use config::Config;
 pub use duration::HumanDuration;
-pub use error::Error;
-pub use instrumented_store::{InstrumentedStore, STORE_DURATION};
+pub use error::{
+    AdminTokenError, ConfigError, Error, KeyFileError, KeysError, StartupError, UpstreamError,
+};
+pub use instrumented_store::{GatewayStore, InstrumentedStore, STORE_DURATION};
 pub use proxy::{ClientAddr, Proxy, UPSTREAM_DURATION, delivery, error_response};
 pub use record_view::RecordView;
-pub use serve::{Gateway, GatewayStore, serve, shutdown_signal};
+pub use serve::{Gateway, shutdown_signal};
 pub use size::ByteSize;
 pub use store_url::{MemoryUrl, StoreUrl};
 pub use upstream::Upstream;

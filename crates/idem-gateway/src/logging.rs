@@ -10,13 +10,24 @@ use idem_core::Scope;
 use idem_http::Outcome;
 use tracing_subscriber::EnvFilter;
 
-use crate::{Error, cli::LogFormat};
+use clap::ValueEnum;
+
+use crate::{Error, error::StartupError};
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
 
 /// Installs the global tracing subscriber, writing to standard output.
 ///
 /// `filter` uses `tracing`'s directive syntax: `info`, or `idem_gateway=debug,warn`.
 pub fn init(format: LogFormat, filter: &str) -> Result<(), Error> {
-    let filter = EnvFilter::try_new(filter).map_err(|source| Error::InvalidLogFilter {
+    let filter = EnvFilter::try_new(filter).map_err(|source| StartupError::InvalidLogFilter {
         filter: filter.to_owned(),
         source,
     })?;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::error::ErrorKind;
 use idem_gateway::{
-    AdminToken, Cli, Error,
+    AdminToken, Cli, ConfigError, Error,
     cli::{Command, RelayArgs},
     demo, keys, logging, migrate, relay_admin,
 };
@@ -18,7 +18,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let cli = match Cli::parse_from_env_and_file(std::env::args_os()) {
         Ok(cli) => cli,
-        Err(Error::Cli(error)) => return clap_failure(&error),
+        Err(Error::Config(ConfigError::Cli(error))) => return clap_failure(&error),
         Err(error) => return failure(&anyhow::Error::new(error)),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()

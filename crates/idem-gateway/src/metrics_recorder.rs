@@ -1,8 +1,10 @@
 //! The process-wide Prometheus recorder behind `GET /metrics`.
 
-use std::sync::OnceLock;
+use std::{sync::OnceLock, time::Duration};
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use tokio_util::sync::CancellationToken;
 
 use crate::{instrumented_store::STORE_DURATION, proxy::UPSTREAM_DURATION};
 
@@ -12,6 +14,9 @@ const BUCKETS: [f64; 16] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     60.0,
 ];
+
+/// How often [`upkeep`] drains the histograms.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// The handle of the recorder, installed as the global `metrics` recorder on first use.
 ///
@@ -37,6 +42,16 @@ pub(crate) fn handle() -> PrometheusHandle {
             handle
         })
         .clone()
+}
+
+/// Drains the histograms of the metrics recorder regularly, until cancelled.
+pub(crate) async fn upkeep(metrics: PrometheusHandle, cancel: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(UPKEEP_EVERY) => metrics.run_upkeep(),
+        }
+    }
 }
 
 fn describe() {

@@ -28,7 +28,7 @@ use idem_http::Delivery;
 use metrics::Histogram;
 use tokio::time::Instant;
 
-use crate::{Error, Upstream, deadline::DeadlineBody, problem};
+use crate::{Upstream, deadline::DeadlineBody, error::UpstreamError as Error, problem};
 
 /// The histogram of upstream latencies: from forwarding a request to its response head.
 pub const UPSTREAM_DURATION: &str = "idem_upstream_duration_seconds";

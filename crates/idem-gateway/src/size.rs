@@ -14,7 +14,7 @@
 
 use std::{fmt, str::FromStr};
 
-use crate::Error;
+use crate::error::ConfigError;
 
 /// A number of bytes, parsed from a whole number with an optional binary unit and shown in the
 /// largest unit that divides it exactly.
@@ -30,10 +30,10 @@ const UNITS: [(&str, usize); 4] = [
 ];
 
 impl FromStr for ByteSize {
-    type Err = Error;
+    type Err = ConfigError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let invalid = || Error::InvalidSize(s.to_owned());
+        let invalid = || ConfigError::InvalidSize(s.to_owned());
         let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
         let (number, unit) = s.split_at(split);
         let number: usize = number.parse().map_err(|_| invalid())?;

@@ -4,7 +4,7 @@ use std::{fmt, str::FromStr};
 
 use http::{Uri, uri::Authority};
 
-use crate::Error;
+use crate::error::UpstreamError;
 
 /// The upstream's address: `http://HOST[:PORT]`. The request's path and query are kept as the
 /// client sent them.
@@ -54,10 +54,10 @@ impl Upstream {
 }
 
 impl FromStr for Upstream {
-    type Err = Error;
+    type Err = UpstreamError;
 
     fn from_str(url: &str) -> Result<Self, Self::Err> {
-        let invalid = |reason| Error::InvalidUpstream {
+        let invalid = |reason| UpstreamError::InvalidUpstream {
             url: url.to_owned(),
             reason,
         };

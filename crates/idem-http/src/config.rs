@@ -14,8 +14,19 @@
 
 use std::{error::Error, fmt, sync::Arc, time::Duration};
 
-use http::{HeaderName, Method, header::AUTHORIZATION};
+use http::{HeaderName, Method};
 use idem_core::{FingerprintMode, Policy};
+
+/// The default [`key_header`](crate::IdempotencyLayer::key_header), as the IETF draft spells it.
+pub const DEFAULT_KEY_HEADER: &str = "Idempotency-Key";
+/// The default [`methods`](crate::IdempotencyLayer::methods).
+pub const DEFAULT_METHODS: [Method; 2] = [Method::POST, Method::PATCH];
+/// The default [`scope_headers`](crate::IdempotencyLayer::scope_headers).
+pub const DEFAULT_SCOPE_HEADERS: [&str; 1] = ["Authorization"];
+/// The default [`max_body`](crate::IdempotencyLayer::max_body): 10 MiB.
+pub const DEFAULT_MAX_BODY: usize = 10 << 20;
+/// The default [`max_stored_response`](crate::IdempotencyLayer::max_stored_response): 1 MiB.
+pub const DEFAULT_MAX_STORED_RESPONSE: usize = 1 << 20;
 
 /// What to do with a request whose key cannot be looked up because the store failed.
 ///
@@ -85,17 +96,24 @@ pub(crate) struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            key_header: HeaderName::from_static("idempotency-key"),
-            methods: vec![Method::POST, Method::PATCH],
+            key_header: HeaderName::from_bytes(DEFAULT_KEY_HEADER.as_bytes())
+                .expect("the default key header is a valid header name"),
+            methods: DEFAULT_METHODS.to_vec(),
             require_key: false,
             policy: Policy::default(),
-            scope_headers: vec![AUTHORIZATION],
+            scope_headers: DEFAULT_SCOPE_HEADERS
+                .iter()
+                .map(|name| {
+                    HeaderName::from_bytes(name.as_bytes())
+                        .expect("the default scope headers are valid header names")
+                })
+                .collect(),
             anonymous: Anonymous::Allow,
             fingerprint: FingerprintMode::Json,
-            max_body: 10 * 1024 * 1024,
+            max_body: DEFAULT_MAX_BODY,
             body_timeout: None,
             max_buffered: None,
-            max_stored_response: 1024 * 1024,
+            max_stored_response: DEFAULT_MAX_STORED_RESPONSE,
             on_store_error: OnStoreError::Reject,
             classify_error: Arc::new(|_| Delivery::MaybeSent),
         }

@@ -95,7 +95,10 @@ mod request;
 mod service;
 
 pub use body::ResponseBody;
-pub use config::{Anonymous, Delivery, OnStoreError};
+pub use config::{
+    Anonymous, DEFAULT_KEY_HEADER, DEFAULT_MAX_BODY, DEFAULT_MAX_STORED_RESPONSE, DEFAULT_METHODS,
+    DEFAULT_SCOPE_HEADERS, Delivery, OnStoreError,
+};
 pub use from_bytes::FromBytes;
 pub use future::ResponseFuture;
 pub use layer::IdempotencyLayer;

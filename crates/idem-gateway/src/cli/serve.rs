@@ -1,0 +1,584 @@
+//! `idem serve`: its options ([`ServeArgs`]), the [`Config`] they describe, and the command.
+
+use std::{net::SocketAddr, path::PathBuf, str::FromStr, time::Duration};
+
+use clap::{Args, ValueEnum, builder::BoolishValueParser};
+use http::HeaderName;
+use idem_core::{Ambiguous, FingerprintMode, InFlight, Policy};
+use idem_http::{Anonymous, OnStoreError};
+
+use super::MethodList;
+use crate::{
+    AdminToken, ByteSize, Config, Error, Gateway, HumanDuration, StoreUrl, Upstream, config,
+    error::ConfigError,
+    key_files,
+    logging::{self, LogFormat},
+    shutdown_signal,
+};
+
+/// `idem serve`: every option, as given (see [`Config`](crate::Config) for their meaning).
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Every option can also be set as IDEM_<OPTION> (e.g. IDEM_KEY_HEADER) or in the \
+                  TOML file given by --config (e.g. key-header = \"X-Key\"). Precedence: flag, then \
+                  environment, then file, then default."
+)]
+pub struct ServeArgs {
+    /// A TOML file of settings named like the flags (`ttl = "1h"`).
+    #[arg(long, env = "IDEM_CONFIG", value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
+    /// Where clients connect.
+    #[arg(long, env = "IDEM_LISTEN", value_name = "ADDR", default_value_t = config::DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+
+    /// The most client connections open at once; beyond it, new ones wait in the accept queue
+    /// and idle ones are closed.
+    #[arg(long, env = "IDEM_MAX_CONNECTIONS", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..),
+          default_value_t = config::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: u32,
+
+    /// How long a client connection may stay without a request in progress before it is closed.
+    #[arg(long, env = "IDEM_IDLE_TIMEOUT", value_name = "DURATION",
+          default_value_t = HumanDuration(config::DEFAULT_IDLE_TIMEOUT))]
+    pub idle_timeout: HumanDuration,
+
+    /// The API to forward to, as http://HOST:PORT (required).
+    #[arg(long, env = "IDEM_UPSTREAM", value_name = "URL")]
+    pub upstream: Option<Upstream>,
+
+    /// Speak HTTP/2 without TLS (h2c, prior knowledge) to the upstream instead of HTTP/1.1
+    /// [default: off].
+    #[arg(long, env = "IDEM_UPSTREAM_H2C", value_parser = BoolishValueParser::new())]
+    pub upstream_h2c: bool,
+
+    /// How long to wait for a connection to the upstream (then 502, and the key is released).
+    #[arg(long, env = "IDEM_CONNECT_TIMEOUT", value_name = "DURATION",
+          default_value_t = HumanDuration(config::DEFAULT_CONNECT_TIMEOUT))]
+    pub connect_timeout: HumanDuration,
+
+    /// How long the whole upstream exchange may take, response head and body (then 504 without
+    /// a head, a cut-off response after it; the outcome is ambiguous).
+    #[arg(long, env = "IDEM_UPSTREAM_TIMEOUT", value_name = "DURATION",
+          default_value_t = HumanDuration(config::DEFAULT_UPSTREAM_TIMEOUT))]
+    pub upstream_timeout: HumanDuration,
+
+    /// Where the admin endpoints listen (/healthz, /readyz, /metrics, /v1/keys).
+    #[arg(long, env = "IDEM_ADMIN_LISTEN", value_name = "ADDR", default_value_t = config::DEFAULT_ADMIN_LISTEN)]
+    pub admin_listen: SocketAddr,
+
+    /// A file holding the admin token: /metrics and /v1/keys then need `Authorization: Bearer
+    /// <token>` (/healthz and /readyz never do). Required when --admin-listen is not loopback.
+    #[arg(long, env = "IDEM_ADMIN_TOKEN_FILE", value_name = "PATH")]
+    pub admin_token_file: Option<PathBuf>,
+
+    /// Where records are kept: memory://, sqlite://PATH (relative), sqlite:///ABSOLUTE/PATH,
+    /// postgres://USER@HOST/DB?schema=S (TLS: &sslmode=verify-full&sslrootcert=CA.pem),
+    /// redis://HOST:PORT?prefix=P or redis+cluster://HOST:PORT,HOST:PORT…?prefix=P (TLS:
+    /// rediss://…&cacert=CA.pem) (the parameters are optional).
+    #[arg(long, env = "IDEM_STORE", value_name = "URL", default_value = config::DEFAULT_STORE)]
+    pub store: StoreUrl,
+
+    /// Seal stored responses with the key ring in this file: one `ID:BASE64` key per line (32
+    /// random bytes), the first seals, every one opens [default: stored in clear].
+    #[arg(long, env = "IDEM_ENCRYPTION_KEY_FILE", value_name = "PATH")]
+    pub encryption_key_file: Option<PathBuf>,
+
+    /// Key the key and scope digests in logs with the 32 bytes, in standard base64, in this file
+    /// [default: unkeyed].
+    #[arg(long, env = "IDEM_DIGEST_KEY_FILE", value_name = "PATH")]
+    pub digest_key_file: Option<PathBuf>,
+
+    /// The request header that carries the idempotency key.
+    #[arg(long, env = "IDEM_KEY_HEADER", value_name = "NAME", default_value = idem_http::DEFAULT_KEY_HEADER)]
+    pub key_header: HeaderName,
+
+    /// The methods whose requests are deduplicated (comma-separated); others pass through.
+    #[arg(long, env = "IDEM_METHODS", value_name = "LIST", default_value_t = MethodList(idem_http::DEFAULT_METHODS.to_vec()))]
+    pub methods: MethodList,
+
+    /// Answer 400 to a covered request without a key, instead of passing it through [default:
+    /// off].
+    #[arg(long, env = "IDEM_REQUIRE_KEY", value_parser = BoolishValueParser::new())]
+    pub require_key: bool,
+
+    /// How long a completed key is replayed, counted from its completion.
+    #[arg(long, env = "IDEM_TTL", value_name = "DURATION",
+          default_value_t = HumanDuration(Policy::DEFAULT_TTL))]
+    pub ttl: HumanDuration,
+
+    /// How long a key is held without renewal; a crashed gateway's keys are free after it.
+    #[arg(long, env = "IDEM_LEASE", value_name = "DURATION",
+          default_value_t = HumanDuration(Policy::DEFAULT_LEASE))]
+    pub lease: HumanDuration,
+
+    /// A request whose key is in flight: answer 409 at once, or wait for the first one's result.
+    #[arg(long, env = "IDEM_IN_FLIGHT", value_enum, default_value_t = InFlightMode::from(Policy::default().in_flight))]
+    pub in_flight: InFlightMode,
+
+    /// In wait mode, how long to wait before answering 409.
+    #[arg(long, env = "IDEM_WAIT_TIMEOUT", value_name = "DURATION",
+          default_value_t = HumanDuration(Policy::DEFAULT_WAIT_TIMEOUT))]
+    pub wait_timeout: HumanDuration,
+
+    /// In wait mode, how many requests may wait at once (for all keys); one more gets 409 at once.
+    #[arg(long, env = "IDEM_MAX_WAITERS", value_name = "N",
+          default_value_t = Policy::DEFAULT_MAX_WAITERS)]
+    pub max_waiters: usize,
+
+    /// A 5xx, 408, 429 or lost upstream connection: release the key (retry executes again) or
+    /// store it (never execute twice; a lost connection becomes "outcome unknown").
+    #[arg(long, env = "IDEM_AMBIGUOUS", value_enum, default_value_t = AmbiguousMode::from(Ambiguous::default()))]
+    pub ambiguous: AmbiguousMode,
+
+    /// A header hashed into the key's scope (repeatable or comma-separated; replaces the
+    /// default; an empty value turns scoping off).
+    #[arg(long = "scope-header", env = "IDEM_SCOPE_HEADER", value_name = "NAME",
+          value_delimiter = ',',
+          default_values_t = idem_http::DEFAULT_SCOPE_HEADERS.map(String::from))]
+    pub scope_headers: Vec<String>,
+
+    /// A keyed request without any scope header: run it in the shared anonymous scope, or
+    /// refuse it (400 scope-required).
+    #[arg(long, env = "IDEM_ANONYMOUS", value_enum, default_value_t = AnonymousMode::from(Anonymous::default()))]
+    pub anonymous: AnonymousMode,
+
+    /// How request bodies are compared: JSON canonicalized first, or raw bytes.
+    #[arg(long, env = "IDEM_FINGERPRINT", value_enum, default_value_t = FingerprintArg::from(FingerprintMode::default()))]
+    pub fingerprint: FingerprintArg,
+
+    /// The largest body of a request with a key (it is buffered to fingerprint it); over it, 413.
+    #[arg(long, env = "IDEM_MAX_BODY", value_name = "BYTES",
+          default_value_t = ByteSize(idem_http::DEFAULT_MAX_BODY))]
+    pub max_body: ByteSize,
+
+    /// How long the body of a request with a key may take to arrive (then 408).
+    #[arg(long, env = "IDEM_BODY_TIMEOUT", value_name = "DURATION",
+          default_value_t = HumanDuration(config::DEFAULT_BODY_TIMEOUT))]
+    pub body_timeout: HumanDuration,
+
+    /// The most bytes of request bodies buffered at once, across all requests; a request over
+    /// it gets 503 with Retry-After.
+    #[arg(long, env = "IDEM_MAX_BUFFERED", value_name = "BYTES",
+          default_value_t = ByteSize(config::DEFAULT_MAX_BUFFERED))]
+    pub max_buffered: ByteSize,
+
+    /// The largest response stored for replay; a bigger one is delivered but not stored.
+    #[arg(long, env = "IDEM_MAX_STORED_RESPONSE", value_name = "BYTES",
+          default_value_t = ByteSize(idem_http::DEFAULT_MAX_STORED_RESPONSE))]
+    pub max_stored_response: ByteSize,
+
+    /// When the store is unreachable: answer 503 (fail closed) or forward without idempotency.
+    #[arg(long, env = "IDEM_ON_STORE_ERROR", value_enum, default_value_t = StoreErrorMode::from(OnStoreError::default()))]
+    pub on_store_error: StoreErrorMode,
+
+    /// The longest one store call may take; then it fails as unreachable (503, or forwarded under
+    /// --on-store-error passthrough before the key is acquired). Default: a third of --lease.
+    #[arg(long, env = "IDEM_STORE_TIMEOUT", value_name = "DURATION")]
+    pub store_timeout: Option<HumanDuration>,
+
+    /// On SIGTERM or SIGINT, how long requests in progress may take to finish; then the gateway
+    /// exits anyway, leaving their keys to their leases.
+    #[arg(long, env = "IDEM_SHUTDOWN_TIMEOUT", value_name = "DURATION",
+          default_value_t = HumanDuration(config::DEFAULT_SHUTDOWN_TIMEOUT))]
+    pub shutdown_timeout: HumanDuration,
+
+    /// Log lines as text or as JSON objects.
+    #[arg(long, env = "IDEM_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Which logs to write, as a tracing filter (`info`, `idem_gateway=debug,warn`).
+    #[arg(
+        long,
+        env = "IDEM_LOG_LEVEL",
+        value_name = "FILTER",
+        default_value = "info"
+    )]
+    pub log_level: String,
+}
+
+/// `--in-flight`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InFlightMode {
+    /// 409 with `Retry-After`.
+    Reject,
+    /// Wait up to `--wait-timeout` for the first request's response.
+    Wait,
+}
+
+/// `--ambiguous`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AmbiguousMode {
+    /// Release the key.
+    Retry,
+    /// Store the outcome.
+    Reject,
+}
+
+/// `--anonymous`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AnonymousMode {
+    /// Run it in the anonymous scope, shared by every such request.
+    Allow,
+    /// 400 problem `scope-required`; nothing stored or forwarded.
+    Reject,
+}
+
+/// `--fingerprint`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FingerprintArg {
+    /// Canonicalize JSON bodies.
+    Json,
+    /// Hash bodies as sent.
+    Raw,
+}
+
+/// `--on-store-error`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StoreErrorMode {
+    /// 503 with `Retry-After`; the request is not forwarded.
+    Reject,
+    /// Forward the request without idempotency.
+    Passthrough,
+}
+
+impl From<InFlight> for InFlightMode {
+    fn from(in_flight: InFlight) -> Self {
+        match in_flight {
+            InFlight::Reject => Self::Reject,
+            InFlight::Wait { .. } => Self::Wait,
+        }
+    }
+}
+
+impl InFlightMode {
+    /// The layer's setting, waiting up to `timeout` in wait mode.
+    fn in_flight(self, timeout: Duration) -> InFlight {
+        match self {
+            Self::Reject => InFlight::Reject,
+            Self::Wait => InFlight::Wait { timeout },
+        }
+    }
+}
+
+/// The conversions both ways between a flag's values and the setting it stands for.
+macro_rules! same_choices {
+    ($flag:ty, $setting:ty: $($variant:ident = $value:ident),+ $(,)?) => {
+        impl From<$setting> for $flag {
+            fn from(setting: $setting) -> Self {
+                match setting {
+                    $(<$setting>::$value => Self::$variant,)+
+                }
+            }
+        }
+
+        impl From<$flag> for $setting {
+            fn from(flag: $flag) -> Self {
+                match flag {
+                    $(<$flag>::$variant => Self::$value,)+
+                }
+            }
+        }
+    };
+}
+
+same_choices!(AmbiguousMode, Ambiguous: Retry = Retry, Reject = Reject);
+same_choices!(AnonymousMode, Anonymous: Allow = Allow, Reject = Reject);
+same_choices!(FingerprintArg, FingerprintMode: Json = Json, Raw = Raw);
+same_choices!(StoreErrorMode, OnStoreError: Reject = Reject, Passthrough = Passthrough);
+
+impl TryFrom<&ServeArgs> for Config {
+    type Error = Error;
+
+    fn try_from(args: &ServeArgs) -> Result<Self, Error> {
+        let upstream = args.upstream.clone().ok_or(ConfigError::MissingUpstream)?;
+        let scope_headers = args
+            .scope_headers
+            .iter()
+            .filter(|name| !name.is_empty())
+            .map(|name| {
+                HeaderName::from_str(name).map_err(|_| ConfigError::InvalidHttpToken {
+                    what: "header name",
+                    value: name.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let anonymous = Anonymous::from(args.anonymous);
+        if anonymous == Anonymous::Reject && scope_headers.is_empty() {
+            return Err(ConfigError::AnonymousWithoutScope.into());
+        }
+        let admin_token = args
+            .admin_token_file
+            .as_deref()
+            .map(AdminToken::from_file)
+            .transpose()?;
+        Ok(Self {
+            listen: args.listen,
+            max_connections: args.max_connections,
+            idle_timeout: args.idle_timeout.0,
+            admin_listen: args.admin_listen,
+            admin_token,
+            upstream,
+            upstream_h2c: args.upstream_h2c,
+            connect_timeout: args.connect_timeout.0,
+            upstream_timeout: args.upstream_timeout.0,
+            store: args.store.clone(),
+            encryption: args
+                .encryption_key_file
+                .as_deref()
+                .map(key_files::key_ring)
+                .transpose()?,
+            digest_key: args
+                .digest_key_file
+                .as_deref()
+                .map(key_files::digest_key)
+                .transpose()?,
+            key_header: args.key_header.clone(),
+            methods: args.methods.0.clone(),
+            require_key: args.require_key,
+            ttl: args.ttl.0,
+            lease: args.lease.0,
+            in_flight: args.in_flight.in_flight(args.wait_timeout.0),
+            max_waiters: args.max_waiters,
+            ambiguous: args.ambiguous.into(),
+            scope_headers,
+            anonymous,
+            fingerprint: args.fingerprint.into(),
+            max_body: args.max_body.0,
+            body_timeout: args.body_timeout.0,
+            max_buffered: args.max_buffered.0,
+            max_stored_response: args.max_stored_response.0,
+            on_store_error: args.on_store_error.into(),
+            store_timeout: args.store_timeout.map(|timeout| timeout.0),
+            shutdown_timeout: args.shutdown_timeout.0,
+        })
+    }
+}
+
+/// `idem serve`: sets up logging as `args` say, runs the gateway they describe until SIGTERM or
+/// SIGINT, then shuts down gracefully.
+pub async fn serve(args: &ServeArgs) -> Result<(), Error> {
+    let config = Config::try_from(args)?;
+    logging::init(args.log_format, &args.log_level)?;
+    // Installed before the sockets are bound, so that a signal sent as soon as the gateway says
+    // it listens is not lost.
+    let shutdown = shutdown_signal();
+    Gateway::bind(config).await?.run(shutdown).await
+}
+
+#[cfg(test)]
+mod tests {
+    use base64::{Engine as _, engine::general_purpose::STANDARD};
+    use http::Method;
+    use idem_core::DigestKey;
+
+    use super::*;
+    use crate::{Cli, cli::Command};
+
+    fn config_with_file(file: &str, flags: &[&str]) -> Result<Config, Error> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("idem.toml");
+        std::fs::write(&path, file).unwrap();
+        let mut args = vec!["idem", "serve", "--config", path.to_str().unwrap()];
+        args.extend(flags);
+        let cli = Cli::parse_from_env_and_file(args)?;
+        let Command::Serve(serve) = cli.command else {
+            unreachable!("parsed as serve")
+        };
+        Config::try_from(&*serve)
+    }
+
+    #[test]
+    fn the_file_fills_what_flags_left_to_their_defaults() {
+        let file = r#"
+            upstream = "http://127.0.0.1:3000"
+            ttl = "1h"
+            lease = "2s"
+            methods = ["POST", "put"]
+            scope-header = []
+            require-key = true
+            max-body = 2048
+            key_header = "X-Request-Key"
+            in-flight = "wait"
+            wait-timeout = "500ms"
+        "#;
+        let config = config_with_file(file, &["--ttl", "2h"]).unwrap();
+        assert_eq!(config.upstream.to_string(), "http://127.0.0.1:3000");
+        assert_eq!(config.ttl, Duration::from_secs(2 * 3600));
+        assert_eq!(config.lease, Duration::from_secs(2));
+        assert_eq!(config.methods, [Method::POST, Method::PUT]);
+        assert_eq!(config.scope_headers, Vec::<HeaderName>::new());
+        assert!(config.require_key);
+        assert_eq!(config.max_body, 2048);
+        assert_eq!(config.key_header, "x-request-key");
+        assert_eq!(
+            config.in_flight,
+            InFlight::Wait {
+                timeout: Duration::from_millis(500)
+            }
+        );
+        // Untouched: the defaults.
+        assert_eq!(
+            config.max_stored_response,
+            idem_http::DEFAULT_MAX_STORED_RESPONSE
+        );
+        assert_eq!(config.listen, config::DEFAULT_LISTEN);
+    }
+
+    #[test]
+    fn repeated_scope_headers_replace_the_default() {
+        let config = config_with_file(
+            "scope-header = [\"Authorization\", \"X-Tenant\"]",
+            &["--upstream", "http://a"],
+        )
+        .unwrap();
+        assert_eq!(config.scope_headers, ["authorization", "x-tenant"]);
+        let config = config_with_file(
+            "",
+            &[
+                "--upstream",
+                "http://a",
+                "--scope-header",
+                "X-Tenant,X-User",
+            ],
+        )
+        .unwrap();
+        assert_eq!(config.scope_headers, ["x-tenant", "x-user"]);
+        let config = config_with_file("", &["--upstream", "http://a", "--scope-header="]).unwrap();
+        assert!(config.scope_headers.is_empty());
+    }
+
+    #[test]
+    fn the_defaults_are_the_policys_and_the_layers() {
+        let config = config_with_file("", &["--upstream", "http://a"]).unwrap();
+        let policy = Policy::default();
+        assert_eq!(config.ttl, policy.ttl);
+        assert_eq!(config.lease, policy.lease);
+        assert_eq!(config.in_flight, policy.in_flight);
+        assert_eq!(config.ambiguous, policy.ambiguous);
+        assert_eq!(config.max_waiters, policy.max_waiters);
+        assert_eq!(config.store_timeout, policy.store_timeout);
+        assert_eq!(config.store_call_limit(), policy.store_call_limit());
+        assert_eq!(config.key_header, "idempotency-key");
+        // Header names compare with strings case-insensitively.
+        assert_eq!(config.key_header, idem_http::DEFAULT_KEY_HEADER);
+        assert_eq!(config.methods, idem_http::DEFAULT_METHODS);
+        assert_eq!(config.scope_headers, ["authorization"]);
+        assert_eq!(config.scope_headers, idem_http::DEFAULT_SCOPE_HEADERS);
+        assert_eq!(config.anonymous, Anonymous::default());
+        assert_eq!(config.fingerprint, FingerprintMode::default());
+        assert_eq!(config.on_store_error, OnStoreError::default());
+        assert_eq!(config.max_body, idem_http::DEFAULT_MAX_BODY);
+        assert_eq!(
+            config.max_stored_response,
+            idem_http::DEFAULT_MAX_STORED_RESPONSE
+        );
+        assert!(!config.require_key);
+        let waiting =
+            config_with_file("", &["--upstream", "http://a", "--in-flight", "wait"]).unwrap();
+        assert_eq!(
+            waiting.in_flight,
+            InFlight::Wait {
+                timeout: Policy::DEFAULT_WAIT_TIMEOUT
+            }
+        );
+    }
+
+    #[test]
+    fn both_key_files_are_read_from_the_config_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let ring = dir.path().join("ring.keys");
+        std::fs::write(
+            &ring,
+            format!("new:{0}\nold:{0}\n", STANDARD.encode([1; 32])),
+        )
+        .unwrap();
+        let digest = dir.path().join("digest.key");
+        std::fs::write(&digest, STANDARD.encode([2; 32])).unwrap();
+        let file = format!(
+            "upstream = \"http://127.0.0.1:3000\"\nencryption-key-file = {:?}\n\
+             digest-key-file = {:?}\n",
+            ring.display().to_string(),
+            digest.display().to_string()
+        );
+        let config = config_with_file(&file, &[]).unwrap();
+        let ids: Vec<&str> = config.encryption.as_ref().unwrap().ids().collect();
+        assert_eq!(ids, ["new", "old"]);
+        assert_eq!(config.digest_key, Some(DigestKey::new([2; 32])));
+    }
+
+    #[test]
+    fn the_defaults_match_config_new() {
+        let parsed = config_with_file("", &["--upstream", "http://a"]).unwrap();
+        let built = Config::new("http://a".parse().unwrap());
+        assert_eq!(format!("{parsed:?}"), format!("{built:?}"));
+    }
+
+    #[test]
+    fn the_bounds_are_read_from_the_file() {
+        let file = r#"
+            upstream = "http://a"
+            max-connections = 100
+            idle-timeout = "5s"
+            body-timeout = "2s"
+            max-buffered = "8MiB"
+        "#;
+        let config = config_with_file(file, &[]).unwrap();
+        assert_eq!(config.max_connections, 100);
+        assert_eq!(config.idle_timeout, Duration::from_secs(5));
+        assert_eq!(config.body_timeout, Duration::from_secs(2));
+        assert_eq!(config.max_buffered, 8 << 20);
+        let defaults = config_with_file("", &["--upstream", "http://a"]).unwrap();
+        assert_eq!(defaults.max_connections, 10_000);
+        assert_eq!(defaults.idle_timeout, Duration::from_secs(60));
+        assert_eq!(defaults.body_timeout, Duration::from_secs(30));
+        assert_eq!(defaults.max_buffered, 256 << 20);
+        let error = config_with_file("", &["--upstream", "http://a", "--max-connections", "0"]);
+        assert!(matches!(error, Err(Error::Config(ConfigError::Cli(_)))));
+    }
+
+    #[test]
+    fn the_admin_token_file_and_anonymous_come_from_the_file_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "t0ken\n").unwrap();
+        let file = format!(
+            "admin-token-file = {:?}\nanonymous = \"reject\"\n",
+            token.to_str().unwrap()
+        );
+        let config = config_with_file(&file, &["--upstream", "http://a"]).unwrap();
+        assert_eq!(config.anonymous, Anonymous::Reject);
+        assert_eq!(format!("{:?}", config.admin_token), "Some(AdminToken(..))");
+        let default = config_with_file("", &["--upstream", "http://a"]).unwrap();
+        assert_eq!(default.anonymous, Anonymous::Allow);
+        assert!(default.admin_token.is_none());
+    }
+
+    #[test]
+    fn store_bounds_come_from_the_file_and_the_store_timeout_follows_the_lease() {
+        let file = r#"
+            upstream = "http://a"
+            max-waiters = 5
+            store = "memory://?max_keys=10"
+        "#;
+        let config = config_with_file(file, &["--lease", "9s"]).unwrap();
+        assert_eq!(config.max_waiters, 5);
+        assert_eq!(config.store.to_string(), "memory://?max_keys=10");
+        assert_eq!(config.store_timeout, None);
+        assert_eq!(config.store_call_limit(), Duration::from_secs(3));
+        let config =
+            config_with_file("store-timeout = \"250ms\"", &["--upstream", "http://a"]).unwrap();
+        assert_eq!(config.store_call_limit(), Duration::from_millis(250));
+        assert_eq!(config.max_waiters, Policy::DEFAULT_MAX_WAITERS);
+    }
+
+    #[test]
+    fn a_wrongly_typed_setting_is_refused() {
+        let error = config_with_file("ttl = 5.5", &["--upstream", "http://a"]).unwrap_err();
+        assert!(matches!(
+            error,
+            Error::Config(ConfigError::InvalidSetting { ref key, problem: "a value of the wrong type for", .. }) if key == "ttl"
+        ));
+    }
+}

@@ -1,0 +1,152 @@
+//! The accept loop: client connections taken up to the limit, each served over HTTP/1.1 or
+//! HTTP/2, every request answered through the gateway's service and logged.
+
+use std::{convert::Infallible, future::Future, sync::Arc, time::Duration};
+
+use axum::body::Body;
+use http::{HeaderName, Request, Response};
+use hyper::body::Incoming;
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo, TokioTimer},
+    server::conn::auto,
+};
+use idem_core::IdempotencyKey;
+use idem_http::{Idempotency, Outcome, RequestKey};
+use tokio::{net::TcpListener, time::Instant};
+use tower::{Service, ServiceExt};
+
+use crate::{
+    GatewayStore, Proxy,
+    connections::{Activity, Connections},
+    error::UpstreamError,
+    logging::RequestLine,
+    proxy::{self, ClientAddr},
+};
+
+/// The most requests at once on one HTTP/2 client connection.
+const MAX_CONCURRENT_STREAMS: u32 = 256;
+/// How often an HTTP/2 client connection is pinged, and how long its answer may take before the
+/// connection is taken for dead and closed.
+const HTTP2_KEEP_ALIVE: Duration = Duration::from_secs(20);
+
+/// Accepts client connections on `listener` and serves them with `service` until `shutdown`
+/// completes; then the listener is closed (the connections stay, in `connections`).
+///
+/// `key_header` names the key in the log line of a request that got no response; `idle_timeout`
+/// bounds the wait for a request's head.
+pub(super) async fn until_shutdown(
+    listener: TcpListener,
+    connections: &Connections,
+    service: Idempotency<Proxy, GatewayStore>,
+    key_header: HeaderName,
+    idle_timeout: Duration,
+    shutdown: impl Future<Output = ()>,
+) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // A timer makes hyper's header read timeout (slow clients, and idle HTTP/1 keep-alive
+    // connections: the next request's head is awaited as one) and HTTP/2 keep-alive work.
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(idle_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .keep_alive_interval(HTTP2_KEEP_ALIVE)
+        .keep_alive_timeout(HTTP2_KEEP_ALIVE);
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors, or a connection reset before accept: wait a
+                    // little rather than spin.
+                    tracing::warn!(%error, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        // At the limit, this connection waits here (and the next ones in the accept queue)
+        // while idle connections are closed for it.
+        let slot = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            slot = connections.slot() => slot,
+        };
+        // Responses are written whole; waiting to fill a segment only adds latency.
+        let _ = stream.set_nodelay(true);
+        let service = service.clone();
+        let key_header = key_header.clone();
+        let activity = Activity::new();
+        let requests = Arc::clone(&activity);
+        let per_request = hyper::service::service_fn(move |request: Request<Incoming>| {
+            let busy = requests.track();
+            let mut request = request.map(Body::new);
+            request.extensions_mut().insert(ClientAddr(peer));
+            let answered = answer(service.clone(), key_header.clone(), request);
+            async move { Ok::<_, Infallible>(answered.await?.map(|body| busy.body(body))) }
+        });
+        let connection = builder
+            .serve_connection(TokioIo::new(stream), per_request)
+            .into_owned();
+        connections.spawn(connection, activity, slot, peer);
+    }
+}
+
+/// Answers one request: the response, or a 502/504 problem when the upstream gave none; then
+/// its log line.
+async fn answer<S, B>(
+    service: S,
+    key_header: HeaderName,
+    request: Request<Body>,
+) -> Result<Response<Body>, Infallible>
+where
+    S: Service<Request<Body>, Response = Response<B>, Error = UpstreamError>,
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let start = Instant::now();
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    // The layer labels the responses it returns; a failed forward returns none, so its line
+    // names the key from the header (by digest).
+    let mut key_values = request.headers().get_all(&key_header).iter();
+    let key_value = match (key_values.next(), key_values.next()) {
+        (Some(value), None) => Some(value.clone()),
+        _ => None,
+    };
+    let (response, fallback_digest) = match service.oneshot(request).await {
+        Ok(response) => (response.map(Body::new), None),
+        Err(error) => {
+            tracing::warn!(
+                %method,
+                path,
+                error = &error as &(dyn std::error::Error + 'static),
+                "forwarding failed"
+            );
+            let digest = key_value
+                .and_then(|value| IdempotencyKey::parse_header(value.as_bytes()).ok())
+                .map(|key| key.digest());
+            (proxy::error_response(&error), digest)
+        }
+    };
+    let key = response.extensions().get::<RequestKey>();
+    RequestLine {
+        method: &method,
+        path: &path,
+        status: response.status(),
+        latency: start.elapsed(),
+        outcome: response.extensions().get::<Outcome>(),
+        key_digest: key
+            .map(|k| k.digest.as_str())
+            .or(fallback_digest.as_deref()),
+        scope: key.map(|k| k.scope),
+    }
+    .log();
+    Ok(response)
+}

@@ -1,0 +1,223 @@
+//! [`Gateway`]: the store opened and the sockets bound, then the run until shutdown.
+
+use std::{
+    future::Future,
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use idem_http::IdempotencyLayer;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::{net::TcpListener, time::Instant};
+use tokio_util::sync::CancellationToken;
+use tower::ServiceBuilder;
+
+use super::{accept, admin_server, purge::purge_expired};
+use crate::{
+    AdminToken, Config, Error, GatewayStore, HumanDuration, InstrumentedStore, Proxy,
+    admin::AdminState, connections::Connections, error::StartupError, key_files, metrics_recorder,
+    proxy,
+};
+
+/// The gateway with its store open and its sockets bound, ready to [`run`](Gateway::run).
+pub struct Gateway {
+    config: Config,
+    store: GatewayStore,
+    listener: TcpListener,
+    admin_listener: TcpListener,
+    addr: SocketAddr,
+    admin_addr: SocketAddr,
+    metrics: PrometheusHandle,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("addr", &self.addr)
+            .field("admin_addr", &self.admin_addr)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Gateway {
+    /// Opens the store (for SQLite: creates the file and applies migrations), sealed when
+    /// [`Config::encryption`] has keys, binds both listeners and installs the metrics recorder
+    /// (once per process), and the digest key of the logs, if any.
+    ///
+    /// An admin listener beyond loopback without an admin token is refused first
+    /// ([`AdminTokenError::UnprotectedAdmin`](crate::AdminTokenError::UnprotectedAdmin)), before anything is opened or bound.
+    pub async fn bind(config: Config) -> Result<Self, Error> {
+        AdminToken::check_listen(config.admin_listen, config.admin_token.as_ref())?;
+        let metrics = metrics_recorder::handle();
+        if let Some(key) = &config.digest_key {
+            key.install().map_err(StartupError::from)?;
+        }
+        let store = config
+            .store
+            .clone()
+            .statement_timeout(config.store_call_limit())
+            .open()
+            .await?;
+        let store = InstrumentedStore::new(key_files::sealed(store, config.encryption.as_ref()));
+        let bind = |addr| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| StartupError::Bind { addr, source })
+        };
+        let listener = bind(config.listen).await?;
+        let admin_listener = bind(config.admin_listen).await?;
+        let local = |listener: &TcpListener, addr| {
+            listener
+                .local_addr()
+                .map_err(|source| StartupError::Bind { addr, source })
+        };
+        Ok(Self {
+            addr: local(&listener, config.listen)?,
+            admin_addr: local(&admin_listener, config.admin_listen)?,
+            config,
+            store,
+            listener,
+            admin_listener,
+            metrics,
+        })
+    }
+
+    /// Where clients connect.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Where the admin endpoints listen.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+
+    /// The store, as the gateway uses it.
+    pub fn store(&self) -> &GatewayStore {
+        &self.store
+    }
+
+    /// Serves until `shutdown` completes, then shuts down gracefully: stops accepting, lets
+    /// open requests finish and waits until every keyed operation has recorded its result, for
+    /// at most the configured shutdown timeout in all, and returns. Keys still `processing` then
+    /// are counted in the log; their leases free them.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), Error> {
+        let Gateway {
+            config,
+            store,
+            listener,
+            admin_listener,
+            addr,
+            admin_addr,
+            metrics,
+        } = self;
+        let layer = idempotency_layer(&config, store.clone());
+        let engine = layer.engine();
+        let proxy = Proxy::new(
+            config.upstream.clone(),
+            config.upstream_h2c,
+            config.connect_timeout,
+            config.upstream_timeout,
+        );
+        let service = ServiceBuilder::new().layer(layer).service(proxy);
+
+        let background = CancellationToken::new();
+        let draining = Arc::new(AtomicBool::new(false));
+        let admin_task = admin_server::spawn(
+            admin_listener,
+            AdminState {
+                store: store.clone(),
+                metrics: metrics.clone(),
+                draining: Arc::clone(&draining),
+                store_timeout: config.store_call_limit(),
+            },
+            config.admin_token.clone(),
+            background.clone(),
+        );
+        tokio::spawn(purge_expired(
+            store,
+            config.store_call_limit(),
+            background.clone(),
+        ));
+        tokio::spawn(metrics_recorder::upkeep(metrics, background.clone()));
+
+        tracing::info!(
+            listen = %addr,
+            admin = %admin_addr,
+            upstream = %config.upstream,
+            store = %config.store,
+            "listening"
+        );
+        if config.scope_headers.is_empty() {
+            tracing::warn!(
+                "scoping is off: every caller shares one key space, so two callers that send \
+                 the same key get one execution and each other's responses (set --scope-header)"
+            );
+        }
+
+        let connections = Connections::new(config.max_connections as usize, config.idle_timeout);
+        accept::until_shutdown(
+            listener,
+            &connections,
+            service,
+            config.key_header.clone(),
+            config.idle_timeout,
+            shutdown,
+        )
+        .await;
+
+        draining.store(true, Ordering::SeqCst);
+        tracing::info!("shutting down: finishing open requests");
+        let deadline = Instant::now() + config.shutdown_timeout;
+        if !connections.shutdown(config.shutdown_timeout).await {
+            tracing::warn!(
+                timeout = %HumanDuration(config.shutdown_timeout),
+                "connections still open at the shutdown timeout are closed"
+            );
+        }
+        // Requests whose clients went away may still be running in the engine: their results
+        // must be recorded before the process exits, unless the shutdown timeout has passed.
+        let _ = tokio::time::timeout_at(deadline, engine.shutdown()).await;
+        let processing = engine.running();
+        if processing > 0 {
+            tracing::warn!(
+                processing,
+                timeout = %HumanDuration(config.shutdown_timeout),
+                "keys left processing at the shutdown timeout; their leases free them"
+            );
+        }
+        background.cancel();
+        if let Ok(Err(error)) = admin_task.await {
+            tracing::warn!(%error, "the admin listener failed");
+        }
+        tracing::info!(processing, "stopped");
+        Ok(())
+    }
+}
+
+/// The idempotency layer, configured as `config` says.
+fn idempotency_layer(config: &Config, store: GatewayStore) -> IdempotencyLayer<GatewayStore> {
+    IdempotencyLayer::new(store)
+        .key_header(config.key_header.clone())
+        .methods(config.methods.iter().cloned())
+        .require_key(config.require_key)
+        .ttl(config.ttl)
+        .lease(config.lease)
+        .in_flight(config.in_flight)
+        .ambiguous(config.ambiguous)
+        .scope_headers(config.scope_headers.iter().cloned())
+        .anonymous(config.anonymous)
+        .fingerprint(config.fingerprint)
+        .max_body(config.max_body)
+        .body_timeout(config.body_timeout)
+        .max_buffered(config.max_buffered)
+        .max_stored_response(config.max_stored_response)
+        .on_store_error(config.on_store_error)
+        .max_waiters(config.max_waiters)
+        .store_timeout(config.store_call_limit())
+        .classify_error(proxy::delivery)
+}
