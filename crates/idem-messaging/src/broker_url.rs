@@ -2,8 +2,7 @@
 
 use std::{fmt, path::PathBuf, str::FromStr};
 
-use super::tls::TlsFiles;
-use crate::BoxPublisher;
+use crate::{BoxPublisher, broker::TlsFiles};
 
 /// The parameters of RabbitMQ URLs that lapin reads, passed on to it.
 const AMQP_PARAMETERS: [&str; 5] = [

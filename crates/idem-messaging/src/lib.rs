@@ -82,6 +82,7 @@
 #[cfg(feature = "amqp")]
 pub mod amqp;
 mod broker;
+mod broker_url;
 mod error;
 mod id;
 mod inbox;
@@ -94,9 +95,9 @@ mod relay;
 mod sql;
 
 pub use broker::{
-    BoxPublisher, BrokerUrl, Confirmations, DynPublisher, Incoming, InvalidBrokerUrl, PublishError,
-    Publisher,
+    BoxPublisher, Confirmations, DynPublisher, Incoming, PublishError, Publisher,
 };
+pub use broker_url::{BrokerUrl, InvalidBrokerUrl};
 pub use error::{BoxError, Error};
 pub use id::{ConsumerName, InvalidId, MessageId};
 pub use idem_sql::{InvalidName, SchemaName, TableName};

@@ -8,7 +8,9 @@
 use std::{fmt::Write, sync::Arc};
 
 use idem_sql::MigrationFile;
-use sqlx::migrate::Migrator;
+use sqlx::{Pool, Postgres, migrate::Migrator};
+
+use crate::Error;
 
 pub(crate) use idem_sql::{Location, query_text};
 
@@ -46,6 +48,18 @@ pub(crate) fn channel(location: &Location) -> String {
     let mut channel = String::from("idem_outbox_");
     write!(channel, "{hash:016x}").expect("writing to a String cannot fail");
     channel
+}
+
+/// Applies `migrator` on PostgreSQL. Safe to run from several processes at once: sqlx serializes
+/// them with an advisory lock.
+pub(crate) async fn migrate_postgres(
+    pool: &Pool<Postgres>,
+    migrator: &Migrator,
+) -> Result<(), Error> {
+    let connection = pool.acquire().await?;
+    idem_sql::migrate_postgres(connection, migrator)
+        .await
+        .map_err(Error::Migrate)
 }
 
 #[cfg(test)]

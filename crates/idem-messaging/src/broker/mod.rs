@@ -44,16 +44,13 @@
 
 mod dyn_publisher;
 mod tls;
-mod url;
 
 use std::future::Future;
 
 use crate::{BoxError, Envelope};
 
 pub use dyn_publisher::{BoxPublisher, DynPublisher};
-#[cfg(any(feature = "amqp", feature = "nats"))]
 pub(crate) use tls::TlsFiles;
-pub use url::{BrokerUrl, InvalidBrokerUrl};
 
 /// One outcome per message of a batch, in the batch's order.
 pub type Confirmations = Vec<Result<(), PublishError>>;

@@ -101,7 +101,7 @@ impl InboxDatabase for Postgres {
         pool: &'c Pool<Self>,
         migrator: &'c Migrator,
     ) -> BoxFuture<'c, Result<(), Error>> {
-        Box::pin(migrate_postgres(pool, migrator))
+        Box::pin(crate::sql::migrate_postgres(pool, migrator))
     }
 }
 
@@ -154,16 +154,4 @@ impl InboxDatabase for Sqlite {
     ) -> BoxFuture<'c, Result<(), Error>> {
         Box::pin(async move { migrator.run(pool).await.map_err(Error::Migrate) })
     }
-}
-
-/// Applies `migrator` on PostgreSQL. Safe to run from several processes at once: sqlx serializes
-/// them with an advisory lock.
-pub(crate) async fn migrate_postgres(
-    pool: &Pool<Postgres>,
-    migrator: &Migrator,
-) -> Result<(), Error> {
-    let connection = pool.acquire().await?;
-    idem_sql::migrate_postgres(connection, migrator)
-        .await
-        .map_err(Error::Migrate)
 }

@@ -59,7 +59,6 @@ use crate::{
 };
 
 pub use database::InboxDatabase;
-pub(crate) use database::migrate_postgres;
 pub use idem_sql::Purger;
 pub use options::InboxOptions;
 

@@ -46,8 +46,7 @@ use idem_sql::MigrationFile;
 
 use crate::{
     Error, MessageId,
-    inbox::migrate_postgres,
-    sql::{self, Location, query_text},
+    sql::{self, Location, migrate_postgres, query_text},
 };
 
 pub use dead_letter::DeadLetter;
