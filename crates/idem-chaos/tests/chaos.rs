@@ -8,13 +8,13 @@
 
 use std::{
     fs::File,
-    io::Write as _,
     process::Command,
     sync::{Mutex, PoisonError},
     time::{Duration, Instant},
 };
 
 use idem_chaos::{Ambiguous, Failure, Report, StoreKind};
+use idem_test_support::Server;
 
 /// How long a short run may take in all, faults, waits and checks included: far above the
 /// minute one takes, so that only a hang reaches it, and fails the test instead of stalling CI.
@@ -41,16 +41,6 @@ const SHORT: &[&str] = &[
     "--window",
     "1s",
 ];
-
-/// Whether the suite of the server named by `variable` is enabled; says so on stderr when not.
-fn enabled(variable: &str) -> bool {
-    if std::env::var(variable).is_ok_and(|url| !url.is_empty()) {
-        return true;
-    }
-    // Straight to the process's stderr: the harness captures `eprintln!`.
-    let _ = writeln!(std::io::stderr(), "skipped: {variable} is not set");
-    false
-}
 
 /// Runs `idem-chaos run --store STORE --ambiguous MODE ARGS…` with 16 callers to its end, and
 /// returns its exit code and report.
@@ -153,28 +143,28 @@ fn sqlite_retry_executes_again_only_after_a_kill() {
 
 #[test]
 fn postgres_reject_never_executes_twice() {
-    if enabled("IDEM_TEST_POSTGRES_URL") {
+    if Server::Postgres.url().is_some() {
         reject_never_executes_twice("postgres");
     }
 }
 
 #[test]
 fn postgres_retry_executes_again_only_after_a_kill() {
-    if enabled("IDEM_TEST_POSTGRES_URL") {
+    if Server::Postgres.url().is_some() {
         retry_executes_again_only_after_a_kill("postgres");
     }
 }
 
 #[test]
 fn redis_reject_never_executes_twice() {
-    if enabled("IDEM_TEST_REDIS_URL") {
+    if Server::Redis.url().is_some() {
         reject_never_executes_twice("redis");
     }
 }
 
 #[test]
 fn redis_retry_executes_again_only_after_a_kill() {
-    if enabled("IDEM_TEST_REDIS_URL") {
+    if Server::Redis.url().is_some() {
         retry_executes_again_only_after_a_kill("redis");
     }
 }
@@ -183,7 +173,7 @@ fn redis_retry_executes_again_only_after_a_kill() {
 /// keys at each restart, and the run fails with exit code 1.
 #[test]
 fn a_redis_without_persistence_fails_the_run() {
-    if !enabled("IDEM_TEST_REDIS_URL") {
+    if Server::Redis.url().is_none() {
         return;
     }
     let (code, report) = chaos(

@@ -229,6 +229,12 @@ pub enum StartupError {
         #[source]
         source: tracing_subscriber::filter::ParseError,
     },
+    /// `idem relay` could not start: its database could not be reached, or its outbox migrated.
+    #[error(transparent)]
+    Relay(#[from] idem_messaging::Error),
+    /// `idem relay` could not install its metrics recorder.
+    #[error("cannot install the metrics recorder")]
+    MetricsRecorder(#[source] metrics_exporter_prometheus::BuildError),
     /// A listening socket could not be bound.
     #[error("cannot listen on {addr}")]
     Bind {

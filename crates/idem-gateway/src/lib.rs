@@ -4,7 +4,8 @@
 //! `idem serve` puts the [`idem_http`] layer in front of a [`Proxy`] to the upstream, with a
 //! store chosen by URL ([`StoreUrl`]), an admin listener (health, readiness, Prometheus metrics,
 //! single records), structured logs and graceful shutdown. [`Gateway`] runs the same thing
-//! in-process. `idem keys` and `idem migrate` work on a store directly.
+//! in-process. `idem keys` and `idem migrate` work on a store directly; `idem relay`
+//! ([`relay`]) publishes a transactional outbox to a broker.
 //!
 //! The flags, the config file and what the gateway can and cannot guarantee are described in
 //! `docs/gateway.md`.
@@ -42,7 +43,7 @@ pub mod migrate;
 pub mod problem;
 mod proxy;
 mod record_view;
-pub mod relay_admin;
+pub mod relay;
 mod serve;
 mod size;
 mod store_url;

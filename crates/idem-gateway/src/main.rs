@@ -4,11 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::error::ErrorKind;
-use idem_gateway::{
-    AdminToken, Cli, ConfigError, Error,
-    cli::{Command, RelayArgs},
-    demo, keys, logging, migrate, relay_admin,
-};
+use idem_gateway::{Cli, ConfigError, Error, cli::Command, demo, keys, migrate, relay};
 
 /// glibc's allocator grows and trims its per-thread heaps with a system call every request or two
 /// under load; mimalloc keeps them.
@@ -50,7 +46,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Serve(args) => Ok(idem_gateway::serve(&args).await?),
-        Command::Relay(args) => relay(*args).await,
+        Command::Relay(args) => Ok(relay::run(*args).await?),
         Command::Keys(command) => {
             println!("{}", keys::run(command).await?);
             Ok(())
@@ -61,75 +57,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         _ => unreachable!("every subcommand is handled"),
     }
-}
-
-/// Runs a transactional outbox's relay until SIGTERM or SIGINT, with /healthz and /metrics.
-async fn relay(args: RelayArgs) -> anyhow::Result<()> {
-    use std::future::IntoFuture as _;
-
-    use idem_messaging::{OutboxOptions, RelayProcess};
-    use tokio_util::sync::CancellationToken;
-
-    // Refused before anything starts, as `serve` does.
-    let token = args
-        .admin_token_file
-        .as_deref()
-        .map(AdminToken::from_file)
-        .transpose()?;
-    AdminToken::check_listen(args.admin_listen, token.as_ref())?;
-    logging::init(args.log_format, &args.log_level)?;
-    // Installed first, so that a signal sent as soon as the relay starts is not lost.
-    let signal = idem_gateway::shutdown_signal();
-    let shutdown = CancellationToken::new();
-    tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move {
-            signal.await;
-            shutdown.cancel();
-        }
-    });
-
-    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
-        .install_recorder()
-        .context("cannot install the metrics recorder")?;
-    let admin = relay_admin::router(metrics, token);
-    let listener = tokio::net::TcpListener::bind(args.admin_listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.admin_listen))?;
-    tracing::info!(admin = %args.admin_listen, "the admin endpoints are listening");
-    let admin = tokio::spawn(
-        axum::serve(listener, admin)
-            .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-            .into_future(),
-    );
-
-    let outbox = OutboxOptions::new()
-        .schema(args.outbox_schema.clone())
-        .table(args.outbox_table.clone());
-    RelayProcess::new(args.store.clone(), args.broker.clone())
-        .outbox(outbox)
-        .migrate(args.migrate)
-        .progress_interval(args.progress_interval.0)
-        .relay(move |relay| {
-            let relay = relay
-                .batch_size(args.batch_size)
-                .lease(args.lease.0)
-                .publish_timeout(args.publish_timeout.0)
-                .poll_interval(args.poll_interval.0)
-                .max_attempts(args.max_attempts)
-                .backoff(args.backoff.0, args.max_backoff.0)
-                .ordering(args.ordering)
-                .shutdown_grace(args.shutdown_timeout.0);
-            match args.relay_name {
-                Some(name) => relay.name(name),
-                None => relay,
-            }
-        })
-        .run(shutdown.clone())
-        .await?;
-    shutdown.cancel();
-    admin.await.context("the admin listener panicked")??;
-    Ok(())
 }
 
 /// Prints `error: <msg>: <cause>…` on one line; exits 2 for a refused setting, else 1.

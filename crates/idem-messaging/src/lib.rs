@@ -17,8 +17,8 @@
 //!   (`amqp::AmqpPublisher`, and `lapin`'s deliveries as [`Incoming`]); NATS JetStream the
 //!   `nats` feature (`nats::NatsPublisher`, and JetStream messages as [`Incoming`]); Kafka the
 //!   `kafka` feature (`kafka::KafkaPublisher`, and `kafka::KafkaMessage`).
-//! - [`RelayProcess`]: a relay as a process, its broker chosen by a [`BrokerUrl`] (what
-//!   `idem relay` runs).
+//! - [`BrokerUrl`]: a broker chosen by URL, its publisher built at run time. The `idem relay`
+//!   command (the `idem-gateway` crate) runs a relay as a process of its own with it.
 //!
 //! Together they give **effectively-once** effects for what a consumer writes in its inbox
 //! transaction, and **at-least-once** for everything else it does. `docs/messaging.md` in the
@@ -105,4 +105,4 @@ pub use inbox::{
     Delivery, Handled, Inbox, InboxDatabase, InboxOptions, PgInbox, Purger, SqliteInbox,
 };
 pub use outbox::{DeadLetter, Envelope, Outbox, OutboxMessage, OutboxOptions};
-pub use relay::{BatchReport, Relay, RelayProcess, metrics, shutdown_on_signals};
+pub use relay::{BatchReport, Relay, metrics};

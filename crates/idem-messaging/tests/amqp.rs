@@ -19,6 +19,7 @@ use idem_messaging::{
     Confirmations, ConsumerName, Envelope, Error, Handled, Incoming, MessageId, Outbox,
     OutboxMessage, PgInbox, PublishError, Publisher, Relay, amqp::AmqpPublisher,
 };
+use idem_test_support::{require, unique_name};
 use lapin::{
     Channel, Connection, ConnectionProperties,
     message::Delivery,
@@ -31,13 +32,13 @@ use lapin::{
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use common::{DiesAfterPublish, EVENTUALLY, TestSchema, consumer, suffix};
+use common::{DiesAfterPublish, EVENTUALLY, TestSchema, consumer};
 
 /// Both servers, or the test returns.
 macro_rules! require_servers {
     () => {{
-        let postgres = require!("IDEM_TEST_POSTGRES_URL");
-        let amqp = require!("IDEM_TEST_AMQP_URL");
+        let postgres = require!(Postgres);
+        let amqp = require!(Amqp);
         (postgres, amqp)
     }};
 }
@@ -53,7 +54,7 @@ struct TestQueue {
 
 impl TestQueue {
     async fn new(url: &str) -> Self {
-        let name = format!("idem_test_{}", suffix());
+        let name = unique_name("idem_test_");
         let connection = Connection::connect(url, ConnectionProperties::default())
             .await
             .expect("connect to the test broker");
@@ -223,7 +224,7 @@ fn envelope(id: &str, message: OutboxMessage) -> Envelope {
 
 #[tokio::test]
 async fn a_confirmed_publish_carries_the_id_headers_and_payload() {
-    let amqp = require!("IDEM_TEST_AMQP_URL");
+    let amqp = require!(Amqp);
     let queue = TestQueue::new(&amqp).await;
     let publisher = AmqpPublisher::connect(amqp.clone()).await.unwrap();
     let message = OutboxMessage::new(queue.name.clone(), "hello")
@@ -249,7 +250,7 @@ async fn a_confirmed_publish_carries_the_id_headers_and_payload() {
 
 #[tokio::test]
 async fn an_unroutable_message_is_rejected_and_the_channel_survives() {
-    let amqp = require!("IDEM_TEST_AMQP_URL");
+    let amqp = require!(Amqp);
     let queue = TestQueue::new(&amqp).await;
     let publisher = queue.publisher();
     let batch = [
@@ -276,7 +277,7 @@ async fn a_return_is_matched_to_its_message_among_many_confirmations() {
     // The broker acknowledges a busy channel's messages several at a time (`multiple`), and
     // lapin hands a return to whichever confirmation it resolves first: only the message id
     // says which message came back.
-    let amqp = require!("IDEM_TEST_AMQP_URL");
+    let amqp = require!(Amqp);
     let queue = TestQueue::new(&amqp).await;
     let publisher = queue.publisher();
     let batch: Vec<Envelope> = (0..300)

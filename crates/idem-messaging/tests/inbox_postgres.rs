@@ -12,6 +12,7 @@ use std::{
 };
 
 use idem_messaging::{Delivery, Error, Handled, MessageId, PgInbox};
+use idem_test_support::require;
 
 use common::{TestSchema, consumer};
 
@@ -21,7 +22,7 @@ fn id(value: &str) -> MessageId {
 
 #[tokio::test]
 async fn a_copy_of_a_processed_message_is_skipped() {
-    let url = require!("IDEM_TEST_POSTGRES_URL");
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url).await;
     let inbox = schema.inbox().await;
     let ledger = consumer("ledger");
@@ -57,7 +58,7 @@ async fn a_copy_of_a_processed_message_is_skipped() {
 
 #[tokio::test]
 async fn process_records_in_the_callers_transaction() {
-    let url = require!("IDEM_TEST_POSTGRES_URL");
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url).await;
     let inbox = schema.inbox().await;
     let ledger = consumer("ledger");
@@ -93,7 +94,7 @@ async fn process_records_in_the_callers_transaction() {
 
 #[tokio::test]
 async fn a_failed_handler_leaves_no_row_and_no_effect() {
-    let url = require!("IDEM_TEST_POSTGRES_URL");
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url).await;
     let inbox = schema.inbox().await;
     let ledger = consumer("ledger");
@@ -130,7 +131,7 @@ async fn a_failed_handler_leaves_no_row_and_no_effect() {
 
 #[tokio::test]
 async fn concurrent_copies_apply_the_effect_once() {
-    let url = require!("IDEM_TEST_POSTGRES_URL");
+    let url = require!(Postgres);
     let schema = Arc::new(TestSchema::new(&url).await);
     let inbox = schema.inbox().await;
     let executions = Arc::new(AtomicUsize::new(0));
@@ -173,7 +174,7 @@ async fn concurrent_copies_apply_the_effect_once() {
 
 #[tokio::test]
 async fn a_copy_waiting_on_a_rolled_back_first_is_processed() {
-    let url = require!("IDEM_TEST_POSTGRES_URL");
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url).await;
     let inbox = schema.inbox().await;
     let ledger = consumer("ledger");
@@ -206,7 +207,7 @@ async fn a_copy_waiting_on_a_rolled_back_first_is_processed() {
 
 #[tokio::test]
 async fn rows_older_than_the_window_are_purged_in_batches() {
-    let url = require!("IDEM_TEST_POSTGRES_URL");
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url).await;
     let inbox = schema.inbox().await;
     assert_eq!(inbox.dedup_window(), Duration::from_secs(7 * 24 * 3600));
@@ -257,7 +258,7 @@ async fn rows_older_than_the_window_are_purged_in_batches() {
 
 #[tokio::test]
 async fn the_purger_task_empties_the_old_rows() {
-    let url = require!("IDEM_TEST_POSTGRES_URL");
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url).await;
     let inbox = PgInbox::new(
         schema

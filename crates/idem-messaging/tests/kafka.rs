@@ -12,6 +12,7 @@ use idem_messaging::{
     Relay,
     kafka::{KafkaMessage, KafkaPublisher, MESSAGE_ID_HEADER, consumer_config},
 };
+use idem_test_support::{require, unique_name};
 use rdkafka::{
     ClientConfig, Message,
     consumer::{CommitMode, Consumer, StreamConsumer},
@@ -20,7 +21,7 @@ use rdkafka::{
 };
 use tokio_util::sync::CancellationToken;
 
-use common::{EVENTUALLY, TestSchema, consumer, suffix};
+use common::{EVENTUALLY, TestSchema, consumer};
 
 const TOPIC: &str = "payments";
 
@@ -160,7 +161,7 @@ async fn consume(
 
 #[tokio::test]
 async fn a_redelivery_after_a_crash_before_the_commit_is_skipped() {
-    let postgres = require!("IDEM_TEST_POSTGRES_URL");
+    let postgres = require!(Postgres);
     let schema = TestSchema::new(&postgres).await;
     let inbox = schema.inbox().await;
     let cluster = cluster(1);
@@ -169,7 +170,7 @@ async fn a_redelivery_after_a_crash_before_the_commit_is_skipped() {
         .publish(&envelope("m-1", OutboxMessage::new(TOPIC, "+10")))
         .await
         .unwrap();
-    let group = format!("ledger-{}", suffix());
+    let group = unique_name("ledger-");
 
     // The first consumer commits its effects, then dies before storing the offset.
     let doomed = subscribe(&servers, &group);
@@ -214,7 +215,7 @@ async fn a_redelivery_after_a_crash_before_the_commit_is_skipped() {
 
 #[tokio::test]
 async fn a_failed_handler_seeks_back_and_leaves_no_inbox_row() {
-    let postgres = require!("IDEM_TEST_POSTGRES_URL");
+    let postgres = require!(Postgres);
     let schema = TestSchema::new(&postgres).await;
     let inbox = schema.inbox().await;
     let cluster = cluster(1);
@@ -229,7 +230,7 @@ async fn a_failed_handler_seeks_back_and_leaves_no_inbox_row() {
             .await
             .unwrap();
     }
-    let consumer = subscribe(&servers, &format!("ledger-{}", suffix()));
+    let consumer = subscribe(&servers, &unique_name("ledger-"));
 
     let message = next(&consumer).await;
     let failed = inbox
@@ -272,7 +273,7 @@ async fn a_failed_handler_seeks_back_and_leaves_no_inbox_row() {
 
 #[tokio::test]
 async fn two_relays_deliver_through_kafka_each_applied_once_in_key_order() {
-    let postgres = require!("IDEM_TEST_POSTGRES_URL");
+    let postgres = require!(Postgres);
     let schema = Arc::new(TestSchema::new(&postgres).await);
     let (inbox, outbox) = (schema.inbox().await, schema.outbox().await);
     let cluster = cluster(3);
@@ -306,7 +307,7 @@ async fn two_relays_deliver_through_kafka_each_applied_once_in_key_order() {
         tx.commit().await.unwrap();
     }
 
-    let consumer = subscribe(&servers, &format!("ledger-{}", suffix()));
+    let consumer = subscribe(&servers, &unique_name("ledger-"));
     let expected = (KEYS * PER_KEY) as i64;
     tokio::time::timeout(EVENTUALLY, async {
         while schema.ledger().await < expected {

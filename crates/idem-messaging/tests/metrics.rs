@@ -8,8 +8,9 @@ use std::{
 };
 
 use idem_messaging::{OutboxMessage, PublishError, Relay, metrics as names};
+use idem_test_support::require;
 use metrics::{
-    Counter, CounterFn, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
+    Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
     SharedString, Unit,
 };
 
@@ -36,7 +37,7 @@ impl CounterFn for Handle {
     }
 
     fn absolute(&self, value: u64) {
-        self.increment(value);
+        CounterFn::increment(self, value);
     }
 }
 
@@ -49,6 +50,20 @@ impl HistogramFn for Handle {
             .entry(self.key.clone())
             .or_default()
             .push(value);
+    }
+}
+
+impl GaugeFn for Handle {
+    fn increment(&self, value: f64) {
+        self.record(value);
+    }
+
+    fn decrement(&self, value: f64) {
+        self.record(-value);
+    }
+
+    fn set(&self, value: f64) {
+        self.record(value);
     }
 }
 
@@ -81,8 +96,8 @@ impl Recorder for TestRecorder {
         Counter::from_arc(self.handle(key))
     }
 
-    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
-        Gauge::noop()
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::from_arc(self.handle(key))
     }
 
     fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
@@ -94,7 +109,7 @@ impl Recorder for TestRecorder {
 // everything the relay records.
 #[tokio::test]
 async fn a_cycle_counts_published_failed_and_dead_lettered_messages() {
-    let url = require!("IDEM_TEST_POSTGRES_URL");
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url).await;
     let outbox = schema.outbox().await;
     let mut tx = schema.pool.begin().await.unwrap();
@@ -129,4 +144,32 @@ async fn a_cycle_counts_published_failed_and_dead_lettered_messages() {
     assert_eq!(batches.len(), 1);
     assert!(batches[0] > 0.0);
     assert_eq!(values.len(), 4, "{values:?}");
+}
+
+#[tokio::test]
+async fn record_pending_counts_the_waiting_messages_into_the_gauge() {
+    let url = require!(Postgres);
+    let schema = TestSchema::new(&url).await;
+    let outbox = schema.outbox().await;
+    let mut tx = schema.pool.begin().await.unwrap();
+    for _ in 0..2 {
+        outbox
+            .enqueue(&mut tx, OutboxMessage::new("orders", "x"))
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+
+    let recorder = TestRecorder::default();
+    let guard = metrics::set_default_local_recorder(&recorder);
+    let pending = names::record_pending(&outbox, &schema.pool).await.unwrap();
+    drop(guard);
+
+    let table = format!(r#""{}"."idem_outbox""#, schema.name);
+    assert_eq!(pending, 2);
+    assert_eq!(names::outbox_label(&outbox), table);
+    assert_eq!(
+        recorder.values(),
+        BTreeMap::from([(format!("{}{{outbox={table}}}", names::PENDING), vec![2.0])])
+    );
 }

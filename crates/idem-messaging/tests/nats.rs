@@ -18,65 +18,40 @@ use async_nats::{
     jetstream::{
         self, Message,
         consumer::{AckPolicy, PullConsumer, pull},
-        stream,
     },
 };
 use futures_util::StreamExt;
 use idem_messaging::{
-    ConsumerName, Envelope, Error, Handled, Incoming, MessageId, Outbox, OutboxMessage,
-    OutboxOptions, PgInbox, PublishError, Publisher, Relay, RelayProcess, nats::NatsPublisher,
+    ConsumerName, Envelope, Error, Handled, Incoming, MessageId, Outbox, OutboxMessage, PgInbox,
+    PublishError, Publisher, Relay, nats::NatsPublisher,
 };
+use idem_test_support::{NatsStream, require};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use common::{DiesAfterPublish, EVENTUALLY, TestSchema, consumer, suffix};
+use common::{DiesAfterPublish, EVENTUALLY, TestSchema, consumer};
 
 /// Both servers, or the test returns.
 macro_rules! require_servers {
     () => {{
-        let postgres = require!("IDEM_TEST_POSTGRES_URL");
-        let nats = require!("IDEM_TEST_NATS_URL");
+        let postgres = require!(Postgres);
+        let nats = require!(Nats);
         (postgres, nats)
     }};
 }
 
 /// A stream of the test's own, capturing one subject, deleted when this is dropped.
-struct TestStream {
-    url: String,
-    name: String,
-    subject: String,
-    jetstream: jetstream::Context,
-}
+struct TestStream(NatsStream);
 
 impl TestStream {
     /// A stream whose duplicate window is `window`.
     async fn new(url: &str, window: Duration) -> Self {
-        let suffix = suffix();
-        let client = async_nats::connect(url)
-            .await
-            .expect("connect to the test server");
-        let jetstream = jetstream::new(client);
-        let (name, subject) = (format!("IDEM_TEST_{suffix}"), format!("idem_test.{suffix}"));
-        jetstream
-            .create_stream(stream::Config {
-                name: name.clone(),
-                subjects: vec![subject.clone()],
-                duplicate_window: window,
-                ..stream::Config::default()
-            })
-            .await
-            .unwrap();
-        Self {
-            url: url.to_owned(),
-            name,
-            subject,
-            jetstream,
-        }
+        Self(NatsStream::create(url, window).await)
     }
 
     /// A durable pull consumer with explicit acks, redelivering after `ack_wait`.
     async fn consumer(&self, ack_wait: Duration) -> PullConsumer {
-        let stream = self.jetstream.get_stream(&self.name).await.unwrap();
+        let stream = self.0.jetstream().get_stream(self.0.name()).await.unwrap();
         stream
             .create_consumer(pull::Config {
                 durable_name: Some("ledger".into()),
@@ -88,38 +63,20 @@ impl TestStream {
             .unwrap()
     }
 
-    /// How many messages the stream stores.
-    async fn stored(&self) -> u64 {
-        let stream = self.jetstream.get_stream(&self.name).await.unwrap();
-        stream.get_info().await.unwrap().state.messages
-    }
-
     fn publisher(&self) -> NatsPublisher {
-        NatsPublisher::new(self.url.clone())
+        NatsPublisher::new(self.0.url().to_owned())
     }
 
     fn message(&self, payload: &str) -> OutboxMessage {
-        OutboxMessage::new(self.subject.clone(), payload.to_owned())
+        OutboxMessage::new(self.0.subject().to_owned(), payload.to_owned())
     }
 }
 
-impl Drop for TestStream {
-    fn drop(&mut self) {
-        let (url, name) = (self.url.clone(), self.name.clone());
-        let deleted = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            runtime.block_on(async {
-                let client = async_nats::connect(url).await?;
-                jetstream::new(client).delete_stream(name).await?;
-                anyhow::Ok(())
-            })
-        })
-        .join();
-        if let Ok(Err(error)) = deleted {
-            eprintln!("could not delete the test stream {}: {error:#}", self.name);
-        }
+impl std::ops::Deref for TestStream {
+    type Target = NatsStream;
+
+    fn deref(&self) -> &NatsStream {
+        &self.0
     }
 }
 
@@ -171,7 +128,7 @@ async fn consume(
 
 #[tokio::test]
 async fn a_confirmed_publish_carries_the_id_and_the_headers() {
-    let nats = require!("IDEM_TEST_NATS_URL");
+    let nats = require!(Nats);
     let stream = TestStream::new(&nats, Duration::from_secs(120)).await;
     let publisher = NatsPublisher::connect(nats.clone()).await.unwrap();
     let batch = [
@@ -186,7 +143,7 @@ async fn a_confirmed_publish_carries_the_id_and_the_headers() {
         envelope("m-2", stream.message("two")),
         envelope(
             "m-3",
-            OutboxMessage::new(format!("{}_nowhere", stream.subject), "lost"),
+            OutboxMessage::new(format!("{}_nowhere", stream.subject()), "lost"),
         ),
     ];
     let confirmations = publisher.publish_batch(&batch).await;
@@ -207,7 +164,7 @@ async fn a_confirmed_publish_carries_the_id_and_the_headers() {
     let first = next(&mut messages).await;
     assert_eq!(first.message_id(), Some("m-1"));
     assert_eq!(first.payload(), b"one");
-    assert_eq!(first.subject.as_str(), stream.subject);
+    assert_eq!(first.subject.as_str(), stream.subject());
     let headers = first.headers.as_ref().unwrap();
     assert_eq!(headers.get("content-type").unwrap().as_str(), "text/plain");
     let traces: Vec<&str> = headers.get_all("trace").map(|v| v.as_str()).collect();
@@ -223,7 +180,7 @@ async fn a_confirmed_publish_carries_the_id_and_the_headers() {
 
 #[tokio::test]
 async fn the_duplicate_window_drops_a_republish_of_the_same_id() {
-    let nats = require!("IDEM_TEST_NATS_URL");
+    let nats = require!(Nats);
     let stream = TestStream::new(&nats, Duration::from_secs(120)).await;
     let publisher = stream.publisher();
     let message = envelope("m-1", stream.message("+10"));
@@ -237,8 +194,8 @@ async fn the_duplicate_window_drops_a_republish_of_the_same_id() {
     let mut headers = HeaderMap::new();
     headers.insert("Nats-Msg-Id", "m-1");
     let ack = stream
-        .jetstream
-        .publish_with_headers(stream.subject.clone(), headers, "+10".into())
+        .jetstream()
+        .publish_with_headers(stream.subject().to_owned(), headers, "+10".into())
         .await
         .unwrap()
         .await
@@ -354,8 +311,8 @@ async fn a_message_without_an_id_is_terminated_not_redelivered() {
     );
     let inbox = schema.inbox().await;
     stream
-        .jetstream
-        .publish(stream.subject.clone(), "anonymous".into())
+        .jetstream()
+        .publish(stream.subject().to_owned(), "anonymous".into())
         .await
         .unwrap()
         .await
@@ -448,8 +405,11 @@ async fn two_relays_deliver_a_thousand_messages_each_applied_once() {
     // Enqueued while the relays run, in transactions of 50 from four producers.
     let producers: Vec<_> = (0..4)
         .map(|producer| {
-            let (schema, outbox, subject) =
-                (Arc::clone(&schema), outbox.clone(), stream.subject.clone());
+            let (schema, outbox, subject) = (
+                Arc::clone(&schema),
+                outbox.clone(),
+                stream.subject().to_owned(),
+            );
             tokio::spawn(async move {
                 for chunk in 0..N / 4 / 50 {
                     let mut tx = schema.pool.begin().await.unwrap();
@@ -561,75 +521,6 @@ async fn a_relay_killed_between_publish_and_mark_sent_is_absorbed_by_the_duplica
         .await
         .unwrap();
     assert_eq!(booked, id.as_str());
-}
-
-#[tokio::test]
-async fn a_relay_process_migrates_publishes_and_stops_on_shutdown() {
-    let (postgres, nats) = require_servers!();
-    let schema = TestSchema::new(&postgres).await;
-    let stream = TestStream::new(&nats, Duration::from_secs(120)).await;
-    let options = || OutboxOptions::new().schema(schema.name.parse().unwrap());
-
-    let shutdown = CancellationToken::new();
-    let process = RelayProcess::new(schema.url.clone(), nats.parse().unwrap())
-        .outbox(options())
-        .migrate(true)
-        .relay(|relay| relay.poll_interval(Duration::from_millis(50)));
-    let task = tokio::spawn(process.run(shutdown.clone()));
-
-    // The process created the outbox: wait for it, then enqueue.
-    let outbox = Outbox::new(options());
-    let ids = tokio::time::timeout(EVENTUALLY, async {
-        loop {
-            let mut tx = schema.pool.begin().await.unwrap();
-            let mut ids = Vec::new();
-            for n in 0..3 {
-                match outbox
-                    .enqueue(&mut tx, stream.message(&n.to_string()))
-                    .await
-                {
-                    Ok(id) => ids.push(id),
-                    Err(_) => break,
-                }
-            }
-            if ids.len() == 3 {
-                tx.commit().await.unwrap();
-                return ids;
-            }
-            drop(tx);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .unwrap();
-    tokio::time::timeout(EVENTUALLY, async {
-        while stream.stored().await < 3 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .unwrap();
-    shutdown.cancel();
-    task.await.unwrap().unwrap();
-
-    assert_eq!(stream.stored().await, 3);
-    assert_eq!(outbox.pending(&schema.pool).await.unwrap(), 0);
-    let consumer = stream.consumer(Duration::from_secs(30)).await;
-    let mut messages = consumer.messages().await.unwrap();
-    for id in ids {
-        assert_eq!(next(&mut messages).await.message_id(), Some(id.as_str()));
-    }
-}
-
-#[tokio::test]
-async fn a_relay_process_fails_fast_when_the_database_is_unreachable() {
-    let nats = require!("IDEM_TEST_NATS_URL");
-    let process = RelayProcess::new(
-        "postgres://postgres@127.0.0.1:1/none",
-        nats.parse().unwrap(),
-    );
-    let outcome = process.run(CancellationToken::new()).await;
-    assert!(matches!(outcome, Err(Error::Database(_))), "{outcome:?}");
 }
 
 #[tokio::test]

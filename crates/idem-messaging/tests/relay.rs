@@ -9,6 +9,7 @@ use idem_messaging::{
     BatchReport, Confirmations, DeadLetter, Envelope, Outbox, OutboxMessage, PublishError,
     Publisher, Relay,
 };
+use idem_test_support::require;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -92,7 +93,7 @@ async fn drain<P: Publisher>(
 
 #[tokio::test]
 async fn a_committed_message_is_published_with_its_id_headers_and_payload() {
-    let url = require!("IDEM_TEST_POSTGRES_URL");
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url).await;
     let outbox = schema.outbox().await;
     let message = OutboxMessage::new("orders.paid", r#"{"order":42}"#)
@@ -120,7 +121,7 @@ async fn a_committed_message_is_published_with_its_id_headers_and_payload() {
 
 #[tokio::test]
 async fn a_rolled_back_enqueue_publishes_nothing() {
-    let url = require!("IDEM_TEST_POSTGRES_URL");
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url).await;
     let outbox = schema.outbox().await;
 
@@ -145,7 +146,7 @@ async fn a_rolled_back_enqueue_publishes_nothing() {
 
 #[tokio::test]
 async fn a_refused_message_is_retried_then_dead_lettered_while_others_flow() {
-    let url = require!("IDEM_TEST_POSTGRES_URL");
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url).await;
     let outbox = schema.outbox().await;
     let (good, poison) = enqueue_with_poison(&schema, &outbox, 10, 3).await;
@@ -198,7 +199,7 @@ impl Publisher for PanicsOnNowhere {
 
 #[tokio::test]
 async fn a_message_the_publisher_panics_on_is_dead_lettered_and_the_others_published() {
-    let url = require!("IDEM_TEST_POSTGRES_URL");
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url).await;
     let outbox = schema.outbox().await;
     let (good, poison) = enqueue_with_poison(&schema, &outbox, 4, 2).await;
@@ -228,7 +229,7 @@ async fn a_message_the_publisher_panics_on_is_dead_lettered_and_the_others_publi
 
 #[tokio::test]
 async fn an_unavailable_broker_costs_no_attempt() {
-    let url = require!("IDEM_TEST_POSTGRES_URL");
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url).await;
     let outbox = schema.outbox().await;
     enqueue(
@@ -267,7 +268,7 @@ async fn an_unavailable_broker_costs_no_attempt() {
 
 #[tokio::test]
 async fn a_relay_that_dies_after_publishing_releases_its_claim_at_once_and_costs_no_attempt() {
-    let url = require!("IDEM_TEST_POSTGRES_URL");
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url).await;
     let outbox = schema.outbox().await;
     let ids = enqueue(&schema, &outbox, vec![OutboxMessage::new("orders", "1")]).await;
@@ -324,7 +325,7 @@ async fn a_relay_that_dies_after_publishing_releases_its_claim_at_once_and_costs
 
 #[tokio::test]
 async fn a_relay_whose_lease_ran_out_does_not_mark_the_new_claim() {
-    let url = require!("IDEM_TEST_POSTGRES_URL");
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url).await;
     let outbox = schema.outbox().await;
     enqueue(&schema, &outbox, vec![OutboxMessage::new("orders", "1")]).await;
@@ -367,7 +368,7 @@ async fn a_relay_whose_lease_ran_out_does_not_mark_the_new_claim() {
 
 #[tokio::test]
 async fn per_key_order_holds_through_retries() {
-    let url = require!("IDEM_TEST_POSTGRES_URL");
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url).await;
     let outbox = schema.outbox().await;
     const KEYS: usize = 4;
@@ -431,7 +432,7 @@ async fn per_key_order_holds_through_retries() {
 
 #[tokio::test]
 async fn a_notification_wakes_an_idle_relay() {
-    let url = require!("IDEM_TEST_POSTGRES_URL");
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url).await;
     let outbox = schema.outbox().await;
     let recorder = Recorder::default();
@@ -460,7 +461,7 @@ async fn a_notification_wakes_an_idle_relay() {
 
 #[tokio::test]
 async fn shutdown_gives_back_what_could_not_be_published() {
-    let url = require!("IDEM_TEST_POSTGRES_URL");
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url).await;
     let outbox = schema.outbox().await;
     enqueue(
@@ -503,7 +504,7 @@ async fn shutdown_gives_back_what_could_not_be_published() {
 
 #[tokio::test]
 async fn two_relays_publish_every_message_once() {
-    let url = require!("IDEM_TEST_POSTGRES_URL");
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url).await;
     let outbox = schema.outbox().await;
     let mut ids = Vec::new();
@@ -548,7 +549,7 @@ async fn drain_owned<P: Publisher>(relay: Relay<P>) -> usize {
 
 #[tokio::test]
 async fn behind_a_backlog_the_next_batch_is_claimed_early_and_given_back_at_shutdown() {
-    let url = require!("IDEM_TEST_POSTGRES_URL");
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url).await;
     let outbox = schema.outbox().await;
     let messages = (0..30)

@@ -8,8 +8,6 @@
 //! Needs `IDEM_TEST_POSTGRES_URL`; works in a scratch schema that it drops at the end.
 
 use std::{
-    hash::{BuildHasher, RandomState},
-    io::Write,
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -20,6 +18,7 @@ use std::{
 use criterion::{Criterion, Throughput};
 use idem_core::{Acquisition, Address, Fingerprint, Policy, Scope, Store, StoredResponse, Terms};
 use idem_postgres::{PostgresOptions, PostgresStore, Statement};
+use idem_test_support::{PgSchema, Server};
 use sha2::{Digest, Sha256};
 use sqlx::{AssertSqlSafe, PgPool, Row, postgres::PgPoolOptions};
 use tokio::runtime::Runtime;
@@ -135,20 +134,13 @@ where
 }
 
 fn main() {
-    let Ok(url) = std::env::var("IDEM_TEST_POSTGRES_URL") else {
-        let _ = writeln!(
-            std::io::stderr(),
-            "skipped: IDEM_TEST_POSTGRES_URL is not set"
-        );
+    let Some(url) = Server::Postgres.url() else {
         return;
     };
     let runtime = Runtime::new().expect("tokio runtime");
-    let schema = format!(
-        "idem_bench_{:016x}",
-        RandomState::new().hash_one(std::process::id())
-    );
+    let schema = PgSchema::new(&url);
     let options = PostgresOptions::new()
-        .schema(schema.parse().expect("valid schema"))
+        .schema(schema.name().parse().expect("valid schema"))
         .pool_size(CONCURRENCY as u32);
     let bench = runtime.block_on(async {
         let baseline = pool(&url).await;
@@ -186,12 +178,7 @@ fn main() {
     });
     group.finish();
 
-    runtime.block_on(async {
-        bench.store.close().await;
-        sqlx::query(AssertSqlSafe(format!(r#"DROP SCHEMA "{schema}" CASCADE"#)))
-            .execute(&bench.baseline)
-            .await
-            .expect("drop the scratch schema");
-    });
+    runtime.block_on(bench.store.close());
+    drop(schema);
     criterion.final_summary();
 }

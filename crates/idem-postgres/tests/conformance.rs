@@ -13,7 +13,9 @@ mod suite {
     use idem_core::ManualClock;
     use idem_postgres::PostgresStore;
 
-    use crate::common::{TestSchema, URL_VARIABLE};
+    use idem_test_support::Server;
+
+    use crate::common::TestSchema;
 
     /// A store in its own schema, which lives as long as the subject.
     struct PostgresSubject {
@@ -34,8 +36,9 @@ mod suite {
     }
 
     async fn subject() -> PostgresSubject {
-        let url = std::env::var(URL_VARIABLE)
-            .unwrap_or_else(|_| panic!("{URL_VARIABLE} is checked before the subject is built"));
+        let url = Server::Postgres
+            .configured()
+            .expect("the server is checked before the subject is built");
         let schema = TestSchema::new(&url);
         let clock = ManualClock::default();
         let store = schema.manual_clock_store(&clock).await;
@@ -45,11 +48,11 @@ mod suite {
         }
     }
 
-    idem_conformance::conformance_tests!(subject(), if crate::common::database_url().is_some());
+    idem_conformance::conformance_tests!(subject(), if Server::Postgres.url().is_some());
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn records_survive_a_restart() {
-        if crate::common::database_url().is_none() {
+        if Server::Postgres.url().is_none() {
             return;
         }
         let subject = subject().await;

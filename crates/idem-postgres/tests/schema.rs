@@ -5,6 +5,7 @@ mod common;
 
 use idem_core::Store;
 use idem_postgres::{Error, Migration, PostgresOptions, PostgresStore};
+use idem_test_support::require;
 use sqlx::{AssertSqlSafe, PgPool};
 
 use common::{TestSchema, address};
@@ -22,7 +23,7 @@ async fn run(pool: &PgPool, sql: String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn opening_before_migrating_says_to_migrate() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url);
     let pool = schema.pool().await;
     let table = format!(r#""{}"."idem_records""#, schema.name);
@@ -65,7 +66,7 @@ async fn opening_before_migrating_says_to_migrate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn migrating_is_idempotent_and_safe_from_several_processes_at_once() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url);
     let pools = [
         schema.pool().await,
@@ -97,7 +98,7 @@ async fn migrating_is_idempotent_and_safe_from_several_processes_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn another_schema_or_table_is_not_migrated() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url);
     let pool = schema.pool().await;
     PostgresStore::migrate(&pool, &schema.options())
@@ -118,7 +119,7 @@ async fn another_schema_or_table_is_not_migrated() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_tables_in_one_schema_migrate_independently() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url);
     let pool = schema.pool().await;
     let first = schema.options();
@@ -136,7 +137,7 @@ async fn two_tables_in_one_schema_migrate_independently() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_changed_column_is_named() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url);
     let pool = schema.pool().await;
     PostgresStore::migrate(&pool, &schema.options())
@@ -198,7 +199,7 @@ async fn a_changed_column_is_named() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn migrations_from_a_newer_or_edited_build_are_refused() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url);
     let pool = schema.pool().await;
     let options = schema.options();
@@ -253,7 +254,7 @@ async fn records_of_the_first_schema_are_converted_to_key_digests_and_replay() {
         migrate::{Migration, MigrationType, Migrator},
     };
 
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url);
     let pool = schema.pool().await;
     // The first schema, as a build before migration 2 created it.

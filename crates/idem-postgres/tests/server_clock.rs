@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use idem_conformance::{Subject, checks};
 use idem_postgres::PostgresStore;
+use idem_test_support::require;
 
 use common::TestSchema;
 
@@ -48,7 +49,7 @@ macro_rules! server_clock_checks {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $check() {
-                let url = require_postgres!();
+                let url = require!(Postgres);
                 checks::$check(&subject(&url).await).await;
             }
         )*
@@ -75,7 +76,7 @@ server_clock_checks!(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn records_survive_a_restart() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let subject = subject(&url).await;
     let schema = &subject.schema;
     checks::records_survive_a_restart(&subject, |store| async move {

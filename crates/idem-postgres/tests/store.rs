@@ -21,6 +21,7 @@ use idem_core::{
     RunOutcome, Store, StoreError, StoredResponse,
 };
 use idem_postgres::{PostgresOptions, PostgresStore};
+use idem_test_support::require;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -37,7 +38,7 @@ const EVENTUALLY: Duration = Duration::from_secs(20);
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_elect_exactly_one_holder_among_64_callers() {
     const CALLERS: usize = 64;
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url);
     // Two pools, as two processes would have.
     let stores = [
@@ -107,7 +108,7 @@ async fn watch(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn waiters_on_another_instance_wake_on_completion_release_and_forget() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url);
     let (a, b) = (
         schema.server_clock_store().await,
@@ -164,7 +165,7 @@ async fn waiters_on_another_instance_wake_on_completion_release_and_forget() {
 /// that finds out, is closed, and the next operation opens a new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terminated_connection_fails_one_operation_and_is_replaced() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url);
     let observer = schema.pool().await;
     PostgresStore::migrate(&observer, &schema.options())
@@ -228,7 +229,7 @@ async fn a_terminated_connection_fails_one_operation_and_is_replaced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_listener_reconnects_after_its_connection_is_terminated() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url);
     let (a, b) = (
         schema.server_clock_store().await,
@@ -281,7 +282,7 @@ async fn the_listener_reconnects_after_its_connection_is_terminated() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_waiting_engine_on_another_instance_replays_the_first_ones_response() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url);
     let policy = Policy::default().in_flight(InFlight::Wait {
         timeout: Duration::from_secs(30),
@@ -418,7 +419,7 @@ impl RoundTripCounter {
 /// lone `Sync`), which is why the store runs its operations on connections of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_key_takes_two_round_trips_and_a_replay_one() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url);
     let options = schema.options();
     PostgresStore::migrate(&schema.pool().await, &options)
@@ -476,7 +477,7 @@ async fn a_new_key_takes_two_round_trips_and_a_replay_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tokens_keep_increasing_across_release_takeover_forget_and_purge() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url);
     let clock = ManualClock::default();
     let store = schema.manual_clock_store(&clock).await;
@@ -515,7 +516,7 @@ async fn tokens_keep_increasing_across_release_takeover_forget_and_purge() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_purger_removes_expired_records_in_batches_until_none_is_left() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url);
     let clock = ManualClock::default();
     let store = schema.manual_clock_store(&clock).await;
@@ -563,7 +564,7 @@ async fn the_purger_removes_expired_records_in_batches_until_none_is_left() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn unreadable_rows_are_corrupted_not_unavailable() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url);
     let store = schema.server_clock_store().await;
     let a = address("corrupt");
@@ -608,7 +609,7 @@ async fn unreadable_rows_are_corrupted_not_unavailable() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_dropped_table_is_misconfigured_and_a_closed_pool_unavailable() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url);
     let store = schema.server_clock_store().await;
     let other = schema.server_clock_store().await;

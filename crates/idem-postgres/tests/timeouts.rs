@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use idem_core::{Acquisition, Store, StoreError};
 use idem_postgres::{PostgresOptions, PostgresStore};
+use idem_test_support::require;
 
 use common::{TERMS, TestSchema, address, fingerprint};
 
@@ -26,7 +27,7 @@ fn sqlstate(error: &(dyn std::error::Error + 'static)) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_statement_timeout_bounds_every_connection_of_the_store() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url);
     schema.server_clock_store().await.close().await;
     let separator = if url.contains('?') { '&' } else { '?' };
@@ -81,7 +82,7 @@ async fn the_statement_timeout_bounds_every_connection_of_the_store() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_statement_timeout_the_server_settings_apply() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let schema = TestSchema::new(&url);
     let store = schema.server_clock_store().await;
     let shown: String = sqlx::query_scalar("SHOW statement_timeout")

@@ -8,6 +8,7 @@ use std::{pin::pin, time::Duration};
 use futures_util::FutureExt;
 use idem_core::{Acquisition, Address, ManualClock, Store, StoreError, StoredResponse};
 use idem_postgres::PostgresStore;
+use idem_test_support::require;
 use sqlx::{AssertSqlSafe, PgPool};
 use tokio::time::timeout;
 
@@ -103,7 +104,7 @@ fn charged() -> StoredResponse {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_committed_transaction_keeps_both_the_order_and_the_completion() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let shop = Shop::new(&url, None).await;
     let key = address("pay-1");
     let lease = acquired(&shop.store, &key).await;
@@ -128,7 +129,7 @@ async fn a_committed_transaction_keeps_both_the_order_and_the_completion() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rolled_back_transaction_keeps_neither_and_the_retry_charges_once() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let shop = Shop::new(&url, None).await;
     let key = address("pay-2");
     let lease = acquired(&shop.store, &key).await;
@@ -161,7 +162,7 @@ async fn a_rolled_back_transaction_keeps_neither_and_the_retry_charges_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stale_token_cannot_complete_and_the_caller_rolls_back() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let clock = ManualClock::default();
     let shop = Shop::new(&url, Some(&clock)).await;
     let key = address("pay-3");
@@ -185,7 +186,7 @@ async fn a_stale_token_cannot_complete_and_the_caller_rolls_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_takeover_waits_for_an_uncommitted_completion_then_replays_it() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let clock = ManualClock::default();
     let shop = Shop::new(&url, Some(&clock)).await;
     let key = address("pay-4");
@@ -211,7 +212,7 @@ async fn a_takeover_waits_for_an_uncommitted_completion_then_replays_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_takeover_waits_for_an_uncommitted_completion_and_takes_over_after_a_rollback() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let clock = ManualClock::default();
     let shop = Shop::new(&url, Some(&clock)).await;
     let key = address("pay-5");
@@ -242,7 +243,7 @@ async fn a_takeover_waits_for_an_uncommitted_completion_and_takes_over_after_a_r
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_one_transaction_a_duplicate_waits_then_replays_the_committed_result() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let shop = Shop::new(&url, None).await;
     let key = address("pay-6");
 
@@ -276,7 +277,7 @@ async fn in_one_transaction_a_duplicate_waits_then_replays_the_committed_result(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_one_transaction_a_rollback_leaves_no_trace_and_frees_the_key() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let shop = Shop::new(&url, None).await;
     let key = address("pay-7");
 
@@ -302,7 +303,7 @@ async fn in_one_transaction_a_rollback_leaves_no_trace_and_frees_the_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn other_instances_hear_of_a_completion_only_when_it_commits() {
-    let url = require_postgres!();
+    let url = require!(Postgres);
     let shop = Shop::new(&url, None).await;
     let listener = shop.schema.server_clock_store().await;
     let warm = listener.changed(&address("probe"));

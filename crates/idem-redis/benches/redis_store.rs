@@ -8,7 +8,6 @@
 
 use std::{
     hint::black_box,
-    io::Write,
     sync::atomic::{AtomicU64, Ordering},
     time::{Duration, Instant},
 };
@@ -16,6 +15,7 @@ use std::{
 use criterion::{Criterion, Throughput, criterion_group};
 use idem_core::{Acquisition, Address, Fingerprint, Scope, Store, StoredResponse, Terms};
 use idem_redis::{RedisOptions, RedisStore};
+use idem_test_support::Server;
 use redis::{Script, Value, aio::ConnectionManager};
 
 /// Tasks issuing operations at once.
@@ -29,12 +29,6 @@ fn response() -> StoredResponse {
     StoredResponse::new(201)
         .header("content-type", "application/json")
         .body(r#"{"id":"ch_1","amount":1000,"currency":"eur"}"#)
-}
-
-fn url() -> Option<String> {
-    std::env::var("IDEM_TEST_REDIS_URL")
-        .ok()
-        .filter(|url| !url.is_empty())
 }
 
 /// A number no other operation of this process uses, for a new key each time.
@@ -113,8 +107,7 @@ async fn baseline_acquire_complete(
 }
 
 fn acquire_complete(c: &mut Criterion) {
-    let Some(url) = url() else {
-        let _ = writeln!(std::io::stderr(), "skipped: IDEM_TEST_REDIS_URL is not set");
+    let Some(url) = Server::Redis.url() else {
         return;
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -24,7 +24,8 @@ use idem_conformance::{
 };
 use idem_core::{Acquisition, ManualClock, Store};
 use idem_redis::{KeyPrefix, RedisOptions, RedisStore};
-use support::{Server, free_port, fresh_prefix, inspect, server_configured};
+
+use support::{Server, free_port, fresh_prefix, inspect};
 
 /// The seed URLs of the cluster, started on first use.
 fn cluster() -> &'static [String] {
@@ -121,12 +122,12 @@ async fn subject() -> ManualSubject<RedisStore> {
     ManualSubject { store, clock }
 }
 
-idem_conformance::conformance_tests!(subject(), if server_configured());
+idem_conformance::conformance_tests!(subject(), if idem_test_support::Server::Redis.url().is_some());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn records_spread_over_the_masters() {
     const ADDRESSES: usize = 64;
-    if !server_configured() {
+    if idem_test_support::Server::Redis.url().is_none() {
         return;
     }
     let prefix = fresh_prefix();
@@ -151,7 +152,7 @@ async fn records_spread_over_the_masters() {
 async fn concurrent_acquires_from_two_instances_elect_one_holder_per_address() {
     const ADDRESSES: usize = 100;
     const CALLERS: usize = 64;
-    if !server_configured() {
+    if idem_test_support::Server::Redis.url().is_none() {
         return;
     }
     let prefix = fresh_prefix();
@@ -191,7 +192,7 @@ async fn concurrent_acquires_from_two_instances_elect_one_holder_per_address() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn changed_wakes_a_waiter_on_another_instance_over_sharded_pub_sub() {
-    if !server_configured() {
+    if idem_test_support::Server::Redis.url().is_none() {
         return;
     }
     let prefix = fresh_prefix();

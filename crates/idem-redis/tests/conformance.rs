@@ -9,7 +9,9 @@ use std::time::Duration;
 use idem_conformance::{ManualSubject, Subject, checks};
 use idem_core::ManualClock;
 use idem_redis::{RedisOptions, RedisStore};
-use support::{fresh_prefix, manual_store, redis_url, server_configured};
+use idem_test_support::Server;
+
+use support::{fresh_prefix, manual_store, redis_url};
 
 async fn subject() -> ManualSubject<RedisStore> {
     let clock = ManualClock::default();
@@ -17,7 +19,7 @@ async fn subject() -> ManualSubject<RedisStore> {
     ManualSubject { store, clock }
 }
 
-idem_conformance::conformance_tests!(subject(), if server_configured());
+idem_conformance::conformance_tests!(subject(), if Server::Redis.url().is_some());
 
 /// The store on the server's clock: moving time means waiting.
 struct ServerClockSubject {
@@ -60,7 +62,7 @@ mod server_clock {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $check() {
-                    if !server_configured() {
+                    if Server::Redis.url().is_none() {
                         return;
                     }
                     checks::$check(&server_clock_subject().await).await;

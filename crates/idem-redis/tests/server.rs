@@ -25,9 +25,8 @@ use idem_core::{
 };
 use idem_redis::{Error, KeyPrefix, RedisOptions, RedisStore};
 use redis::Commands;
-use support::{
-    Server, free_port, fresh_prefix, inspect, manual_store, redis_url, server_configured,
-};
+
+use support::{Server, free_port, fresh_prefix, inspect, manual_store, redis_url};
 use tokio::time::timeout;
 
 async fn open(url: &str, prefix: &KeyPrefix) -> RedisStore {
@@ -52,7 +51,7 @@ async fn assert_not_woken(waiting: std::pin::Pin<&mut (impl Future<Output = ()> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn changed_wakes_a_waiter_on_another_instance() {
-    if !server_configured() {
+    if idem_test_support::Server::Redis.url().is_none() {
         return;
     }
     let prefix = fresh_prefix();
@@ -83,7 +82,7 @@ async fn changed_wakes_a_waiter_on_another_instance() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn changed_survives_a_lost_subscriber_connection() {
-    if !server_configured() {
+    if idem_test_support::Server::Redis.url().is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -125,7 +124,7 @@ async fn changed_survives_a_lost_subscriber_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn engines_on_two_instances_execute_once_and_every_waiter_replays() {
     const CALLERS: usize = 16;
-    if !server_configured() {
+    if idem_test_support::Server::Redis.url().is_none() {
         return;
     }
     let prefix = fresh_prefix();
@@ -173,7 +172,7 @@ async fn engines_on_two_instances_execute_once_and_every_waiter_replays() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn records_survive_a_restart_with_appendfsync_always() {
-    if !server_configured() {
+    if idem_test_support::Server::Redis.url().is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -205,7 +204,7 @@ async fn records_survive_a_restart_with_appendfsync_always() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_restart_without_an_append_only_file_loses_records_but_not_fencing() {
-    if !server_configured() {
+    if idem_test_support::Server::Redis.url().is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -237,7 +236,7 @@ async fn a_restart_without_an_append_only_file_loses_records_but_not_fencing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_expires_records_itself_so_purge_finds_none() {
-    if !server_configured() {
+    if idem_test_support::Server::Redis.url().is_none() {
         return;
     }
     let store = open(&redis_url(), &fresh_prefix()).await;
@@ -271,7 +270,7 @@ async fn redis_expires_records_itself_so_purge_finds_none() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_released_record_leaves_a_fence_that_expires_with_it() {
-    if !server_configured() {
+    if idem_test_support::Server::Redis.url().is_none() {
         return;
     }
     let store = open(&redis_url(), &fresh_prefix()).await;
@@ -294,7 +293,7 @@ async fn a_released_record_leaves_a_fence_that_expires_with_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn unreadable_records_are_corrupted_not_unavailable() {
-    if !server_configured() {
+    if idem_test_support::Server::Redis.url().is_none() {
         return;
     }
     let store = open(&redis_url(), &fresh_prefix()).await;
@@ -386,7 +385,7 @@ fn round_trips(redis: &mut redis::Connection) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_new_key_takes_two_round_trips_and_a_replay_one() {
-    if !server_configured() {
+    if idem_test_support::Server::Redis.url().is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -414,7 +413,7 @@ async fn a_new_key_takes_two_round_trips_and_a_replay_one() {
 /// The `no_run` examples of the crate docs and of `RedisStore`, on the test server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_documented_examples_work() {
-    if !server_configured() {
+    if idem_test_support::Server::Redis.url().is_none() {
         return;
     }
     let store = open(&redis_url(), &fresh_prefix()).await;

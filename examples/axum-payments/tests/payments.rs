@@ -1,11 +1,7 @@
 //! The payments service against a real PostgreSQL, one schema per test: a charge and its key
 //! commit together or not at all, whatever step fails, and the retry charges exactly once.
 
-use std::{
-    hash::{BuildHasher, RandomState},
-    io::Write,
-    str::FromStr,
-};
+use std::str::FromStr;
 
 use axum::{
     Router,
@@ -16,6 +12,7 @@ use axum_payments::{App, Step};
 use http_body_util::BodyExt;
 use idem_core::{Address, RecordState, Scope, Store, StoredResponse};
 use idem_postgres::PostgresOptions;
+use idem_test_support::{PgSchema, Server};
 use serde_json::{Value, json};
 use sqlx::{
     AssertSqlSafe, PgPool,
@@ -29,47 +26,26 @@ const AUTHORIZATION: &str = "Bearer sk_test_alice";
 struct Service {
     app: App,
     pool: PgPool,
-    url: String,
-    schema: String,
+    schema: PgSchema,
 }
 
 impl Service {
     /// `None` after saying why, when no server is configured.
     async fn start() -> Option<Self> {
-        let Ok(url) = std::env::var("IDEM_TEST_POSTGRES_URL") else {
-            let _ = writeln!(
-                std::io::stderr(),
-                "skipped: IDEM_TEST_POSTGRES_URL is not set"
-            );
-            return None;
-        };
-        let schema = format!(
-            "payments_test_{:016x}",
-            RandomState::new().hash_one(std::process::id())
-        );
-        let admin = PgPool::connect(&url).await.unwrap();
-        sqlx::query(AssertSqlSafe(format!(r#"CREATE SCHEMA "{schema}""#)))
-            .execute(&admin)
-            .await
-            .unwrap();
-        admin.close().await;
+        let url = Server::Postgres.url()?;
+        let schema = PgSchema::create(&url).await;
         let connect = PgConnectOptions::from_str(&url)
             .unwrap()
-            .options([("search_path", schema.as_str())]);
+            .options([("search_path", schema.name())]);
         let pool = PgPoolOptions::new()
             .max_connections(20)
             .test_before_acquire(false)
             .connect_with(connect)
             .await
             .unwrap();
-        let options = PostgresOptions::new().schema(schema.parse().unwrap());
+        let options = PostgresOptions::new().schema(schema.name().parse().unwrap());
         let app = App::new(pool.clone(), options).await.unwrap();
-        Some(Self {
-            app,
-            pool,
-            url,
-            schema,
-        })
+        Some(Self { app, pool, schema })
     }
 
     fn router(&self) -> Router {
@@ -127,7 +103,7 @@ impl Service {
         }
         let records: Vec<LiveRecord> = sqlx::query_as(AssertSqlSafe(format!(
             r#"SELECT scope, key, response FROM "{}".idem_records WHERE now() < expires_at"#,
-            self.schema
+            self.schema.name()
         )))
         .fetch_all(&self.pool)
         .await
@@ -149,28 +125,6 @@ impl Service {
 /// A live record as the table holds it: scope, key digest, and the encoded response (none: a
 /// processing record).
 type LiveRecord = (Vec<u8>, Vec<u8>, Option<Vec<u8>>);
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let (url, schema) = (self.url.clone(), self.schema.clone());
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async {
-                let pool = PgPool::connect(&url).await.unwrap();
-                sqlx::query(AssertSqlSafe(format!(
-                    r#"DROP SCHEMA IF EXISTS "{schema}" CASCADE"#
-                )))
-                .execute(&pool)
-                .await
-                .unwrap();
-            });
-        })
-        .join();
-    }
-}
 
 /// A response's status, whether it is a replay, and its JSON body.
 struct Answer {

@@ -1,13 +1,25 @@
 //! `idem relay`: starts, serves its admin endpoints, stops cleanly on SIGTERM; bad input is one
-//! line. (The relay's behaviour is tested in idem-messaging, against each broker.)
+//! line. [`RelayProcess`] in-process: migrates, publishes, stops on shutdown, fails fast without
+//! its database. (The relay's behaviour is tested in idem-messaging, against each broker; as a
+//! process under faults in idem-faults.)
 
 use std::{process::Stdio, time::Duration};
 
+use async_nats::jetstream::consumer::{AckPolicy, pull};
+use futures_util::StreamExt;
+use idem_gateway::relay::RelayProcess;
+use idem_messaging::{Error, Incoming, Outbox, OutboxMessage, OutboxOptions};
+use idem_test_support::{NatsStream, PgSchema, Server, require};
+use tokio_util::sync::CancellationToken;
+
 use crate::{
-    servers::{configured, free_port},
+    servers::free_port,
     support::{idem, idem_command},
     tls_servers::{Certificates, TlsNats},
 };
+
+/// How long a test waits for something that should happen in milliseconds.
+const EVENTUALLY: Duration = Duration::from_secs(60);
 
 #[test]
 fn a_bad_broker_url_is_one_line_and_exit_2() {
@@ -119,25 +131,13 @@ fn a_non_loopback_admin_listener_without_a_token_is_refused_with_exit_2() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_relay_serves_health_and_stops_on_sigterm_with_exit_0() {
-    let (Some(postgres), Some(nats)) = (
-        configured("IDEM_TEST_POSTGRES_URL"),
-        configured("IDEM_TEST_NATS_URL"),
-    ) else {
+    let (Some(postgres), Some(nats)) = (Server::Postgres.url(), Server::Nats.url()) else {
         return;
     };
-    let schema = format!("idem_relay_cli_{:x}", std::process::id());
+    let schema = PgSchema::create(&postgres).await;
     let admin = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let admin_addr = admin.local_addr().unwrap();
     drop(admin);
-    let psql = |sql: &str| {
-        let status = std::process::Command::new("psql")
-            .args([postgres.as_str(), "-qc", sql])
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(status.success(), "{sql}");
-    };
-    psql(&format!("create schema {schema}"));
     let token = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(token.path(), "relay-token\n").unwrap();
 
@@ -152,7 +152,7 @@ async fn the_relay_serves_health_and_stops_on_sigterm_with_exit_0() {
         ])
         .args([
             "--outbox-schema",
-            &schema,
+            schema.name(),
             "--admin-listen",
             &admin_addr.to_string(),
             "--admin-token-file",
@@ -203,22 +203,19 @@ async fn the_relay_serves_health_and_stops_on_sigterm_with_exit_0() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let _ = relay.kill();
-    psql(&format!("drop schema {schema} cascade"));
+    drop(schema);
     assert_eq!(exit.and_then(|s| s.code()), Some(0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_to_nats_over_tls_with_a_wrong_ca_warns_with_the_certificate_problem() {
-    let (Some(postgres), Some(_nats)) = (
-        configured("IDEM_TEST_POSTGRES_URL"),
-        configured("IDEM_TEST_NATS_URL"),
-    ) else {
+    let (Some(postgres), Some(_nats)) = (Server::Postgres.url(), Server::Nats.url()) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
     let certificates = Certificates::make(dir.path(), &["localhost", "127.0.0.1"]);
     let nats = TlsNats::start(dir.path(), &certificates);
-    let schema = format!("idem_relay_tls_{:x}", std::process::id());
+    let schema = PgSchema::create(&postgres).await;
     let psql = |sql: &str| {
         let output = std::process::Command::new("psql")
             .args([postgres.as_str(), "-qtAc", sql])
@@ -230,7 +227,6 @@ async fn a_relay_to_nats_over_tls_with_a_wrong_ca_warns_with_the_certificate_pro
             .success()
             .then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
     };
-    assert!(psql(&format!("create schema {schema}")).is_some());
     let log = dir.path().join("relay.log");
     let broker = nats.url(&format!("cacert={}", certificates.wrong_ca.display()));
     let mut relay = idem_command()
@@ -242,7 +238,7 @@ async fn a_relay_to_nats_over_tls_with_a_wrong_ca_warns_with_the_certificate_pro
             &broker,
             "--migrate",
         ])
-        .args(["--outbox-schema", &schema, "--log-format", "text"])
+        .args(["--outbox-schema", schema.name(), "--log-format", "text"])
         .args(["--admin-listen", &format!("127.0.0.1:{}", free_port())])
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&log).unwrap())
@@ -251,10 +247,11 @@ async fn a_relay_to_nats_over_tls_with_a_wrong_ca_warns_with_the_certificate_pro
         .unwrap();
 
     // The relay migrates the outbox; a message in it makes the relay connect.
+    let schema_name = schema.name();
     let insert = format!(
-        "insert into {schema}.idem_outbox (id, seq, destination, header_names, header_values, \
+        "insert into {schema_name}.idem_outbox (id, seq, destination, header_names, header_values, \
          payload, state, available_at, enqueued_at) values (gen_random_uuid(), \
-         nextval('{schema}.idem_outbox_seq'), 'orders.paid', '{{}}', '{{}}', 'x', 'pending', \
+         nextval('{schema_name}.idem_outbox_seq'), 'orders.paid', '{{}}', '{{}}', 'x', 'pending', \
          now(), now())"
     );
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -277,8 +274,8 @@ async fn a_relay_to_nats_over_tls_with_a_wrong_ca_warns_with_the_certificate_pro
     let _ = relay.kill();
     let _ = relay.wait();
     // Unavailable, not rejected: the message waits without a counted attempt.
-    let attempts = psql(&format!("select attempts from {schema}.idem_outbox"));
-    psql(&format!("drop schema {schema} cascade"));
+    let attempts = psql(&format!("select attempts from {schema_name}.idem_outbox"));
+    drop(schema);
     let warning = warning.unwrap_or_else(|| {
         panic!(
             "no warning about the connection in:\n{}",
@@ -290,6 +287,92 @@ async fn a_relay_to_nats_over_tls_with_a_wrong_ca_warns_with_the_certificate_pro
         "{warning}"
     );
     assert_eq!(attempts.as_deref(), Some("0"));
+}
+
+#[tokio::test]
+async fn a_relay_process_migrates_publishes_and_stops_on_shutdown() {
+    let postgres = require!(Postgres);
+    let nats = require!(Nats);
+    let schema = PgSchema::create(&postgres).await;
+    let pool = sqlx::PgPool::connect(&postgres).await.unwrap();
+    let stream = NatsStream::create(&nats, Duration::from_secs(120)).await;
+    let options = || OutboxOptions::new().schema(schema.name().parse().unwrap());
+
+    let shutdown = CancellationToken::new();
+    let process = RelayProcess::new(postgres.clone(), nats.parse().unwrap())
+        .outbox(options())
+        .migrate(true)
+        .relay(|relay| relay.poll_interval(Duration::from_millis(50)));
+    let task = tokio::spawn(process.run(shutdown.clone().cancelled_owned()));
+
+    // The process created the outbox: wait for it, then enqueue.
+    let outbox = Outbox::new(options());
+    let ids = tokio::time::timeout(EVENTUALLY, async {
+        loop {
+            let mut tx = pool.begin().await.unwrap();
+            let mut ids = Vec::new();
+            for n in 0..3 {
+                let message = OutboxMessage::new(stream.subject().to_owned(), n.to_string());
+                match outbox.enqueue(&mut tx, message).await {
+                    Ok(id) => ids.push(id),
+                    Err(_) => break,
+                }
+            }
+            if ids.len() == 3 {
+                tx.commit().await.unwrap();
+                return ids;
+            }
+            drop(tx);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap();
+    tokio::time::timeout(EVENTUALLY, async {
+        while stream.stored().await < 3 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap();
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+
+    assert_eq!(stream.stored().await, 3);
+    assert_eq!(outbox.pending(&pool).await.unwrap(), 0);
+    let consumer = stream
+        .jetstream()
+        .get_stream(stream.name())
+        .await
+        .unwrap()
+        .create_consumer(pull::Config {
+            durable_name: Some("ledger".into()),
+            ack_policy: AckPolicy::Explicit,
+            ack_wait: Duration::from_secs(30),
+            ..pull::Config::default()
+        })
+        .await
+        .unwrap();
+    let mut messages = consumer.messages().await.unwrap();
+    for id in ids {
+        let message = tokio::time::timeout(EVENTUALLY, messages.next())
+            .await
+            .expect("a message within a minute")
+            .expect("the stream goes on")
+            .expect("a message, not an error");
+        assert_eq!(message.message_id(), Some(id.as_str()));
+    }
+}
+
+#[tokio::test]
+async fn a_relay_process_fails_fast_when_the_database_is_unreachable() {
+    let nats = require!(Nats);
+    let process = RelayProcess::new(
+        "postgres://postgres@127.0.0.1:1/none",
+        nats.parse().unwrap(),
+    );
+    let outcome = process.run(std::future::pending()).await;
+    assert!(matches!(outcome, Err(Error::Database(_))), "{outcome:?}");
 }
 
 /// A GET of `path` with an optional bearer token, over a plain TCP connection: the whole

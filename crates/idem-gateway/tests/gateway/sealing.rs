@@ -193,7 +193,7 @@ async fn the_postgres_row_holds_no_response_in_clear() {
     );
     gateway.stop().await;
 
-    let server = crate::servers::configured("IDEM_TEST_POSTGRES_URL").unwrap();
+    let server = idem_test_support::Server::Postgres.configured().unwrap();
     let mut connection = <sqlx::PgConnection as sqlx::Connection>::connect(&server)
         .await
         .unwrap();
@@ -234,13 +234,13 @@ async fn the_redis_value_holds_no_response_in_clear() {
     );
     gateway.stop().await;
 
-    let server = crate::servers::configured("IDEM_TEST_REDIS_URL").unwrap();
+    let server = idem_test_support::Server::Redis.configured().unwrap();
     let mut connection = redis::Client::open(server.as_str())
         .unwrap()
         .get_connection()
         .unwrap();
     let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{{{}:*", prefix.prefix))
+        .arg(format!("{{{}:*", prefix.prefix()))
         .query(&mut connection)
         .unwrap();
     let records: Vec<&String> = keys.iter().filter(|k| k.ends_with('}')).collect();

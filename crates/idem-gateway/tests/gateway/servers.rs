@@ -3,36 +3,16 @@
 //! `redis-server` a test starts, kills and restarts itself.
 
 use std::{
-    hash::{BuildHasher, RandomState},
-    io::Write,
     net::TcpListener,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
+use idem_test_support::Server;
 use sqlx::{Connection, PgConnection};
 
-const POSTGRES_VARIABLE: &str = "IDEM_TEST_POSTGRES_URL";
-const REDIS_VARIABLE: &str = "IDEM_TEST_REDIS_URL";
-
-/// The variable's value, or `None` after saying on stderr that the test is skipped.
-pub(crate) fn configured(variable: &str) -> Option<String> {
-    match std::env::var(variable) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            // Straight to the process's stderr: the harness captures `eprintln!`.
-            let _ = writeln!(std::io::stderr(), "skipped: {variable} is not set");
-            None
-        }
-    }
-}
-
-/// A name no other test (of this run or another) uses.
-fn unique(prefix: &str) -> String {
-    let random = RandomState::new().hash_one((std::process::id(), Instant::now()));
-    format!("{prefix}{random:016x}")
-}
+pub(crate) use idem_test_support::free_port;
 
 /// `url` with `parameters` added to its query.
 fn with_query(url: &str, parameters: &str) -> String {
@@ -42,7 +22,7 @@ fn with_query(url: &str, parameters: &str) -> String {
 
 /// A schema of the test's own on the test server, with a random name, dropped at the end.
 pub(crate) struct PgSchema {
-    server: String,
+    schema: idem_test_support::PgSchema,
     /// The schema's name, also the `application_name` of the gateways' connections.
     pub(crate) name: String,
 }
@@ -50,24 +30,29 @@ pub(crate) struct PgSchema {
 impl PgSchema {
     /// A new schema name, or `None` when no server is configured (the test is skipped).
     pub(crate) fn new() -> Option<Self> {
+        let schema = idem_test_support::PgSchema::new(&Server::Postgres.url()?);
         Some(Self {
-            server: configured(POSTGRES_VARIABLE)?,
-            name: unique("idem_gw_"),
+            name: schema.name().to_owned(),
+            schema,
         })
+    }
+
+    fn server(&self) -> &str {
+        self.schema.server()
     }
 
     /// The gateway's `--store`: the schema, and the schema's name as the connections'
     /// `application_name` so that the test can find them.
     pub(crate) fn store_url(&self) -> String {
         with_query(
-            &self.server,
+            self.server(),
             &format!("schema={0}&application_name={0}", self.name),
         )
     }
 
     /// Runs `sql` on the server.
     pub(crate) async fn execute(&self, sql: &str) -> u64 {
-        let mut connection = PgConnection::connect(&self.server).await.unwrap();
+        let mut connection = PgConnection::connect(self.server()).await.unwrap();
         let done = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
             .execute(&mut connection)
             .await
@@ -79,7 +64,7 @@ impl PgSchema {
     /// `application_name`) and their listeners' (by the `LISTEN` of the schema's channel).
     /// Returns how many there were.
     pub(crate) async fn terminate_connections(&self, channel: &str) -> i64 {
-        let mut connection = PgConnection::connect(&self.server).await.unwrap();
+        let mut connection = PgConnection::connect(self.server()).await.unwrap();
         sqlx::query_scalar(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
              WHERE pid <> pg_backend_pid() \
@@ -95,7 +80,7 @@ impl PgSchema {
 
     /// The schema's `LISTEN`/`NOTIFY` channel, as the store computes it.
     pub(crate) async fn channel(&self) -> String {
-        let pool = sqlx::PgPool::connect(&self.server).await.unwrap();
+        let pool = sqlx::PgPool::connect(self.server()).await.unwrap();
         let options = idem_postgres::PostgresOptions::new().schema(self.name.parse().unwrap());
         let store = idem_postgres::PostgresStore::open(pool, options)
             .await
@@ -106,84 +91,34 @@ impl PgSchema {
     }
 }
 
-impl Drop for PgSchema {
-    fn drop(&mut self) {
-        let server = self.server.clone();
-        let statement = format!(r#"DROP SCHEMA IF EXISTS "{}" CASCADE"#, self.name);
-        // Drop runs inside the test's runtime, which must not block: a thread of its own.
-        let dropped = std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(async {
-                    let mut connection = PgConnection::connect(&server).await?;
-                    sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
-                        .execute(&mut connection)
-                        .await
-                        .map(drop)
-                })
-        })
-        .join();
-        if !matches!(dropped, Ok(Ok(()))) {
-            eprintln!("could not drop the test schema {}", self.name);
-        }
-    }
-}
-
 /// A key prefix of the test's own on the test Redis server; its keys are deleted at the end.
 pub(crate) struct RedisPrefix {
-    server: String,
-    pub(crate) prefix: String,
+    prefix: idem_test_support::RedisPrefix,
 }
 
 impl RedisPrefix {
     /// A new prefix on the test server, or `None` when no server is configured (the test is
     /// skipped).
     pub(crate) fn new() -> Option<Self> {
-        Some(Self::on(&configured(REDIS_VARIABLE)?))
+        Some(Self::on(&Server::Redis.url()?))
     }
 
     /// A new prefix on the server at `server`.
     pub(crate) fn on(server: &str) -> Self {
         Self {
-            server: server.to_owned(),
-            prefix: unique("idem-gw-test:"),
+            prefix: idem_test_support::RedisPrefix::new(server),
         }
+    }
+
+    /// The prefix.
+    pub(crate) fn prefix(&self) -> &str {
+        self.prefix.prefix()
     }
 
     /// The gateway's `--store`.
     pub(crate) fn store_url(&self) -> String {
-        with_query(&self.server, &format!("prefix={}", self.prefix))
+        with_query(self.prefix.server(), &format!("prefix={}", self.prefix()))
     }
-}
-
-impl Drop for RedisPrefix {
-    fn drop(&mut self) {
-        let Ok(mut connection) =
-            redis::Client::open(self.server.as_str()).and_then(|client| client.get_connection())
-        else {
-            return;
-        };
-        // Every key of the store is `{prefix:…}…`.
-        let pattern = format!("{{{}:*", self.prefix);
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(&pattern)
-            .query(&mut connection)
-            .unwrap_or_default();
-        if !keys.is_empty() {
-            let _: Result<(), _> = redis::cmd("DEL").arg(&keys).query(&mut connection);
-        }
-    }
-}
-
-/// A free loopback port.
-pub(crate) fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A `redis-server` of the test's own, on a free port, killed when dropped.
@@ -199,7 +134,7 @@ impl RedisServer {
     /// (`--appendfsync always`), so that what it acknowledged survives a `SIGKILL`; or `None`
     /// when no Redis is configured for the tests (they are skipped).
     pub(crate) fn durable(dir: &Path) -> Option<Self> {
-        configured(REDIS_VARIABLE)?;
+        Server::Redis.url()?;
         Some(Self::start(
             dir,
             free_port(),
@@ -272,7 +207,7 @@ impl RedisCluster {
     /// Starts the nodes with their files in `dir` and joins them, or returns `None` when no
     /// Redis is configured for the tests (they are skipped).
     pub(crate) fn start(dir: &Path) -> Option<Self> {
-        configured(REDIS_VARIABLE)?;
+        Server::Redis.url()?;
         let nodes: Vec<RedisServer> = (0..3)
             .map(|_| {
                 let port = free_cluster_port();
@@ -323,7 +258,7 @@ impl RedisCluster {
         format!(
             "redis+cluster://{}?prefix={}",
             nodes.join(","),
-            unique("idem-gw-test:")
+            idem_test_support::unique_name("idem-test:")
         )
     }
 }

@@ -3,6 +3,7 @@
 
 use std::{net::SocketAddr, time::Duration};
 
+use idem_test_support::Server;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{
@@ -15,7 +16,7 @@ use tokio::{
 };
 
 use crate::{
-    servers::{RedisPrefix, configured},
+    servers::RedisPrefix,
     support::{Client, Gateway, Upstream},
 };
 
@@ -175,7 +176,7 @@ async fn pipe(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut stalled: watc
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_that_stops_answering_is_503_within_the_store_timeout_then_recovers() {
-    let Some(server) = configured("IDEM_TEST_REDIS_URL") else {
+    let Some(server) = Server::Redis.url() else {
         return;
     };
     let authority = server.trim_start_matches("redis://");

@@ -3,11 +3,11 @@
 
 use std::{process::Stdio, time::Duration};
 
+use idem_test_support::Server;
 use sqlx::{ConnectOptions, Connection};
 
 use crate::{
     cli::fails,
-    servers::configured,
     support::{Client, Gateway, Upstream, idem, idem_command},
     tls_servers::{Certificates, TlsPostgres, TlsRedis},
 };
@@ -27,7 +27,7 @@ async fn executes_once_and_replays(gateway: &Gateway, upstream: &Upstream) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_over_tls_checks_the_ca_and_the_host_name_as_libpq_does() {
-    if configured("IDEM_TEST_POSTGRES_URL").is_none() {
+    if Server::Postgres.url().is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -89,7 +89,7 @@ async fn postgres_over_tls_checks_the_ca_and_the_host_name_as_libpq_does() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_over_tls_checks_the_ca() {
-    if configured("IDEM_TEST_REDIS_URL").is_none() {
+    if Server::Redis.url().is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -125,7 +125,7 @@ async fn redis_over_tls_checks_the_ca() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_cluster_over_tls_checks_the_ca() {
-    if configured("IDEM_TEST_REDIS_URL").is_none() {
+    if Server::Redis.url().is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -153,7 +153,7 @@ async fn a_redis_cluster_over_tls_checks_the_ca() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_relay_reaches_postgres_over_tls_with_the_right_ca_only() {
-    if configured("IDEM_TEST_POSTGRES_URL").is_none() {
+    if Server::Postgres.url().is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

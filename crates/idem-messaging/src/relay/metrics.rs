@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use crate::BatchReport;
+use sqlx::PgPool;
+
+use crate::{BatchReport, Error, Outbox};
 
 /// Counter: messages the broker confirmed.
 pub const PUBLISHED: &str = "idem_outbox_published_total";
@@ -13,12 +15,38 @@ pub const FAILED: &str = "idem_outbox_failed_total";
 pub const DEAD_LETTERED: &str = "idem_outbox_dead_lettered_total";
 /// Counter: claimed messages given back untried (broker unavailable, shutdown).
 pub const RELEASED: &str = "idem_outbox_released_total";
-/// Gauge: messages waiting to be published, set by [`RelayProcess`](crate::RelayProcess) at each
-/// progress report.
+/// Gauge: messages waiting to be published, set by [`record_pending`] (which `idem relay` calls at
+/// each progress report).
 pub const PENDING: &str = "idem_outbox_pending";
 /// Histogram: seconds from a claim to the end of its batch (publish and marks), for batches that
 /// claimed at least one message.
 pub const BATCH_SECONDS: &str = "idem_outbox_batch_seconds";
+
+/// The `outbox` label of these metrics: the outbox table's qualified name, `"schema"."table"`.
+pub fn outbox_label(outbox: &Outbox) -> String {
+    outbox.inner().location.qualified()
+}
+
+/// Counts the messages waiting in `outbox` and sets the [`PENDING`] gauge to it: what a process
+/// running a relay calls now and then to report its progress.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(pool: sqlx::PgPool) -> Result<(), idem_messaging::Error> {
+/// use idem_messaging::{Outbox, OutboxOptions, metrics};
+///
+/// let outbox = Outbox::new(OutboxOptions::new());
+/// let pending = metrics::record_pending(&outbox, &pool).await?;
+/// tracing::info!(outbox = metrics::outbox_label(&outbox), pending, "outbox relay progress");
+/// # Ok(())
+/// # }
+/// ```
+pub async fn record_pending(outbox: &Outbox, pool: &PgPool) -> Result<u64, Error> {
+    let pending = outbox.pending(pool).await?;
+    metrics::gauge!(PENDING, "outbox" => outbox_label(outbox)).set(pending as f64);
+    Ok(pending)
+}
 
 /// Records one cycle, labelled with the outbox's qualified table name.
 pub(super) fn record(outbox: &str, report: &BatchReport, elapsed: Duration) {

@@ -66,7 +66,6 @@
 mod claim;
 mod listener;
 pub mod metrics;
-mod process;
 mod report;
 
 use std::{
@@ -86,7 +85,6 @@ use crate::{Confirmations, Envelope, Error, Outbox, PublishError, Publisher};
 use claim::{Backoff, Claim, ClaimRequest, Settled, Verdicts};
 use listener::Listener;
 
-pub use process::{RelayProcess, shutdown_on_signals};
 pub use report::BatchReport;
 
 /// The relay's own pause after a database error or an unavailable broker: doubled each time,
@@ -352,7 +350,7 @@ impl<P: Publisher> Relay<P> {
             }
         }
         metrics::record(
-            &self.outbox.inner().location.qualified(),
+            &metrics::outbox_label(&self.outbox),
             &report,
             started.elapsed(),
         );

@@ -1,11 +1,9 @@
-//! What the server tests share: the servers' URLs, a schema of the test's own with a ledger
-//! table, and publishers that record, refuse or stall.
+//! What the server tests share: a schema of the test's own with a ledger table, and publishers
+//! that record, refuse or stall. (The servers' URLs and the skip are `idem_test_support`'s.)
 
 #![allow(dead_code, unreachable_pub)] // each test file uses a part
 
 use std::{
-    hash::{BuildHasher, RandomState},
-    io::Write,
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -14,76 +12,47 @@ use idem_messaging::{
     Confirmations, ConsumerName, Envelope, InboxOptions, Outbox, OutboxOptions, PgInbox,
     PublishError, Publisher,
 };
+use idem_test_support::PgSchema;
 use sqlx::{AssertSqlSafe, PgPool, postgres::PgPoolOptions};
 use tokio::sync::Notify;
 
 /// How long a test waits for something that should happen in milliseconds.
 pub const EVENTUALLY: Duration = Duration::from_secs(60);
 
-/// The URL in `variable`, or `None` after saying why the test is skipped.
-pub fn server_url(variable: &str) -> Option<String> {
-    match std::env::var(variable) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            // Straight to stderr: the test harness captures `eprintln!` of passing tests.
-            let _ = writeln!(std::io::stderr(), "skipped: {variable} is not set");
-            None
-        }
-    }
-}
-
-/// Returns from the test when a server it needs is not configured.
-#[macro_export]
-macro_rules! require {
-    ($variable:literal) => {
-        match common::server_url($variable) {
-            Some(url) => url,
-            None => return,
-        }
-    };
-}
-
-/// A random lower-case suffix for names of the test's own.
-pub fn suffix() -> String {
-    let random = RandomState::new().hash_one(std::thread::current().id());
-    format!("{random:016x}")
-}
-
 /// A schema of the test's own, with a `ledger` table, dropped when this is.
 pub struct TestSchema {
     pub url: String,
     pub name: String,
     pub pool: PgPool,
+    _schema: PgSchema,
 }
 
 impl TestSchema {
     pub async fn new(url: &str) -> Self {
-        let name = format!("idem_test_{}", suffix());
+        let schema = PgSchema::create(url).await;
         let pool = PgPoolOptions::new()
             .max_connections(20)
             .connect(url)
             .await
             .expect("connect to the test server");
-        sqlx::query(AssertSqlSafe(format!(r#"CREATE SCHEMA "{name}""#)))
-            .execute(&pool)
-            .await
-            .unwrap();
+        let this = Self {
+            url: url.to_owned(),
+            name: schema.name().to_owned(),
+            pool,
+            _schema: schema,
+        };
         // One row per effect: duplicates would show as repeated message ids.
-        sqlx::query(AssertSqlSafe(format!(
-            r#"CREATE TABLE "{name}".ledger (
+        sqlx::query(this.sql(
+            "CREATE TABLE {schema}.ledger (
                 id bigserial PRIMARY KEY,
                 message_id text NOT NULL,
                 entry text NOT NULL
-            )"#
-        )))
-        .execute(&pool)
+            )",
+        ))
+        .execute(&this.pool)
         .await
         .unwrap();
-        Self {
-            url: url.to_owned(),
-            name,
-            pool,
-        }
+        this
     }
 
     pub fn inbox_options(&self) -> InboxOptions {
@@ -136,35 +105,6 @@ impl TestSchema {
 
     pub async fn inbox_rows(&self) -> i64 {
         self.count("SELECT count(*) FROM {schema}.idem_inbox").await
-    }
-}
-
-impl Drop for TestSchema {
-    fn drop(&mut self) {
-        let (url, name) = (self.url.clone(), self.name.clone());
-        // Drop is synchronous and may run inside a runtime: use a thread with its own.
-        let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            runtime.block_on(async {
-                let pool = PgPoolOptions::new()
-                    .max_connections(1)
-                    .connect(&url)
-                    .await?;
-                sqlx::query(AssertSqlSafe(format!(
-                    r#"DROP SCHEMA IF EXISTS "{name}" CASCADE"#
-                )))
-                .execute(&pool)
-                .await?;
-                pool.close().await;
-                anyhow::Ok(())
-            })
-        })
-        .join();
-        if let Ok(Err(error)) = dropped {
-            eprintln!("could not drop the test schema {}: {error:#}", self.name);
-        }
     }
 }
 

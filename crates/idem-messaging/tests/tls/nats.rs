@@ -12,9 +12,11 @@ use async_nats::{
     jetstream::{self, stream},
 };
 
+use idem_test_support::{free_port, require};
+
 use crate::{
-    assert_refused_without_a_client_certificate, certificates::Certificates, common,
-    common::TestSchema, refusal, relay_one, require,
+    assert_refused_without_a_client_certificate, certificates::Certificates, common::TestSchema,
+    refusal, relay_one,
 };
 
 /// The subjects the test stream captures.
@@ -128,18 +130,10 @@ impl TlsNats {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test]
 async fn a_wrong_ca_is_refused_and_the_right_one_relays_over_tls() {
-    let postgres = require!("IDEM_TEST_POSTGRES_URL");
-    let _nats = require!("IDEM_TEST_NATS_URL");
+    let postgres = require!(Postgres);
+    let _nats = require!(Nats);
     let dir = tempfile::tempdir().unwrap();
     let certificates = Certificates::make(dir.path());
     let server = TlsNats::start(dir.path(), &certificates, false).await;
@@ -169,8 +163,8 @@ async fn a_wrong_ca_is_refused_and_the_right_one_relays_over_tls() {
 
 #[tokio::test]
 async fn a_client_certificate_in_the_url_satisfies_a_server_that_asks_for_one() {
-    let postgres = require!("IDEM_TEST_POSTGRES_URL");
-    let _nats = require!("IDEM_TEST_NATS_URL");
+    let postgres = require!(Postgres);
+    let _nats = require!(Nats);
     let dir = tempfile::tempdir().unwrap();
     let certificates = Certificates::make(dir.path());
     let server = TlsNats::start(dir.path(), &certificates, true).await;
@@ -194,7 +188,7 @@ async fn a_client_certificate_in_the_url_satisfies_a_server_that_asks_for_one() 
 #[tokio::test]
 async fn a_ca_on_a_nats_url_refuses_a_server_without_tls() {
     // The shared server speaks plain text: with a CA given, the publisher never falls back to it.
-    let nats = require!("IDEM_TEST_NATS_URL");
+    let nats = require!(Nats);
     let dir = tempfile::tempdir().unwrap();
     let certificates = Certificates::make(dir.path());
     let url = format!("{nats}?cacert={}", certificates.ca.display());

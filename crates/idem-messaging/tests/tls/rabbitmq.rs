@@ -11,9 +11,11 @@ use lapin::{
 use tempfile::TempDir;
 use tokio::process::Command;
 
+use idem_test_support::{free_port, require};
+
 use crate::{
-    assert_refused_without_a_client_certificate, certificates::Certificates, common,
-    common::TestSchema, refusal, relay_one, require,
+    assert_refused_without_a_client_certificate, certificates::Certificates, common::TestSchema,
+    refusal, relay_one,
 };
 
 const QUEUE: &str = "idem_tls";
@@ -163,14 +165,6 @@ async fn run(command: &mut Command) {
     assert!(status.success(), "{command:?}: {status}");
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Waits until something accepts connections on `port`, for at most 60 s.
 async fn wait_port(port: u16) {
     tokio::time::timeout(Duration::from_secs(60), async {
@@ -187,8 +181,8 @@ async fn wait_port(port: u16) {
 
 #[tokio::test]
 async fn amqps_refuses_a_wrong_ca_and_relays_with_the_right_one() {
-    let postgres = require!("IDEM_TEST_POSTGRES_URL");
-    let _amqp = require!("IDEM_TEST_AMQP_URL");
+    let postgres = require!(Postgres);
+    let _amqp = require!(Amqp);
     let dir = tempfile::tempdir().unwrap();
     let certificates = Certificates::make(dir.path());
     let node = TlsRabbit::start(&certificates, false).await;
@@ -219,8 +213,8 @@ async fn amqps_refuses_a_wrong_ca_and_relays_with_the_right_one() {
 
 #[tokio::test]
 async fn a_client_certificate_in_the_url_satisfies_a_node_that_asks_for_one() {
-    let postgres = require!("IDEM_TEST_POSTGRES_URL");
-    let _amqp = require!("IDEM_TEST_AMQP_URL");
+    let postgres = require!(Postgres);
+    let _amqp = require!(Amqp);
     let dir = tempfile::tempdir().unwrap();
     let certificates = Certificates::make(dir.path());
     let node = TlsRabbit::start(&certificates, true).await;

@@ -1,55 +1,29 @@
-//! What the server tests share: the database URL, a schema of their own, and stores in it.
+//! What the server tests share: a schema of their own, and stores in it. (The database URL and
+//! the skip are `idem_test_support`'s.)
 
 #![allow(dead_code, unreachable_pub)] // each test file uses a part
 
-use std::{
-    hash::{BuildHasher, RandomState},
-    io::Write,
-    time::Duration,
-};
+use std::time::Duration;
 
 use idem_core::{Acquisition, Address, Fingerprint, Lease, ManualClock, Store, Terms};
 use idem_postgres::{PostgresOptions, PostgresStore};
+use idem_test_support::PgSchema;
 use sqlx::{PgPool, postgres::PgPoolOptions};
-
-/// The variable that points the tests at a server.
-pub const URL_VARIABLE: &str = "IDEM_TEST_POSTGRES_URL";
-
-/// The server's URL, or `None` after telling why the test is skipped.
-pub fn database_url() -> Option<String> {
-    match std::env::var(URL_VARIABLE) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            // Straight to stderr: the test harness captures `eprintln!` of passing tests.
-            let _ = writeln!(std::io::stderr(), "skipped: {URL_VARIABLE} is not set");
-            None
-        }
-    }
-}
-
-/// Returns from the test when no server is configured.
-#[macro_export]
-macro_rules! require_postgres {
-    () => {
-        match common::database_url() {
-            Some(url) => url,
-            None => return,
-        }
-    };
-}
 
 /// A schema of the test's own, with a random name, dropped when this is.
 pub struct TestSchema {
     pub url: String,
     pub name: String,
+    _schema: PgSchema,
 }
 
 impl TestSchema {
     pub fn new(url: &str) -> Self {
-        let random = RandomState::new().hash_one(std::process::id());
+        let schema = PgSchema::new(url);
         Self {
             url: url.to_owned(),
-            name: format!("idem_test_{random:016x}"),
+            name: schema.name().to_owned(),
+            _schema: schema,
         }
     }
 
@@ -85,35 +59,6 @@ impl TestSchema {
     /// A store on `clock`.
     pub async fn manual_clock_store(&self, clock: &ManualClock) -> PostgresStore {
         self.store(self.options().test_clock(clock.clone())).await
-    }
-}
-
-impl Drop for TestSchema {
-    fn drop(&mut self) {
-        let (url, name) = (self.url.clone(), self.name.clone());
-        // Drop is synchronous and may run inside a runtime: use a thread with its own.
-        let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            runtime.block_on(async {
-                let pool = PgPoolOptions::new()
-                    .max_connections(1)
-                    .connect(&url)
-                    .await?;
-                sqlx::query(sqlx::AssertSqlSafe(format!(
-                    r#"DROP SCHEMA IF EXISTS "{name}" CASCADE"#
-                )))
-                .execute(&pool)
-                .await?;
-                pool.close().await;
-                anyhow::Ok(())
-            })
-        })
-        .join();
-        if let Ok(Err(error)) = dropped {
-            eprintln!("could not drop the test schema {}: {error:#}", self.name);
-        }
     }
 }
 

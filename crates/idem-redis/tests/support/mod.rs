@@ -1,5 +1,5 @@
-//! What the server tests share: the test server's URL, a fresh key prefix per test, and
-//! `redis-server` processes of their own.
+//! What the server tests share: the test server's URL and a fresh key prefix per test (both
+//! `idem_test_support`'s), and `redis-server` processes of their own.
 //!
 //! No server outlives the test process. Each is started through `setpriv --pdeathsig KILL`, so
 //! the kernel kills it when the thread that started it ends, whatever way the process ends
@@ -10,45 +10,26 @@
 #![allow(dead_code, unreachable_pub)] // each test binary uses a part of it
 
 use std::{
-    io::Write,
     net::TcpListener,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::atomic::{AtomicU64, Ordering},
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant},
 };
 
 use idem_core::ManualClock;
 use idem_redis::{KeyPrefix, RedisOptions, RedisStore};
+use idem_test_support::unique_name;
 
-const URL_VARIABLE: &str = "IDEM_TEST_REDIS_URL";
-
-/// Whether the test server is configured; says so on stderr when it is not.
-pub fn server_configured() -> bool {
-    let configured = std::env::var_os(URL_VARIABLE).is_some_and(|url| !url.is_empty());
-    if !configured {
-        // Straight to the process's stderr: the test harness captures `eprintln!`.
-        let _ = writeln!(std::io::stderr(), "skipped: {URL_VARIABLE} is not set");
-    }
-    configured
-}
-
-/// The test server's URL, once [`server_configured`] said it is there.
+/// The test server's URL, once `idem_test_support::Server::Redis.url()` said it is there.
 pub fn redis_url() -> String {
-    std::env::var(URL_VARIABLE).expect("checked by server_configured")
+    idem_test_support::Server::Redis
+        .configured()
+        .expect("checked by Server::Redis.url()")
 }
 
 /// A prefix no other test uses, so that tests run in parallel on one server.
 pub fn fresh_prefix() -> KeyPrefix {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_nanos();
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    format!("idem-test:{}-{nanos:x}-{n}", std::process::id())
-        .parse()
-        .expect("valid prefix")
+    unique_name("idem-test:").parse().expect("valid prefix")
 }
 
 /// A store on the test server under a fresh prefix, on `clock`.
@@ -71,8 +52,7 @@ pub fn inspect(url: &str) -> redis::Connection {
 /// A port that was free a moment ago, with its cluster bus port (+10,000) free too.
 pub fn free_port() -> u16 {
     loop {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a port");
-        let port = listener.local_addr().expect("local address").port();
+        let port = idem_test_support::free_port();
         if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
             return port;
         }

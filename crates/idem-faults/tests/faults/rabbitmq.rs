@@ -14,11 +14,9 @@ use tempfile::TempDir;
 use tokio::{process::Command, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
-use crate::{
-    common,
-    harness::{self, Consumer, FaultBroker, Next},
-    require,
-};
+use idem_test_support::{free_port, require};
+
+use crate::harness::{self, Consumer, FaultBroker, Next};
 
 const QUEUE: &str = "faults";
 /// The longest the consumer waits for one step with the broker (connect, consume, handle a
@@ -36,11 +34,11 @@ struct RabbitNode {
 impl RabbitNode {
     async fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let port = harness::free_port();
+        let port = free_port();
         let node = Self {
             name: format!("idem-faults-{port}@localhost"),
             port,
-            dist_port: harness::free_port(),
+            dist_port: free_port(),
             dir,
         };
         let path = node.dir.path();
@@ -199,9 +197,9 @@ impl FaultBroker for RabbitNode {
 
 #[tokio::test]
 async fn nothing_is_lost_duplicated_or_reordered_through_rabbitmq_faults() {
-    let postgres = require!("IDEM_TEST_POSTGRES_URL");
+    let postgres = require!(Postgres);
     // Where RabbitMQ is set up for the tests, it is installed: this test runs a node of its own.
-    let _ = require!("IDEM_TEST_AMQP_URL");
+    let _ = require!(Amqp);
     let node = RabbitNode::start().await;
     let report = harness::run(node, &postgres).await;
 

@@ -7,7 +7,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use crate::{AdminToken, admin_auth};
 
 /// The relay's admin routes, serving `metrics`.
-pub fn router(metrics: PrometheusHandle, token: Option<AdminToken>) -> Router {
+pub(super) fn router(metrics: PrometheusHandle, token: Option<AdminToken>) -> Router {
     let protected = Router::new().route(
         "/metrics",
         get(move || std::future::ready(metrics.render())),

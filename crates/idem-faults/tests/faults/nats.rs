@@ -15,11 +15,9 @@ use tokio::{
     task::JoinHandle,
 };
 
-use crate::{
-    common,
-    harness::{self, Consumer, FaultBroker, Next},
-    require,
-};
+use idem_test_support::{free_port, require};
+
+use crate::harness::{self, Consumer, FaultBroker, Next};
 
 const STREAM: &str = "FAULTS";
 const SUBJECT: &str = "faults";
@@ -33,7 +31,7 @@ struct NatsServer {
 impl NatsServer {
     async fn start() -> Self {
         let mut server = Self {
-            port: harness::free_port(),
+            port: free_port(),
             store: tempfile::tempdir().unwrap(),
             server: None,
         };
@@ -153,9 +151,9 @@ impl FaultBroker for NatsServer {
 
 #[tokio::test]
 async fn nothing_is_lost_duplicated_or_reordered_through_nats_faults() {
-    let postgres = require!("IDEM_TEST_POSTGRES_URL");
+    let postgres = require!(Postgres);
     // Where NATS is set up for the tests, nats-server is installed: this test runs its own.
-    let _ = require!("IDEM_TEST_NATS_URL");
+    let _ = require!(Nats);
     let server = NatsServer::start().await;
     let report = harness::run(server, &postgres).await;
 

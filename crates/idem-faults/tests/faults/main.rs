@@ -1,5 +1,6 @@
 //! Jepsen-style fault tests, one per broker: messages pushed from the outbox through the broker
-//! into an inbox consumer whose handler books a ledger row, while a relay process is SIGKILLed
+//! into an inbox consumer whose handler books a ledger row, while a relay process (`idem relay`'s
+//! code, as `idem-fault-relay`) is SIGKILLed
 //! between publish and mark-sent, two relay processes compete, the consumer crashes after its
 //! commit and before its ack, and the broker is restarted once. At the end each prints a table
 //! and asserts that nothing was lost, duplicated or made up, and that per-key order held.
@@ -11,8 +12,7 @@
 //! `nats-server -js` on a free port with its own store, and a second RabbitMQ node on free
 //! ports with its own data directory.
 
-#[path = "../common/mod.rs"]
-mod common;
 mod harness;
+mod ledger;
 mod nats;
 mod rabbitmq;

@@ -1,7 +1,8 @@
-//! [`RelayProcess`]: a relay as a process of its own, what `idem relay` runs.
+//! [`RelayProcess`]: a relay as a process of its own.
 
 use std::{
     fmt,
+    future::Future,
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -9,13 +10,12 @@ use std::{
     time::{Duration, Instant},
 };
 
+use idem_messaging::{
+    BoxPublisher, BrokerUrl, Confirmations, Envelope, Error, Outbox, OutboxOptions, Publisher,
+    Relay, metrics,
+};
 use sqlx::{PgPool, postgres::PgPoolOptions};
 use tokio_util::sync::CancellationToken;
-
-use crate::{
-    BoxPublisher, BrokerUrl, Confirmations, Envelope, Error, Outbox, OutboxOptions, Publisher,
-    Relay,
-};
 
 /// How long a statement waits for a connection; at start, how long the database may take to
 /// answer before the process gives up.
@@ -27,21 +27,19 @@ type Wrap = Box<dyn FnOnce(BoxPublisher) -> BoxPublisher + Send>;
 /// A relay run as a process: connects to PostgreSQL, optionally migrates the outbox, publishes
 /// to the broker of a [`BrokerUrl`] until shut down, and reports its progress in the logs
 /// (`tracing`, every 10 s by default) and in the metrics (the relay's counters, and the gauge
-/// `idem_outbox_pending`).
+/// `idem_outbox_pending`). What `idem relay` runs.
 ///
 /// # Examples
 ///
 /// ```no_run
-/// # #[cfg(feature = "amqp")]
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-/// use std::time::Duration;
-/// use idem_messaging::{RelayProcess, shutdown_on_signals};
+/// use idem_gateway::{relay::RelayProcess, shutdown_signal};
 ///
-/// let shutdown = shutdown_on_signals()?; // SIGTERM or SIGINT: finish the batch, then stop
+/// // SIGTERM or SIGINT: finish the batch in flight, then stop.
 /// RelayProcess::new("postgres://postgres@127.0.0.1/app", "amqp://127.0.0.1:5672/%2f".parse()?)
 ///     .migrate(true)
 ///     .relay(|relay| relay.batch_size(200).ordering(true))
-///     .run(shutdown)
+///     .run(shutdown_signal())
 ///     .await?;
 /// # Ok(())
 /// # }
@@ -127,12 +125,17 @@ impl RelayProcess {
         self
     }
 
-    /// Connects, migrates if asked, and relays until `shutdown` is cancelled; then finishes the
+    /// Connects, migrates if asked, and relays until `shutdown` completes (give it
+    /// [`shutdown_signal()`](crate::shutdown_signal) for SIGTERM and SIGINT); then finishes the
     /// batch in flight (within the relay's shutdown grace) and returns.
     ///
-    /// Fails when the database cannot be reached at start (within 5 s), or the migration fails. Once
-    /// running, failures of the database or the broker are logged and retried, never returned.
-    pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
+    /// Fails when the database cannot be reached at start (within 5 s), or the migration fails.
+    /// Once running, failures of the database or the broker are logged and retried, never
+    /// returned.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), Error> {
         let pool = PgPoolOptions::new()
             .max_connections(self.max_connections)
             .acquire_timeout(ACQUIRE_TIMEOUT)
@@ -155,7 +158,7 @@ impl RelayProcess {
         if let Some(configure) = self.configure {
             relay = configure(relay);
         }
-        let location = outbox.inner().location.qualified();
+        let location = metrics::outbox_label(&outbox);
         tracing::info!(
             outbox = %location,
             broker = %self.broker,
@@ -168,7 +171,16 @@ impl RelayProcess {
             Arc::clone(&confirmed),
             self.progress_interval,
         ));
-        relay.run(shutdown).await;
+        let stop = CancellationToken::new();
+        let watch = tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                shutdown.await;
+                stop.cancel();
+            }
+        });
+        relay.run(stop).await;
+        watch.abort();
         progress.abort();
         tracing::info!(
             outbox = %location,
@@ -212,7 +224,7 @@ impl Publisher for Counting {
 /// Logs, every `interval`, how many messages were confirmed since the last time and how many
 /// are pending, and sets the pending gauge.
 async fn progress(pool: PgPool, outbox: Outbox, confirmed: Arc<AtomicU64>, interval: Duration) {
-    let location = outbox.inner().location.qualified();
+    let location = metrics::outbox_label(&outbox);
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await;
@@ -221,18 +233,14 @@ async fn progress(pool: PgPool, outbox: Outbox, confirmed: Arc<AtomicU64>, inter
         ticks.tick().await;
         let total = confirmed.load(Ordering::Relaxed);
         let elapsed = since.elapsed().as_secs_f64();
-        match outbox.pending(&pool).await {
-            Ok(pending) => {
-                metrics::gauge!(super::metrics::PENDING, "outbox" => location.clone())
-                    .set(pending as f64);
-                tracing::info!(
-                    outbox = %location,
-                    confirmed = total - last,
-                    per_second = ((total - last) as f64 / elapsed).round(),
-                    pending,
-                    "outbox relay progress"
-                );
-            }
+        match metrics::record_pending(&outbox, &pool).await {
+            Ok(pending) => tracing::info!(
+                outbox = %location,
+                confirmed = total - last,
+                per_second = ((total - last) as f64 / elapsed).round(),
+                pending,
+                "outbox relay progress"
+            ),
             Err(error) => tracing::warn!(
                 outbox = %location,
                 confirmed = total - last,
@@ -242,41 +250,4 @@ async fn progress(pool: PgPool, outbox: Outbox, confirmed: Arc<AtomicU64>, inter
         }
         (last, since) = (total, Instant::now());
     }
-}
-
-/// A token cancelled on the first SIGTERM or SIGINT (Ctrl-C elsewhere than Unix): give it to
-/// [`Relay::run`] or [`RelayProcess::run`] for a graceful stop.
-///
-/// # Errors
-///
-/// When the signal handlers cannot be installed.
-///
-/// # Panics
-///
-/// Outside a Tokio runtime.
-pub fn shutdown_on_signals() -> std::io::Result<CancellationToken> {
-    let token = CancellationToken::new();
-    let cancel = token.clone();
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut terminate = signal(SignalKind::terminate())?;
-        let mut interrupt = signal(SignalKind::interrupt())?;
-        tokio::spawn(async move {
-            let name = tokio::select! {
-                _ = terminate.recv() => "SIGTERM",
-                _ = interrupt.recv() => "SIGINT",
-            };
-            tracing::info!(signal = name, "shutting down");
-            cancel.cancel();
-        });
-    }
-    #[cfg(not(unix))]
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            tracing::info!("shutting down");
-            cancel.cancel();
-        }
-    });
-    Ok(token)
 }

@@ -1,6 +1,7 @@
-//! A relay process for the fault tests (`tests/faults`): a [`RelayProcess`] configured from the
-//! environment, that says on stdout what the broker confirmed and can be told to stop dead right
-//! after a batch's confirmations, before it marks the messages sent, for the test to SIGKILL it.
+//! The relay process of the fault tests (`tests/faults`): `idem relay`'s [`RelayProcess`],
+//! configured from the environment, that says on stdout what the broker confirmed and can be told
+//! to stop dead right after a batch's confirmations, before it marks the messages sent, for the
+//! test to SIGKILL it.
 //!
 //! | variable | meaning |
 //! | --- | --- |
@@ -20,10 +21,8 @@ use std::{
     time::Duration,
 };
 
-use idem_messaging::{
-    BoxPublisher, Confirmations, Envelope, OutboxOptions, Publisher, RelayProcess,
-    shutdown_on_signals,
-};
+use idem_gateway::{relay::RelayProcess, shutdown_signal};
+use idem_messaging::{BoxPublisher, Confirmations, Envelope, OutboxOptions, Publisher};
 
 /// Reports confirmations on stdout; hangs after the `halt_after`th confirmed batch.
 struct Reporting {
@@ -88,7 +87,8 @@ async fn main() -> Result<(), BoxError> {
     let ordering = var("IDEM_RELAY_ORDERING").as_deref() == Some("1");
     let halt_after: Option<u32> = number("IDEM_FAULT_HALT_AFTER")?;
 
-    let shutdown = shutdown_on_signals()?;
+    // Installed first, so that a SIGTERM sent as soon as the relay starts is not lost.
+    let shutdown = shutdown_signal();
     RelayProcess::new(store, broker)
         .outbox(outbox)
         .wrap_publisher(move |inner| {

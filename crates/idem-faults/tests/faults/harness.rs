@@ -24,7 +24,7 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::common::TestSchema;
+use crate::ledger::TestSchema;
 
 /// Messages per run: `IDEM_FAULT_MESSAGES`, 2,000 by default (the CI form).
 pub fn message_count() -> usize {
@@ -151,7 +151,7 @@ impl Consumer {
     }
 }
 
-/// A relay process (`idem-relay-test`) and what it says on stdout.
+/// A relay process (`idem-fault-relay`) and what it says on stdout.
 struct RelayChild {
     child: Child,
     halted: Arc<Notify>,
@@ -165,7 +165,7 @@ impl RelayChild {
         halt_after: Option<u32>,
         confirmed: &Arc<AtomicUsize>,
     ) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_idem-relay-test"));
+        let mut command = Command::new(env!("CARGO_BIN_EXE_idem-fault-relay"));
         command
             .env("IDEM_STORE", &schema.url)
             .env("IDEM_BROKER", broker)
@@ -181,7 +181,7 @@ impl RelayChild {
         if let Some(batches) = halt_after {
             command.env("IDEM_FAULT_HALT_AFTER", batches.to_string());
         }
-        let mut child = command.spawn().expect("start idem-relay-test");
+        let mut child = command.spawn().expect("start idem-fault-relay");
         let halted = Arc::new(Notify::new());
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         tokio::spawn({
@@ -311,7 +311,7 @@ pub async fn run<B: FaultBroker>(mut broker: B, postgres: &str) -> Report {
     let consumer = broker.spawn_consumer(Consumer {
         schema: Arc::clone(&schema),
         inbox,
-        name: crate::common::consumer("ledger"),
+        name: "ledger".parse().unwrap(),
         tally: Arc::clone(&tally),
         crash_at: messages / 4,
         stop: stop.clone(),
@@ -451,15 +451,6 @@ fn print(broker: &str, messages: usize, report: &Report, elapsed: Duration) {
         table.push_str(&format!("| {name} | {value} |\n"));
     }
     let _ = std::io::stderr().write_all(table.as_bytes());
-}
-
-/// A TCP port nobody listens on now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Whether something accepts connections on `port`.

@@ -1,0 +1,103 @@
+//! `idem relay`: publishes the messages of a PostgreSQL outbox to a broker, each confirmed by
+//! the broker before it is marked sent, until SIGTERM or SIGINT; with an admin listener for
+//! `/healthz` and `/metrics`.
+//!
+//! [`RelayProcess`] is the relay as a process (a pool, the migration, the publisher chosen by a
+//! [`BrokerUrl`](idem_messaging::BrokerUrl), progress in the logs and the metrics); [`run`] is
+//! the command, which adds the signals, the logs and the admin listener. The relay itself, and
+//! what it guarantees, are `idem_messaging`'s (see docs/messaging.md).
+//!
+//! # Examples
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), idem_gateway::Error> {
+//! use idem_gateway::{Cli, cli::Command, relay};
+//!
+//! let cli = Cli::parse_from_env_and_file([
+//!     "idem", "relay", "--store", "postgres://app@db/app", "--broker", "nats://127.0.0.1:4222",
+//! ])?;
+//! let Command::Relay(args) = cli.command else { unreachable!() };
+//! relay::run(*args).await // until SIGTERM or SIGINT
+//! # }
+//! ```
+
+mod admin;
+mod process;
+
+use std::future::IntoFuture as _;
+
+use idem_messaging::OutboxOptions;
+use tokio_util::sync::CancellationToken;
+
+pub use process::RelayProcess;
+
+use crate::{AdminToken, Error, cli::RelayArgs, logging};
+
+/// Runs `idem relay` until SIGTERM or SIGINT, then finishes the batch in flight and returns.
+///
+/// Refuses an admin listener beyond loopback without a token before anything starts, as
+/// `idem serve` does; fails when the admin listener cannot be bound, the database cannot be
+/// reached at start, or the migration fails.
+pub async fn run(args: RelayArgs) -> Result<(), Error> {
+    let token = args
+        .admin_token_file
+        .as_deref()
+        .map(AdminToken::from_file)
+        .transpose()?;
+    AdminToken::check_listen(args.admin_listen, token.as_ref())?;
+    logging::init(args.log_format, &args.log_level)?;
+    // Installed first, so that a signal sent as soon as the relay starts is not lost.
+    let signal = crate::shutdown_signal();
+    let shutdown = CancellationToken::new();
+    tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            signal.await;
+            shutdown.cancel();
+        }
+    });
+
+    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(Error::MetricsRecorder)?;
+    let addr = args.admin_listen;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Bind { addr, source })?;
+    tracing::info!(admin = %addr, "the admin endpoints are listening");
+    let admin = tokio::spawn(
+        axum::serve(listener, admin::router(metrics, token))
+            .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+            .into_future(),
+    );
+
+    let outbox = OutboxOptions::new()
+        .schema(args.outbox_schema)
+        .table(args.outbox_table);
+    let relayed = RelayProcess::new(args.store, args.broker)
+        .outbox(outbox)
+        .migrate(args.migrate)
+        .progress_interval(args.progress_interval.0)
+        .relay(move |relay| {
+            let relay = relay
+                .batch_size(args.batch_size)
+                .lease(args.lease.0)
+                .publish_timeout(args.publish_timeout.0)
+                .poll_interval(args.poll_interval.0)
+                .max_attempts(args.max_attempts)
+                .backoff(args.backoff.0, args.max_backoff.0)
+                .ordering(args.ordering)
+                .shutdown_grace(args.shutdown_timeout.0);
+            match args.relay_name {
+                Some(name) => relay.name(name),
+                None => relay,
+            }
+        })
+        .run(shutdown.clone().cancelled_owned())
+        .await;
+    shutdown.cancel();
+    if let Ok(Err(error)) = admin.await {
+        tracing::warn!(%error, "the admin listener failed");
+    }
+    relayed.map_err(Error::Relay)
+}
