@@ -62,6 +62,7 @@
 //! - [`ResponseBody`] and [`ResponseFuture`]: what the service returns;
 //! - [`Outcome`] and [`RequestKey`]: response extensions, for logs and metrics;
 //! - [`problem`]: the typed rejections and their problem types;
+//! - [`hop_by_hop`]: the headers that concern one connection, which are never stored or passed on;
 //! - [`FromBytes`]: the request bodies the layer can rebuild after buffering them.
 //!
 //! # Metrics
@@ -82,6 +83,7 @@ mod capture;
 mod config;
 mod from_bytes;
 mod future;
+pub mod hop_by_hop;
 mod layer;
 mod outcome;
 pub mod problem;
