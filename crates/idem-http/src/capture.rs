@@ -47,9 +47,13 @@ use http::{
     response::Parts,
 };
 use http_body_util::BodyExt;
-use idem_core::StoredResponse;
+use idem_core::{Outcome, StoredResponse};
 
-use crate::{ResponseBody, hop_by_hop::HopByHop, problem};
+use crate::{
+    ResponseBody,
+    hop_by_hop::HopByHop,
+    problem::{self, Rejection},
+};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -221,18 +225,22 @@ impl Data {
     }
 }
 
-/// Whether a replayed response says it is a replay.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Replay {
-    /// A retry gets the stored response: `Idempotent-Replayed: true`.
-    Marked,
-    /// The request that recorded it gets it (an outcome-unknown record): no mark.
-    Unmarked,
+/// The replay of a stored outcome, marked `Idempotent-Replayed: true`: the stored response
+/// ([`replay`]), or the outcome-unknown problem.
+pub(crate) fn replay_outcome<B>(outcome: Outcome) -> Response<ResponseBody<B>> {
+    match outcome {
+        Outcome::Response(stored) => replay(stored),
+        Outcome::Unknown => {
+            let mut response = Rejection::OutcomeUnknown.into_response();
+            mark_replayed(response.headers_mut());
+            response
+        }
+    }
 }
 
-/// The response for `stored`: its status, headers (hop-by-hop ones dropped, `Content-Length`
-/// recomputed), body and trailers.
-pub(crate) fn replay<B>(stored: StoredResponse, mark: Replay) -> Response<ResponseBody<B>> {
+/// The replay of `stored`: its status, headers (hop-by-hop ones dropped, `Content-Length`
+/// recomputed, `Idempotent-Replayed: true` added), body and trailers.
+fn replay<B>(stored: StoredResponse) -> Response<ResponseBody<B>> {
     let StoredResponse {
         status,
         headers: lines,
@@ -259,12 +267,7 @@ pub(crate) fn replay<B>(stored: StoredResponse, mark: Replay) -> Response<Respon
     if has_length {
         headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
     }
-    if mark == Replay::Marked {
-        headers.insert(
-            HeaderName::from_static(IDEMPOTENT_REPLAYED),
-            HeaderValue::from_static("true"),
-        );
-    }
+    mark_replayed(&mut headers);
     let trailers = trailers.map(|lines| header_map(lines.iter()));
     if let Some(announced) = trailers.as_ref().and_then(announce) {
         // `Trailer` was dropped with the hop-by-hop headers; HTTP/1.1 servers (hyper) send only
@@ -275,6 +278,13 @@ pub(crate) fn replay<B>(stored: StoredResponse, mark: Replay) -> Response<Respon
     *response.status_mut() = status;
     *response.headers_mut() = headers;
     response
+}
+
+fn mark_replayed(headers: &mut HeaderMap) {
+    headers.insert(
+        HeaderName::from_static(IDEMPOTENT_REPLAYED),
+        HeaderValue::from_static("true"),
+    );
 }
 
 /// The `Trailer` header announcing `trailers`' names, if there are any.
@@ -316,7 +326,7 @@ mod tests {
             .header("set-cookie", "a=1")
             .header("set-cookie", "b=2")
             .body("four");
-        let response = replay::<Full<Bytes>>(stored, Replay::Marked);
+        let response = replay::<Full<Bytes>>(stored);
         let headers: Vec<_> = response
             .headers()
             .iter()

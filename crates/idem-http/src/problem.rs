@@ -204,6 +204,11 @@ pub enum Rejection {
     /// The upstream's response was cut off and the key released (502, [`UPSTREAM_FAILED`]).
     #[error("the upstream response was cut off")]
     UpstreamFailed(#[source] BoxError),
+    /// The key's outcome is unknown ([`idem_core::Outcome::Unknown`]): the request was sent and
+    /// its result lost, under `Ambiguous::Reject` (500, [`OUTCOME_UNKNOWN`]). Final: replayed
+    /// to every retry.
+    #[error("the outcome of the request is unknown")]
+    OutcomeUnknown,
 }
 
 impl Rejection {
@@ -243,7 +248,9 @@ impl Problem for Rejection {
             Rejection::StoreUnavailable(_) | Rejection::StoreFull(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
-            Rejection::RecordCorrupted(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Rejection::RecordCorrupted(_) | Rejection::OutcomeUnknown => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
             Rejection::UpstreamFailed(_) => StatusCode::BAD_GATEWAY,
         }
     }
@@ -264,6 +271,7 @@ impl Problem for Rejection {
             Rejection::RecordCorrupted(_) => RECORD_CORRUPTED,
             Rejection::StoreFull(_) => STORE_FULL,
             Rejection::UpstreamFailed(_) => UPSTREAM_FAILED,
+            Rejection::OutcomeUnknown => OUTCOME_UNKNOWN,
         }
     }
 
@@ -282,6 +290,7 @@ impl Problem for Rejection {
             Rejection::RecordCorrupted(_) => "Idempotency record unreadable",
             Rejection::StoreFull(_) => "Idempotency store full",
             Rejection::UpstreamFailed(_) => "Upstream failed",
+            Rejection::OutcomeUnknown => "Outcome unknown",
         }
     }
 
@@ -348,6 +357,11 @@ impl Problem for Rejection {
                 "Retrying with the same idempotency key executes it again."
             )
             .to_owned(),
+            Rejection::OutcomeUnknown => concat!(
+                "The request was sent but its result was lost; it may have taken effect and will ",
+                "not be executed again under this key."
+            )
+            .to_owned(),
         }
     }
 
@@ -399,6 +413,33 @@ mod tests {
         assert_eq!(seconds(Duration::from_millis(1)), Some(1));
         assert_eq!(seconds(Duration::from_millis(1001)), Some(2));
         assert_eq!(seconds(Duration::from_secs(30)), Some(30));
+    }
+
+    #[test]
+    fn outcome_unknown_is_the_problem_earlier_builds_stored() {
+        let response = Rejection::OutcomeUnknown.into_response::<http_body_util::Empty<Bytes>>();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let headers: Vec<_> = response
+            .headers()
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            headers,
+            [
+                ("content-type", "application/problem+json"),
+                ("content-length", "211")
+            ]
+        );
+        assert_eq!(
+            &Rejection::OutcomeUnknown.body()[..],
+            concat!(
+                r#"{"type":"urn:idem:problem:outcome-unknown","title":"Outcome unknown","#,
+                r#""status":500,"detail":"The request was sent but its result was lost; it may "#,
+                r#"have taken effect and will not be executed again under this key."}"#
+            )
+            .as_bytes()
+        );
     }
 
     #[test]
