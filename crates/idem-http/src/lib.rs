@@ -6,7 +6,7 @@
 //! response with `Idempotent-Replayed: true`. Concurrent duplicates get `409` (or wait for the
 //! first), a key reused for another request gets `422`, and every refusal is an
 //! `application/problem+json` body with a stable [`problem`] type. The records live in any
-//! [`idem_core::Store`]; the behaviour is the HTTP contract of the project's DESIGN.md.
+//! [`idem_core::Store`]; the behaviour is the HTTP contract of the repository's `docs/http.md`.
 //!
 //! # Examples
 //!
