@@ -10,8 +10,8 @@ use std::{
 
 use bytes::Bytes;
 use idem_core::{
-    Acquisition, Address, FencingToken, Fingerprint, IdempotencyKey, Lease, RecordState, Scope,
-    Store, StoreError, StoredResponse, Terms,
+    Acquisition, Address, FencingToken, Fingerprint, IdempotencyKey, Lease, Outcome, RecordState,
+    Scope, Store, StoreError, StoredResponse, Terms,
 };
 
 use crate::Subject;
@@ -96,6 +96,7 @@ pub async fn completed_key_replays_the_response_byte_for_byte(subject: &impl Sub
     let stored = response(1)
         .header("x-empty", "")
         .trailer("grpc-status", "0");
+    let stored = Outcome::from(stored);
     store.complete(&a, lease.token, &stored, TTL).await.unwrap();
     for _ in 0..2 {
         assert_eq!(
@@ -103,6 +104,33 @@ pub async fn completed_key_replays_the_response_byte_for_byte(subject: &impl Sub
             Acquisition::Completed(stored.clone())
         );
     }
+}
+
+/// Item 2c: A key completed with an unknown outcome replays it, and its record holds it, every
+/// time; a mismatch stays a mismatch.
+pub async fn unknown_outcome_round_trips(subject: &impl Subject) {
+    let store = subject.store();
+    let a = address("unknown");
+    let lease = acquired(&store, &a, &fingerprint(1)).await;
+    store
+        .complete(&a, lease.token, &Outcome::Unknown, TTL)
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        assert_eq!(
+            store.acquire(&a, &fingerprint(1), TERMS).await.unwrap(),
+            Acquisition::Completed(Outcome::Unknown)
+        );
+    }
+    let record = store.get(&a).await.unwrap().expect("record");
+    let RecordState::Completed { token, outcome, .. } = record.state else {
+        panic!("expected completed, got {:?}", record.state);
+    };
+    assert_eq!((token, outcome), (lease.token, Outcome::Unknown));
+    assert_eq!(
+        store.acquire(&a, &fingerprint(2), TERMS).await.unwrap(),
+        Acquisition::Mismatch
+    );
 }
 
 /// Item 2b: Another fingerprint is a mismatch while processing, after completion, and after the lease
@@ -125,7 +153,7 @@ pub async fn other_fingerprint_is_a_mismatch_while_processing_and_after_completi
     );
     // The mismatch did not take the key: its holder can still complete.
     store
-        .complete(&a, lease.token, &response(2), TTL)
+        .complete(&a, lease.token, &response(2).into(), TTL)
         .await
         .unwrap();
     assert_eq!(
@@ -134,7 +162,7 @@ pub async fn other_fingerprint_is_a_mismatch_while_processing_and_after_completi
     );
     assert_eq!(
         store.acquire(&a, &fingerprint(1), TERMS).await.unwrap(),
-        Acquisition::Completed(response(2))
+        Acquisition::Completed(response(2).into())
     );
 }
 
@@ -195,18 +223,22 @@ pub async fn expired_lease_is_taken_over_and_the_old_token_is_fenced(subject: &i
     assert!(new.token > old.token, "{new:?} after {old:?}");
 
     let before = store.get(&a).await.unwrap().expect("record");
-    assert_lease_lost(store.complete(&a, old.token, &response(9), TTL).await);
+    assert_lease_lost(
+        store
+            .complete(&a, old.token, &response(9).into(), TTL)
+            .await,
+    );
     assert_lease_lost(store.renew(&a, old.token, LEASE).await);
     assert_lease_lost(store.release(&a, old.token).await);
     assert_eq!(store.get(&a).await.unwrap(), Some(before));
 
     store
-        .complete(&a, new.token, &response(1), TTL)
+        .complete(&a, new.token, &response(1).into(), TTL)
         .await
         .unwrap();
     assert_eq!(
         store.acquire(&a, &fingerprint(1), TERMS).await.unwrap(),
-        Acquisition::Completed(response(1))
+        Acquisition::Completed(response(1).into())
     );
 }
 
@@ -217,12 +249,12 @@ pub async fn late_completion_by_the_current_holder_is_accepted(subject: &impl Su
     let lease = acquired(&store, &a, &fingerprint(1)).await;
     subject.advance(LEASE + Duration::from_millis(100)).await;
     store
-        .complete(&a, lease.token, &response(3), TTL)
+        .complete(&a, lease.token, &response(3).into(), TTL)
         .await
         .unwrap();
     assert_eq!(
         store.acquire(&a, &fingerprint(1), TERMS).await.unwrap(),
-        Acquisition::Completed(response(3))
+        Acquisition::Completed(response(3).into())
     );
 }
 
@@ -262,12 +294,12 @@ pub async fn completed_key_expires_after_its_ttl(subject: &impl Subject) {
     let ttl = Duration::from_secs(1);
     let lease = acquired(&store, &a, &fingerprint(1)).await;
     store
-        .complete(&a, lease.token, &response(1), ttl)
+        .complete(&a, lease.token, &response(1).into(), ttl)
         .await
         .unwrap();
     assert_eq!(
         store.acquire(&a, &fingerprint(1), TERMS).await.unwrap(),
-        Acquisition::Completed(response(1))
+        Acquisition::Completed(response(1).into())
     );
 
     subject.advance(ttl).await;
@@ -286,7 +318,7 @@ pub async fn purge_removes_only_expired_records_in_bounded_batches(subject: &imp
         let a = address(&format!("expiring-{n}"));
         let lease = acquired(&store, &a, &fingerprint(1)).await;
         store
-            .complete(&a, lease.token, &response(n), short)
+            .complete(&a, lease.token, &response(n).into(), short)
             .await
             .unwrap();
     }
@@ -294,7 +326,7 @@ pub async fn purge_removes_only_expired_records_in_bounded_batches(subject: &imp
         let a = address(&format!("kept-{n}"));
         let lease = acquired(&store, &a, &fingerprint(1)).await;
         store
-            .complete(&a, lease.token, &response(n), TTL)
+            .complete(&a, lease.token, &response(n).into(), TTL)
             .await
             .unwrap();
     }
@@ -338,26 +370,26 @@ pub async fn scopes_are_independent(subject: &impl Subject) {
     let b = acquired(&store, &bob, &fingerprint(2)).await;
     acquired(&store, &anonymous, &fingerprint(3)).await;
     store
-        .complete(&alice, a.token, &response(1), TTL)
+        .complete(&alice, a.token, &response(1).into(), TTL)
         .await
         .unwrap();
     store
-        .complete(&bob, b.token, &response(2), TTL)
+        .complete(&bob, b.token, &response(2).into(), TTL)
         .await
         .unwrap();
 
     assert_eq!(
         store.acquire(&alice, &fingerprint(1), TERMS).await.unwrap(),
-        Acquisition::Completed(response(1))
+        Acquisition::Completed(response(1).into())
     );
     assert_eq!(
         store.acquire(&bob, &fingerprint(2), TERMS).await.unwrap(),
-        Acquisition::Completed(response(2))
+        Acquisition::Completed(response(2).into())
     );
     assert!(store.forget(&alice).await.unwrap());
     assert_eq!(
         store.acquire(&bob, &fingerprint(2), TERMS).await.unwrap(),
-        Acquisition::Completed(response(2))
+        Acquisition::Completed(response(2).into())
     );
 }
 
@@ -378,9 +410,12 @@ pub async fn large_binary_response_round_trips(subject: &impl Subject) {
         .trailer("grpc-message", "");
 
     let lease = acquired(&store, &a, &fingerprint(1)).await;
-    store.complete(&a, lease.token, &large, TTL).await.unwrap();
+    store
+        .complete(&a, lease.token, &large.clone().into(), TTL)
+        .await
+        .unwrap();
     match store.acquire(&a, &fingerprint(1), TERMS).await.unwrap() {
-        Acquisition::Completed(replayed) => {
+        Acquisition::Completed(Outcome::Response(replayed)) => {
             assert_eq!(replayed.body, large.body, "body differs");
             assert_eq!(replayed, large);
         }
@@ -397,13 +432,17 @@ pub async fn forget_removes_any_record_and_fences_its_holder(subject: &impl Subj
     let lease = acquired(&store, &a, &fingerprint(1)).await;
     assert!(store.forget(&a).await.unwrap());
     assert_eq!(store.get(&a).await.unwrap(), None);
-    assert_lease_lost(store.complete(&a, lease.token, &response(1), TTL).await);
+    assert_lease_lost(
+        store
+            .complete(&a, lease.token, &response(1).into(), TTL)
+            .await,
+    );
     assert_eq!(store.get(&a).await.unwrap(), None);
 
     let next = acquired(&store, &a, &fingerprint(2)).await;
     assert!(next.token > lease.token);
     store
-        .complete(&a, next.token, &response(2), TTL)
+        .complete(&a, next.token, &response(2).into(), TTL)
         .await
         .unwrap();
     assert!(store.forget(&a).await.unwrap());
@@ -417,20 +456,28 @@ pub async fn settled_records_refuse_every_token(subject: &impl Subject) {
     let a = address("settled");
     let lease = acquired(&store, &a, &fingerprint(1)).await;
     store
-        .complete(&a, lease.token, &response(1), TTL)
+        .complete(&a, lease.token, &response(1).into(), TTL)
         .await
         .unwrap();
-    assert_lease_lost(store.complete(&a, lease.token, &response(2), TTL).await);
+    assert_lease_lost(
+        store
+            .complete(&a, lease.token, &response(2).into(), TTL)
+            .await,
+    );
     assert_lease_lost(store.renew(&a, lease.token, LEASE).await);
     assert_lease_lost(store.release(&a, lease.token).await);
     assert_eq!(
         store.acquire(&a, &fingerprint(1), TERMS).await.unwrap(),
-        Acquisition::Completed(response(1))
+        Acquisition::Completed(response(1).into())
     );
 
     let unknown = address("never-acquired");
     let token = FencingToken::new(lease.token.get() + 1_000);
-    assert_lease_lost(store.complete(&unknown, token, &response(1), TTL).await);
+    assert_lease_lost(
+        store
+            .complete(&unknown, token, &response(1).into(), TTL)
+            .await,
+    );
     assert_lease_lost(store.renew(&unknown, token, LEASE).await);
     assert_lease_lost(store.release(&unknown, token).await);
     assert_eq!(store.get(&unknown).await.unwrap(), None);
@@ -455,19 +502,19 @@ pub async fn record_timestamps_follow_the_terms(subject: &impl Subject) {
 
     subject.advance(Duration::from_millis(300)).await;
     store
-        .complete(&a, lease.token, &response(4), TTL)
+        .complete(&a, lease.token, &response(4).into(), TTL)
         .await
         .unwrap();
     let record = store.get(&a).await.unwrap().expect("record");
     let RecordState::Completed {
         token,
-        response: stored,
+        outcome: stored,
         completed_at,
     } = record.state
     else {
         panic!("expected completed, got {:?}", record.state);
     };
-    assert_eq!((token, stored), (lease.token, response(4)));
+    assert_eq!((token, stored), (lease.token, Outcome::from(response(4))));
     assert_close(
         completed_at.saturating_since(record.created_at),
         Duration::from_millis(300),
@@ -490,7 +537,7 @@ where
     let busy = address("busy-before-restart");
     let lease = acquired(&store, &done, &fingerprint(1)).await;
     store
-        .complete(&done, lease.token, &response(1), TTL)
+        .complete(&done, lease.token, &response(1).into(), TTL)
         .await
         .unwrap();
     let held = acquired(&store, &busy, &fingerprint(2)).await;
@@ -498,7 +545,7 @@ where
     let store = reopen(store).await;
     assert_eq!(
         store.acquire(&done, &fingerprint(1), TERMS).await.unwrap(),
-        Acquisition::Completed(response(1))
+        Acquisition::Completed(response(1).into())
     );
     match store.acquire(&busy, &fingerprint(2), TERMS).await.unwrap() {
         Acquisition::InFlight { retry_after } => {

@@ -30,6 +30,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@each $subject; $ready;
             first_acquire_wins_and_the_second_is_in_flight,
             completed_key_replays_the_response_byte_for_byte,
+            unknown_outcome_round_trips,
             other_fingerprint_is_a_mismatch_while_processing_and_after_completion,
             concurrent_acquires_elect_exactly_one_holder,
             released_key_is_free_for_any_request_with_a_larger_token,

@@ -17,7 +17,8 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use dashmap::DashMap;
 use futures_util::FutureExt;
 use idem_core::{
-    Acquisition, Address, Fingerprint, MemoryStore, Policy, Scope, Store, StoredResponse, Terms,
+    Acquisition, Address, Fingerprint, MemoryStore, Outcome, Policy, Scope, Store, StoredResponse,
+    Terms,
 };
 
 const FP: Fingerprint = Fingerprint::from_bytes([9; 32]);
@@ -117,7 +118,7 @@ fn bench(c: &mut Criterion) {
                 let per_thread = iters.div_ceil(threads as u64);
                 let keys = addresses(run, threads, per_thread);
                 let store = MemoryStore::new();
-                let response = response();
+                let response = Outcome::from(response());
                 timed(&keys, |mine| {
                     for address in mine {
                         let acquired = store.acquire(address, &FP, terms).now_or_never();

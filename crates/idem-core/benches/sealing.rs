@@ -22,7 +22,7 @@ fn round(store: &impl Store, address: &Address, response: &StoredResponse, terms
         unreachable!("a new key is acquired");
     };
     store
-        .complete(address, lease.token, response, terms.ttl)
+        .complete(address, lease.token, &response.clone().into(), terms.ttl)
         .now_or_never()
         .unwrap()
         .unwrap();

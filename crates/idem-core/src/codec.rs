@@ -1,6 +1,11 @@
-//! The compact, versioned binary encoding of [`StoredResponse`] that stores keep.
+//! The compact, versioned binary encoding of an [`Outcome`] that stores keep.
 //!
-//! Layout of version 1, integers little-endian:
+//! `"IDR"`, then a tag: `0x01` for a [`StoredResponse`] (layout version 1, below), `0x02` for
+//! [`Outcome::Unknown`], after which nothing follows. A build that predates the tag `0x02`
+//! reads it as an unsupported version. Builds before that kept an unknown outcome as a response
+//! of its own (a `500` problem document); those bytes still decode as [`Outcome::Unknown`].
+//!
+//! Layout of a response, version 1, integers little-endian:
 //!
 //! ```text
 //! "IDR" 0x01            magic and version
@@ -16,14 +21,17 @@
 
 use bytes::Bytes;
 
-use crate::StoredResponse;
+use crate::{OUTCOME_UNKNOWN_TYPE, Outcome, StoredResponse};
 
 const MAGIC: &[u8; 3] = b"IDR";
+/// The tag of a response: its layout's version.
 const VERSION: u8 = 1;
+/// The tag of an unknown outcome.
+const UNKNOWN: u8 = 2;
 /// The smallest encoded header line: two empty lengths.
 const MIN_FIELD_LEN: usize = 2 + 4;
 
-/// Why stored bytes are not a valid [`StoredResponse`].
+/// Why stored bytes are not a valid [`Outcome`] or [`StoredResponse`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DecodeError {
@@ -48,6 +56,70 @@ pub enum DecodeError {
     /// Bytes left over after the record.
     #[error("stored response has {0} trailing bytes")]
     TrailingBytes(usize),
+}
+
+impl Outcome {
+    /// The number of bytes [`Outcome::encode`] produces.
+    pub fn encoded_len(&self) -> usize {
+        match self {
+            Outcome::Response(response) => response.encoded_len(),
+            Outcome::Unknown => MAGIC.len() + 1,
+        }
+    }
+
+    /// Encodes the outcome: a response as [`StoredResponse::encode`] does, an unknown outcome as
+    /// its tag.
+    ///
+    /// # Panics
+    ///
+    /// As [`StoredResponse::encode`].
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.encoded_len());
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// Appends the encoding to `out` (see [`StoredResponse::encode_into`]).
+    pub(crate) fn encode_into(&self, out: &mut Vec<u8>) {
+        match self {
+            Outcome::Response(response) => response.encode_into(out),
+            Outcome::Unknown => {
+                out.extend_from_slice(MAGIC);
+                out.push(UNKNOWN);
+            }
+        }
+    }
+
+    /// Decodes bytes written by [`Outcome::encode`] or [`StoredResponse::encode`]; the response
+    /// that earlier builds stored for an unknown outcome decodes as [`Outcome::Unknown`].
+    pub fn decode(input: &[u8]) -> Result<Self, DecodeError> {
+        if input.get(..MAGIC.len()) == Some(MAGIC) && input.get(MAGIC.len()) == Some(&UNKNOWN) {
+            return match input.len() - MAGIC.len() - 1 {
+                0 => Ok(Outcome::Unknown),
+                extra => Err(DecodeError::TrailingBytes(extra)),
+            };
+        }
+        let response = StoredResponse::decode(input)?;
+        if response == legacy_outcome_unknown() {
+            return Ok(Outcome::Unknown);
+        }
+        Ok(Outcome::Response(response))
+    }
+}
+
+/// What builds before the tag `0x02` stored for an unknown outcome: a `500` whose only header is
+/// `content-type: application/problem+json` and whose body is this problem document.
+fn legacy_outcome_unknown() -> StoredResponse {
+    let body = format!(
+        concat!(
+            r#"{{"type":"{}","title":"Outcome unknown","status":500,"#,
+            r#""detail":"The request was sent but its result was lost; it may have taken effect and will not be executed again under this key."}}"#
+        ),
+        OUTCOME_UNKNOWN_TYPE
+    );
+    StoredResponse::new(500)
+        .header("content-type", "application/problem+json")
+        .body(body)
 }
 
 impl StoredResponse {
@@ -203,7 +275,6 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::OUTCOME_UNKNOWN_TYPE;
 
     fn sample() -> StoredResponse {
         StoredResponse::new(200)
@@ -296,16 +367,58 @@ mod tests {
     }
 
     #[test]
-    fn outcome_unknown_is_a_problem_document() {
-        let r = StoredResponse::outcome_unknown();
-        assert_eq!(r.status, 500);
+    fn outcomes_round_trip_and_a_response_keeps_its_encoding() {
+        let response = sample();
+        let outcome = Outcome::from(response.clone());
+        assert_eq!(outcome.encode(), response.encode());
+        assert_eq!(outcome.encoded_len(), response.encoded_len());
+        assert_eq!(Outcome::decode(&outcome.encode()), Ok(outcome));
+        assert_eq!(Outcome::Unknown.encode(), b"IDR\x02");
+        assert_eq!(Outcome::Unknown.encoded_len(), 4);
+        assert_eq!(Outcome::decode(b"IDR\x02"), Ok(Outcome::Unknown));
+    }
+
+    #[test]
+    fn an_unknown_outcome_with_bytes_after_its_tag_is_rejected() {
         assert_eq!(
-            r.header_values("Content-Type").collect::<Vec<_>>(),
-            [&Bytes::from_static(b"application/problem+json")]
+            Outcome::decode(b"IDR\x02\x00"),
+            Err(DecodeError::TrailingBytes(1))
         );
-        let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
-        assert_eq!(body["type"], OUTCOME_UNKNOWN_TYPE);
-        assert!(r.is_outcome_unknown());
-        assert!(!StoredResponse::new(500).is_outcome_unknown());
+        assert_eq!(
+            Outcome::decode(b"IDR\x03"),
+            Err(DecodeError::UnsupportedVersion(3))
+        );
+        assert_eq!(Outcome::decode(b"IDR"), Err(DecodeError::Truncated));
+    }
+
+    /// The bytes that builds before the tag `0x02` stored for an unknown outcome.
+    fn legacy_outcome_unknown_bytes() -> Vec<u8> {
+        [
+            &b"IDR\x01"[..],
+            b"\xf4\x01",
+            b"\x01\x00\x00\x00",
+            b"\x0c\x00content-type",
+            b"\x18\x00\x00\x00application/problem+json",
+            b"\xd3\x00\x00\x00\x00\x00\x00\x00",
+            br#"{"type":"urn:idem:problem:outcome-unknown","title":"Outcome unknown","status":500,"#,
+            br#""detail":"The request was sent but its result was lost; it may have taken effect "#,
+            br#"and will not be executed again under this key."}"#,
+            b"\x00",
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn the_response_stored_for_an_unknown_outcome_by_earlier_builds_decodes_as_unknown() {
+        let legacy = legacy_outcome_unknown_bytes();
+        assert_eq!(Outcome::decode(&legacy), Ok(Outcome::Unknown));
+        assert_eq!(legacy_outcome_unknown().encode(), legacy);
+        // The same problem with one more header is a response like any other.
+        let mut other = legacy_outcome_unknown();
+        other.headers.push(("x-extra".to_owned(), Bytes::from("1")));
+        assert_eq!(
+            Outcome::decode(&other.encode()),
+            Ok(Outcome::Response(other))
+        );
     }
 }

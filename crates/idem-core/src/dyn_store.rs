@@ -5,8 +5,8 @@ use std::{future::Future, sync::Arc, time::Duration};
 use futures_util::future::BoxFuture;
 
 use crate::{
-    Acquisition, Address, FencingToken, Fingerprint, Record, Store, StoreError, StoredResponse,
-    Terms, Timestamp,
+    Acquisition, Address, FencingToken, Fingerprint, Outcome, Record, Store, StoreError, Terms,
+    Timestamp,
 };
 
 /// A type-erased [`Store`]: the gateway picks a backend from a URL and hands this to the engine.
@@ -48,7 +48,7 @@ trait ErasedStore: Send + Sync {
         &'a self,
         address: &'a Address,
         token: FencingToken,
-        response: &'a StoredResponse,
+        outcome: &'a Outcome,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
     fn release<'a>(
@@ -84,10 +84,10 @@ impl<S: Store> ErasedStore for S {
         &'a self,
         address: &'a Address,
         token: FencingToken,
-        response: &'a StoredResponse,
+        outcome: &'a Outcome,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(Store::complete(self, address, token, response, ttl))
+        Box::pin(Store::complete(self, address, token, outcome, ttl))
     }
 
     fn release<'a>(
@@ -145,10 +145,10 @@ impl Store for DynStore {
         &self,
         address: &Address,
         token: FencingToken,
-        response: &StoredResponse,
+        outcome: &Outcome,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        self.0.complete(address, token, response, ttl).await
+        self.0.complete(address, token, outcome, ttl).await
     }
 
     async fn release(&self, address: &Address, token: FencingToken) -> Result<(), StoreError> {

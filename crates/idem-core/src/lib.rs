@@ -1,7 +1,7 @@
 //! The core of idem: exactly-once effects on top of at-least-once delivery.
 //!
 //! This crate holds the domain model and no I/O: the [`IdempotencyKey`], the caller's [`Scope`],
-//! the request [`Fingerprint`], the [`Record`] and its states, [`FencingToken`]s and
+//! the request [`Fingerprint`], the [`Record`], its states and its [`Outcome`], [`FencingToken`]s and
 //! [`Lease`]s, the [`Policy`], the [`Store`] contract every backend implements, the [`Engine`]
 //! that runs an operation under a key, and [`MemoryStore`], the reference store. With the
 //! `sealing` feature, [`sealing::Sealed`] keeps stored responses encrypted in any store.
@@ -69,7 +69,7 @@ pub use lease::{FencingToken, Lease};
 pub use log_digest::{DIGEST_KEY_LEN, DigestKey, DigestKeyInstalled};
 pub use memory::MemoryStore;
 pub use policy::{Ambiguous, InFlight, Policy};
-pub use record::{Record, RecordState};
+pub use record::{Outcome, Record, RecordState};
 pub use response::{OUTCOME_UNKNOWN_TYPE, StoredResponse};
 pub use scope::{Address, InvalidScope, Scope};
 pub use store::{Acquisition, Store, Terms};

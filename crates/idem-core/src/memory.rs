@@ -12,8 +12,8 @@ use std::{
 use hashbrown::{HashTable, hash_table::OccupiedEntry};
 
 use crate::{
-    Acquisition, Address, Clock, FencingToken, Fingerprint, Lease, Record, RecordState, Store,
-    StoreError, StoredResponse, SystemClock, Terms, Timestamp,
+    Acquisition, Address, Clock, FencingToken, Fingerprint, Lease, Outcome, Record, RecordState,
+    Store, StoreError, SystemClock, Terms, Timestamp,
     transition::{AcquirePlan, RecordView, plan_acquire, processing_expiry},
 };
 
@@ -47,7 +47,9 @@ use crate::{
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-/// use idem_core::{Acquisition, Address, Fingerprint, MemoryStore, Policy, Store, StoredResponse};
+/// use idem_core::{
+///     Acquisition, Address, Fingerprint, MemoryStore, Outcome, Policy, Store, StoredResponse,
+/// };
 ///
 /// let store = MemoryStore::new();
 /// let address = Address::anonymous("order-42".parse()?);
@@ -57,7 +59,7 @@ use crate::{
 /// let Acquisition::Acquired(lease) = store.acquire(&address, &fingerprint, terms).await? else {
 ///     unreachable!("a new key is acquired");
 /// };
-/// let response = StoredResponse::new(201).body("charged");
+/// let response = Outcome::from(StoredResponse::new(201).body("charged"));
 /// store.complete(&address, lease.token, &response, terms.ttl).await?;
 ///
 /// let replay = store.acquire(&address, &fingerprint, terms).await?;
@@ -84,8 +86,8 @@ pub struct MemoryStore {
 }
 
 /// A record as a shard keeps it: with its address, and the address's hash so that growing the
-/// table does not hash every address again. A completed response is kept encoded, in one
-/// allocation (a [`StoredResponse`] takes one per header name and value): the store holds every
+/// table does not hash every address again. A completed outcome is kept encoded, in one
+/// allocation (a [`StoredResponse`](crate::StoredResponse) takes one per header name and value): the store holds every
 /// key for its whole TTL.
 struct Entry {
     hash: u64,
@@ -103,7 +105,7 @@ enum Held {
     },
     Completed {
         token: FencingToken,
-        response: Box<[u8]>,
+        outcome: Box<[u8]>,
         completed_at: Timestamp,
     },
 }
@@ -111,11 +113,11 @@ enum Held {
 impl Entry {
     /// What the record counts against [`MemoryStore::max_bytes`].
     fn weight(&self) -> u64 {
-        let response = match &self.state {
+        let outcome = match &self.state {
             Held::Processing { .. } => 0,
-            Held::Completed { response, .. } => response.len(),
+            Held::Completed { outcome, .. } => outcome.len(),
         };
-        MemoryStore::RECORD_OVERHEAD + (self.address.key.as_str().len() + response) as u64
+        MemoryStore::RECORD_OVERHEAD + (self.address.key.as_str().len() + outcome) as u64
     }
 
     fn view(&self) -> RecordView<'_> {
@@ -142,11 +144,11 @@ impl Entry {
             },
             Held::Completed {
                 token,
-                response,
+                outcome,
                 completed_at,
             } => RecordState::Completed {
                 token: *token,
-                response: decode(response)?,
+                outcome: decode(outcome)?,
                 completed_at: *completed_at,
             },
         };
@@ -159,8 +161,8 @@ impl Entry {
     }
 }
 
-fn decode(response: &[u8]) -> Result<StoredResponse, StoreError> {
-    StoredResponse::decode(response).map_err(StoreError::corrupted)
+fn decode(outcome: &[u8]) -> Result<Outcome, StoreError> {
+    Outcome::decode(outcome).map_err(StoreError::corrupted)
 }
 
 impl MemoryStore {
@@ -364,13 +366,13 @@ impl MemoryStore {
             AcquirePlan::Mismatch => return Ok(Acquisition::Mismatch),
             AcquirePlan::Replay => {
                 let Some(Entry {
-                    state: Held::Completed { response, .. },
+                    state: Held::Completed { outcome, .. },
                     ..
                 }) = entry
                 else {
                     unreachable!("only completed records are replayed");
                 };
-                return decode(response).map(Acquisition::Completed);
+                return decode(outcome).map(Acquisition::Completed);
             }
             AcquirePlan::TakeOver => true,
             AcquirePlan::Create => false,
@@ -438,19 +440,19 @@ impl Store for MemoryStore {
         &self,
         address: &Address,
         token: FencingToken,
-        response: &StoredResponse,
+        outcome: &Outcome,
         ttl: Duration,
     ) -> Result<(), StoreError> {
         // Encoded before taking the lock; a copy, so a body sliced from a larger buffer (an HTTP
         // connection's read buffer, say) does not keep all of it alive for the whole TTL.
-        let response = response.encode().into_boxed_slice();
+        let outcome = outcome.encode().into_boxed_slice();
         // Never refused for size: the operation has run (see Limits).
         self.with_holder(address, token, |mut entry, now| {
             let entry = entry.get_mut();
             let before = entry.weight();
             entry.state = Held::Completed {
                 token,
-                response,
+                outcome,
                 completed_at: now,
             };
             entry.expires_at = now + ttl;
@@ -534,6 +536,8 @@ impl Store for MemoryStore {
 mod tests {
     use bytes::Bytes;
 
+    use crate::StoredResponse;
+
     use super::*;
 
     #[tokio::test]
@@ -554,13 +558,14 @@ mod tests {
         let response = StoredResponse::new(201).body(read_buffer.slice(100..199));
 
         store
-            .complete(&address, lease.token, &response, terms.ttl)
+            .complete(&address, lease.token, &response.clone().into(), terms.ttl)
             .await
             .unwrap();
 
         let record = store.get(&address).await.unwrap().unwrap();
         let RecordState::Completed {
-            response: stored, ..
+            outcome: Outcome::Response(stored),
+            ..
         } = record.state
         else {
             panic!("completed");
@@ -615,7 +620,7 @@ mod tests {
         );
         assert_eq!(store.len(), 2);
         // Held keys still complete and replay, and a retry of a held key is no new key.
-        let response = StoredResponse::new(201).body("done");
+        let response = Outcome::from(StoredResponse::new(201).body("done"));
         store
             .complete(&address("a"), first.token, &response, terms().ttl)
             .await
@@ -644,7 +649,7 @@ mod tests {
             .complete(
                 &address("old"),
                 lease.token,
-                &StoredResponse::new(200),
+                &StoredResponse::new(200).into(),
                 terms().ttl,
             )
             .await
@@ -687,7 +692,7 @@ mod tests {
         // Room for two processing records with one-character keys.
         let store = MemoryStore::new().max_bytes(2 * (overhead + 1));
         let lease = acquired(&store, "a").await;
-        let response = StoredResponse::new(200).body(vec![b'x'; 4096]);
+        let response = Outcome::from(StoredResponse::new(200).body(vec![b'x'; 4096]));
         store
             .complete(&address("a"), lease.token, &response, terms().ttl)
             .await
@@ -716,7 +721,7 @@ mod tests {
         assert_eq!(store.bytes(), 2 * overhead + 3);
         store.release(&address("a"), a.token).await.unwrap();
         assert_eq!(store.bytes(), overhead + 2);
-        let response = StoredResponse::new(200).body("ok");
+        let response = Outcome::from(StoredResponse::new(200).body("ok"));
         store
             .complete(&address("bb"), b.token, &response, terms().ttl)
             .await

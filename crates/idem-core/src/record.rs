@@ -2,6 +2,50 @@
 
 use crate::{FencingToken, Fingerprint, StoredResponse, Timestamp};
 
+/// What a completed operation left under its key, replayed to every retry.
+///
+/// # Examples
+///
+/// ```
+/// use idem_core::{Outcome, StoredResponse};
+///
+/// let paid = Outcome::from(StoredResponse::new(201).body("paid"));
+/// assert_eq!(Outcome::decode(&paid.encode())?, paid);
+/// assert_eq!(paid.response().map(|r| r.status), Some(201));
+///
+/// let unknown = Outcome::Unknown;
+/// assert_eq!(Outcome::decode(&unknown.encode())?, Outcome::Unknown);
+/// assert_eq!(unknown.response(), None);
+/// # Ok::<(), idem_core::DecodeError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The operation finished with this response.
+    Response(StoredResponse),
+    /// The operation's outcome is unknown: its request was sent and the result lost, or its
+    /// worker died while it ran, under [`Ambiguous::Reject`](crate::Ambiguous::Reject). It may
+    /// or may not have taken effect, and it is not executed again under this key; clients must
+    /// treat it as final. HTTP front ends answer it as a `500` problem of type
+    /// [`OUTCOME_UNKNOWN_TYPE`](crate::OUTCOME_UNKNOWN_TYPE).
+    Unknown,
+}
+
+impl Outcome {
+    /// The response, unless the outcome is unknown.
+    pub fn response(&self) -> Option<&StoredResponse> {
+        match self {
+            Outcome::Response(response) => Some(response),
+            Outcome::Unknown => None,
+        }
+    }
+}
+
+impl From<StoredResponse> for Outcome {
+    fn from(response: StoredResponse) -> Self {
+        Outcome::Response(response)
+    }
+}
+
 /// The state of a record: being processed by the holder of a lease, or completed with a response.
 ///
 /// A released key has no record; a record whose `expires_at` has passed is treated as absent.
@@ -14,12 +58,12 @@ pub enum RecordState {
         /// When the lease runs out unless renewed.
         lease_until: Timestamp,
     },
-    /// The operation finished; its response is replayed to retries with the same fingerprint.
+    /// The operation finished; its outcome is replayed to retries with the same fingerprint.
     Completed {
         /// The token of the worker that completed it.
         token: FencingToken,
-        /// The stored response.
-        response: StoredResponse,
+        /// The stored outcome.
+        outcome: Outcome,
         /// When it was completed (the TTL counts from here).
         completed_at: Timestamp,
     },

@@ -2,7 +2,8 @@
 
 use bytes::Bytes;
 
-/// The problem `type` of a key completed as "outcome unknown" (RFC 9457).
+/// The problem `type` (RFC 9457) that HTTP front ends answer an [`Outcome::Unknown`](crate::Outcome::Unknown)
+/// with, and that clients recognise it by.
 pub const OUTCOME_UNKNOWN_TYPE: &str = "urn:idem:problem:outcome-unknown";
 
 /// A complete response, as stored under a key and replayed: status, headers in order with
@@ -76,27 +77,5 @@ impl StoredResponse {
             .iter()
             .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v)
-    }
-
-    /// The record of an operation whose outcome is unknown: it may or may not have taken effect,
-    /// and it will not be executed again under this key. A `500` with an
-    /// `application/problem+json` body of type [`OUTCOME_UNKNOWN_TYPE`]; clients must treat it
-    /// as final.
-    pub fn outcome_unknown() -> Self {
-        let body = format!(
-            concat!(
-                r#"{{"type":"{}","title":"Outcome unknown","status":500,"#,
-                r#""detail":"The request was sent but its result was lost; it may have taken effect and will not be executed again under this key."}}"#
-            ),
-            OUTCOME_UNKNOWN_TYPE
-        );
-        Self::new(500)
-            .header("content-type", "application/problem+json")
-            .body(body)
-    }
-
-    /// Whether this is the record made by [`StoredResponse::outcome_unknown`].
-    pub fn is_outcome_unknown(&self) -> bool {
-        *self == Self::outcome_unknown()
     }
 }

@@ -3,8 +3,7 @@
 use std::{future::Future, sync::Arc, time::Duration};
 
 use crate::{
-    Address, FencingToken, Fingerprint, Lease, Policy, Record, StoreError, StoredResponse,
-    Timestamp,
+    Address, FencingToken, Fingerprint, Lease, Outcome, Policy, Record, StoreError, Timestamp,
 };
 
 /// The durations an acquisition is granted.
@@ -31,8 +30,8 @@ impl From<&Policy> for Terms {
 pub enum Acquisition {
     /// The caller holds the key and must execute, then `complete` or `release` with the token.
     Acquired(Lease),
-    /// The operation already completed with the same fingerprint: replay this response.
-    Completed(StoredResponse),
+    /// The operation already completed with the same fingerprint: replay this outcome.
+    Completed(Outcome),
     /// Another worker holds a live lease; try again after `retry_after` (the lease's remaining
     /// time).
     InFlight {
@@ -67,7 +66,8 @@ pub trait Store: Send + Sync + 'static {
     ///   with a new token, lease `now + terms.lease`, expiry `now + max(terms.ttl, terms.lease)`:
     ///   [`Acquisition::Acquired`] with `took_over: false`;
     /// - a record with another fingerprint → [`Acquisition::Mismatch`], whatever its state;
-    /// - completed → [`Acquisition::Completed`] with the stored response, byte for byte;
+    /// - completed → [`Acquisition::Completed`] with the stored outcome (a response byte for
+    ///   byte);
     /// - processing with a live lease (`now < lease_until`) → [`Acquisition::InFlight`] with
     ///   `retry_after = lease_until - now`;
     /// - processing with a lease that ran out → taken over: a new token and lease, expiry pushed
@@ -79,14 +79,14 @@ pub trait Store: Send + Sync + 'static {
         terms: Terms,
     ) -> impl Future<Output = Result<Acquisition, StoreError>> + Send;
 
-    /// Completes a processing record held by `token`: stores `response`, which is replayed until
+    /// Completes a processing record held by `token`: stores `outcome`, which is replayed until
     /// `now + ttl`. A late completion by the current holder after its lease ran out (but before
     /// anyone took it over) is accepted. Any other token → [`StoreError::LeaseLost`].
     fn complete(
         &self,
         address: &Address,
         token: FencingToken,
-        response: &StoredResponse,
+        outcome: &Outcome,
         ttl: Duration,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
@@ -154,10 +154,10 @@ impl<S: Store> Store for Arc<S> {
         &self,
         address: &Address,
         token: FencingToken,
-        response: &StoredResponse,
+        outcome: &Outcome,
         ttl: Duration,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).complete(address, token, response, ttl)
+        (**self).complete(address, token, outcome, ttl)
     }
 
     fn release(

@@ -36,7 +36,7 @@ use idem_core::time_limit::within;
 use crate::{
     AdminToken, GatewayStore, RecordView, admin_auth,
     forget::{Forgotten, forget},
-    problem,
+    problem::AdminRejection,
 };
 
 /// How long `/readyz` waits for the store's ping.
@@ -102,56 +102,14 @@ pub(crate) struct ForceQuery {
     force: Option<String>,
 }
 
-/// A key, scope or `force` in an admin URL that cannot be used (400).
-#[derive(Debug)]
-enum BadAddress {
-    Key(idem_core::KeyError),
-    Scope,
-    Force,
-}
-
-impl IntoResponse for BadAddress {
-    fn into_response(self) -> Response {
-        match self {
-            BadAddress::Key(error) => problem::response(
-                StatusCode::BAD_REQUEST,
-                problem::INVALID_KEY,
-                "Invalid idempotency key",
-                &error.to_string(),
-            ),
-            BadAddress::Scope => problem::response(
-                StatusCode::BAD_REQUEST,
-                problem::INVALID_SCOPE,
-                "Invalid scope",
-                "The scope is the scope hash as the logs show it: 64 hexadecimal digits.",
-            ),
-            BadAddress::Force => problem::response(
-                StatusCode::BAD_REQUEST,
-                problem::INVALID_FORCE,
-                "Invalid force",
-                "force is `true` or `false`.",
-            ),
-        }
-    }
-}
-
 /// The address named by a key path segment and an optional scope.
-fn address(key: &str, query: &ScopeQuery) -> Result<Address, BadAddress> {
-    let key = IdempotencyKey::parse_header(key.as_bytes()).map_err(BadAddress::Key)?;
+fn address(key: &str, query: &ScopeQuery) -> Result<Address, AdminRejection> {
+    let key = IdempotencyKey::parse_header(key.as_bytes()).map_err(AdminRejection::InvalidKey)?;
     let scope = match &query.scope {
         None => Scope::ANONYMOUS,
-        Some(hex) => hex.parse().map_err(|_| BadAddress::Scope)?,
+        Some(hex) => hex.parse().map_err(|_| AdminRejection::InvalidScope)?,
     };
     Ok(Address::new(scope, key))
-}
-
-fn not_found() -> Response {
-    problem::response(
-        StatusCode::NOT_FOUND,
-        problem::KEY_NOT_FOUND,
-        "Key not found",
-        "There is no live record under this key in this scope.",
-    )
 }
 
 fn store_failed(error: &idem_core::StoreError) -> Response {
@@ -160,20 +118,10 @@ fn store_failed(error: &idem_core::StoreError) -> Response {
         "admin: the store failed"
     );
     match error {
-        idem_core::StoreError::Corrupted(_) => problem::response(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            idem_http::problem::RECORD_CORRUPTED,
-            "Idempotency record unreadable",
-            "The record under this key cannot be read (altered, or sealed with a key that is not \
-             in the key ring).",
-        ),
-        _ => problem::response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            idem_http::problem::STORE_UNAVAILABLE,
-            "Idempotency store unavailable",
-            "The idempotency store cannot be reached.",
-        ),
+        idem_core::StoreError::Corrupted(_) => AdminRejection::RecordCorrupted,
+        _ => AdminRejection::StoreUnavailable,
     }
+    .into_response()
 }
 
 async fn show_key(
@@ -187,7 +135,7 @@ async fn show_key(
     };
     match within(state.store_timeout, state.store.get(&address)).await {
         Ok(Some(record)) => Json(RecordView::new(&address, &record)).into_response(),
-        Ok(None) => not_found(),
+        Ok(None) => AdminRejection::KeyNotFound.into_response(),
         Err(error) => store_failed(&error),
     }
 }
@@ -205,21 +153,15 @@ async fn forget_key(
     let force = match force.force.as_deref() {
         None | Some("false") => false,
         Some("true") => true,
-        Some(_) => return BadAddress::Force.into_response(),
+        Some(_) => return AdminRejection::InvalidForce.into_response(),
     };
     match within(state.store_timeout, forget(&state.store, &address, force)).await {
         Ok(Forgotten::Removed) => {
             tracing::info!(key = %address.key.digest(), scope = %address.scope.digest(), force, "admin: key forgotten");
             StatusCode::NO_CONTENT.into_response()
         }
-        Ok(Forgotten::NotFound) => not_found(),
-        Ok(Forgotten::Processing) => problem::response(
-            StatusCode::CONFLICT,
-            problem::KEY_PROCESSING,
-            "Key being processed",
-            "A request holds this key and may still be running; forgetting it would let a \
-             retry execute while it runs. Add force=true to forget it anyway.",
-        ),
+        Ok(Forgotten::NotFound) => AdminRejection::KeyNotFound.into_response(),
+        Ok(Forgotten::Processing) => AdminRejection::KeyProcessing.into_response(),
         Err(error) => store_failed(&error),
     }
 }

@@ -31,14 +31,11 @@ use axum::{
     Router,
     extract::{Request, State},
     middleware::{self, Next},
-    response::Response,
+    response::{IntoResponse, Response},
 };
-use http::{
-    HeaderValue, StatusCode,
-    header::{AUTHORIZATION, WWW_AUTHENTICATE},
-};
+use http::header::AUTHORIZATION;
 
-use crate::{Error, error::AdminTokenError, problem};
+use crate::{Error, error::AdminTokenError, problem::AdminRejection};
 
 /// The bearer token of an admin listener.
 ///
@@ -115,18 +112,7 @@ async fn authorize(State(token): State<Arc<AdminToken>>, request: Request, next:
         .and_then(|value| bearer(value.as_bytes()));
     match presented {
         Some(presented) if token.matches(presented) => next.run(request).await,
-        _ => {
-            let mut response = problem::response(
-                StatusCode::UNAUTHORIZED,
-                problem::UNAUTHORIZED,
-                "Unauthorized",
-                "The admin endpoints need the admin token, as `Authorization: Bearer <token>`.",
-            );
-            response
-                .headers_mut()
-                .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            response
-        }
+        _ => AdminRejection::Unauthorized.into_response(),
     }
 }
 

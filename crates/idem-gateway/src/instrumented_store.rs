@@ -3,8 +3,8 @@
 use std::{future::Future, sync::Arc, time::Duration};
 
 use idem_core::{
-    Acquisition, Address, DynStore, FencingToken, Fingerprint, Record, Store, StoreError,
-    StoredResponse, Terms, Timestamp,
+    Acquisition, Address, DynStore, FencingToken, Fingerprint, Outcome, Record, Store, StoreError,
+    Terms, Timestamp,
 };
 use metrics::Histogram;
 use tokio::time::Instant;
@@ -106,12 +106,12 @@ impl<S: Store> Store for InstrumentedStore<S> {
         &self,
         address: &Address,
         token: FencingToken,
-        response: &StoredResponse,
+        outcome: &Outcome,
         ttl: Duration,
     ) -> Result<(), StoreError> {
         timed(
             &self.latency.complete,
-            self.inner.complete(address, token, response, ttl),
+            self.inner.complete(address, token, outcome, ttl),
         )
         .await
     }

@@ -1,11 +1,12 @@
-//! The problem `type`s (RFC 9457) that the gateway itself answers with, beyond the layer's
-//! ([`idem_http::problem`]).
+//! The problems (RFC 9457) that the gateway itself answers with, beyond the layer's
+//! ([`idem_http::problem`]): typed, with a fixed status, and rendered by
+//! [`Problem::to_response`] like the layer's.
 
-use axum::body::Body;
-use http::{HeaderValue, Response, StatusCode, header::CONTENT_TYPE};
-use serde::Serialize;
+use std::time::Duration;
 
-pub use idem_http::problem::{INVALID_KEY, UPSTREAM_FAILED};
+use http::{HeaderMap, HeaderValue, StatusCode, header::WWW_AUTHENTICATE};
+pub use idem_http::problem::UPSTREAM_FAILED;
+pub use idem_http::problem::{INVALID_KEY, Problem, RECORD_CORRUPTED, STORE_UNAVAILABLE};
 
 /// The upstream could not be reached; nothing was sent (502).
 pub const UPSTREAM_UNREACHABLE: &str = "urn:idem:problem:upstream-unreachable";
@@ -24,33 +25,201 @@ pub const KEY_PROCESSING: &str = "urn:idem:problem:key-processing";
 /// The admin API was given a `force` that is neither `true` nor `false` (400).
 pub const INVALID_FORCE: &str = "urn:idem:problem:invalid-force";
 
-/// A problem+json response: `{"type","title","status","detail"}`.
-pub(crate) fn response(
-    status: StatusCode,
-    problem_type: &str,
-    title: &str,
-    detail: &str,
-) -> Response<Body> {
-    #[derive(Serialize)]
-    struct Problem<'a> {
-        #[serde(rename = "type")]
-        problem_type: &'a str,
-        title: &'a str,
-        status: u16,
-        detail: &'a str,
+/// A forward to the upstream that ended without a response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UpstreamRejection {
+    /// The upstream did not send its response head in time (504, [`UPSTREAM_TIMEOUT`]).
+    #[error("the upstream did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The upstream could not be reached; nothing was sent (502, [`UPSTREAM_UNREACHABLE`]).
+    #[error("the upstream could not be reached")]
+    Unreachable,
+    /// The connection failed after the request may have been sent (502, [`UPSTREAM_FAILED`]).
+    #[error("the upstream connection failed")]
+    Failed,
+}
+
+impl Problem for UpstreamRejection {
+    fn status(&self) -> StatusCode {
+        match self {
+            UpstreamRejection::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            UpstreamRejection::Unreachable | UpstreamRejection::Failed => StatusCode::BAD_GATEWAY,
+        }
     }
-    let body = serde_json::to_vec(&Problem {
-        problem_type,
-        title,
-        status: status.as_u16(),
-        detail,
-    })
-    .expect("strings and a number serialize");
-    let mut response = Response::new(Body::from(body));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    response
+
+    fn problem_type(&self) -> &'static str {
+        match self {
+            UpstreamRejection::Timeout(_) => UPSTREAM_TIMEOUT,
+            UpstreamRejection::Unreachable => UPSTREAM_UNREACHABLE,
+            UpstreamRejection::Failed => UPSTREAM_FAILED,
+        }
+    }
+
+    fn title(&self) -> &'static str {
+        match self {
+            UpstreamRejection::Timeout(_) => "Upstream timeout",
+            UpstreamRejection::Unreachable => "Upstream unreachable",
+            UpstreamRejection::Failed => "Upstream failed",
+        }
+    }
+
+    fn detail(&self) -> String {
+        match self {
+            UpstreamRejection::Timeout(_) => {
+                "The upstream did not answer in time; the request may or may not have taken effect."
+            }
+            UpstreamRejection::Unreachable => {
+                "The upstream could not be reached; the request was not sent."
+            }
+            UpstreamRejection::Failed => {
+                "The upstream connection failed; the request may or may not have taken effect."
+            }
+        }
+        .to_owned()
+    }
+}
+
+/// A request to the admin API that it refuses.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdminRejection {
+    /// No admin token, or another one (401, [`UNAUTHORIZED`], `WWW-Authenticate: Bearer`).
+    #[error("the admin token is missing or wrong")]
+    Unauthorized,
+    /// The key in the URL is not a valid idempotency key (400, [`INVALID_KEY`]).
+    #[error("the idempotency key is invalid")]
+    InvalidKey(#[source] idem_core::KeyError),
+    /// The scope is not 64 hexadecimal digits (400, [`INVALID_SCOPE`]).
+    #[error("the scope is not a scope hash")]
+    InvalidScope,
+    /// `force` is neither `true` nor `false` (400, [`INVALID_FORCE`]).
+    #[error("force is neither true nor false")]
+    InvalidForce,
+    /// No live record under this key and scope (404, [`KEY_NOT_FOUND`]).
+    #[error("no record under this key")]
+    KeyNotFound,
+    /// A request holds the key and `force=true` was not given (409, [`KEY_PROCESSING`]).
+    #[error("a request holds this key")]
+    KeyProcessing,
+    /// The record cannot be read (500, [`RECORD_CORRUPTED`]).
+    #[error("the idempotency record cannot be read")]
+    RecordCorrupted,
+    /// The store failed (503, [`STORE_UNAVAILABLE`]).
+    #[error("the idempotency store is unavailable")]
+    StoreUnavailable,
+}
+
+impl Problem for AdminRejection {
+    fn status(&self) -> StatusCode {
+        match self {
+            AdminRejection::Unauthorized => StatusCode::UNAUTHORIZED,
+            AdminRejection::InvalidKey(_)
+            | AdminRejection::InvalidScope
+            | AdminRejection::InvalidForce => StatusCode::BAD_REQUEST,
+            AdminRejection::KeyNotFound => StatusCode::NOT_FOUND,
+            AdminRejection::KeyProcessing => StatusCode::CONFLICT,
+            AdminRejection::RecordCorrupted => StatusCode::INTERNAL_SERVER_ERROR,
+            AdminRejection::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    fn problem_type(&self) -> &'static str {
+        match self {
+            AdminRejection::Unauthorized => UNAUTHORIZED,
+            AdminRejection::InvalidKey(_) => INVALID_KEY,
+            AdminRejection::InvalidScope => INVALID_SCOPE,
+            AdminRejection::InvalidForce => INVALID_FORCE,
+            AdminRejection::KeyNotFound => KEY_NOT_FOUND,
+            AdminRejection::KeyProcessing => KEY_PROCESSING,
+            AdminRejection::RecordCorrupted => RECORD_CORRUPTED,
+            AdminRejection::StoreUnavailable => STORE_UNAVAILABLE,
+        }
+    }
+
+    fn title(&self) -> &'static str {
+        match self {
+            AdminRejection::Unauthorized => "Unauthorized",
+            AdminRejection::InvalidKey(_) => "Invalid idempotency key",
+            AdminRejection::InvalidScope => "Invalid scope",
+            AdminRejection::InvalidForce => "Invalid force",
+            AdminRejection::KeyNotFound => "Key not found",
+            AdminRejection::KeyProcessing => "Key being processed",
+            AdminRejection::RecordCorrupted => "Idempotency record unreadable",
+            AdminRejection::StoreUnavailable => "Idempotency store unavailable",
+        }
+    }
+
+    fn detail(&self) -> String {
+        match self {
+            AdminRejection::Unauthorized => {
+                "The admin endpoints need the admin token, as `Authorization: Bearer <token>`."
+            }
+            AdminRejection::InvalidKey(error) => return error.to_string(),
+            AdminRejection::InvalidScope => {
+                "The scope is the scope hash as the logs show it: 64 hexadecimal digits."
+            }
+            AdminRejection::InvalidForce => "force is `true` or `false`.",
+            AdminRejection::KeyNotFound => "There is no live record under this key in this scope.",
+            AdminRejection::KeyProcessing => concat!(
+                "A request holds this key and may still be running; forgetting it would let a ",
+                "retry execute while it runs. Add force=true to forget it anyway."
+            ),
+            AdminRejection::RecordCorrupted => concat!(
+                "The record under this key cannot be read (altered, or sealed with a key that is ",
+                "not in the key ring)."
+            ),
+            AdminRejection::StoreUnavailable => "The idempotency store cannot be reached.",
+        }
+        .to_owned()
+    }
+
+    fn headers(&self, headers: &mut HeaderMap) {
+        if let AdminRejection::Unauthorized = self {
+            headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+    }
+}
+
+impl axum::response::IntoResponse for AdminRejection {
+    fn into_response(self) -> axum::response::Response {
+        self.to_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+
+    #[test]
+    fn an_upstream_timeout_is_a_504_problem() {
+        let response = UpstreamRejection::Timeout(Duration::from_secs(30)).to_response::<Bytes>();
+        assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/problem+json"
+        );
+        assert_eq!(
+            &response.body()[..],
+            concat!(
+                r#"{"type":"urn:idem:problem:upstream-timeout","title":"Upstream timeout","#,
+                r#""status":504,"detail":"The upstream did not answer in time; the request may "#,
+                r#"or may not have taken effect."}"#
+            )
+            .as_bytes()
+        );
+    }
+
+    #[test]
+    fn unauthorized_carries_the_bearer_challenge() {
+        let response = AdminRejection::Unauthorized.to_response::<Bytes>();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(response.headers()[WWW_AUTHENTICATE], "Bearer");
+        assert_eq!(
+            response.headers()["content-length"],
+            response.body().len().to_string()
+        );
+    }
 }

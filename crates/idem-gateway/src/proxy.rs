@@ -15,20 +15,23 @@ use std::{
 
 use axum::body::Body;
 use http::{
-    HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, Version,
-    header::{
-        CONNECTION, HOST, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE, TRANSFER_ENCODING, UPGRADE,
-    },
+    HeaderMap, HeaderName, HeaderValue, Request, Response, Version,
+    header::{HOST, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE},
 };
 use hyper_util::{
     client::legacy::{Client, connect::HttpConnector},
     rt::{TokioExecutor, TokioTimer},
 };
-use idem_http::Delivery;
+use idem_http::{Delivery, hop_by_hop};
 use metrics::Histogram;
 use tokio::time::Instant;
 
-use crate::{Upstream, deadline::DeadlineBody, error::UpstreamError as Error, problem};
+use crate::{
+    Upstream,
+    deadline::DeadlineBody,
+    error::UpstreamError as Error,
+    problem::{Problem, UpstreamRejection},
+};
 
 /// The histogram of upstream latencies: from forwarding a request to its response head.
 pub const UPSTREAM_DURATION: &str = "idem_upstream_duration_seconds";
@@ -195,59 +198,26 @@ pub fn delivery(error: &(dyn std::error::Error + 'static)) -> Delivery {
 /// The answer to a request whose forward failed without a response: 504 problem+json when the
 /// upstream did not answer in time, 502 otherwise.
 pub fn error_response(error: &Error) -> Response<Body> {
-    match error {
-        Error::UpstreamTimeout(_) => problem::response(
-            StatusCode::GATEWAY_TIMEOUT,
-            problem::UPSTREAM_TIMEOUT,
-            "Upstream timeout",
-            "The upstream did not answer in time; the request may or may not have taken effect.",
-        ),
-        Error::UpstreamConnect(_) => problem::response(
-            StatusCode::BAD_GATEWAY,
-            problem::UPSTREAM_UNREACHABLE,
-            "Upstream unreachable",
-            "The upstream could not be reached; the request was not sent.",
-        ),
-        _ => problem::response(
-            StatusCode::BAD_GATEWAY,
-            problem::UPSTREAM_FAILED,
-            "Upstream failed",
-            "The upstream connection failed; the request may or may not have taken effect.",
-        ),
-    }
+    let rejection = match error {
+        Error::UpstreamTimeout(timeout) => UpstreamRejection::Timeout(*timeout),
+        Error::UpstreamConnect(_) => UpstreamRejection::Unreachable,
+        _ => UpstreamRejection::Failed,
+    };
+    rejection.to_response()
 }
 
-/// Removes the headers that concern one connection only: those named in `Connection`, and the
-/// standard ones. A request keeps `TE: trailers` (gRPC needs it; it is the only value HTTP/2
-/// allows).
+/// Removes the headers that concern one connection only ([`hop_by_hop`]), and the proxy
+/// authentication ones, which concern the next hop only. A request keeps `TE: trailers` (gRPC
+/// needs it; it is the only value HTTP/2 allows).
 fn remove_hop_by_hop(headers: &mut HeaderMap, request: bool) {
-    let named: Vec<HeaderName> = headers
-        .get_all(CONNECTION)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
     let keeps_trailers = request
         && headers
             .get_all(TE)
             .iter()
             .any(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
-    for name in named {
-        headers.remove(name);
-    }
-    for name in [
-        CONNECTION,
-        HeaderName::from_static("keep-alive"),
-        HeaderName::from_static("proxy-connection"),
-        PROXY_AUTHENTICATE,
-        PROXY_AUTHORIZATION,
-        TE,
-        TRANSFER_ENCODING,
-        UPGRADE,
-    ] {
-        headers.remove(name);
-    }
+    hop_by_hop::remove(headers);
+    headers.remove(PROXY_AUTHENTICATE);
+    headers.remove(PROXY_AUTHORIZATION);
     if keeps_trailers {
         headers.insert(TE, HeaderValue::from_static("trailers"));
     }
@@ -255,6 +225,8 @@ fn remove_hop_by_hop(headers: &mut HeaderMap, request: bool) {
 
 #[cfg(test)]
 mod tests {
+    use http::header::{CONNECTION, TRANSFER_ENCODING};
+
     use super::*;
 
     fn proxy(h2c: bool) -> Proxy {
@@ -314,6 +286,9 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
         headers.insert(TE, HeaderValue::from_static("trailers"));
+        headers.insert(CONNECTION, HeaderValue::from_static("x-hop"));
+        headers.insert("x-hop", HeaderValue::from_static("1"));
+        headers.insert(PROXY_AUTHENTICATE, HeaderValue::from_static("Basic"));
         headers.insert("content-type", HeaderValue::from_static("text/plain"));
         remove_hop_by_hop(&mut headers, false);
         assert_eq!(headers.len(), 1);

@@ -1,6 +1,7 @@
 //! [`RecordView`]: a record as the admin API and `idem keys show` print it.
 
-use idem_core::{Address, Record, RecordState, Timestamp};
+use idem_core::{Address, Outcome, Record, RecordState, Timestamp};
+use idem_http::problem::{Problem, Rejection};
 use serde::Serialize;
 
 /// A record as JSON: the key's digest (never the key), the scope in hex, the state's name, the
@@ -62,10 +63,16 @@ impl RecordView {
                 (Some(rfc3339(*lease_until)), None, None)
             }
             RecordState::Completed {
-                response,
+                outcome,
                 completed_at,
                 ..
-            } => (None, Some(rfc3339(*completed_at)), Some(response.status)),
+            } => {
+                let status = match outcome {
+                    Outcome::Response(response) => response.status,
+                    Outcome::Unknown => Rejection::OutcomeUnknown.status().as_u16(),
+                };
+                (None, Some(rfc3339(*completed_at)), Some(status))
+            }
         };
         Self {
             key_digest: address.key.digest(),

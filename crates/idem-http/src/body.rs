@@ -92,6 +92,12 @@ impl<B> ResponseBody<B> {
     }
 }
 
+impl<B> From<Bytes> for ResponseBody<B> {
+    fn from(data: Bytes) -> Self {
+        Self::full(data)
+    }
+}
+
 impl<B> http_body::Body for ResponseBody<B>
 where
     B: http_body::Body<Data = Bytes>,

@@ -47,26 +47,18 @@ use http::{
     response::Parts,
 };
 use http_body_util::BodyExt;
-use idem_core::StoredResponse;
+use idem_core::{Outcome, StoredResponse};
 
-use crate::{ResponseBody, problem};
+use crate::{
+    ResponseBody,
+    hop_by_hop::HopByHop,
+    problem::{self, Rejection},
+};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The header that marks a replay.
 const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
-
-/// Headers that describe one connection, not the response (RFC 9110 §7.6.1), plus the
-/// non-standard ones still seen in the wild.
-const HOP_BY_HOP: [&str; 7] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "transfer-encoding",
-    "te",
-    "trailer",
-    "upgrade",
-];
 
 /// Headers that describe a body, dropped when the body is replaced by a problem.
 const BODY_HEADERS: [&str; 4] = [
@@ -174,49 +166,19 @@ fn not_stored(parts: &Parts, limit: usize) -> StoredResponse {
     }
 }
 
-/// The header lines worth storing: every one but the hop-by-hop ones, in order, names in lower
-/// case (as `http` keeps them).
+/// The header lines worth storing: every one but the hop-by-hop ones and `Trailer` (a replay
+/// announces the trailers it has), in order, names in lower case (as `http` keeps them).
 fn header_lines(headers: &HeaderMap) -> Vec<(String, Bytes)> {
-    let hop_by_hop = HopByHop::new(
-        headers
-            .get_all(CONNECTION)
-            .iter()
-            .map(HeaderValue::as_bytes),
-    );
+    let hop_by_hop = HopByHop::of(headers);
     headers
         .iter()
-        .filter(|(name, _)| !hop_by_hop.contains(name.as_str()))
+        .filter(|(name, _)| !hop_by_hop.contains(name.as_str()) && *name != TRAILER)
         .map(|(name, value)| (name.as_str().to_owned(), bytes(value)))
         .collect()
 }
 
 fn bytes(value: &HeaderValue) -> Bytes {
     Bytes::copy_from_slice(value.as_bytes())
-}
-
-/// The hop-by-hop header names of one response: the fixed ones and those its `Connection`
-/// header lists.
-struct HopByHop<'a> {
-    listed: Vec<&'a [u8]>,
-}
-
-impl<'a> HopByHop<'a> {
-    fn new(connection: impl Iterator<Item = &'a [u8]>) -> Self {
-        let listed = connection
-            .flat_map(|value| value.split(|b| *b == b','))
-            .map(<[u8]>::trim_ascii)
-            .filter(|name| !name.is_empty())
-            .collect();
-        Self { listed }
-    }
-
-    fn contains(&self, name: &str) -> bool {
-        HOP_BY_HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
-            || self
-                .listed
-                .iter()
-                .any(|l| l.eq_ignore_ascii_case(name.as_bytes()))
-    }
 }
 
 /// The body of a response, read chunk by chunk: one chunk is kept as is, more are copied into
@@ -263,18 +225,22 @@ impl Data {
     }
 }
 
-/// Whether a replayed response says it is a replay.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Replay {
-    /// A retry gets the stored response: `Idempotent-Replayed: true`.
-    Marked,
-    /// The request that recorded it gets it (an outcome-unknown record): no mark.
-    Unmarked,
+/// The replay of a stored outcome, marked `Idempotent-Replayed: true`: the stored response
+/// ([`replay`]), or the outcome-unknown problem.
+pub(crate) fn replay_outcome<B>(outcome: Outcome) -> Response<ResponseBody<B>> {
+    match outcome {
+        Outcome::Response(stored) => replay(stored),
+        Outcome::Unknown => {
+            let mut response = Rejection::OutcomeUnknown.into_response();
+            mark_replayed(response.headers_mut());
+            response
+        }
+    }
 }
 
-/// The response for `stored`: its status, headers (hop-by-hop ones dropped, `Content-Length`
-/// recomputed), body and trailers.
-pub(crate) fn replay<B>(stored: StoredResponse, mark: Replay) -> Response<ResponseBody<B>> {
+/// The replay of `stored`: its status, headers (hop-by-hop ones dropped, `Content-Length`
+/// recomputed, `Idempotent-Replayed: true` added), body and trailers.
+fn replay<B>(stored: StoredResponse) -> Response<ResponseBody<B>> {
     let StoredResponse {
         status,
         headers: lines,
@@ -284,11 +250,13 @@ pub(crate) fn replay<B>(stored: StoredResponse, mark: Replay) -> Response<Respon
     let hop_by_hop = HopByHop::new(
         lines
             .iter()
-            .filter(|(name, _)| name.eq_ignore_ascii_case("connection"))
+            .filter(|(name, _)| name.eq_ignore_ascii_case(CONNECTION.as_str()))
             .map(|(_, value)| &value[..]),
     );
     let mut headers = header_map(lines.iter().filter(|(name, _)| {
-        !hop_by_hop.contains(name) && !name.eq_ignore_ascii_case("content-length")
+        !hop_by_hop.contains(name)
+            && !name.eq_ignore_ascii_case(TRAILER.as_str())
+            && !name.eq_ignore_ascii_case(CONTENT_LENGTH.as_str())
     }));
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     // With trailers there is no length, so that HTTP/1.1 sends them (chunked).
@@ -299,12 +267,7 @@ pub(crate) fn replay<B>(stored: StoredResponse, mark: Replay) -> Response<Respon
     if has_length {
         headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
     }
-    if mark == Replay::Marked {
-        headers.insert(
-            HeaderName::from_static(IDEMPOTENT_REPLAYED),
-            HeaderValue::from_static("true"),
-        );
-    }
+    mark_replayed(&mut headers);
     let trailers = trailers.map(|lines| header_map(lines.iter()));
     if let Some(announced) = trailers.as_ref().and_then(announce) {
         // `Trailer` was dropped with the hop-by-hop headers; HTTP/1.1 servers (hyper) send only
@@ -315,6 +278,13 @@ pub(crate) fn replay<B>(stored: StoredResponse, mark: Replay) -> Response<Respon
     *response.status_mut() = status;
     *response.headers_mut() = headers;
     response
+}
+
+fn mark_replayed(headers: &mut HeaderMap) {
+    headers.insert(
+        HeaderName::from_static(IDEMPOTENT_REPLAYED),
+        HeaderValue::from_static("true"),
+    );
 }
 
 /// The `Trailer` header announcing `trailers`' names, if there are any.
@@ -356,7 +326,7 @@ mod tests {
             .header("set-cookie", "a=1")
             .header("set-cookie", "b=2")
             .body("four");
-        let response = replay::<Full<Bytes>>(stored, Replay::Marked);
+        let response = replay::<Full<Bytes>>(stored);
         let headers: Vec<_> = response
             .headers()
             .iter()

@@ -6,7 +6,7 @@
 //! response with `Idempotent-Replayed: true`. Concurrent duplicates get `409` (or wait for the
 //! first), a key reused for another request gets `422`, and every refusal is an
 //! `application/problem+json` body with a stable [`problem`] type. The records live in any
-//! [`idem_core::Store`]; the behaviour is the HTTP contract of the repository's docs/http.md.
+//! [`idem_core::Store`]; the behaviour is the HTTP contract of the repository's `docs/http.md`.
 //!
 //! # Examples
 //!
@@ -64,6 +64,7 @@
 //! - [`ResponseBody`] and [`ResponseFuture`]: what the service returns;
 //! - [`Outcome`] and [`RequestKey`]: response extensions, for logs and metrics;
 //! - [`problem`]: the typed rejections and their problem types;
+//! - [`hop_by_hop`]: the headers that concern one connection, which are never stored or passed on;
 //! - [`FromBytes`]: the request bodies the layer can rebuild after buffering them.
 //!
 //! # Metrics
@@ -88,6 +89,7 @@ mod capture;
 mod config;
 mod from_bytes;
 mod future;
+pub mod hop_by_hop;
 mod layer;
 mod outcome;
 pub mod problem;

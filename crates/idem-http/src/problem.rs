@@ -1,11 +1,12 @@
 //! The requests the layer answers itself: typed [`Rejection`]s with RFC 9457
-//! `application/problem+json` bodies, and the stable problem `type` values.
+//! `application/problem+json` bodies, the stable problem `type` values, and the [`Problem`]
+//! trait that renders them, for the layer's problems and for those a server adds of its own.
 //!
 //! # Examples
 //!
 //! ```
 //! use http::StatusCode;
-//! use idem_http::problem::{self, Rejection};
+//! use idem_http::problem::{self, Problem, Rejection};
 //!
 //! let rejection = Rejection::FingerprintMismatch;
 //! assert_eq!(rejection.status(), StatusCode::UNPROCESSABLE_ENTITY);
@@ -14,12 +15,42 @@
 //! let response = rejection.into_response::<http_body_util::Empty<bytes::Bytes>>();
 //! assert_eq!(response.headers()["content-type"], "application/problem+json");
 //! ```
+//!
+//! A server's own problem, rendered the same way:
+//!
+//! ```
+//! use bytes::Bytes;
+//! use http::StatusCode;
+//! use idem_http::problem::Problem;
+//!
+//! struct QuotaExceeded;
+//!
+//! impl Problem for QuotaExceeded {
+//!     fn status(&self) -> StatusCode {
+//!         StatusCode::TOO_MANY_REQUESTS
+//!     }
+//!     fn problem_type(&self) -> &'static str {
+//!         "urn:example:problem:quota-exceeded"
+//!     }
+//!     fn title(&self) -> &'static str {
+//!         "Quota exceeded"
+//!     }
+//!     fn detail(&self) -> String {
+//!         "This account has used its requests for today.".to_owned()
+//!     }
+//! }
+//!
+//! let response = QuotaExceeded.to_response::<Bytes>();
+//! assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(response.headers()["content-length"], "140");
+//! assert!(response.body().starts_with(br#"{"type":"urn:example:problem:quota-exceeded","#));
+//! ```
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{
-    HeaderName, HeaderValue, Response, StatusCode,
+    HeaderMap, HeaderName, HeaderValue, Response, StatusCode,
     header::{CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER},
 };
 use idem_core::{KeyError, StoreError};
@@ -57,6 +88,56 @@ pub const RESPONSE_NOT_STORED: &str = "urn:idem:problem:response-not-stored";
 /// retry executes again (502).
 pub const UPSTREAM_FAILED: &str = "urn:idem:problem:upstream-failed";
 pub use idem_core::OUTCOME_UNKNOWN_TYPE as OUTCOME_UNKNOWN;
+
+/// A problem a server answers with: a fixed status, a stable `type`, and an RFC 9457
+/// `application/problem+json` body `{"type","title","status","detail"}`.
+///
+/// [`Rejection`] is the layer's; a server that answers problems of its own (a gateway's upstream
+/// failures, an admin API) implements it for them, so that every problem it sends is rendered
+/// the same way.
+pub trait Problem {
+    /// The response status.
+    fn status(&self) -> StatusCode;
+
+    /// The problem `type`: a stable URI that clients match on.
+    fn problem_type(&self) -> &'static str;
+
+    /// The problem `title`: a short summary that depends on the type only.
+    fn title(&self) -> &'static str;
+
+    /// The problem `detail`: what happened to this request and what the client can do.
+    fn detail(&self) -> String;
+
+    /// Adds the headers this problem carries beyond `Content-Type` and `Content-Length`
+    /// (`Retry-After`, `WWW-Authenticate`); none by default.
+    fn headers(&self, headers: &mut HeaderMap) {
+        let _ = headers;
+    }
+
+    /// The body: `{"type","title","status","detail"}`, in that order.
+    fn body(&self) -> Bytes {
+        problem_json(
+            self.problem_type(),
+            self.title(),
+            self.status(),
+            &self.detail(),
+        )
+    }
+
+    /// The response: the status, `Content-Type: application/problem+json`, `Content-Length`,
+    /// [`headers`](Problem::headers), and the body.
+    fn to_response<B: From<Bytes>>(&self) -> Response<B> {
+        let body = self.body();
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, content_type());
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+        self.headers(&mut headers);
+        let mut response = Response::new(B::from(body));
+        *response.status_mut() = self.status();
+        *response.headers_mut() = headers;
+        response
+    }
+}
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -123,11 +204,37 @@ pub enum Rejection {
     /// The upstream's response was cut off and the key released (502, [`UPSTREAM_FAILED`]).
     #[error("the upstream response was cut off")]
     UpstreamFailed(#[source] BoxError),
+    /// The key's outcome is unknown ([`idem_core::Outcome::Unknown`]): the request was sent and
+    /// its result lost, under `Ambiguous::Reject` (500, [`OUTCOME_UNKNOWN`]). Final: replayed
+    /// to every retry.
+    #[error("the outcome of the request is unknown")]
+    OutcomeUnknown,
 }
 
 impl Rejection {
-    /// The response status.
-    pub fn status(&self) -> StatusCode {
+    /// The response: the status, `Content-Type: application/problem+json`, `Retry-After` where
+    /// it applies, and the problem body ([`Problem::to_response`]).
+    pub fn into_response<B>(self) -> Response<ResponseBody<B>> {
+        self.to_response()
+    }
+
+    /// The `Retry-After` seconds, for the rejections that carry one.
+    fn retry_after(&self) -> Option<u64> {
+        match self {
+            Rejection::InFlight { retry_after } => {
+                let whole = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+                Some(whole.max(1))
+            }
+            Rejection::StoreUnavailable(_) | Rejection::StoreFull(_) | Rejection::Overloaded => {
+                Some(1)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Problem for Rejection {
+    fn status(&self) -> StatusCode {
         match self {
             Rejection::MissingKey { .. }
             | Rejection::InvalidKey(_)
@@ -141,13 +248,15 @@ impl Rejection {
             Rejection::StoreUnavailable(_) | Rejection::StoreFull(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
-            Rejection::RecordCorrupted(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Rejection::RecordCorrupted(_) | Rejection::OutcomeUnknown => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
             Rejection::UpstreamFailed(_) => StatusCode::BAD_GATEWAY,
         }
     }
 
-    /// The problem `type`, one of this module's constants.
-    pub fn problem_type(&self) -> &'static str {
+    /// One of this module's constants.
+    fn problem_type(&self) -> &'static str {
         match self {
             Rejection::MissingKey { .. } => MISSING_KEY,
             Rejection::InvalidKey(_) => INVALID_KEY,
@@ -162,11 +271,11 @@ impl Rejection {
             Rejection::RecordCorrupted(_) => RECORD_CORRUPTED,
             Rejection::StoreFull(_) => STORE_FULL,
             Rejection::UpstreamFailed(_) => UPSTREAM_FAILED,
+            Rejection::OutcomeUnknown => OUTCOME_UNKNOWN,
         }
     }
 
-    /// The problem `title`: a short summary that depends on the type only.
-    pub fn title(&self) -> &'static str {
+    fn title(&self) -> &'static str {
         match self {
             Rejection::MissingKey { .. } => "Idempotency key missing",
             Rejection::InvalidKey(_) => "Invalid idempotency key",
@@ -181,11 +290,11 @@ impl Rejection {
             Rejection::RecordCorrupted(_) => "Idempotency record unreadable",
             Rejection::StoreFull(_) => "Idempotency store full",
             Rejection::UpstreamFailed(_) => "Upstream failed",
+            Rejection::OutcomeUnknown => "Outcome unknown",
         }
     }
 
-    /// The problem `detail`: what happened to this request and what the client can do.
-    pub fn detail(&self) -> String {
+    fn detail(&self) -> String {
         match self {
             Rejection::MissingKey { header } => {
                 format!("This request requires an idempotency key in the {header} header.")
@@ -248,35 +357,18 @@ impl Rejection {
                 "Retrying with the same idempotency key executes it again."
             )
             .to_owned(),
+            Rejection::OutcomeUnknown => concat!(
+                "The request was sent but its result was lost; it may have taken effect and will ",
+                "not be executed again under this key."
+            )
+            .to_owned(),
         }
     }
 
-    /// The `Retry-After` seconds, for the rejections that carry one.
-    fn retry_after(&self) -> Option<u64> {
-        match self {
-            Rejection::InFlight { retry_after } => {
-                let whole = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
-                Some(whole.max(1))
-            }
-            Rejection::StoreUnavailable(_) | Rejection::StoreFull(_) | Rejection::Overloaded => {
-                Some(1)
-            }
-            _ => None,
-        }
-    }
-
-    /// The response: the status, `Content-Type: application/problem+json`, `Retry-After` where
-    /// it applies, and the problem body.
-    pub fn into_response<B>(self) -> Response<ResponseBody<B>> {
-        let status = self.status();
-        let body = problem_json(self.problem_type(), self.title(), status, &self.detail());
-        let mut response = problem_response(status, body);
+    fn headers(&self, headers: &mut HeaderMap) {
         if let Some(seconds) = self.retry_after() {
-            response
-                .headers_mut()
-                .insert(RETRY_AFTER, HeaderValue::from(seconds));
+            headers.insert(RETRY_AFTER, HeaderValue::from(seconds));
         }
-        response
     }
 }
 
@@ -288,14 +380,14 @@ pub(crate) fn problem_json(
     detail: &str,
 ) -> Bytes {
     #[derive(serde::Serialize)]
-    struct Problem<'a> {
+    struct Document<'a> {
         #[serde(rename = "type")]
         problem_type: &'a str,
         title: &'a str,
         status: u16,
         detail: &'a str,
     }
-    let problem = Problem {
+    let problem = Document {
         problem_type,
         title,
         status: status.as_u16(),
@@ -303,15 +395,6 @@ pub(crate) fn problem_json(
     };
     // Serializing strings and a number into a Vec cannot fail.
     serde_json::to_vec(&problem).map_or_else(|_| Bytes::new(), Bytes::from)
-}
-
-fn problem_response<B>(status: StatusCode, body: Bytes) -> Response<ResponseBody<B>> {
-    let mut response = Response::new(ResponseBody::full(body.clone()));
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, content_type());
-    headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
-    response
 }
 
 /// The media type of problem bodies.
@@ -330,6 +413,33 @@ mod tests {
         assert_eq!(seconds(Duration::from_millis(1)), Some(1));
         assert_eq!(seconds(Duration::from_millis(1001)), Some(2));
         assert_eq!(seconds(Duration::from_secs(30)), Some(30));
+    }
+
+    #[test]
+    fn outcome_unknown_is_the_problem_earlier_builds_stored() {
+        let response = Rejection::OutcomeUnknown.into_response::<http_body_util::Empty<Bytes>>();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let headers: Vec<_> = response
+            .headers()
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            headers,
+            [
+                ("content-type", "application/problem+json"),
+                ("content-length", "211")
+            ]
+        );
+        assert_eq!(
+            &Rejection::OutcomeUnknown.body()[..],
+            concat!(
+                r#"{"type":"urn:idem:problem:outcome-unknown","title":"Outcome unknown","#,
+                r#""status":500,"detail":"The request was sent but its result was lost; it may "#,
+                r#"have taken effect and will not be executed again under this key."}"#
+            )
+            .as_bytes()
+        );
     }
 
     #[test]

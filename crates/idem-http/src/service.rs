@@ -42,16 +42,14 @@ use std::{
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use idem_core::{
-    Address, Ambiguous, Engine, Execution, RunOutcome, Store, StoreError, StoredResponse,
-};
+use idem_core::{Address, Ambiguous, Engine, Execution, RunOutcome, Store, StoreError};
 use tower::Service;
 
 use crate::{
     Anonymous, Delivery, FromBytes, OnStoreError, Outcome, RequestKey, ResponseBody,
     ResponseFuture,
     budget::{Budget, Reservation},
-    capture::{Replay, capture, drop_cookies, replay},
+    capture::{capture, drop_cookies, replay_outcome},
     config::Config,
     problem::Rejection,
     request,
@@ -280,10 +278,10 @@ where
         Ok(RunOutcome::Executed(answer)) => (Outcome::Executed, answer),
         Ok(RunOutcome::Replayed(mut stored)) => {
             // Records stored before cookies were dropped at store time may still hold some.
-            if anonymous {
-                drop_cookies(&mut stored);
+            if let (true, idem_core::Outcome::Response(stored)) = (anonymous, &mut stored) {
+                drop_cookies(stored);
             }
-            (Outcome::Replayed, Ok(replay(stored, Replay::Marked)))
+            (Outcome::Replayed, Ok(replay_outcome(stored)))
         }
         Ok(RunOutcome::InFlight { retry_after }) => {
             rejected(Outcome::Conflict, Rejection::InFlight { retry_after })
@@ -381,7 +379,7 @@ where
                         "the service failed after the request may have taken effect; \
                          its outcome is recorded as unknown"
                     );
-                    let unknown = replay(StoredResponse::outcome_unknown(), Replay::Unmarked);
+                    let unknown = Rejection::OutcomeUnknown.into_response();
                     Execution::Lost { value: Ok(unknown) }
                 }
             };
@@ -413,7 +411,7 @@ where
             );
             let answer = match ambiguous {
                 Ambiguous::Retry => Rejection::UpstreamFailed(error).into_response(),
-                Ambiguous::Reject => replay(StoredResponse::outcome_unknown(), Replay::Unmarked),
+                Ambiguous::Reject => Rejection::OutcomeUnknown.into_response(),
             };
             Execution::Lost { value: Ok(answer) }
         }

@@ -16,7 +16,9 @@ use std::{
 };
 
 use criterion::{Criterion, Throughput};
-use idem_core::{Acquisition, Address, Fingerprint, Policy, Scope, Store, StoredResponse, Terms};
+use idem_core::{
+    Acquisition, Address, Fingerprint, Outcome, Policy, Scope, Store, StoredResponse, Terms,
+};
 use idem_postgres::{PostgresOptions, PostgresStore, Statement};
 use idem_test_support::{PgSchema, Server};
 use sha2::{Digest, Sha256};
@@ -26,10 +28,11 @@ use tokio::runtime::Runtime;
 /// Tasks issuing operations at once, and connections in each pool.
 const CONCURRENCY: u64 = 16;
 
-fn response() -> StoredResponse {
+fn response() -> Outcome {
     StoredResponse::new(201)
         .header("content-type", "application/json")
         .body(r#"{"id":"ch_1","amount":1000,"currency":"eur"}"#)
+        .into()
 }
 
 /// A new address per call, built the same way for both benchmarks.
@@ -57,7 +60,7 @@ struct Bench {
     scope: Scope,
     fingerprint: Fingerprint,
     terms: Terms,
-    response: StoredResponse,
+    response: Outcome,
     encoded: Vec<u8>,
 }
 

@@ -20,7 +20,7 @@
 //!
 //! ```no_run
 //! # async fn charge() -> Result<(), Box<dyn std::error::Error>> {
-//! use idem_core::{Acquisition, Address, Fingerprint, Policy, StoredResponse, Terms};
+//! use idem_core::{Acquisition, Address, Fingerprint, Outcome, Policy, StoredResponse, Terms};
 //! use idem_postgres::{PostgresOptions, PostgresStore};
 //!
 //! let store = PostgresStore::connect("postgres://postgres@127.0.0.1/app", PostgresOptions::new())
@@ -35,13 +35,14 @@
 //!         sqlx::query("UPDATE accounts SET balance = balance - 10 WHERE id = 'alice'")
 //!             .execute(&mut *tx)
 //!             .await?;
-//!         let response = StoredResponse::new(201).body("charged 10");
+//!         let response = Outcome::from(StoredResponse::new(201).body("charged 10"));
 //!         store
 //!             .complete_in(&mut tx, &address, lease.token, &response, terms.ttl)
 //!             .await?;
 //!         tx.commit().await?; // the charge and the completed key, or neither
 //!     }
-//!     Acquisition::Completed(response) => println!("replay: {}", response.status),
+//!     Acquisition::Completed(Outcome::Response(response)) => println!("replay: {}", response.status),
+//!     Acquisition::Completed(Outcome::Unknown) => println!("500 outcome unknown"),
 //!     Acquisition::InFlight { .. } | Acquisition::Mismatch => println!("409 / 422"),
 //! }
 //! # Ok(())

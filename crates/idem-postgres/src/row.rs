@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use idem_core::{
-    Acquisition, FencingToken, Fingerprint, Lease, Record, RecordState, StoreError, StoredResponse,
+    Acquisition, FencingToken, Fingerprint, Lease, Outcome, Record, RecordState, StoreError,
     Timestamp,
 };
 use sqlx::{Decode, Postgres, Row, Type, postgres::PgRow};
@@ -59,9 +59,9 @@ impl Columns<'_> {
         Ok(FencingToken::new(u64::try_from(token).unwrap_or(0)))
     }
 
-    fn response(&self) -> Result<StoredResponse, StoreError> {
+    fn outcome(&self) -> Result<Outcome, StoreError> {
         let bytes: &[u8] = self.required(COMPLETED, "response")?;
-        StoredResponse::decode(bytes).map_err(StoreError::corrupted)
+        Outcome::decode(bytes).map_err(StoreError::corrupted)
     }
 
     /// The columns of `sql/acquire.sql`.
@@ -79,7 +79,7 @@ impl Columns<'_> {
         let acquisition = match self.get::<&str>("plan")? {
             "create" => acquired(false)?,
             "take_over" => acquired(true)?,
-            "replay" => Acquisition::Completed(self.response()?),
+            "replay" => Acquisition::Completed(self.outcome()?),
             "mismatch" => Acquisition::Mismatch,
             "in_flight" => {
                 // Computed from the lease's end, which a processing record always has.
@@ -107,7 +107,7 @@ impl Columns<'_> {
             },
             COMPLETED => RecordState::Completed {
                 token,
-                response: self.response()?,
+                outcome: self.outcome()?,
                 completed_at: timestamp(self.required(COMPLETED, "completed_at")?),
             },
             other => return Err(StoreError::corrupted(Error::UnknownState(other.to_owned()))),

@@ -3,8 +3,8 @@
 use std::{fmt, future::Future, sync::Arc, time::Duration};
 
 use idem_core::{
-    Acquisition, Address, Clock, FencingToken, Fingerprint, ManualClock, Record, Store, StoreError,
-    StoredResponse, Terms, Timestamp,
+    Acquisition, Address, Clock, FencingToken, Fingerprint, ManualClock, Outcome, Record, Store,
+    StoreError, Terms, Timestamp,
 };
 use idem_sql::{PurgeLoop, query_text};
 use sqlx::{
@@ -47,7 +47,7 @@ const ACQUIRE_ATTEMPTS: u32 = 8;
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-/// use idem_core::{Acquisition, Address, Fingerprint, Policy, Store, StoredResponse};
+/// use idem_core::{Acquisition, Address, Fingerprint, Outcome, Policy, Store, StoredResponse};
 /// use idem_postgres::{PostgresOptions, PostgresStore};
 ///
 /// let options = PostgresOptions::new();
@@ -61,7 +61,7 @@ const ACQUIRE_ATTEMPTS: u32 = 8;
 /// let Acquisition::Acquired(lease) = store.acquire(&address, &fingerprint, terms).await? else {
 ///     unreachable!("a new key is acquired");
 /// };
-/// let response = StoredResponse::new(201).body("charged");
+/// let response = Outcome::from(StoredResponse::new(201).body("charged"));
 /// store.complete(&address, lease.token, &response, terms.ttl).await?;
 /// assert_eq!(
 ///     store.acquire(&address, &fingerprint, terms).await?,
@@ -230,12 +230,12 @@ impl PostgresStore {
         connection: &mut PgConnection,
         address: &Address,
         token: FencingToken,
-        response: &StoredResponse,
+        outcome: &Outcome,
         ttl: Duration,
     ) -> Result<(), StoreError> {
         let done = self
             .holder_write(Statement::Complete, address, token)
-            .bind(response.encode())
+            .bind(outcome.encode())
             .bind(sql_millis(ttl))
             .execute(connection)
             .await
@@ -321,12 +321,12 @@ impl Store for PostgresStore {
         &self,
         address: &Address,
         token: FencingToken,
-        response: &StoredResponse,
+        outcome: &Outcome,
         ttl: Duration,
     ) -> Result<(), StoreError> {
         let mut connection = self.connection().await?;
         let completed = self
-            .complete_in(&mut connection, address, token, response, ttl)
+            .complete_in(&mut connection, address, token, outcome, ttl)
             .await;
         connection.keep(completed)
     }

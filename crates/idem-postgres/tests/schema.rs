@@ -247,7 +247,7 @@ async fn migrations_from_a_newer_or_edited_build_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn records_of_the_first_schema_are_converted_to_key_digests_and_replay() {
-    use idem_core::{Acquisition, Fingerprint, Policy, StoredResponse};
+    use idem_core::{Acquisition, Fingerprint, Outcome, Policy, StoredResponse};
     use sha2::{Digest, Sha256};
     use sqlx::{
         SqlSafeStr,
@@ -278,7 +278,7 @@ async fn records_of_the_first_schema_are_converted_to_key_digests_and_replay() {
     );
 
     // A completed record as the first schema kept it: the key in clear.
-    let response = StoredResponse::new(201).body("converted");
+    let response = Outcome::from(StoredResponse::new(201).body("converted"));
     let address = address("legacy-key");
     sqlx::query(AssertSqlSafe(format!(
         r#"INSERT INTO "{}".idem_records

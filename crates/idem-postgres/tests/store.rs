@@ -17,7 +17,7 @@ use std::{
 
 use futures_util::FutureExt;
 use idem_core::{
-    Acquisition, Address, DecodeError, Engine, Execution, InFlight, ManualClock, Policy,
+    Acquisition, Address, DecodeError, Engine, Execution, InFlight, ManualClock, Outcome, Policy,
     RunOutcome, Store, StoreError, StoredResponse,
 };
 use idem_postgres::{PostgresOptions, PostgresStore};
@@ -138,14 +138,19 @@ async fn waiters_on_another_instance_wake_on_completion_release_and_forget() {
     a.complete(
         &unwatched,
         quiet.token,
-        &StoredResponse::new(200),
+        &StoredResponse::new(200).into(),
         TERMS.ttl,
     )
     .await
     .unwrap();
-    a.complete(&done, lease.token, &StoredResponse::new(200), TERMS.ttl)
-        .await
-        .unwrap();
+    a.complete(
+        &done,
+        lease.token,
+        &StoredResponse::new(200).into(),
+        TERMS.ttl,
+    )
+    .await
+    .unwrap();
     timeout(EVENTUALLY, on_done)
         .await
         .expect("woken by complete");
@@ -220,7 +225,7 @@ async fn a_terminated_connection_fails_one_operation_and_is_replaced() {
         .complete(
             &address("after"),
             lease.token,
-            &StoredResponse::new(201),
+            &StoredResponse::new(201).into(),
             TERMS.ttl,
         )
         .await
@@ -272,9 +277,14 @@ async fn the_listener_reconnects_after_its_connection_is_terminated() {
     // And notifications flow again on the new connection.
     let lease = acquired(&a, &key).await;
     let after = watch(&b, &key).await;
-    a.complete(&key, lease.token, &StoredResponse::new(201), TERMS.ttl)
-        .await
-        .unwrap();
+    a.complete(
+        &key,
+        lease.token,
+        &StoredResponse::new(201).into(),
+        TERMS.ttl,
+    )
+    .await
+    .unwrap();
     timeout(EVENTUALLY, after)
         .await
         .expect("woken by a notification on the new connection");
@@ -334,7 +344,10 @@ async fn a_waiting_engine_on_another_instance_replays_the_first_ones_response() 
     ));
     match waiting.await.unwrap().unwrap() {
         RunOutcome::Replayed(response) => {
-            assert_eq!(response, StoredResponse::new(201).body("once"));
+            assert_eq!(
+                response,
+                Outcome::from(StoredResponse::new(201).body("once"))
+            );
         }
         other => panic!("expected a replay, got {other:?}"),
     }
@@ -439,7 +452,7 @@ async fn a_new_key_takes_two_round_trips_and_a_replay_one() {
         .await
         .unwrap();
     let store = PostgresStore::open(pool, options).await.unwrap();
-    let response = StoredResponse::new(201).body("charged");
+    let response = Outcome::from(StoredResponse::new(201).body("charged"));
 
     // Each statement is prepared once per connection; count from then on.
     let warm = address("warm-up");
@@ -499,7 +512,7 @@ async fn tokens_keep_increasing_across_release_takeover_forget_and_purge() {
     let lease = acquired(&store, &a).await;
     tokens.push(lease.token);
 
-    let done = StoredResponse::new(200);
+    let done = Outcome::from(StoredResponse::new(200));
     store.complete(&a, lease.token, &done, short).await.unwrap();
     clock.advance(short);
     assert_eq!(store.purge_expired(10).await.unwrap(), 1);
@@ -527,7 +540,7 @@ async fn the_purger_removes_expired_records_in_batches_until_none_is_left() {
             .complete(
                 &a,
                 lease.token,
-                &StoredResponse::new(200),
+                &StoredResponse::new(200).into(),
                 Duration::from_secs(1),
             )
             .await
@@ -570,7 +583,7 @@ async fn unreadable_rows_are_corrupted_not_unavailable() {
     let a = address("corrupt");
     let lease = acquired(&store, &a).await;
     store
-        .complete(&a, lease.token, &StoredResponse::new(200), TERMS.ttl)
+        .complete(&a, lease.token, &StoredResponse::new(200).into(), TERMS.ttl)
         .await
         .unwrap();
     let table = format!(r#""{}".idem_records"#, schema.name);

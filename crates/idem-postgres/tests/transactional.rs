@@ -6,7 +6,7 @@ mod common;
 use std::{pin::pin, time::Duration};
 
 use futures_util::FutureExt;
-use idem_core::{Acquisition, Address, ManualClock, Store, StoreError, StoredResponse};
+use idem_core::{Acquisition, Address, ManualClock, Outcome, Store, StoreError, StoredResponse};
 use idem_postgres::PostgresStore;
 use idem_test_support::require;
 use sqlx::{AssertSqlSafe, PgPool};
@@ -98,8 +98,8 @@ impl Shop {
     }
 }
 
-fn charged() -> StoredResponse {
-    StoredResponse::new(201).body("charged 10")
+fn charged() -> Outcome {
+    StoredResponse::new(201).body("charged 10").into()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

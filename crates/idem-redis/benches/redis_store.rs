@@ -13,7 +13,7 @@ use std::{
 };
 
 use criterion::{Criterion, Throughput, criterion_group};
-use idem_core::{Acquisition, Address, Fingerprint, Scope, Store, StoredResponse, Terms};
+use idem_core::{Acquisition, Address, Fingerprint, Outcome, Scope, Store, StoredResponse, Terms};
 use idem_redis::{RedisOptions, RedisStore};
 use idem_test_support::Server;
 use redis::{Script, Value, aio::ConnectionManager};
@@ -25,10 +25,11 @@ const TERMS: Terms = Terms {
     ttl: Duration::from_secs(60),
 };
 
-fn response() -> StoredResponse {
+fn response() -> Outcome {
     StoredResponse::new(201)
         .header("content-type", "application/json")
         .body(r#"{"id":"ch_1","amount":1000,"currency":"eur"}"#)
+        .into()
 }
 
 /// A number no other operation of this process uses, for a new key each time.

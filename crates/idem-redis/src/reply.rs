@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use idem_core::{
-    Acquisition, FencingToken, Fingerprint, Lease, Record, RecordState, StoreError, StoredResponse,
+    Acquisition, FencingToken, Fingerprint, Lease, Outcome, Record, RecordState, StoreError,
     Timestamp,
 };
 use redis::Value;
@@ -53,9 +53,9 @@ fn number(value: &Value, state: &'static str, field: &'static str) -> Result<u64
         .ok_or_else(|| StoreError::corrupted(Error::InvalidField(field)))
 }
 
-fn response(value: &Value) -> Result<StoredResponse, StoreError> {
+fn outcome(value: &Value) -> Result<Outcome, StoreError> {
     let bytes = required(value, "completed", "r")?;
-    StoredResponse::decode(bytes).map_err(StoreError::corrupted)
+    Outcome::decode(bytes).map_err(StoreError::corrupted)
 }
 
 /// The reply of `lua/acquire.lua`.
@@ -73,7 +73,7 @@ pub(crate) fn acquisition(reply: &Value) -> Result<Acquisition, StoreError> {
                 _ => return Err(unexpected()),
             },
         })),
-        [Value::Int(2), stored] => response(stored).map(Acquisition::Completed),
+        [Value::Int(2), stored] => outcome(stored).map(Acquisition::Completed),
         [Value::Int(3), retry_after] => Ok(Acquisition::InFlight {
             retry_after: Duration::from_millis(uint(retry_after)?),
         }),
@@ -134,7 +134,7 @@ pub(crate) fn record(reply: &Value) -> Result<Option<Record>, StoreError> {
         },
         _ => RecordState::Completed {
             token,
-            response: response(r)?,
+            outcome: outcome(r)?,
             completed_at: Timestamp::from_millis(number(d, state, "d")?),
         },
     };
@@ -150,7 +150,7 @@ pub(crate) fn record(reply: &Value) -> Result<Option<Record>, StoreError> {
 
 #[cfg(test)]
 mod tests {
-    use idem_core::DecodeError;
+    use idem_core::{DecodeError, StoredResponse};
 
     use super::*;
 
@@ -189,7 +189,10 @@ mod tests {
         );
         let stored = StoredResponse::new(201).body("done");
         let reply = Value::Array(vec![Value::Int(2), bulk(stored.encode())]);
-        assert_eq!(acquisition(&reply).unwrap(), Acquisition::Completed(stored));
+        assert_eq!(
+            acquisition(&reply).unwrap(),
+            Acquisition::Completed(stored.into())
+        );
         let reply = Value::Array(vec![Value::Int(3), Value::Int(250)]);
         assert_eq!(
             acquisition(&reply).unwrap(),
@@ -224,7 +227,7 @@ mod tests {
                 expires_at: Timestamp::from_millis(9000),
                 state: RecordState::Completed {
                     token: FencingToken::new(42),
-                    response: stored,
+                    outcome: stored.into(),
                     completed_at: Timestamp::from_millis(1500),
                 },
             }

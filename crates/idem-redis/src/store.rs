@@ -3,8 +3,8 @@
 use std::{fmt, future::Future, sync::Arc, time::Duration};
 
 use idem_core::{
-    Acquisition, Address, Clock, FencingToken, Fingerprint, ManualClock, Record, Store, StoreError,
-    StoredResponse, Terms, Timestamp,
+    Acquisition, Address, Clock, FencingToken, Fingerprint, ManualClock, Outcome, Record, Store,
+    StoreError, Terms, Timestamp,
 };
 use redis::{ScriptInvocation, Value};
 
@@ -53,7 +53,7 @@ const MAX_MILLIS: u64 = 1_000 * 365 * 24 * 3_600 * 1_000;
 ///
 /// ```no_run
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
-/// use idem_core::{Acquisition, Address, Fingerprint, Policy, Store, StoredResponse};
+/// use idem_core::{Acquisition, Address, Fingerprint, Outcome, Policy, Store, StoredResponse};
 /// use idem_redis::RedisStore;
 ///
 /// let store = RedisStore::open("redis://127.0.0.1:6379").await?;
@@ -64,7 +64,7 @@ const MAX_MILLIS: u64 = 1_000 * 365 * 24 * 3_600 * 1_000;
 /// let Acquisition::Acquired(lease) = store.acquire(&address, &fingerprint, terms).await? else {
 ///     unreachable!("a new key is acquired");
 /// };
-/// let response = StoredResponse::new(201).body("charged");
+/// let response = Outcome::from(StoredResponse::new(201).body("charged"));
 /// store.complete(&address, lease.token, &response, terms.ttl).await?;
 ///
 /// let replay = store.acquire(&address, &fingerprint, terms).await?;
@@ -196,7 +196,7 @@ impl Store for RedisStore {
         &self,
         address: &Address,
         token: FencingToken,
-        response: &StoredResponse,
+        outcome: &Outcome,
         ttl: Duration,
     ) -> Result<(), StoreError> {
         let keys = self.keys(address);
@@ -206,7 +206,7 @@ impl Store for RedisStore {
             .arg(self.now())
             .arg(token.get())
             .arg(millis(ttl))
-            .arg(response.encode());
+            .arg(outcome.encode());
         self.announce(&mut invocation, &keys);
         reply::held(&self.run(&invocation).await?)
     }

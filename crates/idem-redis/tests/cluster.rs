@@ -207,7 +207,7 @@ async fn changed_wakes_a_waiter_on_another_instance_over_sharded_pub_sub() {
         tokio::pin!(waiting);
         let early = tokio::time::timeout(Duration::from_millis(200), waiting.as_mut()).await;
         assert!(early.is_err(), "woken before anything changed");
-        a.complete(&at, lease.token, &response(1), TTL)
+        a.complete(&at, lease.token, &response(1).into(), TTL)
             .await
             .unwrap();
         tokio::time::timeout(Duration::from_secs(5), waiting)
@@ -215,7 +215,7 @@ async fn changed_wakes_a_waiter_on_another_instance_over_sharded_pub_sub() {
             .expect("woken by the completion on the other instance");
         assert_eq!(
             b.acquire(&at, &fingerprint(1), TERMS).await.unwrap(),
-            Acquisition::Completed(response(1))
+            Acquisition::Completed(response(1).into())
         );
     }
 }

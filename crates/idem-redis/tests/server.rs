@@ -21,7 +21,7 @@ use idem_conformance::{
 };
 use idem_core::{
     Acquisition, Address, DecodeError, Engine, Execution, Fingerprint, InFlight, ManualClock,
-    Policy, RunOutcome, Store, StoreError, StoredResponse,
+    Outcome, Policy, RunOutcome, Store, StoreError, StoredResponse,
 };
 use idem_redis::{Error, KeyPrefix, RedisOptions, RedisStore};
 use redis::Commands;
@@ -68,7 +68,7 @@ async fn changed_wakes_a_waiter_on_another_instance() {
         assert_not_woken(waiting.as_mut()).await;
         match change {
             "complete" => a
-                .complete(&at, lease.token, &response(1), TTL)
+                .complete(&at, lease.token, &response(1).into(), TTL)
                 .await
                 .unwrap(),
             "release" => a.release(&at, lease.token).await.unwrap(),
@@ -113,7 +113,7 @@ async fn changed_survives_a_lost_subscriber_connection() {
     tokio::pin!(waiting);
     let lease = acquired(&a, &at, &fingerprint(1)).await;
     assert_not_woken(waiting.as_mut()).await;
-    a.complete(&at, lease.token, &response(1), TTL)
+    a.complete(&at, lease.token, &response(1).into(), TTL)
         .await
         .unwrap();
     timeout(Duration::from_secs(5), waiting)
@@ -159,7 +159,7 @@ async fn engines_on_two_instances_execute_once_and_every_waiter_replays() {
     for task in tasks {
         match task.await.unwrap() {
             RunOutcome::Executed(()) => executed += 1,
-            RunOutcome::Replayed(r) => {
+            RunOutcome::Replayed(Outcome::Response(r)) => {
                 assert_eq!((r.status, &r.body[..]), (201, &b"charged once"[..]));
                 replayed += 1;
             }
@@ -214,12 +214,12 @@ async fn a_restart_without_an_append_only_file_loses_records_but_not_fencing() {
     let done = address("completed-before-restart");
     let lease = acquired(&store, &done, &fingerprint(1)).await;
     store
-        .complete(&done, lease.token, &response(1), TTL)
+        .complete(&done, lease.token, &response(1).into(), TTL)
         .await
         .unwrap();
     assert_eq!(
         store.acquire(&done, &fingerprint(1), TERMS).await.unwrap(),
-        Acquisition::Completed(response(1))
+        Acquisition::Completed(response(1).into())
     );
 
     server.kill();
@@ -231,7 +231,11 @@ async fn a_restart_without_an_append_only_file_loses_records_but_not_fencing() {
     assert!(!again.took_over);
     // Tokens come from the server's clock, so they still grow past the ones the restart lost.
     assert!(again.token > lease.token, "{again:?} after {lease:?}");
-    assert_lease_lost(store.complete(&done, lease.token, &response(2), TTL).await);
+    assert_lease_lost(
+        store
+            .complete(&done, lease.token, &response(2).into(), TTL)
+            .await,
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -252,7 +256,7 @@ async fn redis_expires_records_itself_so_purge_finds_none() {
 
     let short = Duration::from_millis(300);
     store
-        .complete(&at, lease.token, &response(1), short)
+        .complete(&at, lease.token, &response(1).into(), short)
         .await
         .unwrap();
     let ttl: i64 = redis.pttl(&key).unwrap();
@@ -301,7 +305,7 @@ async fn unreadable_records_are_corrupted_not_unavailable() {
     let at = address("corrupt");
     let lease = acquired(&store, &at, &fingerprint(1)).await;
     store
-        .complete(&at, lease.token, &response(1), TTL)
+        .complete(&at, lease.token, &response(1).into(), TTL)
         .await
         .unwrap();
     let key = store.record_key(&at);
@@ -397,7 +401,7 @@ async fn a_new_key_takes_two_round_trips_and_a_replay_one() {
     let before = round_trips(&mut redis);
     let lease = acquired(&store, &at, &fingerprint(1)).await;
     store
-        .complete(&at, lease.token, &response(1), TTL)
+        .complete(&at, lease.token, &response(1).into(), TTL)
         .await
         .unwrap();
     let after_new_key = round_trips(&mut redis);
@@ -405,7 +409,7 @@ async fn a_new_key_takes_two_round_trips_and_a_replay_one() {
 
     assert_eq!(
         store.acquire(&at, &fingerprint(1), TERMS).await.unwrap(),
-        Acquisition::Completed(response(1))
+        Acquisition::Completed(response(1).into())
     );
     assert_eq!(round_trips(&mut redis) - after_new_key, 1, "acquire");
 }
@@ -424,7 +428,7 @@ async fn the_documented_examples_work() {
     else {
         unreachable!("a new key is acquired");
     };
-    let response = StoredResponse::new(201).body("charged");
+    let response = Outcome::from(StoredResponse::new(201).body("charged"));
     store
         .complete(&address, lease.token, &response, terms.ttl)
         .await

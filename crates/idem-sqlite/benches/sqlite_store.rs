@@ -14,8 +14,8 @@ use std::{
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use idem_core::{
-    Acquisition, Address, Clock, Fingerprint, Policy, Scope, Store, StoredResponse, SystemClock,
-    Terms, transition::processing_expiry,
+    Acquisition, Address, Clock, Fingerprint, Outcome, Policy, Scope, Store, StoredResponse,
+    SystemClock, Terms, transition::processing_expiry,
 };
 use idem_sqlite::{SqliteOptions, SqliteStore, Synchronous};
 use sqlx::{
@@ -27,10 +27,11 @@ use tokio::runtime::Runtime;
 const PROCESSING: i64 = 1;
 const COMPLETED: i64 = 2;
 
-fn response() -> StoredResponse {
+fn response() -> Outcome {
     StoredResponse::new(201)
         .header("content-type", "application/json")
         .body(r#"{"id":"ch_1","amount":1000,"currency":"eur"}"#)
+        .into()
 }
 
 /// A new address per call, built the same way for both benchmarks.

@@ -1,7 +1,7 @@
 //! The storage edge: how a record's parts map to the columns of `idem_records`.
 
 use idem_core::{
-    FencingToken, Fingerprint, Record, RecordState, StoreError, StoredResponse, Timestamp,
+    FencingToken, Fingerprint, Outcome, Record, RecordState, StoreError, Timestamp,
     transition::RecordView,
 };
 use sqlx::{Decode, Row, Sqlite, Type, sqlite::SqliteRow};
@@ -76,7 +76,7 @@ pub(crate) fn record(row: &SqliteRow) -> Result<Record, StoreError> {
         },
         StateCode::Completed => RecordState::Completed {
             token,
-            response: response(row)?,
+            outcome: outcome(row)?,
             completed_at: timestamp(required(row, "completed", "completed_at")?),
         },
     };
@@ -88,10 +88,10 @@ pub(crate) fn record(row: &SqliteRow) -> Result<Record, StoreError> {
     })
 }
 
-/// The `response` column of a completed record.
-pub(crate) fn response(row: &SqliteRow) -> Result<StoredResponse, StoreError> {
+/// The outcome in the `response` column of a completed record.
+pub(crate) fn outcome(row: &SqliteRow) -> Result<Outcome, StoreError> {
     let bytes: &[u8] = required(row, "completed", "response")?;
-    StoredResponse::decode(bytes).map_err(StoreError::corrupted)
+    Outcome::decode(bytes).map_err(StoreError::corrupted)
 }
 
 fn fingerprint(row: &SqliteRow) -> Result<Fingerprint, StoreError> {

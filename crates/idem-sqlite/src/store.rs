@@ -3,8 +3,8 @@
 use std::{fmt, path::Path, sync::Arc, time::Duration};
 
 use idem_core::{
-    Acquisition, Address, Clock, FencingToken, Fingerprint, Lease, Record, Store, StoreError,
-    StoredResponse, Terms, Timestamp,
+    Acquisition, Address, Clock, FencingToken, Fingerprint, Lease, Outcome, Record, Store,
+    StoreError, Terms, Timestamp,
     transition::{AcquirePlan, plan_acquire, processing_expiry},
 };
 use sqlx::{
@@ -37,7 +37,7 @@ static MIGRATOR: Migrator = sqlx::migrate!();
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-/// use idem_core::{Acquisition, Address, Fingerprint, Policy, Store, StoredResponse};
+/// use idem_core::{Acquisition, Address, Fingerprint, Outcome, Policy, Store, StoredResponse};
 /// use idem_sqlite::SqliteStore;
 ///
 /// let dir = tempfile::tempdir()?;
@@ -50,7 +50,7 @@ static MIGRATOR: Migrator = sqlx::migrate!();
 /// let Acquisition::Acquired(lease) = store.acquire(&address, &fingerprint, terms).await? else {
 ///     unreachable!("a new key is acquired");
 /// };
-/// let response = StoredResponse::new(201).body("charged");
+/// let response = Outcome::from(StoredResponse::new(201).body("charged"));
 /// store.complete(&address, lease.token, &response, terms.ttl).await?;
 /// store.close().await;
 ///
@@ -179,7 +179,7 @@ impl Store for SqliteStore {
                     .fetch_one(&mut *tx)
                     .await
                     .map_err(store_error)?;
-                return row::response(&row).map(Acquisition::Completed);
+                return row::outcome(&row).map(Acquisition::Completed);
             }
             AcquirePlan::TakeOver => true,
             AcquirePlan::Create => false,
@@ -224,14 +224,14 @@ impl Store for SqliteStore {
         &self,
         address: &Address,
         token: FencingToken,
-        response: &StoredResponse,
+        outcome: &Outcome,
         ttl: Duration,
     ) -> Result<(), StoreError> {
         let now = self.clock.now();
         let write = holder_write(include_str!("../sql/complete.sql"), address, token, now)
             .bind(StateCode::Completed.code())
             .bind(sql_int((now + ttl).as_millis()))
-            .bind(response.encode());
+            .bind(outcome.encode());
         self.run_as_holder(write).await
     }
 
@@ -301,7 +301,7 @@ impl Store for SqliteStore {
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use idem_core::{DecodeError, ManualClock, Policy};
+    use idem_core::{DecodeError, ManualClock, Policy, StoredResponse};
     use sqlx::Row;
 
     use super::*;
@@ -374,7 +374,7 @@ mod tests {
         .run(&mut connection)
         .await
         .unwrap();
-        let response = StoredResponse::new(201).body("converted");
+        let response = Outcome::from(StoredResponse::new(201).body("converted"));
         for i in 0..600 {
             sqlx::query(
                 "INSERT INTO idem_records (scope, key, fingerprint, state, token, created_at, \
@@ -519,7 +519,7 @@ mod tests {
         let store = open(&dir.path().join("corrupt.db")).await;
         let a = address("corrupt");
         let lease = acquired(&store, &a).await;
-        let response = StoredResponse::new(200).body("fine");
+        let response = Outcome::from(StoredResponse::new(200).body("fine"));
         store
             .complete(&a, lease.token, &response, terms().ttl)
             .await

@@ -9,7 +9,8 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use idem_core::{
-    Acquisition, Address, Fingerprint, FingerprintMode, IdempotencyKey, Scope, StoredResponse,
+    Acquisition, Address, Fingerprint, FingerprintMode, IdempotencyKey, Outcome, Scope,
+    StoredResponse,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -57,7 +58,11 @@ pub(crate) async fn charge(
         .await?
     {
         Acquisition::Acquired(lease) => lease,
-        Acquisition::Completed(stored) => return Ok(respond(stored, true)),
+        Acquisition::Completed(Outcome::Response(stored)) => return Ok(respond(stored, true)),
+        // This service never records an unknown outcome: every charge commits with its key.
+        Acquisition::Completed(Outcome::Unknown) => {
+            return Ok(StatusCode::INTERNAL_SERVER_ERROR.into_response());
+        }
         Acquisition::InFlight { retry_after } => return Ok(in_flight(retry_after)),
         Acquisition::Mismatch => return Ok(StatusCode::UNPROCESSABLE_ENTITY.into_response()),
     };
@@ -65,7 +70,13 @@ pub(crate) async fn charge(
     let stored = debit(&mut tx, &account, request.amount, &address).await?;
     app.faults.check(Step::AfterCharge)?;
     app.store
-        .complete_in(&mut tx, &address, lease.token, &stored, app.terms.ttl)
+        .complete_in(
+            &mut tx,
+            &address,
+            lease.token,
+            &stored.clone().into(),
+            app.terms.ttl,
+        )
         .await?;
     app.faults.check(Step::BeforeCommit)?;
     tx.commit().await?;

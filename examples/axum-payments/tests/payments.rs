@@ -10,7 +10,7 @@ use axum::{
 };
 use axum_payments::{App, Step};
 use http_body_util::BodyExt;
-use idem_core::{Address, RecordState, Scope, Store, StoredResponse};
+use idem_core::{Address, Outcome, RecordState, Scope, Store, StoredResponse};
 use idem_postgres::PostgresOptions;
 use idem_test_support::{PgSchema, Server};
 use serde_json::{Value, json};
@@ -93,7 +93,10 @@ impl Service {
             );
             let record = self.app.store().get(&address).await.unwrap();
             match record.map(|r| r.state) {
-                Some(RecordState::Completed { response, .. }) => {
+                Some(RecordState::Completed {
+                    outcome: Outcome::Response(response),
+                    ..
+                }) => {
                     assert_eq!(response.status, 201, "charge {id}");
                     let body: Value = serde_json::from_slice(&response.body).unwrap();
                     assert_eq!(body["charge"], *id, "charge {id}");

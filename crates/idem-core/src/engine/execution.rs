@@ -1,6 +1,6 @@
 //! What a piece of work reports, and what the engine records for it.
 
-use crate::{Ambiguous, StoredResponse};
+use crate::{Ambiguous, Outcome, StoredResponse};
 
 /// The result of running an operation, as the work reports it to the [`Engine`](crate::Engine).
 ///
@@ -24,8 +24,7 @@ pub enum Execution<T> {
         value: T,
     },
     /// The request was sent but its result was lost (the connection dropped). Released under
-    /// [`Ambiguous::Retry`]; recorded as [`StoredResponse::outcome_unknown`] under
-    /// [`Ambiguous::Reject`].
+    /// [`Ambiguous::Retry`]; recorded as [`Outcome::Unknown`] under [`Ambiguous::Reject`].
     Lost {
         /// What the caller gets.
         value: T,
@@ -41,7 +40,7 @@ pub enum Execution<T> {
 /// What the engine does with the key once the work has finished.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Settlement {
-    Complete(StoredResponse),
+    Complete(Outcome),
     Release,
 }
 
@@ -51,12 +50,11 @@ impl<T> Execution<T> {
         match (self, ambiguous) {
             (Execution::Final { response, value }, _)
             | (Execution::Ambiguous { response, value }, Ambiguous::Reject) => {
-                (value, Settlement::Complete(response))
+                (value, Settlement::Complete(Outcome::Response(response)))
             }
-            (Execution::Lost { value }, Ambiguous::Reject) => (
-                value,
-                Settlement::Complete(StoredResponse::outcome_unknown()),
-            ),
+            (Execution::Lost { value }, Ambiguous::Reject) => {
+                (value, Settlement::Complete(Outcome::Unknown))
+            }
             (Execution::Ambiguous { value, .. }, Ambiguous::Retry)
             | (Execution::Lost { value }, Ambiguous::Retry)
             | (Execution::NotSent { value }, _) => (value, Settlement::Release),
@@ -80,7 +78,7 @@ mod tests {
                 value: 1,
             }
             .settle(policy);
-            assert_eq!((value, settlement), (1, Settlement::Complete(ok())));
+            assert_eq!((value, settlement), (1, Settlement::Complete(ok().into())));
         }
     }
 
@@ -97,7 +95,7 @@ mod tests {
         );
         assert_eq!(
             ambiguous().settle(Ambiguous::Reject),
-            (2, Settlement::Complete(failed.clone()))
+            (2, Settlement::Complete(failed.clone().into()))
         );
         assert_eq!(
             Execution::Lost { value: 3 }.settle(Ambiguous::Retry),
@@ -105,7 +103,7 @@ mod tests {
         );
         assert_eq!(
             Execution::Lost { value: 3 }.settle(Ambiguous::Reject),
-            (3, Settlement::Complete(StoredResponse::outcome_unknown()))
+            (3, Settlement::Complete(Outcome::Unknown))
         );
     }
 

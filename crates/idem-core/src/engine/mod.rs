@@ -26,8 +26,8 @@ use tokio_util::task::{TaskTracker, task_tracker::TrackedFuture};
 pub use self::execution::Execution;
 use self::{execution::Settlement, waiters::Waiters};
 use crate::{
-    Acquisition, Address, Ambiguous, Fingerprint, InFlight, Lease, Policy, Store, StoreError,
-    StoredResponse, Terms, time_limit::within,
+    Acquisition, Address, Ambiguous, Fingerprint, InFlight, Lease, Outcome, Policy, Store,
+    StoreError, Terms, time_limit::within,
 };
 
 /// The first and the longest pause between two polls of the store while waiting for a key.
@@ -40,10 +40,10 @@ const SETTLE_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duratio
 pub enum RunOutcome<T> {
     /// This request executed the operation; here is the work's value.
     Executed(T),
-    /// The operation had completed before; here is its stored response. Also the answer when a
-    /// lease ran out without a result under [`Ambiguous::Reject`] (the response is then
-    /// [`StoredResponse::outcome_unknown`]).
-    Replayed(StoredResponse),
+    /// The operation had completed before; here is its stored outcome. Also the answer when a
+    /// lease ran out without a result under [`Ambiguous::Reject`] (the outcome is then
+    /// [`Outcome::Unknown`]).
+    Replayed(Outcome),
     /// Another worker holds the key (and, in wait mode, did not finish within the timeout, or
     /// [`Policy::max_waiters`] requests were waiting already).
     InFlight {
@@ -61,7 +61,8 @@ pub enum RunOutcome<T> {
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 /// use idem_core::{
-///     Address, Engine, Execution, Fingerprint, MemoryStore, Policy, RunOutcome, StoredResponse,
+///     Address, Engine, Execution, Fingerprint, MemoryStore, Outcome, Policy, RunOutcome,
+///     StoredResponse,
 /// };
 ///
 /// let engine = Engine::new(MemoryStore::new(), Policy::default());
@@ -76,7 +77,7 @@ pub enum RunOutcome<T> {
 /// assert!(matches!(first, RunOutcome::Executed(ref r) if r.status == 201));
 ///
 /// let retry = engine.run(address, fingerprint, move |_lease| charge()).await?;
-/// assert!(matches!(retry, RunOutcome::Replayed(ref r) if &r.body[..] == b"charged 10 EUR"));
+/// assert!(matches!(retry, RunOutcome::Replayed(Outcome::Response(ref r)) if &r.body[..] == b"charged 10 EUR"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # }).unwrap();
 /// ```
@@ -333,8 +334,8 @@ impl<S: Store> Inner<S> {
         .await;
         let lease = match acquisition {
             Ok(Acquisition::Acquired(lease)) => lease,
-            Ok(Acquisition::Completed(response)) => {
-                return Attempt::Done(Ok(RunOutcome::Replayed(response)));
+            Ok(Acquisition::Completed(outcome)) => {
+                return Attempt::Done(Ok(RunOutcome::Replayed(outcome)));
             }
             Ok(Acquisition::Mismatch) => return Attempt::Done(Ok(RunOutcome::Mismatch)),
             Ok(Acquisition::InFlight { retry_after }) => {
@@ -347,11 +348,10 @@ impl<S: Store> Inner<S> {
             // Recorded like any result (retried for up to a lease); the answer is "outcome
             // unknown" even if that fails: it is what this request knows, and the key, still
             // held, is taken over again (and the outcome recorded) once its lease ends.
-            let unknown = StoredResponse::outcome_unknown();
-            self.settle(&address, lease, Settlement::Complete(unknown.clone()))
+            self.settle(&address, lease, Settlement::Complete(Outcome::Unknown))
                 .await;
             self.waiters.notify(&address);
-            return Attempt::Done(Ok(RunOutcome::Replayed(unknown)));
+            return Attempt::Done(Ok(RunOutcome::Replayed(Outcome::Unknown)));
         }
         let work = match std::panic::catch_unwind(AssertUnwindSafe(|| work(lease))) {
             Ok(work) => work,
@@ -433,11 +433,11 @@ impl<S: Store> Inner<S> {
         loop {
             let limit = self.policy.store_call_limit();
             let result = match &settlement {
-                Settlement::Complete(response) => {
+                Settlement::Complete(outcome) => {
                     within(
                         limit,
                         self.store
-                            .complete(address, lease.token, response, self.policy.ttl),
+                            .complete(address, lease.token, outcome, self.policy.ttl),
                     )
                     .await
                 }

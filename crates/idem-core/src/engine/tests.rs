@@ -3,7 +3,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::oneshot;
 
 use super::*;
-use crate::{Clock, MemoryStore, Record, RecordState, Timestamp};
+use crate::{Clock, MemoryStore, Record, RecordState, StoredResponse, Timestamp};
 
 /// Wall time that follows tokio's clock, so paused-time tests move leases too.
 struct TokioClock(tokio::time::Instant);
@@ -69,7 +69,7 @@ async fn second_request_replays_without_executing() {
         .await
         .unwrap();
     assert!(matches!(first, RunOutcome::Executed(r) if r == ok("a")));
-    assert!(matches!(second, RunOutcome::Replayed(r) if r == ok("a")));
+    assert!(matches!(second, RunOutcome::Replayed(r) if r == Outcome::from(ok("a"))));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
@@ -146,7 +146,7 @@ async fn dropped_caller_work_still_completes_and_is_stored() {
         .await
         .unwrap();
     assert!(
-        matches!(retry, RunOutcome::Replayed(ref r) if *r == ok("done after the caller left")),
+        matches!(retry, RunOutcome::Replayed(ref r) if *r == Outcome::from(ok("done after the caller left"))),
         "{retry:?}"
     );
     assert_eq!(runs.load(Ordering::SeqCst), 0);
@@ -167,7 +167,7 @@ async fn wait_mode_hands_the_first_result_to_every_waiter() {
     for caller in callers {
         match caller.await.unwrap() {
             RunOutcome::Executed(r) if r == ok("one") => executed += 1,
-            RunOutcome::Replayed(r) if r == ok("one") => replayed += 1,
+            RunOutcome::Replayed(r) if r == Outcome::from(ok("one")) => replayed += 1,
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -232,7 +232,7 @@ async fn released_key_is_taken_by_one_waiter_whose_result_the_others_replay() {
     for waiter in waiters {
         match waiter.await.unwrap() {
             RunOutcome::Executed(r) if r == ok("second try") => executed += 1,
-            RunOutcome::Replayed(r) if r == ok("second try") => replayed += 1,
+            RunOutcome::Replayed(r) if r == Outcome::from(ok("second try")) => replayed += 1,
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -264,7 +264,7 @@ async fn long_job_with_a_short_lease_is_not_taken_over_while_it_renews() {
         .run(address(), FP, counted(&runs, Duration::ZERO, ok("stolen")))
         .await
         .unwrap();
-    assert!(matches!(replay, RunOutcome::Replayed(r) if r == ok("long")));
+    assert!(matches!(replay, RunOutcome::Replayed(r) if r == Outcome::from(ok("long"))));
 }
 
 #[tokio::test(start_paused = true)]
@@ -330,9 +330,9 @@ async fn settle_once(policy: Policy, execution: Execution<()>) -> Option<RecordS
         .map(|r| r.state)
 }
 
-fn stored(state: Option<RecordState>) -> Option<StoredResponse> {
+fn stored(state: Option<RecordState>) -> Option<Outcome> {
     match state {
-        Some(RecordState::Completed { response, .. }) => Some(response),
+        Some(RecordState::Completed { outcome, .. }) => Some(outcome),
         _ => None,
     }
 }
@@ -348,7 +348,7 @@ async fn ambiguous_outcomes_follow_the_policy() {
     assert_eq!(settle_once(retry, failed()).await, None);
     assert_eq!(
         stored(settle_once(reject, failed()).await),
-        Some(StoredResponse::new(502))
+        Some(StoredResponse::new(502).into())
     );
     assert_eq!(
         settle_once(retry, Execution::Lost { value: () }).await,
@@ -356,7 +356,7 @@ async fn ambiguous_outcomes_follow_the_policy() {
     );
     assert_eq!(
         stored(settle_once(reject, Execution::Lost { value: () }).await),
-        Some(StoredResponse::outcome_unknown())
+        Some(Outcome::Unknown)
     );
     assert_eq!(
         settle_once(reject, Execution::NotSent { value: () }).await,
@@ -384,7 +384,7 @@ async fn lease_that_ran_out_without_a_result_is_outcome_unknown_under_reject() {
             .await
             .unwrap();
         assert!(
-            matches!(outcome, RunOutcome::Replayed(ref r) if r.is_outcome_unknown()),
+            matches!(outcome, RunOutcome::Replayed(Outcome::Unknown)),
             "{outcome:?}"
         );
     }
@@ -415,7 +415,7 @@ async fn lease_that_ran_out_is_executed_again_under_retry() {
     // The dead worker's late result is refused.
     let late = engine
         .store()
-        .complete(&address(), dead.token, &ok("late"), terms.ttl)
+        .complete(&address(), dead.token, &ok("late").into(), terms.ttl)
         .await;
     assert!(matches!(late, Err(StoreError::LeaseLost)));
 }
@@ -459,7 +459,7 @@ async fn stale_workers_late_result_is_discarded_after_a_forget() {
                 .unwrap()
                 .map(|r| r.state)
         ),
-        Some(ok("fresh"))
+        Some(ok("fresh").into())
     );
 }
 
@@ -492,7 +492,7 @@ async fn shutdown_waits_for_work_whose_caller_went_away() {
                 .unwrap()
                 .map(|r| r.state)
         ),
-        Some(ok("finished during shutdown"))
+        Some(ok("finished during shutdown").into())
     );
 }
 
@@ -534,7 +534,7 @@ impl Store for Faulty {
         &self,
         address: &Address,
         token: crate::FencingToken,
-        response: &StoredResponse,
+        outcome: &Outcome,
         ttl: Duration,
     ) -> Result<(), StoreError> {
         let down = self
@@ -544,7 +544,7 @@ impl Store for Faulty {
         if down {
             return Err(StoreError::unavailable("the store is down"));
         }
-        self.store.complete(address, token, response, ttl).await
+        self.store.complete(address, token, outcome, ttl).await
     }
 
     async fn release(
@@ -613,7 +613,7 @@ async fn caller_dropped_while_acquiring_does_not_leave_the_key_held_by_nobody() 
         .await
         .unwrap();
     assert!(
-        matches!(retry, RunOutcome::Replayed(ref r) if *r == ok("charged once")),
+        matches!(retry, RunOutcome::Replayed(ref r) if *r == Outcome::from(ok("charged once"))),
         "{retry:?}"
     );
     // Answered as soon as the first work finished, not when its lease ran out.
@@ -649,7 +649,7 @@ async fn a_result_is_recorded_once_the_store_is_back_within_the_lease() {
         .await
         .unwrap();
     assert!(
-        matches!(retry, RunOutcome::Replayed(ref r) if *r == ok("recorded late")),
+        matches!(retry, RunOutcome::Replayed(ref r) if *r == Outcome::from(ok("recorded late"))),
         "{retry:?}"
     );
     assert_eq!(runs.load(Ordering::SeqCst), 1);
@@ -730,12 +730,18 @@ async fn a_takeover_records_its_outcome_unknown_through_a_failing_store() {
     // The first attempt to record fails (a store restart): retried, as any result is.
     let (outcome, runs, record) = take_over_with_failing_completes(1).await;
     assert!(
-        matches!(outcome, RunOutcome::Replayed(ref r) if r.is_outcome_unknown()),
+        matches!(outcome, RunOutcome::Replayed(Outcome::Unknown)),
         "{outcome:?}"
     );
     assert_eq!(runs, 0);
     assert!(
-        matches!(record.state, RecordState::Completed { ref response, .. } if response.is_outcome_unknown()),
+        matches!(
+            record.state,
+            RecordState::Completed {
+                outcome: Outcome::Unknown,
+                ..
+            }
+        ),
         "{:?}",
         record.state
     );
@@ -747,7 +753,7 @@ async fn a_takeover_whose_outcome_unknown_cannot_be_recorded_still_answers_it() 
     // unknown", and the key stays held, to be taken over again when its lease ends.
     let (outcome, runs, record) = take_over_with_failing_completes(usize::MAX).await;
     assert!(
-        matches!(outcome, RunOutcome::Replayed(ref r) if r.is_outcome_unknown()),
+        matches!(outcome, RunOutcome::Replayed(Outcome::Unknown)),
         "{outcome:?}"
     );
     assert_eq!(runs, 0);
@@ -826,7 +832,7 @@ async fn waiters_beyond_the_limit_are_in_flight_at_once_and_leaving_frees_their_
     for waiter in waiters {
         let (outcome, _) = waiter.await.unwrap();
         assert!(
-            matches!(outcome, RunOutcome::Replayed(ref r) if *r == ok("one")),
+            matches!(outcome, RunOutcome::Replayed(ref r) if *r == Outcome::from(ok("one"))),
             "{outcome:?}"
         );
     }

@@ -1,6 +1,6 @@
-//! The sealed form of a [`StoredResponse`]: what stores hold when sealing is on.
+//! The sealed form of an [`Outcome`]: what stores hold when sealing is on.
 //!
-//! A sealed response is itself a `StoredResponse`, so every store keeps it unchanged: status
+//! A sealed outcome is a `StoredResponse`, so every store keeps it unchanged: status
 //! `500`, no headers, no trailers, and a body laid out as
 //!
 //! ```text
@@ -8,7 +8,7 @@
 //! u8 1                   version
 //! u8 n, n bytes          key id
 //! 24 bytes               XChaCha20 nonce, random
-//! …                      the response's encoding (`codec.rs`), encrypted
+//! …                      the outcome's encoding (`codec.rs`), encrypted
 //! 16 bytes               Poly1305 tag
 //! ```
 //!
@@ -20,7 +20,7 @@ use bytes::{Bytes, BytesMut};
 use chacha20poly1305::{AeadInOut, XNonce};
 
 use crate::{
-    Address, DecodeError, MAX_KEY_LEN, StoredResponse,
+    Address, DecodeError, MAX_KEY_LEN, Outcome, StoredResponse,
     sealing::key_ring::{KeyRing, MAX_KEY_ID_LEN},
 };
 
@@ -63,8 +63,8 @@ pub enum SealingError {
     /// A version of the sealed framing this build does not know (written by a newer idem).
     #[error("sealed record version {0} is not supported")]
     UnsupportedVersion(u8),
-    /// The record opened, but what it holds is not a stored response.
-    #[error("the sealed record holds no valid response")]
+    /// The record opened, but what it holds is not a stored outcome.
+    #[error("the sealed record holds no valid outcome")]
     Decode(#[from] DecodeError),
     /// The record is not sealed, and the store was told to refuse plaintext.
     #[error("the record is not sealed, and only sealed records are accepted")]
@@ -79,19 +79,19 @@ pub(crate) fn is_sealed(response: &StoredResponse) -> bool {
         && response.body.starts_with(MAGIC)
 }
 
-/// Seals `response` for `address` with the ring's first key: one allocation for the sealed body,
+/// Seals `outcome` for `address` with the ring's first key: one allocation for the sealed body,
 /// encrypted in place.
 pub(crate) fn seal(
     ring: &KeyRing,
     address: &Address,
-    response: &StoredResponse,
+    outcome: &Outcome,
 ) -> Result<StoredResponse, SealingError> {
     let key = ring.sealing_key();
     let id = key.id.as_bytes();
     let mut nonce = [0; NONCE_LEN];
     getrandom::fill(&mut nonce).map_err(SealingError::Random)?;
 
-    let plain_len = response.encoded_len();
+    let plain_len = outcome.encoded_len();
     let mut body = Vec::with_capacity(MAGIC.len() + 2 + id.len() + NONCE_LEN + plain_len + TAG_LEN);
     body.extend_from_slice(MAGIC);
     body.push(VERSION);
@@ -99,7 +99,7 @@ pub(crate) fn seal(
     body.extend_from_slice(id);
     body.extend_from_slice(&nonce);
     let start = body.len();
-    response.encode_into(&mut body);
+    outcome.encode_into(&mut body);
     let tag = key
         .cipher
         .encrypt_inout_detached(
@@ -117,12 +117,12 @@ pub(crate) fn seal(
     })
 }
 
-/// Opens a sealed response stored at `address`. The caller has checked [`is_sealed`].
+/// Opens a sealed outcome stored at `address`. The caller has checked [`is_sealed`].
 pub(crate) fn open(
     ring: &KeyRing,
     address: &Address,
     sealed: StoredResponse,
-) -> Result<StoredResponse, SealingError> {
+) -> Result<Outcome, SealingError> {
     let body = &sealed.body[MAGIC.len()..];
     let (&version, body) = body.split_first().ok_or(SealingError::Truncated)?;
     if version != VERSION {
@@ -156,7 +156,7 @@ pub(crate) fn open(
         .map_err(|_| SealingError::Inauthentic {
             id: key.id.to_string(),
         })?;
-    Ok(StoredResponse::decode(message)?)
+    Ok(Outcome::decode(message)?)
 }
 
 /// The associated data of a record, on the stack: scope, key length, key, id length, id.

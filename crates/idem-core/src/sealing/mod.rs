@@ -1,8 +1,8 @@
-//! Stored responses protected at rest: [`Sealed`] encrypts them under a rotating [`KeyRing`].
+//! Stored outcomes protected at rest: [`Sealed`] encrypts them under a rotating [`KeyRing`].
 //!
 //! Behind the `sealing` cargo feature. Responses are sealed with XChaCha20-Poly1305 (a random
 //! 24-byte nonce per record, so random nonces never collide in practice) with the record's address
-//! and the key id as associated data. The sealed form is itself a
+//! and the key id as associated data. The sealed form is a
 //! [`StoredResponse`](crate::StoredResponse), so every store holds it unchanged; its layout is
 //! described in the source of the `envelope` module.
 //!

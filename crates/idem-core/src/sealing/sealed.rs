@@ -3,16 +3,17 @@
 use std::{future::Future, time::Duration};
 
 use crate::{
-    Acquisition, Address, FencingToken, Fingerprint, Record, RecordState, Store, StoreError,
-    StoredResponse, Terms, Timestamp,
+    Acquisition, Address, FencingToken, Fingerprint, Outcome, Record, RecordState, Store,
+    StoreError, Terms, Timestamp,
     sealing::{
         KeyRing, SealingError,
         envelope::{self, is_sealed},
     },
 };
 
-/// A [`Store`] whose completed responses (status, headers, body, trailers) are sealed with
-/// XChaCha20-Poly1305 before they reach the inner store, and opened when read back.
+/// A [`Store`] whose completed outcomes (a response's status, headers, body and trailers, or
+/// [`Outcome::Unknown`]) are sealed with XChaCha20-Poly1305 before they reach the inner store,
+/// and opened when read back.
 ///
 /// What stays in clear, because the store's atomic decisions need it: the address (the scope is
 /// a hash already; SQL stores keep a digest of the key), the fingerprint, the state, the tokens
@@ -32,7 +33,8 @@ use crate::{
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// use idem_core::{
-///     Acquisition, Address, Fingerprint, MemoryStore, Policy, RecordState, Store, StoredResponse,
+///     Acquisition, Address, Fingerprint, MemoryStore, Outcome, Policy, RecordState, Store,
+///     StoredResponse,
 ///     sealing::{KeyRing, Sealed},
 /// };
 ///
@@ -45,14 +47,14 @@ use crate::{
 /// let Acquisition::Acquired(lease) = store.acquire(&address, &fingerprint, terms).await? else {
 ///     unreachable!("a new key is acquired");
 /// };
-/// let response = StoredResponse::new(201).body("card 4242 charged");
+/// let response = Outcome::from(StoredResponse::new(201).body("card 4242 charged"));
 /// store.complete(&address, lease.token, &response, terms.ttl).await?;
 ///
 /// // Replays open the response...
 /// let replay = store.acquire(&address, &fingerprint, terms).await?;
 /// assert_eq!(replay, Acquisition::Completed(response));
 /// // ...which the inner store holds sealed.
-/// let Some(RecordState::Completed { response: held, .. }) =
+/// let Some(RecordState::Completed { outcome: Outcome::Response(held), .. }) =
 ///     inner.get(&address).await?.map(|r| r.state) else { unreachable!() };
 /// assert!(!held.body.windows(4).any(|w| w == b"4242"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -93,17 +95,13 @@ impl<S> Sealed<S> {
         &self.ring
     }
 
-    fn open(
-        &self,
-        address: &Address,
-        response: StoredResponse,
-    ) -> Result<StoredResponse, StoreError> {
-        if is_sealed(&response) {
-            envelope::open(&self.ring, address, response).map_err(StoreError::corrupted)
-        } else if self.accept_plaintext {
-            Ok(response)
-        } else {
-            Err(StoreError::corrupted(SealingError::Plaintext))
+    fn open(&self, address: &Address, outcome: Outcome) -> Result<Outcome, StoreError> {
+        match outcome {
+            Outcome::Response(sealed) if is_sealed(&sealed) => {
+                envelope::open(&self.ring, address, sealed).map_err(StoreError::corrupted)
+            }
+            plain if self.accept_plaintext => Ok(plain),
+            _ => Err(StoreError::corrupted(SealingError::Plaintext)),
         }
     }
 }
@@ -116,8 +114,8 @@ impl<S: Store> Store for Sealed<S> {
         terms: Terms,
     ) -> Result<Acquisition, StoreError> {
         match self.inner.acquire(address, fingerprint, terms).await? {
-            Acquisition::Completed(response) => {
-                Ok(Acquisition::Completed(self.open(address, response)?))
+            Acquisition::Completed(outcome) => {
+                Ok(Acquisition::Completed(self.open(address, outcome)?))
             }
             other => Ok(other),
         }
@@ -127,15 +125,16 @@ impl<S: Store> Store for Sealed<S> {
         &self,
         address: &Address,
         token: FencingToken,
-        response: &StoredResponse,
+        outcome: &Outcome,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        let sealed =
-            envelope::seal(&self.ring, address, response).map_err(|error| match error {
-                SealingError::Random(_) => StoreError::unavailable(error),
-                other => StoreError::corrupted(other),
-            })?;
-        self.inner.complete(address, token, &sealed, ttl).await
+        let sealed = envelope::seal(&self.ring, address, outcome).map_err(|error| match error {
+            SealingError::Random(_) => StoreError::unavailable(error),
+            other => StoreError::corrupted(other),
+        })?;
+        self.inner
+            .complete(address, token, &Outcome::Response(sealed), ttl)
+            .await
     }
 
     fn release(
@@ -162,11 +161,11 @@ impl<S: Store> Store for Sealed<S> {
         let state = match record.state {
             RecordState::Completed {
                 token,
-                response,
+                outcome,
                 completed_at,
             } => RecordState::Completed {
                 token,
-                response: self.open(address, response)?,
+                outcome: self.open(address, outcome)?,
                 completed_at,
             },
             processing => processing,

@@ -1,8 +1,8 @@
 use std::sync::Arc;
 
 use crate::{
-    Acquisition, Address, Fingerprint, MemoryStore, Policy, RecordState, Scope, Store, StoreError,
-    StoredResponse, Terms,
+    Acquisition, Address, Fingerprint, MemoryStore, Outcome, Policy, RecordState, Scope, Store,
+    StoreError, StoredResponse, Terms,
     sealing::{KeyRing, Sealed},
 };
 
@@ -35,13 +35,18 @@ fn response() -> StoredResponse {
 
 /// Acquires `address` and completes it with `response` through `store`.
 async fn write(store: &impl Store, address: &Address, response: &StoredResponse) {
+    complete(store, address, &response.clone().into()).await;
+}
+
+/// Acquires `address` and completes it with `outcome` through `store`.
+async fn complete(store: &impl Store, address: &Address, outcome: &Outcome) {
     let fingerprint = Fingerprint::from_bytes([1; 32]);
     let Acquisition::Acquired(lease) = store.acquire(address, &fingerprint, terms()).await.unwrap()
     else {
         panic!("a new key is acquired");
     };
     store
-        .complete(address, lease.token, response, terms().ttl)
+        .complete(address, lease.token, outcome, terms().ttl)
         .await
         .unwrap();
 }
@@ -55,7 +60,10 @@ async fn replay(store: &impl Store, address: &Address) -> Result<Acquisition, St
 /// The response the inner store holds.
 async fn held(store: &MemoryStore, address: &Address) -> StoredResponse {
     match store.get(address).await.unwrap().unwrap().state {
-        RecordState::Completed { response, .. } => response,
+        RecordState::Completed {
+            outcome: Outcome::Response(response),
+            ..
+        } => response,
         state => panic!("expected a completed record, got {state:?}"),
     }
 }
@@ -104,11 +112,14 @@ async fn the_inner_store_holds_no_status_header_or_body_in_clear() {
 
     assert_eq!(
         replay(&store, &address).await.unwrap(),
-        Acquisition::Completed(response())
+        Acquisition::Completed(response().into())
     );
     let record = store.get(&address).await.unwrap().unwrap();
     assert_eq!(record.state.name(), "completed");
-    assert!(matches!(record.state, RecordState::Completed { response: r, .. } if r == response()));
+    assert!(matches!(
+        record.state,
+        RecordState::Completed { outcome: Outcome::Response(r), .. } if r == response()
+    ));
 }
 
 #[tokio::test]
@@ -135,11 +146,11 @@ async fn a_rotated_ring_opens_old_and_new_records_and_seals_with_the_new_key() {
 
     assert_eq!(
         replay(&rotated, &address("old")).await.unwrap(),
-        Acquisition::Completed(response())
+        Acquisition::Completed(response().into())
     );
     assert_eq!(
         replay(&rotated, &address("new")).await.unwrap(),
-        Acquisition::Completed(newer)
+        Acquisition::Completed(newer.into())
     );
     // The id byte and the id: `b` seals after the rotation.
     assert_eq!(held(&inner, &address("new")).await.body[13..15], [1, b'b']);
@@ -219,7 +230,7 @@ async fn every_altered_byte_makes_the_record_corrupted() {
 
 /// `response()` sealed for `address` with the store's ring.
 fn seal(store: &Sealed<Arc<MemoryStore>>, address: &Address) -> StoredResponse {
-    crate::sealing::envelope::seal(store.ring(), address, &response()).unwrap()
+    crate::sealing::envelope::seal(store.ring(), address, &response().into()).unwrap()
 }
 
 #[tokio::test]
@@ -248,11 +259,55 @@ async fn records_in_clear_are_replayed_unless_refused() {
     let store = Sealed::new(inner.clone(), ring(KEY_A));
     assert_eq!(
         replay(&store, &address).await.unwrap(),
-        Acquisition::Completed(response())
+        Acquisition::Completed(response().into())
     );
     let strict = store.accept_plaintext(false);
     assert_eq!(
         corruption(replay(&strict, &address).await),
+        "the record is not sealed, and only sealed records are accepted"
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_outcome_is_sealed_and_opens_as_unknown() {
+    let inner = Arc::new(MemoryStore::new());
+    let store = Sealed::new(inner.clone(), ring(KEY_A));
+    let address = address("lost");
+    complete(&store, &address, &Outcome::Unknown).await;
+
+    let sealed = held(&inner, &address).await;
+    assert_eq!(sealed.status, 500);
+    assert_eq!(
+        sealed.body.len(),
+        12 + 1 + 1 + 1 + 24 + Outcome::Unknown.encoded_len() + 16
+    );
+    assert_eq!(
+        replay(&store, &address).await.unwrap(),
+        Acquisition::Completed(Outcome::Unknown)
+    );
+    let record = store.get(&address).await.unwrap().unwrap();
+    assert!(matches!(
+        record.state,
+        RecordState::Completed {
+            outcome: Outcome::Unknown,
+            ..
+        }
+    ));
+}
+
+#[tokio::test]
+async fn an_unknown_outcome_in_clear_is_replayed_unless_refused() {
+    let inner = Arc::new(MemoryStore::new());
+    let address = address("lost-before-sealing");
+    complete(&*inner, &address, &Outcome::Unknown).await;
+
+    let store = Sealed::new(inner.clone(), ring(KEY_A));
+    assert_eq!(
+        replay(&store, &address).await.unwrap(),
+        Acquisition::Completed(Outcome::Unknown)
+    );
+    assert_eq!(
+        corruption(replay(&store.accept_plaintext(false), &address).await),
         "the record is not sealed, and only sealed records are accepted"
     );
 }

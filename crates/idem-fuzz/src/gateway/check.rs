@@ -2,8 +2,10 @@
 
 use bytes::Bytes;
 use http::{HeaderMap, header};
-use idem_core::StoredResponse;
-use idem_http::{Outcome, RequestKey};
+use idem_http::{
+    Outcome, RequestKey,
+    problem::{Problem, Rejection},
+};
 
 use super::{
     input::{Behaviour, Sent},
@@ -189,7 +191,7 @@ fn check_answer(
         Answer::OutcomeUnknown => {
             expect_status(reply, 500)?;
             expect_run(reply, None)?;
-            if reply.body.as_ref() != Some(&StoredResponse::outcome_unknown().body) {
+            if reply.body.as_ref() != Some(&Rejection::OutcomeUnknown.body()) {
                 return Err(format!("body {:?}, not outcome unknown", reply.body));
             }
             problem_type(reply)?;

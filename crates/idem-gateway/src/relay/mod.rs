@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use process::RelayProcess;
 
-use crate::{AdminToken, Error, cli::RelayArgs, logging};
+use crate::{AdminToken, Error, cli::RelayArgs, error::StartupError, logging};
 
 /// Runs `idem relay` until SIGTERM or SIGINT, then finishes the batch in flight and returns.
 ///
@@ -59,11 +59,11 @@ pub async fn run(args: RelayArgs) -> Result<(), Error> {
 
     let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
         .install_recorder()
-        .map_err(Error::MetricsRecorder)?;
+        .map_err(StartupError::MetricsRecorder)?;
     let addr = args.admin_listen;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|source| Error::Bind { addr, source })?;
+        .map_err(|source| StartupError::Bind { addr, source })?;
     tracing::info!(admin = %addr, "the admin endpoints are listening");
     let admin = tokio::spawn(
         axum::serve(listener, admin::router(metrics, token))
@@ -99,5 +99,5 @@ pub async fn run(args: RelayArgs) -> Result<(), Error> {
     if let Ok(Err(error)) = admin.await {
         tracing::warn!(%error, "the admin listener failed");
     }
-    relayed.map_err(Error::Relay)
+    Ok(relayed.map_err(StartupError::Relay)?)
 }

@@ -185,7 +185,9 @@ async fn on_redis_waiters_on_the_other_gateway_wake_up_and_replay() {
 /// a waiter's `changed` resolves when another process completes the key it found in flight.
 /// (Without them, waiters would only poll: each replay up to a second late.)
 async fn the_gateway_store_passes_wake_ups_on(store: &str) {
-    use idem_core::{Acquisition, Address, Fingerprint, Policy, Store, StoredResponse, Terms};
+    use idem_core::{
+        Acquisition, Address, Fingerprint, Outcome, Policy, Store, StoredResponse, Terms,
+    };
 
     let url: StoreUrl = store.parse().unwrap();
     let holder = url.open().await.unwrap();
@@ -203,7 +205,7 @@ async fn the_gateway_store_passes_wake_ups_on(store: &str) {
         waiter.acquire(&address, &fingerprint, terms).await.unwrap(),
         Acquisition::InFlight { .. }
     ));
-    let response = StoredResponse::new(201).body("done");
+    let response = Outcome::from(StoredResponse::new(201).body("done"));
     holder
         .complete(&address, lease.token, &response, terms.ttl)
         .await

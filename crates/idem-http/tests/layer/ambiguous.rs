@@ -4,12 +4,24 @@ use axum::body::Body;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
-use idem_core::{Ambiguous, MemoryStore, StoredResponse};
+use std::time::Duration;
+
+use idem_core::{
+    Acquisition, Address, Ambiguous, Fingerprint, FingerprintMode, MemoryStore, Outcome as Stored,
+    Store, StoredResponse, Terms,
+};
 use idem_http::{Delivery, IdempotencyLayer, Outcome, problem};
 use std::sync::Arc;
 use tower::{Layer, ServiceExt, service_fn};
 
 use crate::common::{Calls, Fixture, KEY, Reply, keyed, send};
+
+/// The body every outcome-unknown answer has carried, byte for byte.
+const OUTCOME_UNKNOWN_BODY: &str = concat!(
+    r#"{"type":"urn:idem:problem:outcome-unknown","title":"Outcome unknown","status":500,"#,
+    r#""detail":"The request was sent but its result was lost; it may have taken effect and "#,
+    r#"will not be executed again under this key."}"#
+);
 
 #[tokio::test]
 async fn a_5xx_408_or_429_releases_the_key_under_retry() {
@@ -135,18 +147,27 @@ async fn an_error_after_sending_is_outcome_unknown_under_reject_and_replayed() {
         classified(Ambiguous::Reject).layer(flaky(calls.clone(), || UpstreamError::Reset));
 
     let first = Reply::read(service.clone().oneshot(request()).await.unwrap()).await;
-    let unknown = StoredResponse::outcome_unknown();
     assert_eq!(first.status, StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(first.outcome, Some(Outcome::Executed));
     assert!(!first.is_replay());
-    assert_eq!(first.body, unknown.body);
+    assert_eq!(first.body, OUTCOME_UNKNOWN_BODY.as_bytes());
+    assert_eq!(
+        first.header_lines(),
+        [
+            (
+                "content-type".to_owned(),
+                "application/problem+json".to_owned()
+            ),
+            ("content-length".to_owned(), "211".to_owned()),
+        ]
+    );
     assert_eq!(first.problem_type(), problem::OUTCOME_UNKNOWN);
 
     let retry = Reply::read(service.oneshot(request()).await.unwrap()).await;
     assert_eq!(retry.status, StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(retry.outcome, Some(Outcome::Replayed));
     assert!(retry.is_replay());
-    assert_eq!(retry.body, unknown.body);
+    assert_eq!(retry.body, OUTCOME_UNKNOWN_BODY.as_bytes());
     assert_eq!(calls.get(), 1);
 }
 
@@ -178,4 +199,60 @@ async fn a_response_cut_off_under_reject_is_outcome_unknown_and_replayed() {
     assert!(retry.is_replay());
     assert_eq!(retry.outcome, Some(Outcome::Replayed));
     assert_eq!(f.calls.get(), 1);
+}
+
+#[tokio::test]
+async fn an_outcome_unknown_stored_as_a_response_by_earlier_builds_replays_the_same() {
+    let f = Fixture::new();
+    let app = f.app(f.layer().ambiguous(Ambiguous::Reject));
+    let address = Address::anonymous("k".parse().unwrap());
+    let fingerprint = Fingerprint::builder(FingerprintMode::Json)
+        .method("POST")
+        .path("/cut")
+        .query(None)
+        .body(Some("application/json"), b"");
+    let terms = Terms {
+        lease: Duration::from_secs(30),
+        ttl: Duration::from_secs(60),
+    };
+    let Acquisition::Acquired(lease) = f
+        .store
+        .acquire(&address, &fingerprint, terms)
+        .await
+        .unwrap()
+    else {
+        panic!("a new key is acquired")
+    };
+    // What earlier builds stored: the problem itself, as a response.
+    let legacy = StoredResponse::new(500)
+        .header("content-type", "application/problem+json")
+        .body(OUTCOME_UNKNOWN_BODY);
+    f.store
+        .complete(&address, lease.token, &legacy.into(), terms.ttl)
+        .await
+        .unwrap();
+    assert!(matches!(
+        f.store
+            .acquire(&address, &fingerprint, terms)
+            .await
+            .unwrap(),
+        Acquisition::Completed(Stored::Unknown)
+    ));
+
+    let replay = send(&app, keyed("/cut", "k", "")).await;
+    assert_eq!(replay.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(replay.outcome, Some(Outcome::Replayed));
+    assert_eq!(
+        replay.header_lines(),
+        [
+            (
+                "content-type".to_owned(),
+                "application/problem+json".to_owned()
+            ),
+            ("content-length".to_owned(), "211".to_owned()),
+            ("idempotent-replayed".to_owned(), "true".to_owned()),
+        ]
+    );
+    assert_eq!(replay.body, OUTCOME_UNKNOWN_BODY.as_bytes());
+    assert_eq!(f.calls.get(), 0);
 }

@@ -5,8 +5,7 @@ use std::{future::Future, io, time::Duration};
 
 use http::StatusCode;
 use idem_core::{
-    Acquisition, Address, FencingToken, Fingerprint, Record, Store, StoreError, StoredResponse,
-    Terms, Timestamp,
+    Acquisition, Address, FencingToken, Fingerprint, Record, Store, StoreError, Terms, Timestamp,
 };
 use idem_http::{IdempotencyLayer, OnStoreError, Outcome, problem};
 
@@ -46,7 +45,7 @@ impl Store for FailingStore {
         &self,
         _: &Address,
         _: FencingToken,
-        _: &StoredResponse,
+        _: &idem_core::Outcome,
         _: Duration,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.fail()
@@ -194,7 +193,7 @@ impl Store for SilentStore {
         &self,
         _: &Address,
         _: FencingToken,
-        _: &StoredResponse,
+        _: &idem_core::Outcome,
         _: Duration,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         std::future::pending()

@@ -95,7 +95,8 @@ async fn an_anonymous_response_is_stored_without_its_cookies_and_a_scoped_one_ke
     let address = Address::anonymous("pay-1".parse::<IdempotencyKey>().unwrap());
     let record = f.store.get(&address).await.unwrap().unwrap();
     let RecordState::Completed {
-        response: stored, ..
+        outcome: idem_core::Outcome::Response(stored),
+        ..
     } = record.state
     else {
         panic!("not completed: {record:?}")
@@ -174,7 +175,7 @@ async fn cookies_stored_in_the_anonymous_scope_before_they_were_dropped_are_not_
         .header("set-cookie", "session=old")
         .body("old");
     f.store
-        .complete(&address, lease.token, &stored, terms.ttl)
+        .complete(&address, lease.token, &stored.into(), terms.ttl)
         .await
         .unwrap();
 
