@@ -6,6 +6,8 @@
 //! stores are enabled (`IDEM_TEST_POSTGRES_URL`, `IDEM_TEST_REDIS_URL`), as the other server
 //! suites of the repository do. `scripts/chaos` runs the long form.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::{
     fs::File,
     process::Command,

@@ -10,6 +10,8 @@
 //!
 //! where `subject()` is an `async` expression that builds a fresh [`Subject`] for one test.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 pub mod checks;
 pub mod model;
 mod subject;

@@ -1,6 +1,8 @@
 //! Throughput of request fingerprints on 64 KiB bodies: blake3 alone, the builder on raw bytes, and
 //! the builder on canonical JSON, with serde_json's own parser as the yardstick for parsing cost.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::{fmt::Write, hint::black_box};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};

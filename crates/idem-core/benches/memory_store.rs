@@ -6,6 +6,8 @@
 //! The store's futures never wait, so both sides are driven without an async runtime
 //! (`now_or_never`): the comparison is the store's logic against the map alone.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::{
     hint::black_box,
     sync::Barrier,

@@ -3,6 +3,8 @@
 //!
 //! `cargo bench -p idem-core --features sealing --bench sealing`
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::sync::Arc;
 
 use bytes::Bytes;

@@ -1,5 +1,7 @@
 //! The shared store contract, run against `MemoryStore`.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::sync::Arc;
 
 use idem_conformance::ManualSubject;

@@ -1,5 +1,7 @@
 //! The shared store contract, run through the type-erased `DynStore` wrapper.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use idem_conformance::ManualSubject;
 use idem_core::{DynStore, ManualClock, MemoryStore};
 

@@ -1,5 +1,8 @@
 //! The shared store contract, run through the `Sealed` wrapper: sealing changes nothing a caller
 //! can observe.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 #![cfg(feature = "sealing")]
 
 use std::sync::Arc;

@@ -1,5 +1,7 @@
 //! With a digest key installed, log digests are keyed (a process of its own: the key is global).
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use idem_core::{DigestKey, DigestKeyInstalled, IdempotencyKey, Scope};
 
 #[test]

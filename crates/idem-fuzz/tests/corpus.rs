@@ -1,6 +1,8 @@
 //! Replays the committed fuzz corpus and every crash reproducer through the targets, on stable
 //! Rust: `fuzz/corpus/<target>/` and `fuzz/regressions/<target>/` of the repository.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::{
     fs,
     path::{Path, PathBuf},

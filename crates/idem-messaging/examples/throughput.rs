@@ -19,6 +19,8 @@
 //! librdkafka's in-process mock cluster, so its figures say little about a real cluster. A
 //! broker whose variable is unset is skipped.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::{
     future::Future,
     sync::{

@@ -94,9 +94,7 @@ mod outbox;
 mod relay;
 mod sql;
 
-pub use broker::{
-    BoxPublisher, Confirmations, DynPublisher, Incoming, PublishError, Publisher,
-};
+pub use broker::{BoxPublisher, Confirmations, DynPublisher, Incoming, PublishError, Publisher};
 pub use broker_url::{BrokerUrl, InvalidBrokerUrl};
 pub use error::{BoxError, Error};
 pub use id::{ConsumerName, InvalidId, MessageId};

@@ -3,6 +3,8 @@
 //! with competing relays, a relay that dies between publish and mark-sent, a poison message and
 //! per-key order.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 
 use std::{

@@ -1,6 +1,8 @@
 //! The inbox on PostgreSQL: duplicates skipped, failures leave no trace, concurrent copies apply
 //! one effect, old rows purged in batches.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 
 use std::{

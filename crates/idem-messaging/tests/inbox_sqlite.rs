@@ -1,5 +1,7 @@
 //! The inbox on SQLite: the same guarantees in an embedded file, no server needed.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::{
     sync::{
         Arc,

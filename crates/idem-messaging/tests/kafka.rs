@@ -3,6 +3,8 @@
 //! and headers; the consumer's offsets stored after the inbox commit, redeliveries skipped and
 //! failures sought back; and the outbox → relay → Kafka → inbox → ledger path with two relays.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 
 use std::{collections::HashMap, sync::Arc, time::Duration};

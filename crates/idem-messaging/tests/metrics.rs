@@ -1,5 +1,7 @@
 //! The relay's metrics, read back through a recorder of the test's own.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 
 use std::{

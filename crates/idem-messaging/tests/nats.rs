@@ -3,6 +3,8 @@
 //! JetStream → inbox → ledger path, with competing relays and a relay that dies between publish
 //! and mark-sent.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 
 use std::{

@@ -1,6 +1,8 @@
 //! The outbox and its relay on PostgreSQL, publishing to brokers in memory that confirm, refuse,
 //! stall or die: what is published, how often, and in which order.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 
 use std::{collections::HashMap, sync::Arc, time::Duration};

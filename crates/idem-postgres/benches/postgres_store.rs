@@ -7,6 +7,8 @@
 //!
 //! Needs `IDEM_TEST_POSTGRES_URL`; works in a scratch schema that it drops at the end.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::{
     sync::{
         Arc,

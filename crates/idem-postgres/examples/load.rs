@@ -9,6 +9,8 @@
 //!
 //! Both read the server's URL from `IDEM_TEST_POSTGRES_URL`.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};

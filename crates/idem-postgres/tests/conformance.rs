@@ -4,6 +4,8 @@
 //! Every test returns at once, saying so on stderr, when `IDEM_TEST_POSTGRES_URL` is not set.
 //! `tests/server_clock.rs` runs the checks on the server's clock.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 
 mod suite {

@@ -1,6 +1,8 @@
 //! Migrations, and the one clear error a store answers on open when the database does not hold
 //! what it expects.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 
 use idem_core::Store;

@@ -3,6 +3,8 @@
 //! which moves time by up to 11 seconds per step, runs on the manual clock only
 //! (`tests/conformance.rs`).
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 
 use std::time::Duration;

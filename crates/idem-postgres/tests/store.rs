@@ -2,6 +2,8 @@
 //! `LISTEN`/`NOTIFY`, round trips, fencing tokens across deletions, the purger, and how failures
 //! are classified.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 
 use std::{

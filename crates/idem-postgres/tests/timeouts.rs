@@ -1,6 +1,8 @@
 //! `PostgresOptions::statement_timeout`: every connection the store opens stops a statement
 //! that runs, or waits for a lock, longer than it.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 
 use std::time::{Duration, Instant};

@@ -1,6 +1,8 @@
 //! The transactional API: the key's acquisition and completion in the caller's own transaction,
 //! committed or rolled back with the business rows.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 mod common;
 
 use std::{pin::pin, time::Duration};

@@ -6,6 +6,8 @@
 //! Needs `IDEM_TEST_REDIS_URL` (skipped without it). Records get a one-minute TTL, so the keys
 //! the bench leaves behind expire by themselves.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::{
     hint::black_box,
     sync::atomic::{AtomicU64, Ordering},

@@ -6,6 +6,8 @@
 //! The servers are started from a thread that never ends, through `setpriv --pdeathsig KILL`:
 //! the kernel kills them when the test process ends, however it ends (see `support`).
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 mod support;
 
 use std::{

@@ -2,6 +2,8 @@
 //! prefix: every check and the model test on a manual clock, exact to the millisecond, then the
 //! time-based checks again on the server's own clock, the path production takes.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 mod support;
 
 use std::time::Duration;

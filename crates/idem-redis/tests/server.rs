@@ -5,6 +5,8 @@
 //! kill or restart Redis start a `redis-server` of their own on a free port (and are skipped with
 //! the others when the variable is not set: it says Redis is installed).
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 mod support;
 
 use std::{

@@ -6,6 +6,8 @@
 //! Both use their own file in a temporary directory with `synchronous = NORMAL`, so that the
 //! numbers measure the code rather than the disk's flush latency.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::{
     hint::black_box,
     sync::atomic::{AtomicU64, Ordering},

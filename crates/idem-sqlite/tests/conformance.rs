@@ -1,5 +1,7 @@
 //! The store contract, checked on a fresh SQLite file and a manual clock per test.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::{path::Path, time::Duration};
 
 use idem_conformance::{ManualSubject, Subject, checks};

@@ -70,8 +70,17 @@ impl NatsStream {
     ///
     /// When the server does not answer.
     pub async fn stored(&self) -> u64 {
-        let stream = self.jetstream.get_stream(&self.name).await.unwrap();
-        stream.get_info().await.unwrap().state.messages
+        let stream = self
+            .jetstream
+            .get_stream(&self.name)
+            .await
+            .expect("the stream of the test");
+        stream
+            .get_info()
+            .await
+            .expect("the stream's state")
+            .state
+            .messages
     }
 }
 

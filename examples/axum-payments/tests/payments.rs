@@ -1,6 +1,8 @@
 //! The payments service against a real PostgreSQL, one schema per test: a charge and its key
 //! commit together or not at all, whatever step fails, and the retry charges exactly once.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::str::FromStr;
 
 use axum::{

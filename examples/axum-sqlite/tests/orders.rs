@@ -1,6 +1,8 @@
 //! The example behaves as its docs say: one order per key, retries replayed, even across a
 //! restart of the service on the same database file.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::sync::Arc;
 
 use axum::body::{Body, to_bytes};

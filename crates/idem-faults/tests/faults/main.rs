@@ -12,6 +12,8 @@
 //! `nats-server -js` on a free port with its own store, and a second RabbitMQ node on free
 //! ports with its own data directory.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 mod harness;
 mod ledger;
 mod nats;

@@ -1,6 +1,8 @@
 //! The `idem` binary end to end: real sockets, real processes, an upstream that counts
 //! executions.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 mod admin;
 mod bounds;
 mod cli;

@@ -1,6 +1,8 @@
 //! The HTTP contract of docs/http.md, row by row, through an axum application (and a tonic server)
 //! wrapped in the layer.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 mod ambiguous;
 mod bounds;
 mod common;

@@ -6,6 +6,8 @@
 //! broker's variable (`IDEM_TEST_NATS_URL`, `IDEM_TEST_AMQP_URL`), and is skipped without them:
 //! the variables say the machine has the servers' programs.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 mod certificates;
 #[path = "../common/mod.rs"]
 mod common;
