@@ -7,9 +7,6 @@ use reqwest::IntoUrl;
 
 use crate::{RequestBuilder, policy::RetryPolicy};
 
-/// The default key header, as the idem gateway and layer expect it.
-const DEFAULT_KEY_HEADER: HeaderName = HeaderName::from_static("idempotency-key");
-
 /// An HTTP client that sends each logical operation under one idempotency key, and retries it
 /// with that same key until it gets a definite answer.
 ///
@@ -100,7 +97,8 @@ impl Default for ClientBuilder {
     fn default() -> Self {
         Self {
             http: None,
-            key_header: DEFAULT_KEY_HEADER,
+            key_header: HeaderName::from_bytes(idem_core::KEY_HEADER.as_bytes())
+                .expect("a valid header name"),
             policy: RetryPolicy::default(),
         }
     }

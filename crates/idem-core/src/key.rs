@@ -7,6 +7,10 @@ use blake3::hazmat::{ContextKey, HasherExt, hash_derive_key_context};
 /// The longest key accepted, in characters of the unquoted value.
 pub const MAX_KEY_LEN: usize = 255;
 
+/// The header that carries the key, as the IETF draft spells it: the HTTP layer's and the
+/// gateway's default, and the header idem's client sends.
+pub const KEY_HEADER: &str = "Idempotency-Key";
+
 /// A validated idempotency key.
 ///
 /// Parsed from the value of an `Idempotency-Key` header, in either of two forms:

@@ -64,7 +64,7 @@ pub use dyn_store::DynStore;
 pub use engine::{Engine, Execution, RunOutcome};
 pub use error::StoreError;
 pub use fingerprint::{Fingerprint, FingerprintBuilder, FingerprintMode, InvalidFingerprint};
-pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
+pub use key::{IdempotencyKey, KEY_HEADER, KeyError, MAX_KEY_LEN};
 pub use lease::{FencingToken, Lease};
 pub use log_digest::{DIGEST_KEY_LEN, DigestKey, DigestKeyInstalled};
 pub use memory::MemoryStore;

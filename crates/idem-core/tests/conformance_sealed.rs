@@ -2,7 +2,6 @@
 //! can observe.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
-
 #![cfg(feature = "sealing")]
 
 use std::sync::Arc;

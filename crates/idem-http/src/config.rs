@@ -17,8 +17,8 @@ use std::{error::Error, fmt, sync::Arc, time::Duration};
 use http::{HeaderName, Method};
 use idem_core::{FingerprintMode, Policy};
 
-/// The default [`key_header`](crate::IdempotencyLayer::key_header), as the IETF draft spells it.
-pub const DEFAULT_KEY_HEADER: &str = "Idempotency-Key";
+/// The default [`key_header`](crate::IdempotencyLayer::key_header): [`idem_core::KEY_HEADER`].
+pub const DEFAULT_KEY_HEADER: &str = idem_core::KEY_HEADER;
 /// The default [`methods`](crate::IdempotencyLayer::methods).
 pub const DEFAULT_METHODS: [Method; 2] = [Method::POST, Method::PATCH];
 /// The default [`scope_headers`](crate::IdempotencyLayer::scope_headers).
