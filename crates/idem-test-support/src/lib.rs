@@ -23,6 +23,7 @@
 //! # }
 //! ```
 
+mod ledger;
 mod names;
 #[cfg(feature = "nats")]
 mod nats_stream;
@@ -32,6 +33,7 @@ mod postgres;
 mod redis_prefix;
 mod server;
 
+pub use ledger::Ledger;
 pub use names::unique_name;
 #[cfg(feature = "nats")]
 pub use nats_stream::NatsStream;

@@ -4,6 +4,7 @@
 #![allow(dead_code, unreachable_pub)] // each test file uses a part
 
 use std::{
+    ops::Deref,
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -12,47 +13,27 @@ use idem_messaging::{
     Confirmations, ConsumerName, Envelope, InboxOptions, Outbox, OutboxOptions, PgInbox,
     PublishError, Publisher,
 };
-use idem_test_support::PgSchema;
-use sqlx::{AssertSqlSafe, PgPool, postgres::PgPoolOptions};
+use idem_test_support::Ledger;
 use tokio::sync::Notify;
 
 /// How long a test waits for something that should happen in milliseconds.
 pub const EVENTUALLY: Duration = Duration::from_secs(60);
 
-/// A schema of the test's own, with a `ledger` table, dropped when this is.
-pub struct TestSchema {
-    pub url: String,
-    pub name: String,
-    pub pool: PgPool,
-    _schema: PgSchema,
+/// A [`Ledger`] (a schema of the test's own, with a `ledger` table) where the inbox and the
+/// outbox live too.
+pub struct TestSchema(Ledger);
+
+impl Deref for TestSchema {
+    type Target = Ledger;
+
+    fn deref(&self) -> &Ledger {
+        &self.0
+    }
 }
 
 impl TestSchema {
     pub async fn new(url: &str) -> Self {
-        let schema = PgSchema::create(url).await;
-        let pool = PgPoolOptions::new()
-            .max_connections(20)
-            .connect(url)
-            .await
-            .expect("connect to the test server");
-        let this = Self {
-            url: url.to_owned(),
-            name: schema.name().to_owned(),
-            pool,
-            _schema: schema,
-        };
-        // One row per effect: duplicates would show as repeated message ids.
-        sqlx::query(this.sql(
-            "CREATE TABLE {schema}.ledger (
-                id bigserial PRIMARY KEY,
-                message_id text NOT NULL,
-                entry text NOT NULL
-            )",
-        ))
-        .execute(&this.pool)
-        .await
-        .unwrap();
-        this
+        Self(Ledger::create(url).await)
     }
 
     pub fn inbox_options(&self) -> InboxOptions {
@@ -69,38 +50,6 @@ impl TestSchema {
         let outbox = Outbox::new(OutboxOptions::new().schema(self.name.parse().unwrap()));
         outbox.migrate(&self.pool).await.unwrap();
         outbox
-    }
-
-    /// `sql` with `{schema}` replaced by this schema's name.
-    pub fn sql(&self, sql: &str) -> AssertSqlSafe<String> {
-        AssertSqlSafe(sql.replace("{schema}", &format!(r#""{}""#, self.name)))
-    }
-
-    /// The ledger write, in the handler's transaction.
-    pub async fn book(&self, connection: &mut sqlx::PgConnection, message_id: &str, entry: &str) {
-        sqlx::query(self.sql("INSERT INTO {schema}.ledger (message_id, entry) VALUES ($1, $2)"))
-            .bind(message_id)
-            .bind(entry)
-            .execute(connection)
-            .await
-            .unwrap();
-    }
-
-    pub async fn count(&self, sql: &str) -> i64 {
-        sqlx::query_scalar(self.sql(sql))
-            .fetch_one(&self.pool)
-            .await
-            .unwrap()
-    }
-
-    pub async fn ledger(&self) -> i64 {
-        self.count("SELECT count(*) FROM {schema}.ledger").await
-    }
-
-    /// Ledger rows beyond the first for each message id.
-    pub async fn duplicated_effects(&self) -> i64 {
-        self.count("SELECT count(*) - count(DISTINCT message_id) FROM {schema}.ledger")
-            .await
     }
 
     pub async fn inbox_rows(&self) -> i64 {
