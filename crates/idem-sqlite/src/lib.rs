@@ -28,6 +28,7 @@
 
 mod error;
 mod key_digest;
+mod migrations;
 mod options;
 mod row;
 mod store;

@@ -9,7 +9,6 @@ use idem_core::{
 };
 use sqlx::{
     SqlitePool,
-    migrate::Migrator,
     query::Query,
     sqlite::{Sqlite, SqliteArguments},
 };
@@ -18,10 +17,9 @@ use crate::{
     Error, SqliteOptions,
     error::store_error,
     key_digest::{self, key_digest},
+    migrations::MIGRATOR,
     row::{self, Found, StateCode, sql_int},
 };
-
-static MIGRATOR: Migrator = sqlx::migrate!();
 
 /// A durable store in one SQLite file (WAL journal), shared safely by every process that opens it.
 ///
