@@ -10,9 +10,10 @@ use crate::{Error, Response, key, policy::RetryPolicy, retry};
 
 /// One logical operation: a request and the key every attempt at it carries.
 ///
-/// Made by [`Client::post`], [`Client::patch`] or [`Client::request`] with a fresh key (a
-/// random UUID), or with the caller's own through [`key`](Self::key). The body is held in
-/// memory, so every attempt sends the same bytes.
+/// Made by [`Client::post`](crate::Client::post), [`Client::patch`](crate::Client::patch) or
+/// [`Client::request`](crate::Client::request) with a fresh key (a random UUID), or with the
+/// caller's own through [`key`](Self::key). The body is held in memory, so every attempt sends
+/// the same bytes.
 ///
 /// # Examples
 ///
