@@ -245,10 +245,18 @@ pub struct RelayArgs {
     /// (/healthz never does). Required when --admin-listen is not loopback.
     #[arg(long, env = "IDEM_ADMIN_TOKEN_FILE", value_name = "PATH")]
     pub admin_token_file: Option<PathBuf>,
+    /// The logs' format and filter.
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// `--log-format` and `--log-level`, for the subcommands that run until stopped.
+#[derive(Debug, Clone, Args)]
+pub struct LogArgs {
     /// Log lines as text or as JSON objects.
     #[arg(long, env = "IDEM_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
-    /// Which logs to write, as a tracing filter (`info`, `idem_messaging=debug,warn`).
+    /// Which logs to write, as a tracing filter (`info`, `idem_gateway=debug,warn`).
     #[arg(
         long,
         env = "IDEM_LOG_LEVEL",

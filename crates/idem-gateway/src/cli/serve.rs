@@ -7,13 +7,10 @@ use http::HeaderName;
 use idem_core::{Ambiguous, FingerprintMode, InFlight, Policy};
 use idem_http::{Anonymous, OnStoreError};
 
-use super::MethodList;
+use super::{LogArgs, MethodList};
 use crate::{
     AdminToken, ByteSize, Config, Error, Gateway, HumanDuration, StoreUrl, Upstream, config,
-    error::ConfigError,
-    key_files,
-    logging::{self, LogFormat},
-    shutdown_signal,
+    error::ConfigError, key_files, logging, shutdown_signal,
 };
 
 /// `idem serve`: every option, as given (see [`Config`](crate::Config) for their meaning).
@@ -184,18 +181,9 @@ pub struct ServeArgs {
           default_value_t = HumanDuration(config::DEFAULT_SHUTDOWN_TIMEOUT))]
     pub shutdown_timeout: HumanDuration,
 
-    /// Log lines as text or as JSON objects.
-    #[arg(long, env = "IDEM_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
-
-    /// Which logs to write, as a tracing filter (`info`, `idem_gateway=debug,warn`).
-    #[arg(
-        long,
-        env = "IDEM_LOG_LEVEL",
-        value_name = "FILTER",
-        default_value = "info"
-    )]
-    pub log_level: String,
+    /// The logs' format and filter.
+    #[command(flatten)]
+    pub log: LogArgs,
 }
 
 /// `--in-flight`.
@@ -360,7 +348,7 @@ impl TryFrom<&ServeArgs> for Config {
 /// SIGINT, then shuts down gracefully.
 pub async fn serve(args: &ServeArgs) -> Result<(), Error> {
     let config = Config::try_from(args)?;
-    logging::init(args.log_format, &args.log_level)?;
+    logging::init(args.log.log_format, &args.log.log_level)?;
     // Installed before the sockets are bound, so that a signal sent as soon as the gateway says
     // it listens is not lost.
     let shutdown = shutdown_signal();

@@ -45,7 +45,7 @@ pub async fn run(args: RelayArgs) -> Result<(), Error> {
         .map(AdminToken::from_file)
         .transpose()?;
     AdminToken::check_listen(args.admin_listen, token.as_ref())?;
-    logging::init(args.log_format, &args.log_level)?;
+    logging::init(args.log.log_format, &args.log.log_level)?;
     // Installed first, so that a signal sent as soon as the relay starts is not lost.
     let signal = crate::shutdown_signal();
     let shutdown = CancellationToken::new();
