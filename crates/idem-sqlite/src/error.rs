@@ -38,11 +38,16 @@ pub enum Error {
 /// value of the wrong type, is corruption; anything else (a busy or closed database, a full
 /// disk, I/O) makes the store unavailable.
 pub(crate) fn store_error(error: sqlx::Error) -> StoreError {
-    if Failure::of(&error) == Failure::Corrupted {
+    if is_corruption(&error) {
         StoreError::corrupted(error)
     } else {
         StoreError::unavailable(error)
     }
+}
+
+/// Whether `error` says that SQLite cannot read the data (see [`store_error`]).
+pub(crate) fn is_corruption(error: &sqlx::Error) -> bool {
+    Failure::of(error) == Failure::Corrupted
 }
 
 /// Whether another connection holds a lock that SQLite did not wait for.

@@ -33,6 +33,8 @@ mod options;
 mod row;
 mod store;
 mod url;
+mod writer;
+mod writes;
 
 pub use error::Error;
 pub use options::{SqliteOptions, Synchronous};

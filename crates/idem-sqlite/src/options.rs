@@ -9,7 +9,7 @@ use std::{
 
 use idem_core::{Clock, SystemClock};
 use sqlx::{
-    SqlitePool,
+    ConnectOptions, SqliteConnection, SqlitePool,
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
 };
 
@@ -40,6 +40,7 @@ pub enum Synchronous {
 /// let options = SqliteOptions::new(dir.path().join("idem.db"))
 ///     .synchronous(Synchronous::Normal)
 ///     .pool_size(8)
+///     .max_batch(64)
 ///     .busy_timeout(Duration::from_secs(1));
 /// let store = SqliteStore::open_with(options).await?;
 /// # drop(store);
@@ -52,19 +53,34 @@ pub struct SqliteOptions {
     pub(crate) clock: Arc<dyn Clock>,
     synchronous: Synchronous,
     pool_size: u32,
+    pub(crate) max_batch: usize,
+    pub(crate) queue: usize,
     busy_timeout: Duration,
 }
 
 impl SqliteOptions {
+    /// The reader connections of [`SqliteOptions::new`].
+    pub const DEFAULT_POOL_SIZE: u32 = 4;
+    /// The writes of one transaction at most, by default.
+    pub const DEFAULT_MAX_BATCH: usize = 128;
+    /// The writes waiting for the writer at most, by default.
+    pub const DEFAULT_QUEUE: usize = 1024;
+    /// How long a write waits for another process's lock, by default.
+    pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
     /// The database at `path` (created if missing), on the system clock, with
-    /// [`Synchronous::Full`], 4 connections and a busy timeout of 5 seconds.
+    /// [`Synchronous::Full`], [4](Self::DEFAULT_POOL_SIZE) reader connections, batches of up
+    /// to [128](Self::DEFAULT_MAX_BATCH) writes, a queue of [1024](Self::DEFAULT_QUEUE) writes
+    /// and a busy timeout of [5 seconds](Self::DEFAULT_BUSY_TIMEOUT).
     pub fn new(path: impl AsRef<Path>) -> Self {
         Self {
             path: path.as_ref().to_owned(),
             clock: Arc::new(SystemClock),
             synchronous: Synchronous::default(),
-            pool_size: 4,
-            busy_timeout: Duration::from_secs(5),
+            pool_size: Self::DEFAULT_POOL_SIZE,
+            max_batch: Self::DEFAULT_MAX_BATCH,
+            queue: Self::DEFAULT_QUEUE,
+            busy_timeout: Self::DEFAULT_BUSY_TIMEOUT,
         }
     }
 
@@ -88,10 +104,28 @@ impl SqliteOptions {
         self
     }
 
-    /// Sets the number of connections (at least 1). Reads run in parallel; writes take turns.
+    /// Sets the number of reader connections (at least 1): reads (`get`, and `acquire` of a key
+    /// that is completed or in flight) run on them in parallel, beside the one writer connection.
     #[must_use]
     pub fn pool_size(mut self, size: u32) -> Self {
         self.pool_size = size.max(1);
+        self
+    }
+
+    /// Sets how many writes one transaction holds at most (at least 1). Writes that arrive while
+    /// a transaction commits go into the next one together, up to this many; a single write
+    /// waits for nothing.
+    #[must_use]
+    pub fn max_batch(mut self, writes: usize) -> Self {
+        self.max_batch = writes.max(1);
+        self
+    }
+
+    /// Sets how many writes may wait for the writer (at least 1); a write beyond them waits for
+    /// room before it is queued.
+    #[must_use]
+    pub fn queue(mut self, writes: usize) -> Self {
+        self.queue = writes.max(1);
         self
     }
 
@@ -103,23 +137,27 @@ impl SqliteOptions {
         self
     }
 
-    /// Connects, retrying for up to the busy timeout while another process turns a new file to
-    /// WAL: that takes an exclusive lock which SQLite's busy handler does not wait for.
-    pub(crate) async fn connect(&self) -> Result<SqlitePool, sqlx::Error> {
+    /// Opens the writer connection, creating the file if missing, retrying for up to the busy
+    /// timeout while another process turns a new file to WAL: that takes an exclusive lock which
+    /// SQLite's busy handler does not wait for.
+    pub(crate) async fn connect_writer(&self) -> Result<SqliteConnection, sqlx::Error> {
         create_private(&self.path)?;
         let deadline = Instant::now() + self.busy_timeout;
         loop {
-            match self
-                .pool_options()
-                .connect_with(self.connect_options())
-                .await
-            {
+            match self.connect_options().connect().await {
                 Err(error) if is_busy(&error) && Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
                 result => return result,
             }
         }
+    }
+
+    /// Opens the reader pool (on a file the writer opened): its connections refuse writes.
+    pub(crate) async fn connect_readers(&self) -> Result<SqlitePool, sqlx::Error> {
+        self.pool_options()
+            .connect_with(self.connect_options().pragma("query_only", "ON"))
+            .await
     }
 
     fn connect_options(&self) -> SqliteConnectOptions {
@@ -165,6 +203,8 @@ impl fmt::Debug for SqliteOptions {
             .field("path", &self.path)
             .field("synchronous", &self.synchronous)
             .field("pool_size", &self.pool_size)
+            .field("max_batch", &self.max_batch)
+            .field("queue", &self.queue)
             .field("busy_timeout", &self.busy_timeout)
             .finish_non_exhaustive()
     }

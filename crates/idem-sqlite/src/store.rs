@@ -3,33 +3,35 @@
 use std::{fmt, path::Path, sync::Arc, time::Duration};
 
 use idem_core::{
-    Acquisition, Address, Clock, FencingToken, Fingerprint, Lease, Outcome, Record, Store,
-    StoreError, Terms, Timestamp,
-    transition::{AcquirePlan, plan_acquire, processing_expiry},
+    Acquisition, Address, Clock, FencingToken, Fingerprint, Outcome, Record, Store, StoreError,
+    Terms, Timestamp,
 };
-use sqlx::{
-    SqlitePool,
-    query::Query,
-    sqlite::{Sqlite, SqliteArguments},
-};
+use sqlx::{Connection, SqlitePool};
 
 use crate::{
     Error, SqliteOptions,
     error::store_error,
     key_digest::{self, key_digest},
     migrations::MIGRATOR,
-    row::{self, Found, StateCode, sql_int},
+    row::{self, sql_int},
+    writer::{Job, Writer},
+    writes::{self, Acquire, HolderWrite, HolderWriteKind, Target},
 };
 
 /// A durable store in one SQLite file (WAL journal), shared safely by every process that opens it.
 ///
-/// Each write is one transaction that takes SQLite's write lock before it reads: `acquire` reads
-/// and writes inside `BEGIN IMMEDIATE`; the other writes are single statements, which SQLite
-/// runs the same way. So concurrent callers, in this process or in others, behave as if they ran
-/// one after the other. Time comes from the injected [`Clock`] only; processes sharing a file
-/// must agree on it.
+/// Writes are committed in groups: one writer task owns the write connection, and the writes
+/// that arrive while it commits go into its next transaction together, each in its own
+/// savepoint, each answered only once that transaction committed. With
+/// [`Synchronous::Full`](crate::Synchronous::Full) one flush of the disk makes a whole group
+/// durable, so the store's throughput grows with its callers instead of queueing them behind one
+/// flush each. Each transaction takes SQLite's write lock before it reads (`BEGIN IMMEDIATE`), so
+/// concurrent callers, in this process or in others, behave as if they ran one after the other.
+/// Reads (`get`, and an `acquire` that finds the key completed or in flight) run on a pool of
+/// reader connections and never wait for the writer. Time comes from the injected [`Clock`]
+/// only; processes sharing a file must agree on it.
 ///
-/// Clones share the connection pool.
+/// Clones share the writer and the readers.
 ///
 /// # Examples
 ///
@@ -61,7 +63,8 @@ use crate::{
 /// ```
 #[derive(Clone)]
 pub struct SqliteStore {
-    pool: SqlitePool,
+    readers: SqlitePool,
+    writer: Writer,
     clock: Arc<dyn Clock>,
 }
 
@@ -73,11 +76,14 @@ impl SqliteStore {
     }
 
     /// Opens a database as `options` say, and brings its schema up to date.
+    ///
+    /// The writer is a task of the Tokio runtime this is called on: the store works while that
+    /// runtime runs.
     pub async fn open_with(options: SqliteOptions) -> Result<Self, Error> {
-        let pool = options.connect().await.map_err(Error::Open)?;
+        let mut connection = options.connect_writer().await.map_err(Error::Open)?;
         // Under the write lock, processes opening a new file at once take turns: the second finds
         // the schema applied instead of failing to create it again.
-        let mut tx = pool
+        let mut tx = connection
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(Error::Open)?;
@@ -91,52 +97,46 @@ impl SqliteStore {
             .await
             .map_err(|e| Error::Migrate(e.into()))?;
         tx.commit().await.map_err(|e| Error::Migrate(e.into()))?;
+        let readers = options.connect_readers().await.map_err(Error::Open)?;
         Ok(Self {
-            pool,
+            readers,
+            writer: Writer::spawn(
+                connection,
+                options.clock.clone(),
+                options.queue,
+                options.max_batch,
+            ),
             clock: options.clock,
         })
     }
 
-    /// Closes the connections once running operations finish. Every clone is closed too: later
-    /// calls fail with [`StoreError::Unavailable`].
+    /// Closes the connections once the queued writes are committed. Every clone is closed too:
+    /// later calls fail with [`StoreError::Unavailable`].
     pub async fn close(&self) {
-        self.pool.close().await;
+        self.writer.close().await;
+        self.readers.close().await;
     }
 
-    /// Runs a write of the holder of `token`; no row changed means that `token` does not hold a
-    /// live processing record.
-    async fn run_as_holder(
+    async fn holder_write(
         &self,
-        write: Query<'_, Sqlite, SqliteArguments>,
-    ) -> Result<(), StoreError> {
-        let done = write.execute(&self.pool).await.map_err(store_error)?;
-        match done.rows_affected() {
-            0 => Err(StoreError::LeaseLost),
-            _ => Ok(()),
-        }
+        address: &Address,
+        token: FencingToken,
+        kind: HolderWriteKind,
+    ) -> Result<Timestamp, StoreError> {
+        let write = HolderWrite {
+            target: address.into(),
+            token,
+            kind,
+        };
+        self.writer.run(|reply| Job::Holder(write, reply)).await
     }
-}
-
-/// `sql` with the binds every holder-only write starts with: the address (?1, ?2), the token
-/// (?3), the processing state (?4) and now (?5).
-fn holder_write(
-    sql: &'static str,
-    address: &Address,
-    token: FencingToken,
-    now: Timestamp,
-) -> Query<'static, Sqlite, SqliteArguments> {
-    sqlx::query(sql)
-        .bind(address.scope.as_bytes().as_slice())
-        .bind(key_digest(&address.key).as_slice())
-        .bind(sql_int(token.get()))
-        .bind(StateCode::Processing.code())
-        .bind(sql_int(now.as_millis()))
 }
 
 impl fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SqliteStore")
-            .field("pool", &self.pool)
+            .field("readers", &self.readers)
+            .field("writer", &self.writer)
             .finish_non_exhaustive()
     }
 }
@@ -148,74 +148,24 @@ impl Store for SqliteStore {
         fingerprint: &Fingerprint,
         terms: Terms,
     ) -> Result<Acquisition, StoreError> {
-        let digest = key_digest(&address.key);
-        let (scope, key) = (address.scope.as_bytes().as_slice(), digest.as_slice());
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
+        let target = Target::from(address);
+        // A completed key, a mismatch or a key in flight is answered from a reader: a snapshot
+        // of committed records, read after the call began.
+        let row = sqlx::query(include_str!("../sql/acquire_peek.sql"))
+            .bind(target.scope.as_slice())
+            .bind(target.key.as_slice())
+            .fetch_optional(&self.readers)
             .await
             .map_err(store_error)?;
-        // Read under the write lock, so that writers see time in the order they commit.
-        let now = self.clock.now();
-        let found = sqlx::query(include_str!("../sql/acquire_read.sql"))
-            .bind(scope)
-            .bind(key)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(store_error)?;
-        let found = found.as_ref().map(Found::read).transpose()?;
-        // Dropping `tx` rolls back the read-only outcomes.
-        let took_over = match plan_acquire(found.as_ref().map(Found::view), fingerprint, now) {
-            AcquirePlan::InFlight { retry_after } => {
-                return Ok(Acquisition::InFlight { retry_after });
-            }
-            AcquirePlan::Mismatch => return Ok(Acquisition::Mismatch),
-            AcquirePlan::Replay => {
-                let row = sqlx::query(include_str!("../sql/acquire_replay.sql"))
-                    .bind(scope)
-                    .bind(key)
-                    .fetch_one(&mut *tx)
-                    .await
-                    .map_err(store_error)?;
-                return row::outcome(&row).map(Acquisition::Completed);
-            }
-            AcquirePlan::TakeOver => true,
-            AcquirePlan::Create => false,
+        if let Some(answer) = writes::peek(row.as_ref(), fingerprint, self.clock.now())? {
+            return Ok(answer);
+        }
+        let acquire = Acquire {
+            target,
+            fingerprint: *fingerprint,
+            terms,
         };
-
-        let token: u64 = sqlx::query_scalar(include_str!("../sql/next_token.sql"))
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(store_error)?
-            .ok_or_else(|| StoreError::Misconfigured {
-                message: "the idem_fencing row is missing: check the migrations".into(),
-                source: None,
-            })?;
-        let lease_until = now + terms.lease;
-        let write = if took_over {
-            sqlx::query(include_str!("../sql/take_over.sql"))
-                .bind(scope)
-                .bind(key)
-                .bind(sql_int(token))
-                .bind(sql_int(lease_until.as_millis()))
-        } else {
-            sqlx::query(include_str!("../sql/create.sql"))
-                .bind(scope)
-                .bind(key)
-                .bind(fingerprint.as_bytes().as_slice())
-                .bind(StateCode::Processing.code())
-                .bind(sql_int(token))
-                .bind(sql_int(lease_until.as_millis()))
-                .bind(sql_int(now.as_millis()))
-                .bind(sql_int(processing_expiry(now, terms).as_millis()))
-        };
-        write.execute(&mut *tx).await.map_err(store_error)?;
-        tx.commit().await.map_err(store_error)?;
-        Ok(Acquisition::Acquired(Lease {
-            token: FencingToken::new(token),
-            until: lease_until,
-            took_over,
-        }))
+        self.writer.run(|reply| Job::Acquire(acquire, reply)).await
     }
 
     async fn complete(
@@ -225,18 +175,17 @@ impl Store for SqliteStore {
         outcome: &Outcome,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        let now = self.clock.now();
-        let write = holder_write(include_str!("../sql/complete.sql"), address, token, now)
-            .bind(StateCode::Completed.code())
-            .bind(sql_int((now + ttl).as_millis()))
-            .bind(outcome.encode());
-        self.run_as_holder(write).await
+        let kind = HolderWriteKind::Complete {
+            outcome: outcome.encode(),
+            ttl,
+        };
+        self.holder_write(address, token, kind).await.map(drop)
     }
 
     async fn release(&self, address: &Address, token: FencingToken) -> Result<(), StoreError> {
-        let now = self.clock.now();
-        let write = holder_write(include_str!("../sql/release.sql"), address, token, now);
-        self.run_as_holder(write).await
+        self.holder_write(address, token, HolderWriteKind::Release)
+            .await
+            .map(drop)
     }
 
     async fn renew(
@@ -245,11 +194,8 @@ impl Store for SqliteStore {
         token: FencingToken,
         lease: Duration,
     ) -> Result<Timestamp, StoreError> {
-        let now = self.clock.now();
-        let until = now + lease;
-        let write = holder_write(include_str!("../sql/renew.sql"), address, token, now)
-            .bind(sql_int(until.as_millis()));
-        self.run_as_holder(write).await.map(|()| until)
+        self.holder_write(address, token, HolderWriteKind::Renew { lease })
+            .await
     }
 
     async fn get(&self, address: &Address) -> Result<Option<Record>, StoreError> {
@@ -258,37 +204,27 @@ impl Store for SqliteStore {
             .bind(address.scope.as_bytes().as_slice())
             .bind(key_digest(&address.key).as_slice())
             .bind(sql_int(now.as_millis()))
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.readers)
             .await
             .map_err(store_error)?;
         row.as_ref().map(row::record).transpose()
     }
 
     async fn forget(&self, address: &Address) -> Result<bool, StoreError> {
-        let now = self.clock.now();
-        let expires_at: Option<u64> = sqlx::query_scalar(include_str!("../sql/forget.sql"))
-            .bind(address.scope.as_bytes().as_slice())
-            .bind(key_digest(&address.key).as_slice())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(store_error)?;
-        Ok(expires_at.is_some_and(|at| now < Timestamp::from_millis(at)))
+        let target = address.into();
+        self.writer.run(|reply| Job::Forget(target, reply)).await
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
-        let now = self.clock.now();
-        let done = sqlx::query(include_str!("../sql/purge_expired.sql"))
-            .bind(sql_int(now.as_millis()))
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .execute(&self.pool)
-            .await
-            .map_err(store_error)?;
-        Ok(usize::try_from(done.rows_affected()).expect("at most `limit` rows"))
+        self.writer.run(|reply| Job::Purge(limit, reply)).await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
+        if !self.writer.is_open() {
+            return Err(StoreError::unavailable(crate::writer::Closed));
+        }
         sqlx::query(include_str!("../sql/ping.sql"))
-            .execute(&self.pool)
+            .execute(&self.readers)
             .await
             .map_err(store_error)
             .map(drop)
@@ -299,7 +235,7 @@ impl Store for SqliteStore {
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use idem_core::{DecodeError, ManualClock, Policy, StoredResponse};
+    use idem_core::{DecodeError, Lease, ManualClock, Policy, StoredResponse};
     use sqlx::Row;
 
     use super::*;
@@ -330,7 +266,7 @@ mod tests {
 
     async fn applied_migrations(store: &SqliteStore) -> Vec<(i64, bool)> {
         sqlx::query_as("SELECT version, success FROM _sqlx_migrations ORDER BY version")
-            .fetch_all(&store.pool)
+            .fetch_all(&store.readers)
             .await
             .unwrap()
     }
@@ -407,14 +343,14 @@ mod tests {
             "SELECT (SELECT count(*) FROM idem_records), \
              (SELECT key FROM idem_records WHERE token = 1)",
         )
-        .fetch_one(&store.pool)
+        .fetch_one(&store.readers)
         .await
         .unwrap();
         assert_eq!(rows, 600);
         assert_eq!(digest, key_digest(&"legacy-0".parse().unwrap()));
         let tables: Vec<String> =
             sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-                .fetch_all(&store.pool)
+                .fetch_all(&store.readers)
                 .await
                 .unwrap();
         assert_eq!(tables, ["_sqlx_migrations", "idem_fencing", "idem_records"]);
@@ -428,7 +364,7 @@ mod tests {
         let secret = address("customer-jane@example.com");
         acquired(&store, &secret).await;
         let key: Vec<u8> = sqlx::query_scalar("SELECT key FROM idem_records")
-            .fetch_one(&store.pool)
+            .fetch_one(&store.readers)
             .await
             .unwrap();
         assert_eq!(key, key_digest(&secret.key));
@@ -493,7 +429,7 @@ mod tests {
             let store = SqliteStore::open_with(options).await.unwrap();
             let mut connections = Vec::new();
             for _ in 0..3 {
-                connections.push(store.pool.acquire().await.unwrap());
+                connections.push(store.readers.acquire().await.unwrap());
             }
             for connection in &mut connections {
                 let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
@@ -511,10 +447,19 @@ mod tests {
         }
     }
 
+    /// A connection of its own to the file at `path`, for changes the store would not make.
+    async fn by_hand(path: &Path) -> sqlx::SqliteConnection {
+        sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap()
+    }
+
     #[tokio::test]
     async fn unreadable_rows_are_corrupted_not_unavailable() {
         let dir = tempfile::tempdir().unwrap();
-        let store = open(&dir.path().join("corrupt.db")).await;
+        let path = dir.path().join("corrupt.db");
+        let store = open(&path).await;
+        let mut by_hand = by_hand(&path).await;
         let a = address("corrupt");
         let lease = acquired(&store, &a).await;
         let response = Outcome::from(StoredResponse::new(200).body("fine"));
@@ -524,7 +469,7 @@ mod tests {
             .unwrap();
 
         sqlx::query("UPDATE idem_records SET response = X'494452'")
-            .execute(&store.pool)
+            .execute(&mut by_hand)
             .await
             .unwrap();
         for result in [
@@ -541,7 +486,7 @@ mod tests {
         }
 
         sqlx::query("UPDATE idem_records SET state = 7")
-            .execute(&store.pool)
+            .execute(&mut by_hand)
             .await
             .unwrap();
         let result = store.acquire(&a, &FP, terms()).await;
@@ -582,7 +527,7 @@ mod tests {
         assert_eq!(acquired.load(Ordering::SeqCst), 1);
         assert_eq!(in_flight.load(Ordering::SeqCst), CALLERS - 1);
         let count: i64 = sqlx::query("SELECT count(*) FROM idem_records")
-            .fetch_one(&stores[1].pool)
+            .fetch_one(&stores[1].readers)
             .await
             .unwrap()
             .get(0);
