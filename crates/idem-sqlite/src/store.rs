@@ -499,6 +499,194 @@ mod tests {
         );
     }
 
+    /// A write for the writer's queue.
+    fn acquire_job(key: &str) -> impl FnOnce(crate::writer::Reply<Acquisition>) -> Job {
+        let acquire = Acquire {
+            target: (&address(key)).into(),
+            fingerprint: FP,
+            terms: terms(),
+        };
+        move |reply| Job::Acquire(acquire, reply)
+    }
+
+    fn token_of(acquisition: Result<Acquisition, StoreError>) -> u64 {
+        match acquisition {
+            Ok(Acquisition::Acquired(lease)) => lease.token.get(),
+            other => panic!("expected Acquired, got {other:?}"),
+        }
+    }
+
+    async fn count(store: &SqliteStore, sql: &str) -> i64 {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_one(&store.readers)
+            .await
+            .unwrap()
+    }
+
+    /// The digest of `key` as an SQL blob literal, for triggers written by hand.
+    fn digest_literal(key: &str) -> String {
+        let digest = key_digest(&key.parse().unwrap());
+        let hex: String = digest.iter().map(|b| format!("{b:02X}")).collect();
+        format!("X'{hex}'")
+    }
+
+    // The writes below are queued before the writer task first runs (the test runtime has one
+    // thread, and queueing into a channel with room does not yield), so they reach it together
+    // and form batches of `max_batch`.
+
+    #[tokio::test]
+    async fn a_failing_write_is_undone_alone_and_its_neighbours_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("neighbours.db");
+        let store = open(&path).await;
+        let a = address("a");
+        let lease = acquired(&store, &a).await;
+        // The second statement of a poisoned acquire fails, after the first took a token.
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "CREATE TRIGGER refuse BEFORE INSERT ON idem_records WHEN NEW.key = {} \
+             BEGIN SELECT RAISE(ABORT, 'refused'); END",
+            digest_literal("poisoned")
+        )))
+        .execute(&mut by_hand(&path).await)
+        .await
+        .unwrap();
+
+        let writer = &store.writer;
+        let before = writer.queue(acquire_job("before")).await;
+        let poisoned = writer.queue(acquire_job("poisoned")).await;
+        let lost = writer
+            .queue(|reply| {
+                let kind = HolderWriteKind::Release;
+                let token = FencingToken::new(lease.token.get() + 100);
+                Job::Holder(
+                    HolderWrite {
+                        target: (&a).into(),
+                        token,
+                        kind,
+                    },
+                    reply,
+                )
+            })
+            .await;
+        let after = writer.queue(acquire_job("after")).await;
+
+        assert_eq!(token_of(before.await.unwrap()), 2);
+        let refused = poisoned.await.unwrap();
+        assert!(
+            matches!(refused, Err(StoreError::Unavailable(_))),
+            "{refused:?}"
+        );
+        assert!(matches!(lost.await.unwrap(), Err(StoreError::LeaseLost)));
+        // The poisoned acquire's token was rolled back with it: the next one is 3, not 4.
+        assert_eq!(token_of(after.await.unwrap()), 3);
+        assert_eq!(count(&store, "SELECT last FROM idem_fencing").await, 3);
+        assert_eq!(count(&store, "SELECT count(*) FROM idem_records").await, 3);
+        assert_eq!(
+            store.get(&a).await.unwrap().unwrap().state.token(),
+            lease.token
+        );
+    }
+
+    #[tokio::test]
+    async fn writes_of_one_key_keep_their_order_across_batch_boundaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = SqliteOptions::new(dir.path().join("order.db"))
+            .clock(ManualClock::default())
+            .max_batch(2);
+        let store = SqliteStore::open_with(options).await.unwrap();
+        let writer = &store.writer;
+        let forget_job = |reply| Job::Forget((&address("k")).into(), reply);
+        // Batches [acquire, forget] [acquire, forget] [acquire]: reordered, an acquire would
+        // find the key in flight, or a forget find nothing.
+        let first = writer.queue(acquire_job("k")).await;
+        let forgot_first = writer.queue(forget_job).await;
+        let second = writer.queue(acquire_job("k")).await;
+        let forgot_second = writer.queue(forget_job).await;
+        let third = writer.queue(acquire_job("k")).await;
+        assert_eq!(token_of(first.await.unwrap()), 1);
+        assert!(forgot_first.await.unwrap().unwrap());
+        assert_eq!(token_of(second.await.unwrap()), 2);
+        assert!(forgot_second.await.unwrap().unwrap());
+        assert_eq!(token_of(third.await.unwrap()), 3);
+    }
+
+    #[tokio::test]
+    async fn a_transaction_that_cannot_commit_fails_every_write_in_it_and_keeps_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("uncommitted.db");
+        let store = open(&path).await;
+        // Acquiring `doomed` adds a row that breaks a deferred foreign key: COMMIT refuses the
+        // transaction, after every statement in it succeeded.
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "CREATE TABLE parent (id INTEGER PRIMARY KEY); \
+             CREATE TABLE child (parent INTEGER REFERENCES parent (id) \
+                 DEFERRABLE INITIALLY DEFERRED); \
+             CREATE TRIGGER orphan AFTER INSERT ON idem_records WHEN NEW.key = {} \
+             BEGIN INSERT INTO child VALUES (42); END",
+            digest_literal("doomed")
+        )))
+        .execute(&mut by_hand(&path).await)
+        .await
+        .unwrap();
+
+        let writer = &store.writer;
+        let results = [
+            writer.queue(acquire_job("a")).await,
+            writer.queue(acquire_job("doomed")).await,
+            writer.queue(acquire_job("b")).await,
+        ];
+        for result in results {
+            let result = result.await.unwrap();
+            assert!(
+                matches!(result, Err(StoreError::Unavailable(_))),
+                "{result:?}"
+            );
+        }
+        assert_eq!(count(&store, "SELECT count(*) FROM idem_records").await, 0);
+        assert_eq!(count(&store, "SELECT last FROM idem_fencing").await, 0);
+        // The writer goes on with the next transaction.
+        assert_eq!(acquired(&store, &address("a")).await.token.get(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_acquire_whose_caller_gave_up_before_it_ran_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir.path().join("abandoned.db")).await;
+        let writer = &store.writer;
+        drop(writer.queue(acquire_job("abandoned")).await);
+        let kept = writer.queue(acquire_job("kept")).await;
+        assert_eq!(token_of(kept.await.unwrap()), 1);
+        assert_eq!(store.get(&address("abandoned")).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn writes_after_close_are_unavailable_and_queued_ones_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("closing.db");
+        let store = open(&path).await;
+        let queued = store.writer.queue(acquire_job("queued")).await;
+        store.close().await;
+        assert_eq!(token_of(queued.await.unwrap()), 1);
+        let late = store.acquire(&address("late"), &FP, terms()).await;
+        assert!(matches!(late, Err(StoreError::Unavailable(_))), "{late:?}");
+        assert!(matches!(
+            store.ping().await,
+            Err(StoreError::Unavailable(_))
+        ));
+        let reopened = open(&path).await;
+        assert_eq!(
+            reopened
+                .get(&address("queued"))
+                .await
+                .unwrap()
+                .unwrap()
+                .state
+                .token()
+                .get(),
+            1
+        );
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn two_pools_on_one_file_elect_exactly_one_holder() {
         const CALLERS: usize = 32;

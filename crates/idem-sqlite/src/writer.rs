@@ -40,7 +40,7 @@ pub(crate) enum Job {
     Close(oneshot::Sender<()>),
 }
 
-type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
+pub(crate) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
 /// The store's handle on its writer task. Clones share the task; it ends when the store is
 /// closed or every handle is dropped.
@@ -75,6 +75,17 @@ impl Writer {
         let (reply, result) = oneshot::channel();
         self.jobs.send(job(reply)).await.map_err(|_| closed())?;
         result.await.map_err(|_| closed())?
+    }
+
+    /// Queues a write without waiting for it: tests queue several in a known order.
+    #[cfg(test)]
+    pub(crate) async fn queue<T>(
+        &self,
+        job: impl FnOnce(Reply<T>) -> Job,
+    ) -> oneshot::Receiver<Result<T, StoreError>> {
+        let (reply, result) = oneshot::channel();
+        assert!(self.jobs.send(job(reply)).await.is_ok(), "the writer is open");
+        result
     }
 
     /// Runs the queued writes, then closes the connection. Later writes fail.
