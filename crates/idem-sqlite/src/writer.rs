@@ -84,7 +84,10 @@ impl Writer {
         job: impl FnOnce(Reply<T>) -> Job,
     ) -> oneshot::Receiver<Result<T, StoreError>> {
         let (reply, result) = oneshot::channel();
-        assert!(self.jobs.send(job(reply)).await.is_ok(), "the writer is open");
+        assert!(
+            self.jobs.send(job(reply)).await.is_ok(),
+            "the writer is open"
+        );
         result
     }
 
