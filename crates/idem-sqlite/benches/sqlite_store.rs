@@ -1,10 +1,12 @@
 //! `SqliteStore` acquire + complete on new keys, against a baseline of the same SQL issued
-//! directly with sqlx: the same `BEGIN IMMEDIATE` transaction, statements and binds on an
-//! identical pool, without the store's Rust logic (planning, row decoding, error mapping,
-//! encoding the response). The ratio of the two is the store's overhead.
+//! directly with sqlx, one key per `BEGIN IMMEDIATE` transaction, on a pool of 4 connections:
 //!
-//! Both use their own file in a temporary directory with `synchronous = NORMAL`, so that the
-//! numbers measure the code rather than the disk's flush latency.
+//! - `sqlite_acquire_complete`: one caller at a time, both with `synchronous = NORMAL`, so that
+//!   the numbers measure the code rather than the disk's flush latency: the ratio is the store's
+//!   overhead (its reader's look first, the writer task, the savepoints, planning, decoding);
+//! - `sqlite_full_concurrent`: 1, 8, 32 and 128 concurrent callers with `synchronous = FULL`,
+//!   the default: the store commits the writes of many callers with one flush (group commit),
+//!   the baseline flushes once per transaction, twice per key.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -43,13 +45,13 @@ fn next_address(scope: Scope) -> Address {
     Address::new(scope, format!("key-{n}").parse().expect("valid key"))
 }
 
-/// The pool `SqliteStore` opens with these options (see `src/options.rs`).
-async fn baseline_pool(path: &std::path::Path) -> SqlitePool {
+/// A pool as `SqliteStore` opens its readers with (see `src/options.rs`), writing.
+async fn baseline_pool(path: &std::path::Path, synchronous: SqliteSynchronous) -> SqlitePool {
     let connect = SqliteConnectOptions::new()
         .filename(path)
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
-        .synchronous(SqliteSynchronous::Normal)
+        .synchronous(synchronous)
         .busy_timeout(Duration::from_secs(5));
     SqlitePoolOptions::new()
         .max_connections(4)
@@ -77,12 +79,12 @@ async fn baseline_acquire_complete(
         .await
         .unwrap();
     assert!(found.is_none());
-    let token: i64 = sqlx::query_scalar(include_str!("../sql/next_token.sql"))
+    let token: i64 = sqlx::query_scalar(include_str!("sql/next_token.sql"))
         .fetch_one(&mut *tx)
         .await
         .unwrap();
     let lease_until = (now + terms.lease).as_millis() as i64;
-    sqlx::query(include_str!("../sql/create.sql"))
+    sqlx::query(include_str!("sql/create.sql"))
         .bind(scope)
         .bind(key)
         .bind(fingerprint.as_bytes().as_slice())
@@ -112,6 +114,33 @@ async fn baseline_acquire_complete(
     assert_eq!(done.rows_affected(), 1);
 }
 
+/// Runs `iters` acquire + complete of new keys as `tasks` concurrent tasks; the time they took.
+fn concurrently<F, Fut>(runtime: &Runtime, iters: u64, tasks: u64, one: F) -> Duration
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    runtime.block_on(async {
+        let start = std::time::Instant::now();
+        let workers: Vec<_> = (0..tasks)
+            .map(|task| {
+                let one = one.clone();
+                // The first `iters % tasks` tasks take one more.
+                let share = iters / tasks + u64::from(task < iters % tasks);
+                tokio::spawn(async move {
+                    for _ in 0..share {
+                        one().await;
+                    }
+                })
+            })
+            .collect();
+        for worker in workers {
+            worker.await.unwrap();
+        }
+        start.elapsed()
+    })
+}
+
 fn acquire_complete(c: &mut Criterion) {
     let runtime = Runtime::new().expect("tokio runtime");
     let dir = tempfile::tempdir().expect("temporary directory");
@@ -133,7 +162,7 @@ fn acquire_complete(c: &mut Criterion) {
             .expect("schema")
             .close()
             .await;
-        baseline_pool(&path).await
+        baseline_pool(&path, SqliteSynchronous::Normal).await
     });
 
     let mut group = c.benchmark_group("sqlite_acquire_complete");
@@ -163,5 +192,75 @@ fn acquire_complete(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, acquire_complete);
+/// Group commit: new keys at 1, 8, 32 and 128 concurrent callers with `synchronous = FULL` (a
+/// flush per commit), the store against the same SQL committed one key per transaction, as a
+/// store without group commit does.
+fn concurrent_acquire_complete(c: &mut Criterion) {
+    let runtime = Runtime::new().expect("tokio runtime");
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let terms = Terms::from(&Policy::default());
+    let fingerprint = Fingerprint::from_bytes([7; 32]);
+    let scope = Scope::from_identity([b"Bearer sk_test_bench".as_slice()]);
+    let response = response();
+    let encoded = response.encode();
+
+    let store = runtime.block_on(async {
+        SqliteStore::open(dir.path().join("grouped.db"))
+            .await
+            .expect("store")
+    });
+    let pool = runtime.block_on(async {
+        let path = dir.path().join("one_per_key.db");
+        SqliteStore::open(&path)
+            .await
+            .expect("schema")
+            .close()
+            .await;
+        baseline_pool(&path, SqliteSynchronous::Full).await
+    });
+
+    let mut group = c.benchmark_group("sqlite_full_concurrent");
+    group.throughput(Throughput::Elements(1));
+    group.sample_size(10);
+    for tasks in [1u64, 8, 32, 128] {
+        let (store, response) = (store.clone(), response.clone());
+        group.bench_function(format!("store/{tasks}"), |b| {
+            b.iter_custom(|iters| {
+                let (store, response) = (store.clone(), response.clone());
+                concurrently(&runtime, iters, tasks, move || {
+                    let (store, response) = (store.clone(), response.clone());
+                    async move {
+                        let address = next_address(scope);
+                        let Acquisition::Acquired(lease) =
+                            store.acquire(&address, &fingerprint, terms).await.unwrap()
+                        else {
+                            panic!("a new key is acquired");
+                        };
+                        store
+                            .complete(&address, lease.token, &response, terms.ttl)
+                            .await
+                            .unwrap();
+                    }
+                })
+            });
+        });
+        let (pool, encoded) = (pool.clone(), encoded.clone());
+        group.bench_function(format!("one_transaction_per_key/{tasks}"), |b| {
+            b.iter_custom(|iters| {
+                let (pool, encoded) = (pool.clone(), encoded.clone());
+                concurrently(&runtime, iters, tasks, move || {
+                    let (pool, encoded) = (pool.clone(), encoded.clone());
+                    async move {
+                        let address = next_address(scope);
+                        baseline_acquire_complete(&pool, &address, &fingerprint, terms, &encoded)
+                            .await;
+                    }
+                })
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, acquire_complete, concurrent_acquire_complete);
 criterion_main!(benches);

@@ -6,10 +6,12 @@
 //! that one commit, and one flush, makes them all durable:
 //!
 //! ```text
-//! BEGIN IMMEDIATE; SAVEPOINT write
-//!   (write 1)      RELEASE write; SAVEPOINT write
-//!   (write 2)      ROLLBACK TO write; RELEASE write; SAVEPOINT write   -- it failed: undone alone
-//!   (write 3)      RELEASE write; COMMIT
+//! BEGIN IMMEDIATE
+//! SAVEPOINT write;                 (write 1)
+//! RELEASE write; SAVEPOINT write;  (write 2)
+//! ROLLBACK TO write                                  -- write 2 failed: it alone is undone
+//! RELEASE write; SAVEPOINT write;  (write 3)
+//! RELEASE write; COMMIT
 //! ```
 //!
 //! Each write runs in its own savepoint, so a failing one is undone without its neighbours;
@@ -27,7 +29,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::{
     error::is_corruption,
-    writes::{self, Acquire, HolderWrite},
+    writes::{self, Acquire, HolderWrite, Savepoint},
 };
 
 /// A write for the writer, with where its result goes.
@@ -169,18 +171,18 @@ impl Task {
         let mut jobs = jobs.filter(|job| !job.is_abandoned_acquire());
         let mut begun = false;
         while let Some(job) = jobs.next() {
-            let start = if begun {
-                "RELEASE write; SAVEPOINT write"
+            let savepoint = if begun {
+                Savepoint::Next
             } else {
-                "BEGIN IMMEDIATE; SAVEPOINT write"
+                if let Err(error) = self.connection.execute("BEGIN IMMEDIATE").await {
+                    return Err(self
+                        .abandon(error, false, answers, [job].into_iter().chain(jobs))
+                        .await);
+                }
+                begun = true;
+                Savepoint::First
             };
-            if let Err(error) = self.connection.execute(start).await {
-                return Err(self
-                    .abandon(error, begun, answers, [job].into_iter().chain(jobs))
-                    .await);
-            }
-            begun = true;
-            let answer = self.apply(job).await;
+            let answer = self.apply(job, savepoint).await;
             let failed = answer.failed;
             answers.push(answer);
             if failed && let Err(error) = self.connection.execute("ROLLBACK TO write").await {
@@ -214,22 +216,26 @@ impl Task {
         NotCommitted(Arc::new(error))
     }
 
-    async fn apply(&mut self, job: Job) -> Answer {
+    async fn apply(&mut self, job: Job, savepoint: Savepoint) -> Answer {
         let connection = &mut self.connection;
         let clock = &*self.clock;
         match job {
-            Job::Acquire(acquire, reply) => {
-                Answer::of(reply, writes::acquire(connection, clock, &acquire).await)
-            }
-            Job::Holder(write, reply) => {
-                Answer::of(reply, writes::as_holder(connection, clock, &write).await)
-            }
-            Job::Forget(target, reply) => {
-                Answer::of(reply, writes::forget(connection, clock, &target).await)
-            }
-            Job::Purge(limit, reply) => {
-                Answer::of(reply, writes::purge_expired(connection, clock, limit).await)
-            }
+            Job::Acquire(acquire, reply) => Answer::of(
+                reply,
+                writes::acquire(connection, clock, savepoint, &acquire).await,
+            ),
+            Job::Holder(write, reply) => Answer::of(
+                reply,
+                writes::as_holder(connection, clock, savepoint, &write).await,
+            ),
+            Job::Forget(target, reply) => Answer::of(
+                reply,
+                writes::forget(connection, clock, savepoint, &target).await,
+            ),
+            Job::Purge(limit, reply) => Answer::of(
+                reply,
+                writes::purge_expired(connection, clock, savepoint, limit).await,
+            ),
             Job::Close(_) => unreachable!("a close is taken out of its batch"),
         }
     }

@@ -6,7 +6,7 @@ use idem_core::{
     Acquisition, Address, Clock, FencingToken, Fingerprint, Lease, StoreError, Terms, Timestamp,
     transition::{AcquirePlan, plan_acquire, processing_expiry},
 };
-use sqlx::{SqliteConnection, sqlite::SqliteRow};
+use sqlx::{Executor, SqliteConnection, sqlite::SqliteRow};
 
 use crate::{
     error::store_error,
@@ -57,10 +57,36 @@ pub(crate) enum HolderWriteKind {
     },
 }
 
+/// Where a write stands in its transaction: each runs in the savepoint `write`, which the first
+/// write of a transaction opens and each later one opens after releasing its predecessor's.
+/// The savepoint statements go in front of the write's first statement, one call with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Savepoint {
+    First,
+    Next,
+}
+
+/// A statement's SQL file after each [`Savepoint`]'s statements, indexed by the variant.
+macro_rules! in_savepoint {
+    ($file:literal) => {
+        [
+            concat!("SAVEPOINT write;\n", include_str!($file)),
+            concat!("RELEASE write; SAVEPOINT write;\n", include_str!($file)),
+        ]
+    };
+}
+
+impl Savepoint {
+    fn pick(self, sql: [&'static str; 2]) -> &'static str {
+        sql[self as usize]
+    }
+}
+
 /// Decides and writes an acquisition under the write lock: the reader's view may be stale.
 pub(crate) async fn acquire(
     connection: &mut SqliteConnection,
     clock: &dyn Clock,
+    savepoint: Savepoint,
     acquire: &Acquire,
 ) -> Result<Acquisition, StoreError> {
     let Acquire {
@@ -71,14 +97,15 @@ pub(crate) async fn acquire(
     let (scope, key) = (target.scope.as_slice(), target.key.as_slice());
     // Read under the write lock, so that writers see time in the order they commit.
     let now = clock.now();
-    let found = sqlx::query(include_str!("../sql/acquire_read.sql"))
+    let found = sqlx::query(savepoint.pick(in_savepoint!("../sql/acquire_read.sql")))
         .bind(scope)
         .bind(key)
         .fetch_optional(&mut *connection)
         .await
         .map_err(store_error)?;
     let found = found.as_ref().map(Found::read).transpose()?;
-    let took_over = match plan_acquire(found.as_ref().map(Found::view), fingerprint, now) {
+    let lease_until = now + terms.lease;
+    let (write, took_over) = match plan_acquire(found.as_ref().map(Found::view), fingerprint, now) {
         AcquirePlan::InFlight { retry_after } => return Ok(Acquisition::InFlight { retry_after }),
         AcquirePlan::Mismatch => return Ok(Acquisition::Mismatch),
         AcquirePlan::Replay => {
@@ -90,37 +117,29 @@ pub(crate) async fn acquire(
                 .map_err(store_error)?;
             return row::outcome(&row).map(Acquisition::Completed);
         }
-        AcquirePlan::TakeOver => true,
-        AcquirePlan::Create => false,
+        AcquirePlan::TakeOver => (
+            sqlx::query_scalar(include_str!("../sql/acquire_take_over.sql"))
+                .bind(scope)
+                .bind(key)
+                .bind(sql_int(lease_until.as_millis())),
+            true,
+        ),
+        AcquirePlan::Create => (
+            sqlx::query_scalar(include_str!("../sql/acquire_create.sql"))
+                .bind(scope)
+                .bind(key)
+                .bind(fingerprint.as_bytes().as_slice())
+                .bind(StateCode::Processing.code())
+                .bind(sql_int(lease_until.as_millis()))
+                .bind(sql_int(now.as_millis()))
+                .bind(sql_int(processing_expiry(now, *terms).as_millis())),
+            false,
+        ),
     };
-
-    let token: u64 = sqlx::query_scalar(include_str!("../sql/next_token.sql"))
-        .fetch_optional(&mut *connection)
+    let token: u64 = write
+        .fetch_one(&mut *connection)
         .await
-        .map_err(store_error)?
-        .ok_or_else(|| StoreError::Misconfigured {
-            message: "the idem_fencing row is missing: check the migrations".into(),
-            source: None,
-        })?;
-    let lease_until = now + terms.lease;
-    let write = if took_over {
-        sqlx::query(include_str!("../sql/take_over.sql"))
-            .bind(scope)
-            .bind(key)
-            .bind(sql_int(token))
-            .bind(sql_int(lease_until.as_millis()))
-    } else {
-        sqlx::query(include_str!("../sql/create.sql"))
-            .bind(scope)
-            .bind(key)
-            .bind(fingerprint.as_bytes().as_slice())
-            .bind(StateCode::Processing.code())
-            .bind(sql_int(token))
-            .bind(sql_int(lease_until.as_millis()))
-            .bind(sql_int(now.as_millis()))
-            .bind(sql_int(processing_expiry(now, *terms).as_millis()))
-    };
-    write.execute(&mut *connection).await.map_err(store_error)?;
+        .map_err(store_error)?;
     Ok(Acquisition::Acquired(Lease {
         token: FencingToken::new(token),
         until: lease_until,
@@ -133,14 +152,15 @@ pub(crate) async fn acquire(
 pub(crate) async fn as_holder(
     connection: &mut SqliteConnection,
     clock: &dyn Clock,
+    savepoint: Savepoint,
     write: &HolderWrite,
 ) -> Result<Timestamp, StoreError> {
     let now = clock.now();
-    let sql = match write.kind {
-        HolderWriteKind::Complete { .. } => include_str!("../sql/complete.sql"),
-        HolderWriteKind::Release => include_str!("../sql/release.sql"),
-        HolderWriteKind::Renew { .. } => include_str!("../sql/renew.sql"),
-    };
+    let sql = savepoint.pick(match write.kind {
+        HolderWriteKind::Complete { .. } => in_savepoint!("../sql/complete.sql"),
+        HolderWriteKind::Release => in_savepoint!("../sql/release.sql"),
+        HolderWriteKind::Renew { .. } => in_savepoint!("../sql/renew.sql"),
+    });
     // Every holder-only write starts with the address (?1, ?2), the token (?3), the processing
     // state (?4) and now (?5).
     let query = sqlx::query(sql)
@@ -149,7 +169,7 @@ pub(crate) async fn as_holder(
         .bind(sql_int(write.token.get()))
         .bind(StateCode::Processing.code())
         .bind(sql_int(now.as_millis()));
-    let (query, renewed) = match &write.kind {
+    let (query, at) = match &write.kind {
         HolderWriteKind::Complete { outcome, ttl } => (
             query
                 .bind(StateCode::Completed.code())
@@ -163,10 +183,15 @@ pub(crate) async fn as_holder(
             (query.bind(sql_int(until.as_millis())), until)
         }
     };
-    let done = query.execute(&mut *connection).await.map_err(store_error)?;
-    match done.rows_affected() {
-        0 => Err(StoreError::LeaseLost),
-        _ => Ok(renewed),
+    // The statement returns the row it changed: with the savepoint's statements in the same
+    // call, SQLite's count of changed rows would not be this statement's alone.
+    let changed = query
+        .fetch_optional(&mut *connection)
+        .await
+        .map_err(store_error)?;
+    match changed {
+        None => Err(StoreError::LeaseLost),
+        Some(_) => Ok(at),
     }
 }
 
@@ -174,15 +199,17 @@ pub(crate) async fn as_holder(
 pub(crate) async fn forget(
     connection: &mut SqliteConnection,
     clock: &dyn Clock,
+    savepoint: Savepoint,
     target: &Target,
 ) -> Result<bool, StoreError> {
     let now = clock.now();
-    let expires_at: Option<u64> = sqlx::query_scalar(include_str!("../sql/forget.sql"))
-        .bind(target.scope.as_slice())
-        .bind(target.key.as_slice())
-        .fetch_optional(&mut *connection)
-        .await
-        .map_err(store_error)?;
+    let expires_at: Option<u64> =
+        sqlx::query_scalar(savepoint.pick(in_savepoint!("../sql/forget.sql")))
+            .bind(target.scope.as_slice())
+            .bind(target.key.as_slice())
+            .fetch_optional(&mut *connection)
+            .await
+            .map_err(store_error)?;
     Ok(expires_at.is_some_and(|at| now < Timestamp::from_millis(at)))
 }
 
@@ -190,8 +217,15 @@ pub(crate) async fn forget(
 pub(crate) async fn purge_expired(
     connection: &mut SqliteConnection,
     clock: &dyn Clock,
+    savepoint: Savepoint,
     limit: usize,
 ) -> Result<usize, StoreError> {
+    // A call of its own: the count of deleted rows is then the `DELETE`'s.
+    let savepoint = match savepoint {
+        Savepoint::First => "SAVEPOINT write",
+        Savepoint::Next => "RELEASE write; SAVEPOINT write",
+    };
+    connection.execute(savepoint).await.map_err(store_error)?;
     let now = clock.now();
     let done = sqlx::query(include_str!("../sql/purge_expired.sql"))
         .bind(sql_int(now.as_millis()))
