@@ -79,12 +79,12 @@ async fn baseline_acquire_complete(
         .await
         .unwrap();
     assert!(found.is_none());
-    let token: i64 = sqlx::query_scalar(include_str!("sql/next_token.sql"))
+    let token: i64 = sqlx::query_scalar(include_str!("../sql/next_token.sql"))
         .fetch_one(&mut *tx)
         .await
         .unwrap();
     let lease_until = (now + terms.lease).as_millis() as i64;
-    sqlx::query(include_str!("sql/create.sql"))
+    sqlx::query(include_str!("../sql/create.sql"))
         .bind(scope)
         .bind(key)
         .bind(fingerprint.as_bytes().as_slice())

@@ -2,4 +2,3 @@
 UPDATE idem_records
 SET state = ?6, lease_until = NULL, completed_at = ?5, expires_at = ?7, response = ?8
 WHERE scope = ?1 AND key = ?2 AND token = ?3 AND state = ?4 AND ?5 < expires_at
-RETURNING token

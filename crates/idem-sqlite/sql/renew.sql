@@ -2,4 +2,3 @@
 UPDATE idem_records
 SET lease_until = ?6, expires_at = max(expires_at, ?6)
 WHERE scope = ?1 AND key = ?2 AND token = ?3 AND state = ?4 AND ?5 < expires_at
-RETURNING token

@@ -16,6 +16,12 @@ pub enum Error {
     /// The database file could not be opened, created or configured.
     #[error("cannot open the SQLite database")]
     Open(#[source] sqlx::Error),
+    /// The writer's connection to the database file could not be opened or configured.
+    #[error("cannot open the SQLite database for writing")]
+    OpenWriter(#[source] rusqlite::Error),
+    /// The writer's thread could not be started.
+    #[error("cannot start the SQLite store's writer thread")]
+    StartWriter(#[source] std::io::Error),
     /// The schema migrations could not be applied: the file was migrated by a newer idem, was
     /// changed by hand, or is not an idem database.
     #[error("cannot apply the idem schema to the SQLite database")]
@@ -48,6 +54,31 @@ pub(crate) fn store_error(error: sqlx::Error) -> StoreError {
 /// Whether `error` says that SQLite cannot read the data (see [`store_error`]).
 pub(crate) fn is_corruption(error: &sqlx::Error) -> bool {
     Failure::of(error) == Failure::Corrupted
+}
+
+/// [`store_error`] for the writer's connection: a corrupted file or a value of the wrong type is
+/// corruption; anything else makes the store unavailable.
+pub(crate) fn sqlite_error(error: rusqlite::Error) -> StoreError {
+    if is_writer_corruption(&error) {
+        StoreError::corrupted(error)
+    } else {
+        StoreError::unavailable(error)
+    }
+}
+
+/// Whether an error of the writer's connection says that SQLite cannot read the data.
+pub(crate) fn is_writer_corruption(error: &rusqlite::Error) -> bool {
+    use rusqlite::{Error, ErrorCode};
+    match error {
+        Error::SqliteFailure(failure, _) => matches!(
+            failure.code,
+            ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase
+        ),
+        Error::FromSqlConversionFailure(..)
+        | Error::InvalidColumnType(..)
+        | Error::IntegralValueOutOfRange(..) => true,
+        _ => false,
+    }
 }
 
 /// Whether another connection holds a lock that SQLite did not wait for.

@@ -51,11 +51,11 @@ pub enum Synchronous {
 pub struct SqliteOptions {
     path: PathBuf,
     pub(crate) clock: Arc<dyn Clock>,
-    synchronous: Synchronous,
+    pub(crate) synchronous: Synchronous,
     pool_size: u32,
     pub(crate) max_batch: usize,
     pub(crate) queue: usize,
-    busy_timeout: Duration,
+    pub(crate) busy_timeout: Duration,
 }
 
 impl SqliteOptions {
@@ -137,10 +137,10 @@ impl SqliteOptions {
         self
     }
 
-    /// Opens the writer connection, creating the file if missing, retrying for up to the busy
+    /// Opens a connection to migrate the file with, creating the file if missing, retrying for up to the busy
     /// timeout while another process turns a new file to WAL: that takes an exclusive lock which
     /// SQLite's busy handler does not wait for.
-    pub(crate) async fn connect_writer(&self) -> Result<SqliteConnection, sqlx::Error> {
+    pub(crate) async fn connect_migrator(&self) -> Result<SqliteConnection, sqlx::Error> {
         create_private(&self.path)?;
         let deadline = Instant::now() + self.busy_timeout;
         loop {

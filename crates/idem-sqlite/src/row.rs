@@ -22,7 +22,11 @@ impl StateCode {
     }
 
     fn read(row: &SqliteRow) -> Result<Self, StoreError> {
-        match column(row, "state")? {
+        Self::of(column(row, "state")?)
+    }
+
+    fn of(code: i64) -> Result<Self, StoreError> {
+        match code {
             1 => Ok(Self::Processing),
             2 => Ok(Self::Completed),
             code => Err(StoreError::corrupted(Error::UnknownState(code))),
@@ -46,13 +50,30 @@ pub(crate) struct Found {
 
 impl Found {
     pub(crate) fn read(row: &SqliteRow) -> Result<Self, StoreError> {
-        let lease_until = match StateCode::read(row)? {
-            StateCode::Processing => Some(timestamp(required(row, "processing", "lease_until")?)),
+        Self::of(
+            column(row, "fingerprint")?,
+            column(row, "state")?,
+            column(row, "lease_until")?,
+            column(row, "expires_at")?,
+        )
+    }
+
+    /// From the columns' values, as the writer's connection reads them.
+    pub(crate) fn of(
+        fingerprint: &[u8],
+        state: i64,
+        lease_until: Option<u64>,
+        expires_at: u64,
+    ) -> Result<Self, StoreError> {
+        let lease_until = match StateCode::of(state)? {
+            StateCode::Processing => Some(timestamp(
+                lease_until.ok_or_else(|| missing("processing", "lease_until"))?,
+            )),
             StateCode::Completed => None,
         };
         Ok(Self {
-            fingerprint: fingerprint(row)?,
-            expires_at: timestamp(column(row, "expires_at")?),
+            fingerprint: Fingerprint::try_from(fingerprint).map_err(StoreError::corrupted)?,
+            expires_at: timestamp(expires_at),
             lease_until,
         })
     }
@@ -90,7 +111,12 @@ pub(crate) fn record(row: &SqliteRow) -> Result<Record, StoreError> {
 
 /// The outcome in the `response` column of a completed record.
 pub(crate) fn outcome(row: &SqliteRow) -> Result<Outcome, StoreError> {
-    let bytes: &[u8] = required(row, "completed", "response")?;
+    decode_outcome(column(row, "response")?)
+}
+
+/// The outcome in a `response` column's value.
+pub(crate) fn decode_outcome(response: Option<&[u8]>) -> Result<Outcome, StoreError> {
+    let bytes = response.ok_or_else(|| missing("completed", "response"))?;
     Outcome::decode(bytes).map_err(StoreError::corrupted)
 }
 
@@ -115,10 +141,9 @@ fn required<'r, T: Decode<'r, Sqlite> + Type<Sqlite>>(
     state: &'static str,
     name: &'static str,
 ) -> Result<T, StoreError> {
-    column::<Option<T>>(row, name)?.ok_or_else(|| {
-        StoreError::corrupted(Error::MissingColumn {
-            state,
-            column: name,
-        })
-    })
+    column::<Option<T>>(row, name)?.ok_or_else(|| missing(state, name))
+}
+
+fn missing(state: &'static str, column: &'static str) -> StoreError {
+    StoreError::corrupted(Error::MissingColumn { state, column })
 }

@@ -14,7 +14,7 @@ use crate::{
     key_digest::{self, key_digest},
     migrations::MIGRATOR,
     row::{self, sql_int},
-    writer::{Job, Writer},
+    writer::{Job, Writer, WriterOptions},
     writes::{self, Acquire, HolderWrite, HolderWriteKind, Target},
 };
 
@@ -76,11 +76,8 @@ impl SqliteStore {
     }
 
     /// Opens a database as `options` say, and brings its schema up to date.
-    ///
-    /// The writer is a task of the Tokio runtime this is called on: the store works while that
-    /// runtime runs.
     pub async fn open_with(options: SqliteOptions) -> Result<Self, Error> {
-        let mut connection = options.connect_writer().await.map_err(Error::Open)?;
+        let mut connection = options.connect_migrator().await.map_err(Error::Open)?;
         // Under the write lock, processes opening a new file at once take turns: the second finds
         // the schema applied instead of failing to create it again.
         let mut tx = connection
@@ -97,15 +94,19 @@ impl SqliteStore {
             .await
             .map_err(|e| Error::Migrate(e.into()))?;
         tx.commit().await.map_err(|e| Error::Migrate(e.into()))?;
+        connection.close().await.map_err(Error::Open)?;
         let readers = options.connect_readers().await.map_err(Error::Open)?;
+        let writer = Writer::start(WriterOptions {
+            path: options.path(),
+            synchronous: options.synchronous,
+            busy_timeout: options.busy_timeout,
+            clock: Arc::clone(&options.clock),
+            queue: options.queue,
+            max_batch: options.max_batch,
+        })?;
         Ok(Self {
             readers,
-            writer: Writer::spawn(
-                connection,
-                options.clock.clone(),
-                options.queue,
-                options.max_batch,
-            ),
+            writer,
             clock: options.clock,
         })
     }

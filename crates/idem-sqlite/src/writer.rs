@@ -1,4 +1,4 @@
-//! The writer: one task per store that owns the write connection and commits writes in groups.
+//! The writer: one thread per store that owns the write connection and commits writes in groups.
 //!
 //! SQLite lets one connection write at a time, and a commit in `synchronous = FULL` waits for
 //! the disk. Writes that arrive while a transaction commits wait in a bounded queue; the writer
@@ -7,11 +7,10 @@
 //!
 //! ```text
 //! BEGIN IMMEDIATE
-//! SAVEPOINT write;                 (write 1)
-//! RELEASE write; SAVEPOINT write;  (write 2)
-//! ROLLBACK TO write                                  -- write 2 failed: it alone is undone
-//! RELEASE write; SAVEPOINT write;  (write 3)
-//! RELEASE write; COMMIT
+//!   SAVEPOINT write   (write 1)   RELEASE write
+//!   SAVEPOINT write   (write 2)   ROLLBACK TO write; RELEASE write   -- failed: undone alone
+//!   SAVEPOINT write   (write 3)   RELEASE write
+//! COMMIT
 //! ```
 //!
 //! Each write runs in its own savepoint, so a failing one is undone without its neighbours;
@@ -19,17 +18,23 @@
 //! every caller gets its result only once `COMMIT` returned: nothing is acknowledged before it is
 //! durable. A lone write waits for nothing: the writer never holds a transaction open for more.
 //!
+//! The writer is a thread rather than a task because a transaction is many short statements in a
+//! row: on a thread of its own, with a connection of its own (rusqlite, prepared statements
+//! cached), they run back to back, where an async driver hands each one to its worker thread and
+//! back. Callers wait on their reply channel, not on the thread.
+//!
 //! [`SqliteOptions::max_batch`]: crate::SqliteOptions::max_batch
 
-use std::{fmt, sync::Arc};
+use std::{fmt, path::Path, sync::Arc, time::Duration};
 
 use idem_core::{Acquisition, Clock, StoreError, Timestamp};
-use sqlx::{Connection, Executor, SqliteConnection};
+use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{
-    error::is_corruption,
-    writes::{self, Acquire, HolderWrite, Savepoint},
+    Error, Synchronous,
+    error::is_writer_corruption,
+    writes::{self, Acquire, HolderWrite},
 };
 
 /// A write for the writer, with where its result goes.
@@ -44,7 +49,17 @@ pub(crate) enum Job {
 
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
-/// The store's handle on its writer task. Clones share the task; it ends when the store is
+/// How the writer opens its connection and sizes its transactions.
+pub(crate) struct WriterOptions<'a> {
+    pub(crate) path: &'a Path,
+    pub(crate) synchronous: Synchronous,
+    pub(crate) busy_timeout: Duration,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) queue: usize,
+    pub(crate) max_batch: usize,
+}
+
+/// The store's handle on its writer thread. Clones share the thread; it ends when the store is
 /// closed or every handle is dropped.
 #[derive(Clone)]
 pub(crate) struct Writer {
@@ -52,24 +67,21 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    /// Starts the writer task on `connection`.
-    pub(crate) fn spawn(
-        connection: SqliteConnection,
-        clock: Arc<dyn Clock>,
-        queue: usize,
-        max_batch: usize,
-    ) -> Self {
-        let (jobs, queued) = mpsc::channel(queue);
-        tokio::spawn(
-            Task {
-                connection,
-                clock,
-                queued,
-                max_batch,
-            }
-            .run(),
-        );
-        Self { jobs }
+    /// Opens the writer's connection to the (migrated) file and starts its thread.
+    pub(crate) fn start(options: WriterOptions<'_>) -> Result<Self, Error> {
+        let connection = open(&options).map_err(Error::OpenWriter)?;
+        let (jobs, queued) = mpsc::channel(options.queue);
+        let thread = Thread {
+            connection,
+            clock: options.clock,
+            queued,
+            max_batch: options.max_batch,
+        };
+        std::thread::Builder::new()
+            .name("idem-sqlite-writer".into())
+            .spawn(move || thread.run())
+            .map_err(Error::StartWriter)?;
+        Ok(Self { jobs })
     }
 
     /// Queues a write made by `job` from its reply channel, and waits for its result.
@@ -97,7 +109,7 @@ impl Writer {
     pub(crate) async fn close(&self) {
         let (done, closed) = oneshot::channel();
         if self.jobs.send(Job::Close(done)).await.is_ok() {
-            // An error means that the task has already ended.
+            // An error means that the thread has already ended.
             let _ = closed.await;
         }
     }
@@ -108,11 +120,26 @@ impl Writer {
     }
 }
 
+/// The writer's connection: the file's settings as every connection of the store has them.
+fn open(options: &WriterOptions<'_>) -> Result<Connection, rusqlite::Error> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let connection = Connection::open_with_flags(options.path, flags)?;
+    connection.busy_timeout(options.busy_timeout)?;
+    let synchronous = match options.synchronous {
+        Synchronous::Full => "FULL",
+        Synchronous::Normal => "NORMAL",
+    };
+    connection.pragma_update(None, "journal_mode", "WAL")?;
+    connection.pragma_update(None, "synchronous", synchronous)?;
+    connection.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(connection)
+}
+
 fn closed() -> StoreError {
     StoreError::unavailable(Closed)
 }
 
-/// Writes after the store was closed (or after its runtime shut down).
+/// Writes after the store was closed.
 #[derive(Debug, thiserror::Error)]
 #[error("the SQLite store is closed")]
 pub(crate) struct Closed;
@@ -120,20 +147,26 @@ pub(crate) struct Closed;
 /// A transaction that did not commit; every write in it is reported failed.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("the SQLite transaction of this write did not commit")]
-struct NotCommitted(#[source] Arc<sqlx::Error>);
+struct NotCommitted(#[source] Arc<rusqlite::Error>);
 
-struct Task {
-    connection: SqliteConnection,
+struct Thread {
+    connection: Connection,
     clock: Arc<dyn Clock>,
     queued: mpsc::Receiver<Job>,
     max_batch: usize,
 }
 
-impl Task {
-    async fn run(mut self) {
+impl Thread {
+    fn run(mut self) {
         let mut batch = Vec::with_capacity(self.max_batch);
         let mut closing = None;
-        while self.queued.recv_many(&mut batch, self.max_batch).await > 0 {
+        while let Some(first) = self.queued.blocking_recv() {
+            batch.push(first);
+            while batch.len() < self.max_batch
+                && let Ok(job) = self.queued.try_recv()
+            {
+                batch.push(job);
+            }
             // A close answers once the writes queued before it ran; the queue then takes no more.
             if let Some(at) = batch.iter().position(|job| matches!(job, Job::Close(_))) {
                 let Job::Close(done) = batch.remove(at) else {
@@ -142,10 +175,10 @@ impl Task {
                 closing.get_or_insert(done);
                 self.queued.close();
             }
-            self.commit(&mut batch).await;
+            self.commit(&mut batch);
         }
         // Every handle is gone, or the queue was closed and drained.
-        let _ = self.connection.close().await;
+        drop(self.connection);
         if let Some(done) = closing {
             let _ = done.send(());
         }
@@ -153,15 +186,15 @@ impl Task {
 
     /// Runs `batch` in one transaction, each write in a savepoint, and answers each write once
     /// the transaction committed (or failed).
-    async fn commit(&mut self, batch: &mut Vec<Job>) {
+    fn commit(&mut self, batch: &mut Vec<Job>) {
         let mut answers = Vec::with_capacity(batch.len());
-        let committed = self.run_batch(batch.drain(..), &mut answers).await;
+        let committed = self.run_batch(batch.drain(..), &mut answers);
         for answer in answers {
             answer.send(committed.clone());
         }
     }
 
-    async fn run_batch(
+    fn run_batch(
         &mut self,
         jobs: impl Iterator<Item = Job>,
         answers: &mut Vec<Answer>,
@@ -171,71 +204,73 @@ impl Task {
         let mut jobs = jobs.filter(|job| !job.is_abandoned_acquire());
         let mut begun = false;
         while let Some(job) = jobs.next() {
-            let savepoint = if begun {
-                Savepoint::Next
-            } else {
-                if let Err(error) = self.connection.execute("BEGIN IMMEDIATE").await {
-                    return Err(self
-                        .abandon(error, false, answers, [job].into_iter().chain(jobs))
-                        .await);
+            if !begun {
+                if let Err(error) = self.execute("BEGIN IMMEDIATE") {
+                    return Err(self.abandon(error, answers, [job].into_iter().chain(jobs)));
                 }
                 begun = true;
-                Savepoint::First
+            }
+            if let Err(error) = self.execute("SAVEPOINT write") {
+                return Err(self.abandon(error, answers, [job].into_iter().chain(jobs)));
+            }
+            let answer = self.apply(job);
+            // A failed write is undone alone. If that fails, SQLite has rolled the whole
+            // transaction back (a full disk, an I/O error): the writes before it are gone too.
+            let ended = if answer.failed {
+                self.execute("ROLLBACK TO write")
+                    .and_then(|()| self.execute("RELEASE write"))
+            } else {
+                self.execute("RELEASE write")
             };
-            let answer = self.apply(job, savepoint).await;
-            let failed = answer.failed;
             answers.push(answer);
-            if failed && let Err(error) = self.connection.execute("ROLLBACK TO write").await {
-                // SQLite rolled the whole transaction back (a full disk, an I/O error): the
-                // writes before this one are gone with it.
-                return Err(self.abandon(error, begun, answers, jobs).await);
+            if let Err(error) = ended {
+                return Err(self.abandon(error, answers, jobs));
             }
         }
         if !begun {
             return Ok(());
         }
-        match self.connection.execute("RELEASE write; COMMIT").await {
-            Ok(_) => Ok(()),
-            Err(error) => Err(self.abandon(error, begun, answers, jobs).await),
+        match self.execute("COMMIT") {
+            Ok(()) => Ok(()),
+            Err(error) => Err(self.abandon(error, answers, jobs)),
         }
     }
 
+    fn execute(&self, sql: &str) -> Result<(), rusqlite::Error> {
+        self.connection.prepare_cached(sql)?.execute(()).map(drop)
+    }
+
     /// Ends a transaction that cannot commit: the writes not yet run fail with it, unrun.
-    async fn abandon(
+    fn abandon(
         &mut self,
-        error: sqlx::Error,
-        begun: bool,
+        error: rusqlite::Error,
         answers: &mut Vec<Answer>,
         unrun: impl Iterator<Item = Job>,
     ) -> NotCommitted {
-        if begun {
-            // An error means that SQLite ended the transaction itself; nothing more to undo.
-            let _ = self.connection.execute("ROLLBACK").await;
+        if !self.connection.is_autocommit() {
+            // Nothing more to do if this fails: the next `BEGIN` reports the connection's state.
+            let _ = self.connection.execute_batch("ROLLBACK");
         }
         answers.extend(unrun.map(Answer::unrun));
         NotCommitted(Arc::new(error))
     }
 
-    async fn apply(&mut self, job: Job, savepoint: Savepoint) -> Answer {
-        let connection = &mut self.connection;
+    fn apply(&mut self, job: Job) -> Answer {
+        let connection = &self.connection;
         let clock = &*self.clock;
         match job {
-            Job::Acquire(acquire, reply) => Answer::of(
-                reply,
-                writes::acquire(connection, clock, savepoint, &acquire).await,
-            ),
-            Job::Holder(write, reply) => Answer::of(
-                reply,
-                writes::as_holder(connection, clock, savepoint, &write).await,
-            ),
-            Job::Forget(target, reply) => Answer::of(
-                reply,
-                writes::forget(connection, clock, savepoint, &target).await,
-            ),
-            Job::Purge(limit, reply) => Answer::of(
-                reply,
-                writes::purge_expired(connection, clock, savepoint, limit).await,
-            ),
+            Job::Acquire(acquire, reply) => {
+                Answer::of(reply, writes::acquire(connection, clock, &acquire))
+            }
+            Job::Holder(write, reply) => {
+                Answer::of(reply, writes::as_holder(connection, clock, &write))
+            }
+            Job::Forget(target, reply) => {
+                Answer::of(reply, writes::forget(connection, clock, &target))
+            }
+            Job::Purge(limit, reply) => {
+                Answer::of(reply, writes::purge_expired(connection, clock, limit))
+            }
             Job::Close(_) => unreachable!("a close is taken out of its batch"),
         }
     }
@@ -299,9 +334,9 @@ impl Answer {
 }
 
 impl NotCommitted {
-    /// Corrupted if SQLite says the file is, unavailable otherwise (as `store_error` classifies).
+    /// Corrupted if SQLite says the file is, unavailable otherwise (as `sqlite_error` classifies).
     fn into_store_error(self) -> StoreError {
-        if is_corruption(&self.0) {
+        if is_writer_corruption(&self.0) {
             StoreError::corrupted(self)
         } else {
             StoreError::unavailable(self)

@@ -1,4 +1,5 @@
-//! The writes of the store, each run by the writer inside the transaction of its batch.
+//! The writes of the store, each run by the writer inside the transaction of its batch, on the
+//! writer's own connection; and what a reader can answer without them.
 
 use std::time::Duration;
 
@@ -6,10 +7,11 @@ use idem_core::{
     Acquisition, Address, Clock, FencingToken, Fingerprint, Lease, StoreError, Terms, Timestamp,
     transition::{AcquirePlan, plan_acquire, processing_expiry},
 };
-use sqlx::{Executor, SqliteConnection, sqlite::SqliteRow};
+use rusqlite::{Connection, OptionalExtension};
+use sqlx::sqlite::SqliteRow;
 
 use crate::{
-    error::store_error,
+    error::sqlite_error,
     key_digest::key_digest,
     row::{self, Found, StateCode, sql_int},
 };
@@ -57,36 +59,10 @@ pub(crate) enum HolderWriteKind {
     },
 }
 
-/// Where a write stands in its transaction: each runs in the savepoint `write`, which the first
-/// write of a transaction opens and each later one opens after releasing its predecessor's.
-/// The savepoint statements go in front of the write's first statement, one call with it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Savepoint {
-    First,
-    Next,
-}
-
-/// A statement's SQL file after each [`Savepoint`]'s statements, indexed by the variant.
-macro_rules! in_savepoint {
-    ($file:literal) => {
-        [
-            concat!("SAVEPOINT write;\n", include_str!($file)),
-            concat!("RELEASE write; SAVEPOINT write;\n", include_str!($file)),
-        ]
-    };
-}
-
-impl Savepoint {
-    fn pick(self, sql: [&'static str; 2]) -> &'static str {
-        sql[self as usize]
-    }
-}
-
 /// Decides and writes an acquisition under the write lock: the reader's view may be stale.
-pub(crate) async fn acquire(
-    connection: &mut SqliteConnection,
+pub(crate) fn acquire(
+    connection: &Connection,
     clock: &dyn Clock,
-    savepoint: Savepoint,
     acquire: &Acquire,
 ) -> Result<Acquisition, StoreError> {
     let Acquire {
@@ -97,49 +73,75 @@ pub(crate) async fn acquire(
     let (scope, key) = (target.scope.as_slice(), target.key.as_slice());
     // Read under the write lock, so that writers see time in the order they commit.
     let now = clock.now();
-    let found = sqlx::query(savepoint.pick(in_savepoint!("../sql/acquire_read.sql")))
-        .bind(scope)
-        .bind(key)
-        .fetch_optional(&mut *connection)
-        .await
-        .map_err(store_error)?;
-    let found = found.as_ref().map(Found::read).transpose()?;
-    let lease_until = now + terms.lease;
-    let (write, took_over) = match plan_acquire(found.as_ref().map(Found::view), fingerprint, now) {
+    let found = connection
+        .prepare_cached(include_str!("../sql/acquire_read.sql"))
+        .and_then(|mut read| {
+            read.query_row((scope, key), |row| {
+                Ok((
+                    row.get::<_, Vec<u8>>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, Option<i64>>(2)?
+                        .map(|at| unsigned(2, at))
+                        .transpose()?,
+                    unsigned(3, row.get(3)?)?,
+                ))
+            })
+            .optional()
+        })
+        .map_err(sqlite_error)?;
+    let found = found
+        .map(|(fingerprint, state, lease_until, expires_at)| {
+            Found::of(&fingerprint, state, lease_until, expires_at)
+        })
+        .transpose()?;
+    let took_over = match plan_acquire(found.as_ref().map(Found::view), fingerprint, now) {
         AcquirePlan::InFlight { retry_after } => return Ok(Acquisition::InFlight { retry_after }),
         AcquirePlan::Mismatch => return Ok(Acquisition::Mismatch),
         AcquirePlan::Replay => {
-            let row = sqlx::query(include_str!("../sql/acquire_replay.sql"))
-                .bind(scope)
-                .bind(key)
-                .fetch_one(&mut *connection)
-                .await
-                .map_err(store_error)?;
-            return row::outcome(&row).map(Acquisition::Completed);
+            let response: Option<Vec<u8>> = connection
+                .prepare_cached(include_str!("../sql/acquire_replay.sql"))
+                .and_then(|mut replay| replay.query_row((scope, key), |row| row.get(0)))
+                .map_err(sqlite_error)?;
+            return row::decode_outcome(response.as_deref()).map(Acquisition::Completed);
         }
-        AcquirePlan::TakeOver => (
-            sqlx::query_scalar(include_str!("../sql/acquire_take_over.sql"))
-                .bind(scope)
-                .bind(key)
-                .bind(sql_int(lease_until.as_millis())),
-            true,
-        ),
-        AcquirePlan::Create => (
-            sqlx::query_scalar(include_str!("../sql/acquire_create.sql"))
-                .bind(scope)
-                .bind(key)
-                .bind(fingerprint.as_bytes().as_slice())
-                .bind(StateCode::Processing.code())
-                .bind(sql_int(lease_until.as_millis()))
-                .bind(sql_int(now.as_millis()))
-                .bind(sql_int(processing_expiry(now, *terms).as_millis())),
-            false,
-        ),
+        AcquirePlan::TakeOver => true,
+        AcquirePlan::Create => false,
     };
-    let token: u64 = write
-        .fetch_one(&mut *connection)
-        .await
-        .map_err(store_error)?;
+
+    let token: u64 = connection
+        .prepare_cached(include_str!("../sql/next_token.sql"))
+        .and_then(|mut next| {
+            next.query_row((), |row| unsigned(0, row.get(0)?))
+                .optional()
+        })
+        .map_err(sqlite_error)?
+        .ok_or_else(|| StoreError::Misconfigured {
+            message: "the idem_fencing row is missing: check the migrations".into(),
+            source: None,
+        })?;
+    let lease_until = now + terms.lease;
+    let (token_value, until) = (sql_int(token), sql_int(lease_until.as_millis()));
+    let written = if took_over {
+        connection
+            .prepare_cached(include_str!("../sql/take_over.sql"))
+            .and_then(|mut write| write.execute((scope, key, token_value, until)))
+    } else {
+        connection
+            .prepare_cached(include_str!("../sql/create.sql"))
+            .and_then(|mut write| {
+                write.execute((
+                    scope,
+                    key,
+                    fingerprint.as_bytes().as_slice(),
+                    StateCode::Processing.code(),
+                    token_value,
+                    until,
+                    sql_int(now.as_millis()),
+                    sql_int(processing_expiry(now, *terms).as_millis()),
+                ))
+            })
+    };
+    written.map_err(sqlite_error)?;
     Ok(Acquisition::Acquired(Lease {
         token: FencingToken::new(token),
         until: lease_until,
@@ -149,91 +151,109 @@ pub(crate) async fn acquire(
 
 /// Runs a write of the holder; returns the lease's new end for a renewal, the time of the write
 /// otherwise.
-pub(crate) async fn as_holder(
-    connection: &mut SqliteConnection,
+pub(crate) fn as_holder(
+    connection: &Connection,
     clock: &dyn Clock,
-    savepoint: Savepoint,
     write: &HolderWrite,
 ) -> Result<Timestamp, StoreError> {
     let now = clock.now();
-    let sql = savepoint.pick(match write.kind {
-        HolderWriteKind::Complete { .. } => in_savepoint!("../sql/complete.sql"),
-        HolderWriteKind::Release => in_savepoint!("../sql/release.sql"),
-        HolderWriteKind::Renew { .. } => in_savepoint!("../sql/renew.sql"),
-    });
     // Every holder-only write starts with the address (?1, ?2), the token (?3), the processing
     // state (?4) and now (?5).
-    let query = sqlx::query(sql)
-        .bind(write.target.scope.as_slice())
-        .bind(write.target.key.as_slice())
-        .bind(sql_int(write.token.get()))
-        .bind(StateCode::Processing.code())
-        .bind(sql_int(now.as_millis()));
-    let (query, at) = match &write.kind {
-        HolderWriteKind::Complete { outcome, ttl } => (
-            query
-                .bind(StateCode::Completed.code())
-                .bind(sql_int((now + *ttl).as_millis()))
-                .bind(outcome.as_slice()),
-            now,
-        ),
-        HolderWriteKind::Release => (query, now),
+    let holder = (
+        write.target.scope.as_slice(),
+        write.target.key.as_slice(),
+        sql_int(write.token.get()),
+        StateCode::Processing.code(),
+        sql_int(now.as_millis()),
+    );
+    let (changed, at) = match &write.kind {
+        HolderWriteKind::Complete { outcome, ttl } => {
+            let changed = connection
+                .prepare_cached(include_str!("../sql/complete.sql"))
+                .and_then(|mut complete| {
+                    complete.execute((
+                        holder.0,
+                        holder.1,
+                        holder.2,
+                        holder.3,
+                        holder.4,
+                        StateCode::Completed.code(),
+                        sql_int((now + *ttl).as_millis()),
+                        outcome.as_slice(),
+                    ))
+                });
+            (changed, now)
+        }
+        HolderWriteKind::Release => {
+            let changed = connection
+                .prepare_cached(include_str!("../sql/release.sql"))
+                .and_then(|mut release| release.execute(holder));
+            (changed, now)
+        }
         HolderWriteKind::Renew { lease } => {
             let until = now + *lease;
-            (query.bind(sql_int(until.as_millis())), until)
+            let changed = connection
+                .prepare_cached(include_str!("../sql/renew.sql"))
+                .and_then(|mut renew| {
+                    renew.execute((
+                        holder.0,
+                        holder.1,
+                        holder.2,
+                        holder.3,
+                        holder.4,
+                        sql_int(until.as_millis()),
+                    ))
+                });
+            (changed, until)
         }
     };
-    // The statement returns the row it changed: with the savepoint's statements in the same
-    // call, SQLite's count of changed rows would not be this statement's alone.
-    let changed = query
-        .fetch_optional(&mut *connection)
-        .await
-        .map_err(store_error)?;
-    match changed {
-        None => Err(StoreError::LeaseLost),
-        Some(_) => Ok(at),
+    match changed.map_err(sqlite_error)? {
+        0 => Err(StoreError::LeaseLost),
+        _ => Ok(at),
     }
 }
 
 /// Deletes the record; whether it was live.
-pub(crate) async fn forget(
-    connection: &mut SqliteConnection,
+pub(crate) fn forget(
+    connection: &Connection,
     clock: &dyn Clock,
-    savepoint: Savepoint,
     target: &Target,
 ) -> Result<bool, StoreError> {
     let now = clock.now();
-    let expires_at: Option<u64> =
-        sqlx::query_scalar(savepoint.pick(in_savepoint!("../sql/forget.sql")))
-            .bind(target.scope.as_slice())
-            .bind(target.key.as_slice())
-            .fetch_optional(&mut *connection)
-            .await
-            .map_err(store_error)?;
+    let expires_at: Option<u64> = connection
+        .prepare_cached(include_str!("../sql/forget.sql"))
+        .and_then(|mut forget| {
+            forget
+                .query_row((target.scope.as_slice(), target.key.as_slice()), |row| {
+                    unsigned(0, row.get(0)?)
+                })
+                .optional()
+        })
+        .map_err(sqlite_error)?;
     Ok(expires_at.is_some_and(|at| now < Timestamp::from_millis(at)))
 }
 
 /// Deletes up to `limit` expired records; how many.
-pub(crate) async fn purge_expired(
-    connection: &mut SqliteConnection,
+pub(crate) fn purge_expired(
+    connection: &Connection,
     clock: &dyn Clock,
-    savepoint: Savepoint,
     limit: usize,
 ) -> Result<usize, StoreError> {
-    // A call of its own: the count of deleted rows is then the `DELETE`'s.
-    let savepoint = match savepoint {
-        Savepoint::First => "SAVEPOINT write",
-        Savepoint::Next => "RELEASE write; SAVEPOINT write",
-    };
-    connection.execute(savepoint).await.map_err(store_error)?;
     let now = clock.now();
-    let done = sqlx::query(include_str!("../sql/purge_expired.sql"))
-        .bind(sql_int(now.as_millis()))
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .execute(&mut *connection)
-        .await
-        .map_err(store_error)?;
-    Ok(usize::try_from(done.rows_affected()).unwrap_or(usize::MAX))
+    connection
+        .prepare_cached(include_str!("../sql/purge_expired.sql"))
+        .and_then(|mut purge| {
+            purge.execute((
+                sql_int(now.as_millis()),
+                i64::try_from(limit).unwrap_or(i64::MAX),
+            ))
+        })
+        .map_err(sqlite_error)
+}
+
+/// A time or a token read from column `index`: never negative in a record the store wrote.
+fn unsigned(index: usize, value: i64) -> rusqlite::Result<u64> {
+    u64::try_from(value).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(index, value))
 }
 
 /// What a reader decides for `acquire` without the writer: a completed key's replay, a
