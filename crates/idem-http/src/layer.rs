@@ -30,7 +30,10 @@ use idem_core::{Ambiguous, Engine, FingerprintMode, InFlight, Store};
 use tower::Layer;
 
 use crate::{
-    Anonymous, Delivery, Idempotency, OnStoreError, budget::Budget, config::Config, service::Shared,
+    Anonymous, Delivery, Idempotency, OnStoreError,
+    budget::Budget,
+    config::Config,
+    service::{RequestCounters, Shared},
 };
 
 /// Applies [`Idempotency`] to a service: requests that carry an idempotency key run at most once
@@ -94,6 +97,7 @@ impl<St: Store + Clone> IdempotencyLayer<St> {
                 config: self.config.clone(),
                 engine: Engine::new(self.store.clone(), self.config.policy),
                 budget: self.config.max_buffered.map(Budget::new),
+                requests: RequestCounters::register(),
             })
         });
         Arc::clone(shared)

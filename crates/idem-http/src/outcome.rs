@@ -40,6 +40,19 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, in the order of their declaration.
+    pub const ALL: [Outcome; 9] = [
+        Outcome::Executed,
+        Outcome::Replayed,
+        Outcome::Conflict,
+        Outcome::Mismatch,
+        Outcome::Invalid,
+        Outcome::Passthrough,
+        Outcome::TooLarge,
+        Outcome::StoreError,
+        Outcome::Overloaded,
+    ];
+
     /// The label used in metrics and logs: `executed`, `replayed`, `conflict`, `mismatch`,
     /// `invalid`, `passthrough`, `too_large`, `store_error` or `overloaded`.
     pub const fn as_str(self) -> &'static str {
@@ -72,4 +85,16 @@ pub struct RequestKey {
     pub digest: String,
     /// The caller's scope (a hash; its identity is never kept).
     pub scope: Scope,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_holds_each_outcome_at_its_index() {
+        for (index, outcome) in Outcome::ALL.into_iter().enumerate() {
+            assert_eq!(outcome as usize, index, "{outcome}");
+        }
+    }
 }

@@ -57,6 +57,8 @@ use crate::{
 
 type BoxError = Box<dyn Error + Send + Sync>;
 
+/// The counter of requests, labelled by outcome.
+const REQUESTS_METRIC: &str = "idem_requests_total";
 /// The counter of new keys refused because the store was full.
 const STORE_FULL_METRIC: &str = "idem_store_full_total";
 
@@ -66,6 +68,25 @@ pub(crate) struct Shared<St> {
     pub(crate) engine: Engine<St>,
     /// The budget of buffered request bytes, when there is one.
     pub(crate) budget: Option<Arc<Budget>>,
+    pub(crate) requests: RequestCounters,
+}
+
+/// The `idem_requests_total` counter of each [`Outcome`], registered once, in the recorder
+/// installed when the layer made its first service: a request increments its outcome's without
+/// looking it up by name and label.
+pub(crate) struct RequestCounters([metrics::Counter; Outcome::ALL.len()]);
+
+impl RequestCounters {
+    pub(crate) fn register() -> Self {
+        Self(
+            Outcome::ALL
+                .map(|outcome| metrics::counter!(REQUESTS_METRIC, "outcome" => outcome.as_str())),
+        )
+    }
+
+    fn count(&self, outcome: Outcome) {
+        self.0[outcome as usize].increment(1);
+    }
 }
 
 /// Makes the requests of an inner service idempotent: a request with a key runs at most once
@@ -167,7 +188,7 @@ where
 {
     let mut key = None;
     let (outcome, answer) = respond(&shared, inner, request, &mut key).await;
-    metrics::counter!("idem_requests_total", "outcome" => outcome.as_str()).increment(1);
+    shared.requests.count(outcome);
     if let Some(key) = &key {
         tracing::debug!(
             key = %key.digest,
