@@ -20,7 +20,7 @@ use crate::{
 
 /// A durable store in one SQLite file (WAL journal), shared safely by every process that opens it.
 ///
-/// Writes are committed in groups: one writer task owns the write connection, and the writes
+/// Writes are committed in groups: one writer thread owns the write connection, and the writes
 /// that arrive while it commits go into its next transaction together, each in its own
 /// savepoint, each answered only once that transaction committed. With
 /// [`Synchronous::Full`](crate::Synchronous::Full) one flush of the disk makes a whole group
@@ -531,9 +531,8 @@ mod tests {
         format!("X'{hex}'")
     }
 
-    // The writes below are queued before the writer task first runs (the test runtime has one
-    // thread, and queueing into a channel with room does not yield), so they reach it together
-    // and form batches of `max_batch`.
+    // The writes below are queued while the writer is paused, so they reach it together and form
+    // batches of `max_batch`.
 
     #[tokio::test]
     async fn a_failing_write_is_undone_alone_and_its_neighbours_commit() {
@@ -553,6 +552,7 @@ mod tests {
         .unwrap();
 
         let writer = &store.writer;
+        let resume = writer.pause().await;
         let before = writer.queue(acquire_job("before")).await;
         let poisoned = writer.queue(acquire_job("poisoned")).await;
         let lost = writer
@@ -570,6 +570,7 @@ mod tests {
             })
             .await;
         let after = writer.queue(acquire_job("after")).await;
+        drop(resume);
 
         assert_eq!(token_of(before.await.unwrap()), 2);
         let refused = poisoned.await.unwrap();
@@ -596,6 +597,7 @@ mod tests {
             .max_batch(2);
         let store = SqliteStore::open_with(options).await.unwrap();
         let writer = &store.writer;
+        let resume = writer.pause().await;
         let forget_job = |reply| Job::Forget((&address("k")).into(), reply);
         // Batches [acquire, forget] [acquire, forget] [acquire]: reordered, an acquire would
         // find the key in flight, or a forget find nothing.
@@ -604,6 +606,7 @@ mod tests {
         let second = writer.queue(acquire_job("k")).await;
         let forgot_second = writer.queue(forget_job).await;
         let third = writer.queue(acquire_job("k")).await;
+        drop(resume);
         assert_eq!(token_of(first.await.unwrap()), 1);
         assert!(forgot_first.await.unwrap().unwrap());
         assert_eq!(token_of(second.await.unwrap()), 2);
@@ -631,11 +634,13 @@ mod tests {
         .unwrap();
 
         let writer = &store.writer;
+        let resume = writer.pause().await;
         let results = [
             writer.queue(acquire_job("a")).await,
             writer.queue(acquire_job("doomed")).await,
             writer.queue(acquire_job("b")).await,
         ];
+        drop(resume);
         for result in results {
             let result = result.await.unwrap();
             assert!(
@@ -654,8 +659,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = open(&dir.path().join("abandoned.db")).await;
         let writer = &store.writer;
+        let resume = writer.pause().await;
         drop(writer.queue(acquire_job("abandoned")).await);
         let kept = writer.queue(acquire_job("kept")).await;
+        drop(resume);
         assert_eq!(token_of(kept.await.unwrap()), 1);
         assert_eq!(store.get(&address("abandoned")).await.unwrap(), None);
     }

@@ -45,6 +45,10 @@ pub(crate) enum Job {
     Purge(usize, Reply<usize>),
     /// Runs what is queued, closes the connection, then answers.
     Close(oneshot::Sender<()>),
+    /// Holds the writer until the sender is used or dropped: tests queue writes meanwhile, which
+    /// then reach it together.
+    #[cfg(test)]
+    Pause(oneshot::Receiver<()>),
 }
 
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
@@ -105,6 +109,17 @@ impl Writer {
         result
     }
 
+    /// Holds the writer until the returned sender is used or dropped.
+    #[cfg(test)]
+    pub(crate) async fn pause(&self) -> oneshot::Sender<()> {
+        let (resume, paused) = oneshot::channel();
+        assert!(
+            self.jobs.send(Job::Pause(paused)).await.is_ok(),
+            "the writer is open"
+        );
+        resume
+    }
+
     /// Runs the queued writes, then closes the connection. Later writes fail.
     pub(crate) async fn close(&self) {
         let (done, closed) = oneshot::channel();
@@ -161,6 +176,11 @@ impl Thread {
         let mut batch = Vec::with_capacity(self.max_batch);
         let mut closing = None;
         while let Some(first) = self.queued.blocking_recv() {
+            #[cfg(test)]
+            if let Job::Pause(resume) = first {
+                let _ = resume.blocking_recv();
+                continue;
+            }
             batch.push(first);
             while batch.len() < self.max_batch
                 && let Ok(job) = self.queued.try_recv()
@@ -272,6 +292,8 @@ impl Thread {
                 Answer::of(reply, writes::purge_expired(connection, clock, limit))
             }
             Job::Close(_) => unreachable!("a close is taken out of its batch"),
+            #[cfg(test)]
+            Job::Pause(_) => unreachable!("a pause is taken before its batch"),
         }
     }
 }
@@ -325,6 +347,8 @@ impl Answer {
             Job::Forget(_, reply) => failure(reply),
             Job::Purge(_, reply) => failure(reply),
             Job::Close(_) => unreachable!("a close is taken out of its batch"),
+            #[cfg(test)]
+            Job::Pause(_) => unreachable!("a pause is taken before its batch"),
         }
     }
 
