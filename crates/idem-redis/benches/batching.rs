@@ -1,6 +1,7 @@
 //! New keys per second (acquire then complete) at 1, 8, 32 and 128 concurrent tasks, through
-//! `RedisStore` and through the baseline that sends the same script with `EVALSHA`, one key per
-//! call, in a tight loop: keys/s, `EVALSHA` calls per key and the CPU that redis-server and this
+//! `RedisStore` (which batches the operations of concurrent calls into one script call) and
+//! through the baseline that sends the same script with `EVALSHA`, one operation per call, in a
+//! tight loop: keys/s, `EVALSHA` calls per key and the CPU that redis-server and this
 //! process spend per key, all in one run on a `redis-server` of the bench's own (on a free
 //! port, no persistence), whose `INFO commandstats` and `INFO cpu` count only this bench.
 //!
@@ -26,7 +27,11 @@ use std::{
 use idem_core::{Acquisition, Address, Fingerprint, Outcome, Scope, Store, StoredResponse, Terms};
 use idem_redis::{RedisOptions, RedisStore};
 use idem_test_support::{Server, free_port};
-use redis::{Script, Value, aio::ConnectionManager};
+use redis::aio::ConnectionManager;
+
+mod baseline;
+
+use baseline::Baseline;
 
 const CONCURRENCY: [usize; 4] = [1, 8, 32, 128];
 const TERMS: Terms = Terms {
@@ -161,56 +166,6 @@ where
     done.load(Ordering::Relaxed)
 }
 
-/// What the baseline sends for a new key: the store's scripts, one key per `EVALSHA`.
-struct Baseline {
-    connection: ConnectionManager,
-    acquire: Script,
-    complete: Script,
-    encoded: Vec<u8>,
-    prefix: String,
-}
-
-impl Baseline {
-    async fn new_key(&self) {
-        let mut connection = self.connection.clone();
-        let record = format!("{{{}:{:064x}}}", self.prefix, next());
-        let reply: Value = self
-            .acquire
-            .key(&record)
-            .key(format!("{record}:fence"))
-            .arg("")
-            .arg([7u8; 32].as_slice())
-            .arg(TERMS.lease.as_millis() as u64)
-            .arg(TERMS.ttl.as_millis() as u64)
-            .invoke_async(&mut connection)
-            .await
-            .unwrap();
-        let Value::Array(items) = reply else {
-            panic!("unexpected acquire reply {reply:?}");
-        };
-        let [Value::Int(1), Value::Int(token), ..] = items.as_slice() else {
-            panic!("a new key is acquired: {items:?}");
-        };
-        let done: i64 = self
-            .complete
-            .key(&record)
-            .arg("")
-            .arg(*token)
-            .arg(TERMS.ttl.as_millis() as u64)
-            .arg(&self.encoded)
-            .arg("PUBLISH")
-            .arg(format!("{record}:changed"))
-            .invoke_async(&mut connection)
-            .await
-            .unwrap();
-        assert_eq!(done, 1);
-    }
-}
-
-fn script(body: &str) -> Script {
-    Script::new(&format!("{}{body}", include_str!("../lua/common.lua")))
-}
-
 async fn store_new_key(store: &RedisStore, scope: Scope) {
     let address = Address::new(scope, format!("key-{}", next()).parse().unwrap());
     let fingerprint = Fingerprint::from_bytes([7; 32]);
@@ -245,16 +200,16 @@ fn main() {
         let options = RedisOptions::new(server.url.as_str()).prefix("bench".parse().unwrap());
         RedisStore::open_with(options).await.unwrap()
     });
-    let baseline = Arc::new(Baseline {
-        connection: runtime.block_on(async {
-            let client = redis::Client::open(server.url.as_str()).unwrap();
-            ConnectionManager::new(client).await.unwrap()
-        }),
-        acquire: script(include_str!("../lua/acquire.lua")),
-        complete: script(include_str!("../lua/complete.lua")),
-        encoded: response().encode(),
-        prefix: "baseline".into(),
+    let connection = runtime.block_on(async {
+        let client = redis::Client::open(server.url.as_str()).unwrap();
+        ConnectionManager::new(client).await.unwrap()
     });
+    let baseline = Arc::new(Baseline::new(
+        connection,
+        TERMS,
+        response().encode(),
+        "baseline",
+    ));
     let scope = Scope::from_identity([b"Bearer sk_test_bench".as_slice()]);
     let mut redis = redis::Client::open(server.url.as_str())
         .unwrap()

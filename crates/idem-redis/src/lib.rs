@@ -27,10 +27,12 @@
 //! # }).unwrap();
 //! ```
 
+mod batch;
 mod changes;
 mod connection;
 mod error;
 mod keys;
+mod operation;
 mod options;
 mod prefix;
 mod reply;
