@@ -133,7 +133,12 @@ fn server_stats(redis: &mut redis::Connection) -> ServerStats {
 /// The CPU time this process has used (`/proc/self/stat`, in clock ticks of 10 ms).
 fn own_cpu() -> Duration {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
-    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
     let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
     Duration::from_millis(ticks * 10)
 }
@@ -255,8 +260,10 @@ fn main() {
                 per_key(cpu),
             ));
         }
-        let [(b_rate, b_evalsha, b_server, b_own), (s_rate, s_evalsha, s_server, s_own)] =
-            rows[..]
+        let [
+            (b_rate, b_evalsha, b_server, b_own),
+            (s_rate, s_evalsha, s_server, s_own),
+        ] = rows[..]
         else {
             unreachable!("two cases")
         };

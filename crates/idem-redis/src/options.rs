@@ -11,6 +11,11 @@ use redis::{ClientTlsConfig, TlsCertificates};
 
 use crate::{Error, KeyPrefix};
 
+/// The most operations one script call carries, by default.
+const BATCH_SIZE: usize = 64;
+/// The most operations waiting for a script call, by default.
+const QUEUE_CAPACITY: usize = 1024;
+
 /// Which Redis to use.
 #[derive(Clone)]
 pub(crate) enum Target {
@@ -75,8 +80,8 @@ impl RedisOptions {
             clock: None,
             connection_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(5),
-            batch_size: 64,
-            queue_capacity: 1024,
+            batch_size: BATCH_SIZE,
+            queue_capacity: QUEUE_CAPACITY,
             tls_ca_file: None,
             tls_client: None,
             url: None,
@@ -221,5 +226,20 @@ impl fmt::Debug for RedisOptions {
             .field("tls_client", &self.tls_client)
             .field("url", &self.url)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_and_the_queue_are_bounded_by_default_and_never_empty() {
+        let options = RedisOptions::new("redis://127.0.0.1:6379");
+        assert_eq!((options.batch_size, options.queue_capacity), (64, 1024));
+        let options = options.batch_size(8).queue_capacity(100);
+        assert_eq!((options.batch_size, options.queue_capacity), (8, 100));
+        let options = options.batch_size(0).queue_capacity(0);
+        assert_eq!((options.batch_size, options.queue_capacity), (1, 1));
     }
 }

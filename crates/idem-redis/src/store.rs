@@ -110,11 +110,7 @@ impl RedisStore {
             .await
             .map_err(Error::LoadScripts)?;
         let changes = Changes::open(&options).await?;
-        let batcher = Batcher::start(
-            connection.clone(),
-            options.batch_size,
-            options.queue_capacity,
-        );
+        let batcher = Batcher::new(connection.clone(), &options);
         Ok(Self {
             inner: Arc::new(Inner {
                 connection,

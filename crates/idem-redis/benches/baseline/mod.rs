@@ -24,7 +24,7 @@ fn script() -> Script {
 
 /// What the baseline sends for a new key: an acquire, then a complete, each an `EVALSHA` of
 /// its own.
-pub struct Baseline {
+pub(crate) struct Baseline {
     connection: ConnectionManager,
     script: Script,
     terms: Terms,
@@ -34,7 +34,12 @@ pub struct Baseline {
 
 impl Baseline {
     /// Keys under `prefix`, completed with `encoded` (an encoded outcome).
-    pub fn new(connection: ConnectionManager, terms: Terms, encoded: Vec<u8>, prefix: &str) -> Self {
+    pub(crate) fn new(
+        connection: ConnectionManager,
+        terms: Terms,
+        encoded: Vec<u8>,
+        prefix: &str,
+    ) -> Self {
         Self {
             connection,
             script: script(),
@@ -45,10 +50,14 @@ impl Baseline {
     }
 
     /// Acquires and completes a new key.
-    pub async fn new_key(&self) {
+    pub(crate) async fn new_key(&self) {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let mut connection = self.connection.clone();
-        let record = format!("{{{}:{:064x}}}", self.prefix, NEXT.fetch_add(1, Ordering::Relaxed));
+        let record = format!(
+            "{{{}:{:064x}}}",
+            self.prefix,
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
         let reply: Vec<Value> = self
             .script
             .key(&record)
