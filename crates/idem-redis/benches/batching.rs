@@ -6,9 +6,14 @@
 //! port, no persistence), whose `INFO commandstats` and `INFO cpu` count only this bench.
 //!
 //! ```sh
-//! cargo bench -p idem-redis --bench batching              # 3 s per case
-//! IDEM_BENCH_SECONDS=10 cargo bench -p idem-redis --bench batching
+//! cargo bench -p idem-redis --bench batching              # 3 s per case, one round
+//! IDEM_BENCH_SECONDS=5 IDEM_BENCH_ROUNDS=5 cargo bench -p idem-redis --bench batching
+//! IDEM_BENCH_BATCH_SIZE=16 cargo bench -p idem-redis --bench batching   # default 64
 //! ```
+//!
+//! Each round measures the two sides at each concurrency next to each other, in the reverse
+//! order in every other round; the table shows each figure's median over the rounds, and the
+//! range of the rounds' ratios.
 //!
 //! Skipped unless `IDEM_TEST_REDIS_URL` is set (it says Redis is installed); under `cargo test`
 //! each case runs for a moment, as a smoke test.
@@ -201,8 +206,12 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    let batch_size: usize =
+        std::env::var("IDEM_BENCH_BATCH_SIZE").map_or(64, |s| s.parse().unwrap());
     let store = runtime.block_on(async {
-        let options = RedisOptions::new(server.url.as_str()).prefix("bench".parse().unwrap());
+        let options = RedisOptions::new(server.url.as_str())
+            .prefix("bench".parse().unwrap())
+            .batch_size(batch_size);
         RedisStore::open_with(options).await.unwrap()
     });
     let connection = runtime.block_on(async {
@@ -221,8 +230,11 @@ fn main() {
         .get_connection()
         .unwrap();
 
+    let rounds: usize = std::env::var("IDEM_BENCH_ROUNDS").map_or(1, |s| s.parse().unwrap());
     println!(
-        "new keys (acquire + complete), {} s per case, redis-server {} with no persistence",
+        "new keys (acquire + complete), {} s per case, {rounds} round(s), the median shown \
+         (ratios: median and range), redis-server {} with no persistence, RedisStore batches of \
+         up to {batch_size}",
         time.as_secs_f64(),
         redis_version(&mut redis)
     );
@@ -233,45 +245,88 @@ fn main() {
     );
     println!("| --- | --- | --- | --- | --- | --- | --- |");
     for tasks in CONCURRENCY {
-        let mut rows = Vec::new();
-        for case in ["baseline", "store"] {
-            let op = {
-                let (store, baseline) = (store.clone(), Arc::clone(&baseline));
-                move || {
+        let (mut baselines, mut stores, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 0..rounds {
+            // Each side first in every other round, so that a slow moment hits both alike.
+            let mut cases = ["baseline", "store"];
+            if round % 2 == 1 {
+                cases.reverse();
+            }
+            for case in cases {
+                let op = {
                     let (store, baseline) = (store.clone(), Arc::clone(&baseline));
-                    async move {
-                        match case {
-                            "baseline" => baseline.new_key().await,
-                            _ => store_new_key(&store, scope).await,
+                    move || {
+                        let (store, baseline) = (store.clone(), Arc::clone(&baseline));
+                        async move {
+                            match case {
+                                "baseline" => baseline.new_key().await,
+                                _ => store_new_key(&store, scope).await,
+                            }
                         }
                     }
+                };
+                runtime.block_on(run(tasks, time / 5, op.clone())); // warm-up
+                let (before, cpu, start) = (server_stats(&mut redis), own_cpu(), Instant::now());
+                let keys = runtime.block_on(run(tasks, time, op));
+                let elapsed = start.elapsed();
+                let (after, cpu) = (server_stats(&mut redis), own_cpu() - cpu);
+                let per_key = |d: Duration| d.as_secs_f64() * 1e6 / keys as f64;
+                let measured = Measured {
+                    keys_per_second: keys as f64 / elapsed.as_secs_f64(),
+                    evalsha_per_key: (after.evalsha - before.evalsha) as f64 / keys as f64,
+                    server_cpu: per_key(after.cpu - before.cpu),
+                    own_cpu: per_key(cpu),
+                };
+                match case {
+                    "baseline" => baselines.push(measured),
+                    _ => stores.push(measured),
                 }
-            };
-            runtime.block_on(run(tasks, time / 5, op.clone())); // warm-up
-            let (before, cpu, start) = (server_stats(&mut redis), own_cpu(), Instant::now());
-            let keys = runtime.block_on(run(tasks, time, op));
-            let elapsed = start.elapsed();
-            let (after, cpu) = (server_stats(&mut redis), own_cpu() - cpu);
-            let per_key = |d: Duration| d.as_secs_f64() * 1e6 / keys as f64;
-            rows.push((
-                keys as f64 / elapsed.as_secs_f64(),
-                (after.evalsha - before.evalsha) as f64 / keys as f64,
-                per_key(after.cpu - before.cpu),
-                per_key(cpu),
-            ));
+            }
+            let (b, s) = (&baselines[round], &stores[round]);
+            ratios.push(s.keys_per_second / b.keys_per_second);
         }
-        let [
-            (b_rate, b_evalsha, b_server, b_own),
-            (s_rate, s_evalsha, s_server, s_own),
-        ] = rows[..]
-        else {
-            unreachable!("two cases")
+        let median = |of: &[Measured], field: fn(&Measured) -> f64| {
+            median_of(of.iter().map(field).collect())
         };
+        let (b, s) = (&baselines[..], &stores[..]);
+        let range = |mut all: Vec<f64>| {
+            all.sort_by(f64::total_cmp);
+            (all[0], all[all.len() - 1])
+        };
+        let (low, high) = range(ratios.clone());
         println!(
-            "| {tasks} | {b_rate:.0} | {s_rate:.0} | {:.2}× | {b_evalsha:.2}, {s_evalsha:.2} | \
-             {b_server:.1}, {s_server:.1} | {b_own:.1}, {s_own:.1} |",
-            s_rate / b_rate
+            "| {tasks} | {:.0} | {:.0} | **{:.2}×** ({low:.2}–{high:.2}) | {:.2}, {:.2} | \
+             {:.1}, {:.1} | {:.1}, {:.1} |",
+            median(b, |m| m.keys_per_second),
+            median(s, |m| m.keys_per_second),
+            median_of(ratios),
+            median(b, |m| m.evalsha_per_key),
+            median(s, |m| m.evalsha_per_key),
+            median(b, |m| m.server_cpu),
+            median(s, |m| m.server_cpu),
+            median(b, |m| m.own_cpu),
+            median(s, |m| m.own_cpu),
         );
+    }
+}
+
+/// One case's figures in one round.
+struct Measured {
+    keys_per_second: f64,
+    evalsha_per_key: f64,
+    /// redis-server's CPU time per key, in µs.
+    server_cpu: f64,
+    /// This process's CPU time per key, in µs.
+    own_cpu: f64,
+}
+
+fn median_of(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let middle = values.len() / 2;
+    if values.len().is_multiple_of(2) {
+        (values[middle - 1] + values[middle]) / 2.0
+    } else {
+        values[middle]
     }
 }
 
