@@ -1,7 +1,6 @@
 //! `RedisStore` acquire + complete on new keys at a fixed concurrency, against its own limit: the
-//! very same Lua scripts sent with `EVALSHA` straight through a `ConnectionManager`, at the same
-//! concurrency, without the store's Rust logic (hashing the address into keys, building the
-//! arguments, decoding the reply, encoding the response).
+//! very same Lua script sent with `EVALSHA`, one operation per call, at the same concurrency
+//! (`baseline/mod.rs`). `benches/batching.rs` compares the two at several concurrencies.
 //!
 //! Needs `IDEM_TEST_REDIS_URL` (skipped without it). Records get a one-minute TTL, so the keys
 //! the bench leaves behind expire by themselves.
@@ -18,7 +17,11 @@ use criterion::{Criterion, Throughput, criterion_group};
 use idem_core::{Acquisition, Address, Fingerprint, Outcome, Scope, Store, StoredResponse, Terms};
 use idem_redis::{RedisOptions, RedisStore};
 use idem_test_support::Server;
-use redis::{Script, Value, aio::ConnectionManager};
+use redis::aio::ConnectionManager;
+
+mod baseline;
+
+use baseline::Baseline;
 
 /// Tasks issuing operations at once.
 const CONCURRENCY: u64 = 16;
@@ -64,51 +67,6 @@ where
     start.elapsed()
 }
 
-/// The scripts exactly as the store builds them (`src/scripts.rs`).
-fn script(body: &str) -> Script {
-    Script::new(&format!("{}{body}", include_str!("../lua/common.lua")))
-}
-
-/// What `RedisStore::acquire` then `complete` send for a new key: two `EVALSHA`s.
-async fn baseline_acquire_complete(
-    mut connection: ConnectionManager,
-    scripts: &(Script, Script),
-    prefix: &str,
-    encoded: &[u8],
-) {
-    let record = format!("{{{prefix}:{:064x}}}", next());
-    let reply: Value = scripts
-        .0
-        .key(&record)
-        .key(format!("{record}:fence"))
-        .arg("")
-        .arg([7u8; 32].as_slice())
-        .arg(TERMS.lease.as_millis() as u64)
-        .arg(TERMS.ttl.as_millis() as u64)
-        .invoke_async(&mut connection)
-        .await
-        .expect("acquire");
-    let Value::Array(items) = reply else {
-        panic!("unexpected acquire reply {reply:?}");
-    };
-    let [Value::Int(1), Value::Int(token), ..] = items.as_slice() else {
-        panic!("a new key is acquired: {items:?}");
-    };
-    let done: i64 = scripts
-        .1
-        .key(&record)
-        .arg("")
-        .arg(*token)
-        .arg(TERMS.ttl.as_millis() as u64)
-        .arg(encoded)
-        .arg("PUBLISH")
-        .arg(format!("{record}:changed"))
-        .invoke_async(&mut connection)
-        .await
-        .expect("complete");
-    assert_eq!(done, 1);
-}
-
 fn acquire_complete(c: &mut Criterion) {
     let Some(url) = Server::Redis.url() else {
         return;
@@ -129,12 +87,12 @@ fn acquire_complete(c: &mut Criterion) {
         let client = redis::Client::open(url.as_str()).expect("client");
         ConnectionManager::new(client).await.expect("connection")
     });
-    let scripts: &'static (Script, Script) = Box::leak(Box::new((
-        script(include_str!("../lua/acquire.lua")),
-        script(include_str!("../lua/complete.lua")),
+    let baseline: &'static Baseline = Box::leak(Box::new(Baseline::new(
+        connection,
+        TERMS,
+        response().encode(),
+        &format!("idem-bench-baseline:{run}"),
     )));
-    let baseline_prefix: &'static str = Box::leak(format!("idem-bench-baseline:{run}").into());
-    let encoded: &'static [u8] = Box::leak(response().encode().into_boxed_slice());
     let scope = Scope::from_identity([b"Bearer sk_test_bench".as_slice()]);
     let fingerprint = Fingerprint::from_bytes([7; 32]);
 
@@ -162,12 +120,8 @@ fn acquire_complete(c: &mut Criterion) {
         });
     });
     group.bench_function("baseline_evalsha", |b| {
-        b.to_async(&runtime).iter_custom(|iters| {
-            let connection = connection.clone();
-            concurrently(iters, move || {
-                baseline_acquire_complete(connection.clone(), scripts, baseline_prefix, encoded)
-            })
-        });
+        b.to_async(&runtime)
+            .iter_custom(|iters| concurrently(iters, move || baseline.new_key()));
     });
     group.finish();
 }

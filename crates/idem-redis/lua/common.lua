@@ -1,28 +1,37 @@
--- The start of every idem script: the record's encoding, the clock, expiry and fencing.
+-- The start of the idem script: the record's encoding, the clock, expiry and fencing.
 --
--- A record is a hash under KEYS[1]:
+-- A record is a hash under its record key:
 --   s  state: 1 processing, 2 completed     f  fingerprint (32 bytes)
 --   t  fencing token (decimal)              c  created_at (ms since the epoch)
 --   e  expires_at (ms)                      l  lease_until (ms, processing only)
 --   d  completed_at (ms, completed only)    r  encoded response (completed only)
--- A record whose expires_at has passed is absent for every script, whether or not Redis has
+-- A record whose expires_at has passed is absent for every operation, whether or not Redis has
 -- removed the key yet.
 --
--- ARGV[1] is the time override: empty in production, where the server's TIME is the only clock,
--- or a time in ms set by a test that drives a manual clock.
+-- Each operation is a function of `k` and `a`, the positions of its first key in KEYS and of its
+-- first argument in ARGV, and returns its reply.
 
 local PROCESSING, COMPLETED = '1', '2'
--- Under a test clock, keys outlive their record's expires_at by this much real time, so that
--- Redis never removes a record that the test's clock still sees live.
+-- Under a test clock, keys outlive their record's expiry by this much real time, so that Redis
+-- never removes a record that the test's clock still sees live.
 local TEST_EXPIRY_MARGIN = 60000
 
-local now, test_clock
-if ARGV[1] == '' then
-  local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-else
-  now = tonumber(ARGV[1])
-  test_clock = true
+local now, test_clock, server_now
+-- The command that announces a change: PUBLISH, or SPUBLISH on a cluster.
+local PUBLISH = ARGV[1]
+
+-- Sets `now` for the next operation: the server's TIME (read once per script) when `override`
+-- is empty, as in production, or the time in ms that a test driving a manual clock sent.
+local function set_clock(override)
+  if override == '' then
+    if not server_now then
+      local time = redis.call('TIME')
+      server_now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    end
+    now, test_clock = server_now, false
+  else
+    now, test_clock = tonumber(override), true
+  end
 end
 
 -- Integers as decimal text: `tostring` would print 1.8e+15 for a token.

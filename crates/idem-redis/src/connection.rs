@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use redis::{
     Client, Cmd, ErrorKind, IntoConnectionInfo, ProtocolVersion, RedisError, RedisResult, Script,
-    ScriptInvocation, Value,
-    aio::{AsyncPushSender, ConnectionManager, ConnectionManagerConfig},
+    Value,
+    aio::{AsyncPushSender, ConnectionLike as _, ConnectionManager, ConnectionManagerConfig},
     cluster::{ClusterClient, ClusterClientBuilder},
     cluster_async::ClusterConnection,
     cluster_routing::{RoutingInfo, SingleNodeRoutingInfo},
@@ -45,12 +45,16 @@ impl Connection {
         }
     }
 
-    /// Runs a script with `EVALSHA`, loading it first when the server lacks it (after a restart
-    /// or a failover). A cluster routes it by its first key.
-    pub(crate) async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<Value> {
-        match self {
-            Self::Single(connection) => invocation.invoke_async(&mut connection.clone()).await,
-            Self::Cluster(connection) => invocation.invoke_async(&mut connection.clone()).await,
+    /// Sends `command` and returns its reply as it is, errors nested in it included; an error
+    /// answered for the whole command is an `Err`. A cluster routes the command by its first key.
+    pub(crate) async fn send(&self, command: &Cmd) -> RedisResult<Value> {
+        let reply = match self {
+            Self::Single(connection) => connection.clone().req_packed_command(command).await,
+            Self::Cluster(connection) => connection.clone().req_packed_command(command).await,
+        };
+        match reply? {
+            Value::ServerError(error) => Err(error.into()),
+            reply => Ok(reply),
         }
     }
 

@@ -46,6 +46,10 @@ pub enum Error {
     /// A record field does not hold what it should (a number, a 32-byte fingerprint).
     #[error("the record field {0:?} is invalid")]
     InvalidField(&'static str),
+    /// The task that sends the store's operations has stopped: the Tokio runtime the store was
+    /// opened in has shut down.
+    #[error("the Redis store's task has stopped: its runtime shut down")]
+    Stopped,
     /// A script answered in a shape this build does not expect.
     #[error("an idem script answered with an unexpected reply")]
     UnexpectedReply,

@@ -1,9 +1,10 @@
 //! The Redis store of idem: idempotency records shared by every instance of a service, on one
 //! Redis server or a Redis Cluster.
 //!
-//! [`RedisStore`] implements the [`Store`](idem_core::Store) contract with one Lua script per
-//! operation, on the server's clock and with the server's key expiry; completions are announced
-//! over pub/sub so that waiters on other instances wake up at once. How Redis's persistence
+//! [`RedisStore`] implements the [`Store`](idem_core::Store) contract with one Lua function per
+//! operation, on the server's clock and with the server's key expiry; the operations of
+//! concurrent calls go to Redis together, in one script call; completions are announced over
+//! pub/sub so that waiters on other instances wake up at once. How Redis's persistence
 //! settings bound what a restart can lose is in `docs/stores.md`.
 //!
 //! # Examples
@@ -27,10 +28,12 @@
 //! # }).unwrap();
 //! ```
 
+mod batch;
 mod changes;
 mod connection;
 mod error;
 mod keys;
+mod operation;
 mod options;
 mod prefix;
 mod reply;

@@ -11,6 +11,11 @@ use redis::{ClientTlsConfig, TlsCertificates};
 
 use crate::{Error, KeyPrefix};
 
+/// The most operations one script call carries, by default.
+const BATCH_SIZE: usize = 64;
+/// The most operations waiting for a script call, by default.
+const QUEUE_CAPACITY: usize = 1024;
+
 /// Which Redis to use.
 #[derive(Clone)]
 pub(crate) enum Target {
@@ -48,6 +53,8 @@ pub struct RedisOptions {
     pub(crate) clock: Option<ManualClock>,
     pub(crate) connection_timeout: Duration,
     pub(crate) response_timeout: Duration,
+    pub(crate) batch_size: usize,
+    pub(crate) queue_capacity: usize,
     pub(crate) tls_ca_file: Option<PathBuf>,
     pub(crate) tls_client: Option<(PathBuf, PathBuf)>,
     /// The URL the options were made from, password hidden.
@@ -55,8 +62,8 @@ pub struct RedisOptions {
 }
 
 impl RedisOptions {
-    /// One Redis server at `url`, with the prefix `idem`, a connection timeout of 2 seconds and a
-    /// response timeout of 5 seconds.
+    /// One Redis server at `url`, with the prefix `idem`, a connection timeout of 2 seconds, a
+    /// response timeout of 5 seconds, batches of up to 64 operations and a queue of 1,024.
     pub fn new(url: impl Into<String>) -> Self {
         Self::with_target(Target::Single(url.into()))
     }
@@ -73,6 +80,8 @@ impl RedisOptions {
             clock: None,
             connection_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(5),
+            batch_size: BATCH_SIZE,
+            queue_capacity: QUEUE_CAPACITY,
             tls_ca_file: None,
             tls_client: None,
             url: None,
@@ -98,6 +107,29 @@ impl RedisOptions {
     #[must_use]
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
+        self
+    }
+
+    /// Sets the most operations one script call carries (64 by default; at least 1).
+    ///
+    /// The store's calls wait in one queue, and the operations that arrive while a script call
+    /// is on its way go together in the next one, up to this many (and up to 1 MiB of keys and
+    /// arguments): Redis then runs one script for many keys. An operation that finds no call on
+    /// its way goes at once, alone. On a single server a batch spans any keys, so a proxy in
+    /// front of Redis must send each script call to one server; on a cluster a batch is split
+    /// by slot.
+    #[must_use]
+    pub fn batch_size(mut self, operations: usize) -> Self {
+        self.batch_size = operations.max(1);
+        self
+    }
+
+    /// Sets how many operations may wait for the next script call (1,024 by default; at least
+    /// 1). A caller that finds the queue full waits for room, so a slow Redis slows its callers
+    /// instead of queueing without bound.
+    #[must_use]
+    pub fn queue_capacity(mut self, operations: usize) -> Self {
+        self.queue_capacity = operations.max(1);
         self
     }
 
@@ -188,9 +220,26 @@ impl fmt::Debug for RedisOptions {
             .field("manual_clock", &self.clock.is_some())
             .field("connection_timeout", &self.connection_timeout)
             .field("response_timeout", &self.response_timeout)
+            .field("batch_size", &self.batch_size)
+            .field("queue_capacity", &self.queue_capacity)
             .field("tls_ca_file", &self.tls_ca_file)
             .field("tls_client", &self.tls_client)
             .field("url", &self.url)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_and_the_queue_are_bounded_by_default_and_never_empty() {
+        let options = RedisOptions::new("redis://127.0.0.1:6379");
+        assert_eq!((options.batch_size, options.queue_capacity), (64, 1024));
+        let options = options.batch_size(8).queue_capacity(100);
+        assert_eq!((options.batch_size, options.queue_capacity), (8, 100));
+        let options = options.batch_size(0).queue_capacity(0);
+        assert_eq!((options.batch_size, options.queue_capacity), (1, 1));
     }
 }

@@ -6,14 +6,16 @@ use idem_core::{
     Acquisition, Address, Clock, FencingToken, Fingerprint, ManualClock, Outcome, Record, Store,
     StoreError, Terms, Timestamp,
 };
-use redis::{ScriptInvocation, Value};
+use redis::Value;
 
 use crate::{
     Error, KeyPrefix, RedisOptions,
+    batch::Batcher,
     changes::Changes,
     connection::Connection,
     error::store_error,
     keys::{Keys, record_pattern},
+    operation::{Kind, Operation},
     reply, scripts,
 };
 
@@ -24,10 +26,16 @@ const MAX_MILLIS: u64 = 1_000 * 365 * 24 * 3_600 * 1_000;
 /// A store in Redis, shared by every process that uses the same server (or cluster) and
 /// [prefix](RedisOptions::prefix).
 ///
-/// Every operation is one Lua script (`EVALSHA`), which Redis runs atomically: concurrent
-/// callers, in this process or in others, behave as if they ran one after the other. A new key
-/// takes two round trips (acquire, complete), a replay one.
+/// Every operation runs inside one Lua script call (`EVALSHA`), which Redis runs atomically:
+/// concurrent callers, in this process or in others, behave as if they ran one after the other.
+/// Alone, a new key takes two round trips (acquire, complete), a replay one.
 ///
+/// - **Batching**: the store sends one script call at a time. An operation that finds none on
+///   its way goes at once; those that arrive meanwhile wait in a bounded queue
+///   ([`queue_capacity`](RedisOptions::queue_capacity)) and go together in the next call, up to
+///   [`batch_size`](RedisOptions::batch_size) of them, run in the queue's order, each with its
+///   own reply or error. So many concurrent keys share each round trip and each call's cost in
+///   Redis, and two operations on one key never swap.
 /// - **Time** is the server's `TIME`, never the caller's clock, so instances with skewed clocks
 ///   agree.
 /// - **Expiry** is the server's: each record key expires (`PEXPIREAT`) when the record does, so
@@ -79,6 +87,7 @@ pub struct RedisStore {
 
 struct Inner {
     connection: Connection,
+    batcher: Batcher,
     prefix: KeyPrefix,
     clock: Option<ManualClock>,
     changes: Changes,
@@ -102,13 +111,16 @@ impl RedisStore {
     /// Connects as `options` say and loads the scripts.
     pub async fn open_with(options: RedisOptions) -> Result<Self, Error> {
         let connection = Connection::open(&options).await?;
-        for script in scripts::all() {
-            connection.load(script).await.map_err(Error::LoadScripts)?;
-        }
+        connection
+            .load(&scripts::SCRIPT)
+            .await
+            .map_err(Error::LoadScripts)?;
         let changes = Changes::open(&options).await?;
+        let batcher = Batcher::new(connection.clone(), &options);
         Ok(Self {
             inner: Arc::new(Inner {
                 connection,
+                batcher,
                 prefix: options.prefix,
                 clock: options.clock,
                 changes,
@@ -131,27 +143,18 @@ impl RedisStore {
         Keys::new(&self.inner.prefix, address)
     }
 
-    /// The scripts' time argument: empty for the server's clock.
-    fn now(&self) -> String {
-        self.inner
+    /// `kind` on `keys`, at the manual clock's time, or the server's (an empty override).
+    fn operation(&self, kind: Kind, keys: &Keys) -> Operation {
+        let now = self
+            .inner
             .clock
             .as_ref()
-            .map_or_else(String::new, |clock| clock.now().as_millis().to_string())
+            .map_or_else(String::new, |clock| clock.now().as_millis().to_string());
+        Operation::new(kind, keys, &now)
     }
 
-    async fn run(&self, invocation: &ScriptInvocation<'_>) -> Result<Value, StoreError> {
-        self.inner
-            .connection
-            .invoke(invocation)
-            .await
-            .map_err(store_error)
-    }
-
-    /// The arguments that announce a change: the publish command and the channel.
-    fn announce(&self, invocation: &mut ScriptInvocation<'_>, keys: &Keys) {
-        invocation
-            .arg(self.inner.connection.publish_command())
-            .arg(keys.channel());
+    async fn run(&self, operation: Operation) -> Result<Value, StoreError> {
+        self.inner.batcher.call(operation).await
     }
 }
 
@@ -180,16 +183,12 @@ impl Store for RedisStore {
         fingerprint: &Fingerprint,
         terms: Terms,
     ) -> Result<Acquisition, StoreError> {
-        let keys = self.keys(address);
-        let mut invocation = scripts::ACQUIRE.prepare_invoke();
-        invocation
-            .key(keys.record())
-            .key(keys.fence())
-            .arg(self.now())
+        let operation = self
+            .operation(Kind::Acquire, &self.keys(address))
             .arg(fingerprint.as_bytes().as_slice())
             .arg(millis(terms.lease))
             .arg(millis(terms.ttl));
-        reply::acquisition(&self.run(&invocation).await?)
+        reply::acquisition(&self.run(operation).await?)
     }
 
     async fn complete(
@@ -200,27 +199,22 @@ impl Store for RedisStore {
         ttl: Duration,
     ) -> Result<(), StoreError> {
         let keys = self.keys(address);
-        let mut invocation = scripts::COMPLETE.prepare_invoke();
-        invocation
-            .key(keys.record())
-            .arg(self.now())
+        let operation = self
+            .operation(Kind::Complete, &keys)
             .arg(token.get())
             .arg(millis(ttl))
-            .arg(outcome.encode());
-        self.announce(&mut invocation, &keys);
-        reply::held(&self.run(&invocation).await?)
+            .arg(outcome.encode())
+            .arg(keys.channel());
+        reply::held(&self.run(operation).await?)
     }
 
     async fn release(&self, address: &Address, token: FencingToken) -> Result<(), StoreError> {
         let keys = self.keys(address);
-        let mut invocation = scripts::RELEASE.prepare_invoke();
-        invocation
-            .key(keys.record())
-            .key(keys.fence())
-            .arg(self.now())
-            .arg(token.get());
-        self.announce(&mut invocation, &keys);
-        reply::held(&self.run(&invocation).await?)
+        let operation = self
+            .operation(Kind::Release, &keys)
+            .arg(token.get())
+            .arg(keys.channel());
+        reply::held(&self.run(operation).await?)
     }
 
     async fn renew(
@@ -229,32 +223,22 @@ impl Store for RedisStore {
         token: FencingToken,
         lease: Duration,
     ) -> Result<Timestamp, StoreError> {
-        let keys = self.keys(address);
-        let mut invocation = scripts::RENEW.prepare_invoke();
-        invocation
-            .key(keys.record())
-            .arg(self.now())
+        let operation = self
+            .operation(Kind::Renew, &self.keys(address))
             .arg(token.get())
             .arg(millis(lease));
-        reply::renewed(&self.run(&invocation).await?)
+        reply::renewed(&self.run(operation).await?)
     }
 
     async fn get(&self, address: &Address) -> Result<Option<Record>, StoreError> {
-        let keys = self.keys(address);
-        let mut invocation = scripts::GET.prepare_invoke();
-        invocation.key(keys.record()).arg(self.now());
-        reply::record(&self.run(&invocation).await?)
+        let operation = self.operation(Kind::Get, &self.keys(address));
+        reply::record(&self.run(operation).await?)
     }
 
     async fn forget(&self, address: &Address) -> Result<bool, StoreError> {
         let keys = self.keys(address);
-        let mut invocation = scripts::FORGET.prepare_invoke();
-        invocation
-            .key(keys.record())
-            .key(keys.fence())
-            .arg(self.now());
-        self.announce(&mut invocation, &keys);
-        reply::flag(&self.run(&invocation).await?)
+        let operation = self.operation(Kind::Forget, &keys).arg(keys.channel());
+        reply::flag(&self.run(operation).await?)
     }
 
     /// Returns 0: Redis removes each record when it expires, by itself. Under a
@@ -276,13 +260,8 @@ impl Store for RedisStore {
             if purged == limit {
                 break;
             }
-            let keys = Keys::from_record(record);
-            let mut invocation = scripts::PURGE.prepare_invoke();
-            invocation
-                .key(keys.record())
-                .key(keys.fence())
-                .arg(self.now());
-            if reply::flag(&self.run(&invocation).await?)? {
+            let operation = self.operation(Kind::Purge, &Keys::from_record(record));
+            if reply::flag(&self.run(operation).await?)? {
                 purged += 1;
             }
         }

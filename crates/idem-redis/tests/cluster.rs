@@ -1,7 +1,8 @@
 //! The store on a Redis Cluster of three masters that this test binary starts on loopback ports
 //! (`redis-server --cluster-enabled yes` ×3, `redis-cli --cluster create`), shared by its tests,
 //! each under its own key prefix: the whole contract on a manual clock, records spread over the
-//! shards, contended acquires from two instances, and wake-ups over sharded pub/sub.
+//! shards, contended acquires from two instances, wake-ups over sharded pub/sub, and batches
+//! split by slot.
 //!
 //! The servers are started from a thread that never ends, through `setpriv --pdeathsig KILL`:
 //! the kernel kills them when the test process ends, however it ends (see `support`).
@@ -27,7 +28,7 @@ use idem_conformance::{
 use idem_core::{Acquisition, ManualClock, Store};
 use idem_redis::{KeyPrefix, RedisOptions, RedisStore};
 
-use support::{Server, free_port, fresh_prefix, inspect};
+use support::{Server, free_port, fresh_prefix, inspect, operations_on_one_key_keep_their_order};
 
 /// The seed URLs of the cluster, started on first use.
 fn cluster() -> &'static [String] {
@@ -219,5 +220,22 @@ async fn changed_wakes_a_waiter_on_another_instance_over_sharded_pub_sub() {
             b.acquire(&at, &fingerprint(1), TERMS).await.unwrap(),
             Acquisition::Completed(response(1).into())
         );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn operations_on_one_key_keep_their_order_when_batches_are_split_by_slot() {
+    if idem_test_support::Server::Redis.url().is_none() {
+        return;
+    }
+    for batch_size in [1, 3, 64] {
+        let options = RedisOptions::cluster(cluster())
+            .prefix(fresh_prefix())
+            .manual_clock(ManualClock::default())
+            .batch_size(batch_size);
+        let store = RedisStore::open_with(options)
+            .await
+            .expect("open the store");
+        operations_on_one_key_keep_their_order(&store, "ordered", 40).await;
     }
 }

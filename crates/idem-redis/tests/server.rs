@@ -17,18 +17,23 @@ use std::{
     time::Duration,
 };
 
+use futures_util::FutureExt as _;
 use idem_conformance::{
     ManualSubject,
     checks::{self, TERMS, TTL, acquired, address, fingerprint, response},
 };
 use idem_core::{
-    Acquisition, Address, DecodeError, Engine, Execution, Fingerprint, InFlight, ManualClock,
-    Outcome, Policy, RunOutcome, Store, StoreError, StoredResponse,
+    Acquisition, Address, Clock, DecodeError, Engine, Execution, FencingToken, Fingerprint,
+    InFlight, ManualClock, Outcome, Policy, RecordState, RunOutcome, Store, StoreError,
+    StoredResponse,
 };
 use idem_redis::{Error, KeyPrefix, RedisOptions, RedisStore};
 use redis::Commands;
 
-use support::{Server, free_port, fresh_prefix, inspect, manual_store, redis_url};
+use support::{
+    Server, free_port, fresh_prefix, in_order, inspect, manual_store,
+    operations_on_one_key_keep_their_order, redis_url, round_trips,
+};
 use tokio::time::timeout;
 
 async fn open(url: &str, prefix: &KeyPrefix) -> RedisStore {
@@ -366,29 +371,6 @@ async fn bad_settings_and_unreachable_servers_fail_to_open() {
     );
 }
 
-/// The commands a store can send, counted from `INFO commandstats`: script calls, script loads
-/// and pings. (The statistics also count the commands that scripts run inside Redis, which are
-/// not round trips.)
-fn round_trips(redis: &mut redis::Connection) -> u64 {
-    const SENT: [&str; 4] = ["evalsha", "eval", "script|load", "ping"];
-    let stats: String = redis::cmd("INFO").arg("commandstats").query(redis).unwrap();
-    stats
-        .lines()
-        .filter_map(|line| {
-            let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            SENT.contains(&name).then_some(fields)
-        })
-        .filter_map(|fields| {
-            fields
-                .strip_prefix("calls=")?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_new_key_takes_two_round_trips_and_a_replay_one() {
     if idem_test_support::Server::Redis.url().is_none() {
@@ -414,6 +396,216 @@ async fn a_new_key_takes_two_round_trips_and_a_replay_one() {
         Acquisition::Completed(response(1).into())
     );
     assert_eq!(round_trips(&mut redis) - after_new_key, 1, "acquire");
+}
+
+/// A store on `server` under a fresh prefix, on a manual clock, with `batch_size`.
+async fn batching_store(server: &Server, clock: &ManualClock, batch_size: usize) -> RedisStore {
+    let options = RedisOptions::new(server.url())
+        .prefix(fresh_prefix())
+        .manual_clock(clock.clone())
+        .batch_size(batch_size);
+    RedisStore::open_with(options)
+        .await
+        .expect("open the store")
+}
+
+// The batching tests run on one thread: every operation a test queues enters the store's queue
+// before any reply is read, so the script calls they take are an exact count.
+
+#[tokio::test]
+async fn operations_on_one_key_keep_their_order_across_and_within_batches() {
+    const ADDRESSES: usize = 20;
+    if idem_test_support::Server::Redis.url().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), free_port(), &["--appendonly", "no"]);
+    let mut redis = inspect(&server.url());
+    // The first operation finds the store idle and goes alone; the 99 others queue behind it
+    // and go in batches of at most `batch_size`, so batches end inside every address's run.
+    for (batch_size, script_calls) in [(1, 100), (3, 1 + 33), (7, 1 + 15), (64, 1 + 2)] {
+        let store = batching_store(&server, &ManualClock::default(), batch_size).await;
+        let before = round_trips(&mut redis);
+        operations_on_one_key_keep_their_order(&store, "ordered", ADDRESSES).await;
+        assert_eq!(
+            round_trips(&mut redis) - before,
+            script_calls,
+            "batch size {batch_size}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_failing_operation_leaves_its_neighbours_in_the_batch_their_results() {
+    if idem_test_support::Server::Redis.url().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), free_port(), &["--appendonly", "no"]);
+    let mut redis = inspect(&server.url());
+    let clock = ManualClock::default();
+    let store = batching_store(&server, &clock, 64).await;
+    let (held, done, fresh) = (address("held"), address("done"), address("fresh"));
+    let (not_a_hash, unknown_state) = (address("not-a-hash"), address("unknown-state"));
+    let lease = acquired(&store, &held, &fingerprint(1)).await;
+    let finished = acquired(&store, &done, &fingerprint(1)).await;
+    store
+        .complete(&done, finished.token, &response(1).into(), TTL)
+        .await
+        .unwrap();
+    acquired(&store, &unknown_state, &fingerprint(1)).await;
+    let () = redis.set(store.record_key(&not_a_hash), "x").unwrap();
+    let () = redis
+        .hset(store.record_key(&unknown_state), "s", "7")
+        .unwrap();
+    let stale = FencingToken::new(lease.token.get() - 1);
+    let fp = fingerprint(1);
+
+    let before = round_trips(&mut redis);
+    let replies = in_order(vec![
+        store.get(&fresh).map(Answer::Found).boxed(), // goes alone
+        store
+            .acquire(&not_a_hash, &fp, TERMS)
+            .map(Answer::Acquired)
+            .boxed(),
+        store
+            .complete(&held, stale, &response(2).into(), TTL)
+            .map(Answer::Held)
+            .boxed(),
+        store
+            .acquire(&unknown_state, &fp, TERMS)
+            .map(Answer::Acquired)
+            .boxed(),
+        store
+            .acquire(&done, &fp, TERMS)
+            .map(Answer::Acquired)
+            .boxed(),
+        store
+            .renew(&held, lease.token, TERMS.lease * 2)
+            .map(Answer::Renewed)
+            .boxed(),
+        store
+            .acquire(&fresh, &fp, TERMS)
+            .map(Answer::Acquired)
+            .boxed(),
+    ])
+    .await;
+    assert_eq!(
+        round_trips(&mut redis) - before,
+        2,
+        "one alone, then one batch"
+    );
+
+    let now = clock.now();
+    let [
+        Answer::Found(Ok(None)),
+        Answer::Acquired(wrong_type),
+        Answer::Held(Err(StoreError::LeaseLost)),
+        Answer::Acquired(unknown),
+        Answer::Acquired(Ok(replayed)),
+        Answer::Renewed(Ok(renewed)),
+        Answer::Acquired(Ok(Acquisition::Acquired(new))),
+    ] = &replies[..]
+    else {
+        panic!("unexpected replies {replies:?}");
+    };
+    // Redis's own error and idem's, each in its operation's place.
+    assert_eq!(redis_code(wrong_type), "WRONGTYPE");
+    assert_eq!(redis_code(unknown), "IDEMCORRUPT");
+    assert_eq!(replayed, &Acquisition::Completed(response(1).into()));
+    assert_eq!(*renewed, now + TERMS.lease * 2);
+    assert_eq!((new.until, new.took_over), (now + TERMS.lease, false));
+    assert_eq!(
+        store.get(&held).await.unwrap().unwrap().state,
+        RecordState::Processing {
+            token: lease.token,
+            lease_until: now + TERMS.lease * 2
+        }
+    );
+}
+
+/// What a store call of a test answered.
+#[derive(Debug)]
+enum Answer {
+    Acquired(Result<Acquisition, StoreError>),
+    Held(Result<(), StoreError>),
+    Renewed(Result<idem_core::Timestamp, StoreError>),
+    Found(Result<Option<idem_core::Record>, StoreError>),
+}
+
+/// The code of the Redis error that made `result` `Corrupted`.
+fn redis_code<T: std::fmt::Debug>(result: &Result<T, StoreError>) -> String {
+    let Err(StoreError::Corrupted(source)) = result else {
+        panic!("expected Corrupted, got {result:?}");
+    };
+    let error = source.downcast_ref::<redis::RedisError>();
+    error
+        .and_then(|e| e.code())
+        .expect("a Redis error")
+        .to_owned()
+}
+
+#[tokio::test]
+async fn the_queue_holds_at_most_queue_capacity_operations() {
+    const CAPACITY: usize = 3;
+    if idem_test_support::Server::Redis.url().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), free_port(), &["--appendonly", "no"]);
+    let mut redis = inspect(&server.url());
+    let options = RedisOptions::new(server.url())
+        .prefix(fresh_prefix())
+        .queue_capacity(CAPACITY);
+    let store = RedisStore::open_with(options).await.unwrap();
+
+    // Redis answers nothing for a second: the first acquire goes and waits for its answer, the
+    // next CAPACITY wait in the queue, the others wait for room in it.
+    let () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "1000", "ALL"][..])
+        .query(&mut redis)
+        .unwrap();
+    let callers: Vec<_> = (0..10)
+        .map(|n| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let at = address(&format!("queued-{n}"));
+                store.acquire(&at, &fingerprint(1), TERMS).await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for caller in &callers {
+        caller.abort(); // an operation in the queue runs all the same; one waiting for room not
+    }
+    // Queued after the others, so answered after them.
+    let store = &store;
+    let ran: Vec<bool> = in_order(
+        (0..10)
+            .map(|n| {
+                let at = address(&format!("queued-{n}"));
+                async move { store.get(&at).await.unwrap().is_some() }.boxed()
+            })
+            .collect(),
+    )
+    .await;
+    let expected: Vec<bool> = (0..10).map(|n| n < 1 + CAPACITY).collect();
+    assert_eq!(ran, expected);
+}
+
+#[tokio::test]
+async fn batches_load_the_script_again_after_a_script_flush() {
+    if idem_test_support::Server::Redis.url().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), free_port(), &["--appendonly", "no"]);
+    let store = batching_store(&server, &ManualClock::default(), 3).await;
+    let () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut inspect(&server.url()))
+        .unwrap();
+    operations_on_one_key_keep_their_order(&store, "after-flush", 5).await;
 }
 
 /// The `no_run` examples of the crate docs and of `RedisStore`, on the test server.

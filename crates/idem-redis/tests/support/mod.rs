@@ -16,7 +16,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use idem_core::ManualClock;
+use futures_util::{FutureExt as _, future::BoxFuture};
+use idem_conformance::checks::{TERMS, address, fingerprint};
+use idem_core::{Acquisition, Address, ManualClock, Record, RecordState, Store};
 use idem_redis::{KeyPrefix, RedisOptions, RedisStore};
 use idem_test_support::unique_name;
 
@@ -141,5 +143,113 @@ pub fn wait_until_ready(url: &str) {
             Err(error) if Instant::now() > deadline => panic!("{url} did not start: {error}"),
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
+    }
+}
+
+/// The calls a store sends, counted from `INFO commandstats`: script calls, script loads and
+/// pings. (The statistics also count the commands that scripts run inside Redis, which are not
+/// round trips.)
+pub fn round_trips(redis: &mut redis::Connection) -> u64 {
+    const SENT: [&str; 4] = ["evalsha", "eval", "script|load", "ping"];
+    let stats: String = redis::cmd("INFO").arg("commandstats").query(redis).unwrap();
+    stats
+        .lines()
+        .filter_map(|line| {
+            let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            SENT.contains(&name).then_some(fields)
+        })
+        .filter_map(|fields| {
+            fields
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// Runs `calls` to the end, polling them in turn each time, so that the first poll of each
+/// comes in the vector's order: that is the order they enter the store's queue. (`join_all`
+/// does not promise it: past a number of futures it may yield between them.)
+pub async fn in_order<T>(mut calls: Vec<BoxFuture<'_, T>>) -> Vec<T> {
+    let mut replies: Vec<Option<T>> = calls.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        for (call, reply) in calls.iter_mut().zip(&mut replies) {
+            if reply.is_none()
+                && let std::task::Poll::Ready(done) = call.as_mut().poll(cx)
+            {
+                *reply = Some(done);
+            }
+        }
+        if replies.iter().all(Option::is_some) {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    replies.into_iter().flatten().collect()
+}
+
+/// What one of [`operations_on_one_key_keep_their_order`]'s operations answered.
+#[derive(Debug)]
+enum Reply {
+    Acquired(Acquisition),
+    Forgot(bool),
+    Found(Option<Record>),
+}
+
+/// Queues five operations on each of `addresses` new addresses (`{name}-N`), all at once in a
+/// known order ([`in_order`]), on a store with a manual clock that does not move meanwhile:
+/// acquire, acquire again, forget, acquire, get. Checks that every address saw them in that
+/// order, however they were cut into batches: the second acquire finds the first in flight, the
+/// forget removes it, the third acquire gets a larger token, and the get finds that lease.
+pub async fn operations_on_one_key_keep_their_order(
+    store: &RedisStore,
+    name: &str,
+    addresses: usize,
+) {
+    let at: Vec<Address> = (0..addresses)
+        .map(|n| address(&format!("{name}-{n}")))
+        .collect();
+    let fp = fingerprint(1);
+    let mut calls: Vec<BoxFuture<'_, Reply>> = Vec::new();
+    for at in &at {
+        let acquire = || {
+            store
+                .acquire(at, &fp, TERMS)
+                .map(|r| Reply::Acquired(r.unwrap()))
+        };
+        calls.push(acquire().boxed());
+        calls.push(acquire().boxed());
+        calls.push(store.forget(at).map(|r| Reply::Forgot(r.unwrap())).boxed());
+        calls.push(acquire().boxed());
+        calls.push(store.get(at).map(|r| Reply::Found(r.unwrap())).boxed());
+    }
+    let replies = in_order(calls).await;
+    for (n, replies) in replies.chunks(5).enumerate() {
+        let [
+            Reply::Acquired(Acquisition::Acquired(first)),
+            Reply::Acquired(Acquisition::InFlight { retry_after }),
+            Reply::Forgot(true),
+            Reply::Acquired(Acquisition::Acquired(again)),
+            Reply::Found(Some(record)),
+        ] = replies
+        else {
+            panic!("address {n} saw its operations out of order: {replies:?}");
+        };
+        assert_eq!(*retry_after, TERMS.lease, "address {n}");
+        assert!(!first.took_over && !again.took_over, "address {n}");
+        // On a manual clock the time is the same for both: the fence's token, plus one.
+        assert_eq!(again.token.get(), first.token.get() + 1, "address {n}");
+        assert_eq!(
+            record.state,
+            RecordState::Processing {
+                token: again.token,
+                lease_until: again.until,
+            },
+            "address {n}"
+        );
     }
 }

@@ -1,0 +1,310 @@
+//! Natural batching: the operations that arrive while a script call is on its way go together
+//! in the next one.
+//!
+//! At most one script call of a store is on its way at a time. An operation that finds none
+//! goes at once, alone, sent by its caller: an idle store adds no wait and no hop to another
+//! task. One that finds a call on its way waits in the store's queue; when that call is
+//! answered, a task takes whatever the queue holds (up to the batch size, and up to
+//! [`MAX_BATCH_BYTES`] of keys and arguments) and sends it as one `EVALSHA` of the script,
+//! which runs the operations in order and answers each one's reply in its place, hands each
+//! caller its own reply, and goes on until the queue is empty. Under load, the callers that
+//! arrive during a round trip share the next one, so Redis runs one script, with one `TIME`, one
+//! parse and one reply, for many keys.
+//!
+//! - **Order.** One call is on its way at a time, and a batch runs its operations in the
+//!   queue's order, so two operations on one key run in the order they were queued, within a
+//!   batch and across batches (even when a batch is sent again after `NOSCRIPT`).
+//! - **Failures are each operation's own.** An operation that fails inside the script (an
+//!   unreadable record) has an error in its place; the others' replies stand. A failure of the
+//!   whole call (the connection, a timeout) is every operation's failure, as it would have been
+//!   for each sent alone.
+//! - **Redis Cluster**: a script's keys must share one slot, so a batch is split by slot, and
+//!   the slots' calls go at once (pipelined on the nodes' connections). idem's keys carry a hash
+//!   tag per address, so on a cluster a call rarely carries more than one operation.
+//! - **An accepted operation runs**, even when its caller stops waiting for it, as an operation
+//!   already written to the connection would: a caller that sent its own operation and is
+//!   dropped leaves it to a task, which then serves the queue.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    mem,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+};
+
+use futures_util::future::{BoxFuture, join_all};
+use idem_core::StoreError;
+use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+use tokio::{
+    runtime::Handle,
+    sync::{Semaphore, oneshot},
+};
+
+use crate::{
+    Error, RedisOptions, connection::Connection, error::store_error, operation::Operation, scripts,
+};
+
+/// A batch ends before the operation that would take its keys and arguments past this (an
+/// operation larger than that goes alone), so that one script call stays small next to the
+/// server's limits and does not hold Redis for long.
+pub(crate) const MAX_BATCH_BYTES: usize = 1024 * 1024;
+
+/// A store's queue and the connection its script calls go on. Clones of the store share it.
+pub(crate) struct Batcher {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    connection: Connection,
+    batch_size: usize,
+    /// One permit per operation that may wait in the queue.
+    room: Semaphore,
+    state: Mutex<State>,
+    /// Where the task that serves the queue runs: the runtime the store was opened in.
+    runtime: Handle,
+}
+
+#[derive(Default)]
+struct State {
+    /// Whether a script call is on its way, or a task serves the queue: operations then wait.
+    busy: bool,
+    queue: VecDeque<Call>,
+}
+
+struct Call {
+    operation: Operation,
+    reply: oneshot::Sender<RedisResult<Value>>,
+}
+
+impl Batcher {
+    /// A queue for `connection`: at most the options' batch size of operations per script call,
+    /// at most their queue capacity waiting for one (callers wait for room beyond that); both
+    /// at least 1. Call it inside the Tokio runtime the store will run in.
+    pub(crate) fn new(connection: Connection, options: &RedisOptions) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                connection,
+                batch_size: options.batch_size,
+                room: Semaphore::new(options.queue_capacity),
+                state: Mutex::default(),
+                runtime: Handle::current(),
+            }),
+        }
+    }
+
+    /// Runs `operation`, alone at once if no script call is on its way, else in the next batch,
+    /// and returns its own reply.
+    pub(crate) async fn call(&self, operation: Operation) -> Result<Value, StoreError> {
+        let stopped = || StoreError::unavailable(Error::Stopped);
+        let room = self.shared.room.acquire().await.map_err(|_| stopped())?;
+        let (reply, answer) = oneshot::channel();
+        let call = Call { operation, reply };
+        let leader = {
+            let mut state = self.shared.lock();
+            if state.busy {
+                state.queue.push_back(call);
+                room.forget(); // given back when a batch takes the call
+                None
+            } else {
+                state.busy = true;
+                drop(room);
+                Some(Leader::new(Arc::clone(&self.shared), call))
+            }
+        };
+        if let Some(leader) = leader {
+            leader.send().await;
+        }
+        answer.await.map_err(|_| stopped())?.map_err(store_error)
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state is whole between statements: a panic elsewhere cannot leave it half-changed.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Leaves the store idle if the queue is empty.
+    fn idle_if_empty(&self) -> bool {
+        let mut state = self.lock();
+        state.busy = !state.queue.is_empty();
+        !state.busy
+    }
+
+    /// The next batch, in the queue's order, or `None` (and no longer busy) when the queue is
+    /// empty.
+    fn next_batch(&self) -> Option<Vec<Call>> {
+        let mut state = self.lock();
+        if state.queue.is_empty() {
+            state.busy = false;
+            return None;
+        }
+        let mut batch = Vec::with_capacity(self.batch_size.min(state.queue.len()));
+        let mut bytes = 0;
+        while let Some(call) = state.queue.front() {
+            bytes += call.operation.size();
+            if batch.len() == self.batch_size || (bytes > MAX_BATCH_BYTES && !batch.is_empty()) {
+                break;
+            }
+            batch.extend(state.queue.pop_front());
+        }
+        drop(state);
+        self.room.add_permits(batch.len());
+        Some(batch)
+    }
+}
+
+/// A caller sending its own operation, which no other call precedes. Once it is answered (or if
+/// the caller is dropped first), the queue that formed meanwhile is served by a task.
+struct Leader {
+    shared: Arc<Shared>,
+    sending: Option<BoxFuture<'static, ()>>,
+}
+
+impl Leader {
+    fn new(shared: Arc<Shared>, call: Call) -> Self {
+        let connection = shared.connection.clone();
+        let sending = Box::pin(async move { dispatch(&connection, vec![call]).await });
+        Self {
+            shared,
+            sending: Some(sending),
+        }
+    }
+
+    async fn send(mut self) {
+        if let Some(sending) = &mut self.sending {
+            sending.await;
+        }
+        self.sending = None;
+    }
+}
+
+impl Drop for Leader {
+    fn drop(&mut self) {
+        let sending = self.sending.take();
+        if sending.is_none() && self.shared.idle_if_empty() {
+            return;
+        }
+        let serving = Serving {
+            shared: Arc::clone(&self.shared),
+            done: false,
+        };
+        // The caller's own call, if the caller was dropped while it was on its way, then the
+        // queue.
+        self.shared.runtime.spawn(async move {
+            if let Some(sending) = sending {
+                sending.await;
+            }
+            serving.serve().await;
+        });
+    }
+}
+
+/// The task's right to send the store's next script calls: what `busy` stands for. Dropped
+/// before the queue is empty (its runtime shut down), it fails the waiting calls, whose
+/// callers hear that the store stopped, and frees the store for callers in another runtime.
+struct Serving {
+    shared: Arc<Shared>,
+    done: bool,
+}
+
+impl Serving {
+    /// Sends batches until the queue is empty.
+    async fn serve(mut self) {
+        while let Some(batch) = self.shared.next_batch() {
+            dispatch(&self.shared.connection, batch).await;
+        }
+        self.done = true;
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut state = self.shared.lock();
+        let failed = mem::take(&mut state.queue);
+        state.busy = false;
+        drop(state);
+        self.shared.room.add_permits(failed.len());
+    }
+}
+
+/// Sends a batch: as one script call on a single server; split by slot on a cluster, the
+/// slots' calls at once.
+async fn dispatch(connection: &Connection, batch: Vec<Call>) {
+    match connection {
+        Connection::Single(_) => execute(connection, batch).await,
+        Connection::Cluster(_) => {
+            join_all(by_slot(batch).map(|calls| execute(connection, calls))).await;
+        }
+    }
+}
+
+/// The calls grouped by the slot of their keys, each group in the calls' order.
+fn by_slot(batch: Vec<Call>) -> impl Iterator<Item = Vec<Call>> {
+    let mut groups: Vec<Vec<Call>> = Vec::new();
+    let mut slots = HashMap::new();
+    for call in batch {
+        let group = *slots.entry(call.operation.slot()).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[group].push(call);
+    }
+    groups.into_iter()
+}
+
+/// Sends `calls` as one script call and hands each caller its reply.
+async fn execute(connection: &Connection, calls: Vec<Call>) {
+    let command = script_call(connection, &calls);
+    let replies = match exchange(connection, &command).await {
+        Ok(Value::Array(replies)) if replies.len() == calls.len() => replies,
+        Ok(_) => {
+            let error = RedisError::from((ErrorKind::UnexpectedReturnType, "a batch's replies"));
+            return fail(calls, &error);
+        }
+        Err(error) => return fail(calls, &error),
+    };
+    for (call, reply) in calls.into_iter().zip(replies) {
+        let reply = match reply {
+            Value::ServerError(error) => Err(error.into()),
+            reply => Ok(reply),
+        };
+        // The caller may have stopped waiting: its operation ran all the same.
+        let _ = call.reply.send(reply);
+    }
+}
+
+fn fail(calls: Vec<Call>, error: &RedisError) {
+    for call in calls {
+        let _ = call.reply.send(Err(error.clone()));
+    }
+}
+
+/// `EVALSHA` of the script on the calls' keys and arguments, as `lua/batch.lua` reads them.
+fn script_call(connection: &Connection, calls: &[Call]) -> Cmd {
+    let keys: usize = calls.iter().map(|call| call.operation.keys().len()).sum();
+    let mut command = redis::cmd("EVALSHA");
+    command.arg(scripts::SCRIPT.get_hash()).arg(keys);
+    for call in calls {
+        command.arg(call.operation.keys());
+    }
+    command.arg(connection.publish_command());
+    for call in calls {
+        command.arg(call.operation.args());
+    }
+    command
+}
+
+/// Sends `command`, loading the script first when the server lacks it (after a restart or a
+/// failover).
+async fn exchange(connection: &Connection, command: &Cmd) -> RedisResult<Value> {
+    match connection.send(command).await {
+        Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            connection.load(&scripts::SCRIPT).await?;
+            connection.send(command).await
+        }
+        result => result,
+    }
+}
