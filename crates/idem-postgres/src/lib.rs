@@ -49,6 +49,7 @@
 //! # }
 //! ```
 
+mod batch;
 mod changes;
 mod connections;
 mod error;
@@ -59,8 +60,9 @@ mod schema;
 mod sql;
 mod store;
 mod url;
+mod writes;
 
-pub use error::Error;
+pub use error::{BatchFailure, Error};
 pub use idem_sql::{InvalidName, Purger, SchemaName, TableName};
 pub use options::PostgresOptions;
 pub use schema::Migration;
