@@ -198,7 +198,10 @@ impl PostgresStore {
 
     /// The SQL the store runs for `statement`, with its schema and table filled in: for `EXPLAIN`,
     /// a load test, or a review. `$1` is always the test clock's "now" in milliseconds, `NULL`
-    /// in production (see [`PostgresOptions::test_clock`]).
+    /// in production (see [`PostgresOptions::test_clock`]). The writes ([`Statement::Acquire`],
+    /// [`Complete`](Statement::Complete), [`Renew`](Statement::Renew),
+    /// [`Release`](Statement::Release)) take a batch: each of their other parameters is an array
+    /// with one element per operation.
     pub fn sql(&self, statement: Statement) -> &str {
         self.inner.shared.sql.text(statement)
     }
