@@ -1,8 +1,9 @@
--- Acquire, in one statement, for a batch of distinct addresses. $1 now (see now.sql); one element
--- per acquisition in $2 scopes, $3 keys, $4 fingerprints, $5 leases and $6 ttls in milliseconds.
--- One row per acquisition, `n` its position in the arrays (from 1).
+-- Acquire, in one statement, for a batch. $1 now (see now.sql); one element per acquisition in
+-- $2 scopes, $3 keys, $4 fingerprints, $5 leases and $6 ttls in milliseconds. One row per
+-- acquisition, `n` its position in the arrays (from 1). Of several acquisitions of one address,
+-- only the `first` may write: the others run again if they meant to.
 WITH batch AS (
-    SELECT *
+    SELECT *, row_number() OVER (PARTITION BY scope, key ORDER BY n) = 1 AS first
     FROM unnest($2::bytea[], $3::bytea[], $4::bytea[], $5::bigint[], $6::bigint[])
         WITH ORDINALITY AS b (scope, key, fingerprint, lease, ttl, n)
 ),
@@ -22,7 +23,7 @@ clock AS (
 -- a race with a concurrent writer (`raced`): the caller runs that acquisition again, with a new
 -- snapshot. Replays, mismatches and later in-flight answers only read, so they never lock the row.
 plan AS (
-    SELECT f.n, f.scope, f.key, f.fingerprint, f.lease, f.ttl, c.now,
+    SELECT f.n, f.first, f.scope, f.key, f.fingerprint, f.lease, f.ttl, c.now,
         f.token, f.lease_until, f.response, f.watched,
         CASE
             WHEN f.expires_at IS NULL OR f.expires_at <= c.now THEN 'create'
@@ -44,7 +45,7 @@ created AS (
         p.now,
         p.now + greatest(p.lease, p.ttl) * interval '1 millisecond'
     FROM plan AS p
-    WHERE p.plan = 'create'
+    WHERE p.plan = 'create' AND p.first
     ORDER BY p.n
     ON CONFLICT (scope, key) DO UPDATE SET
         fingerprint = excluded.fingerprint,
@@ -67,7 +68,7 @@ taken AS (
         lease_until = p.now + p.lease * interval '1 millisecond',
         expires_at = greatest(r.expires_at, p.now + p.lease * interval '1 millisecond')
     FROM plan AS p
-    WHERE p.plan = 'take_over'
+    WHERE p.plan = 'take_over' AND p.first
         AND r.scope = p.scope AND r.key = p.key
         -- The same acquisition, still processing, its lease still over, the record still live.
         AND r.token = p.token AND r.state = 'processing'
@@ -96,8 +97,8 @@ SELECT p.n,
     (extract(epoch FROM p.lease_until - p.now) * 1000)::bigint AS retry_after,
     CASE WHEN p.plan = 'replay' THEN p.response END AS response,
     CASE p.plan
-        WHEN 'create' THEN w.token IS NULL
-        WHEN 'take_over' THEN w.token IS NULL
+        WHEN 'create' THEN NOT p.first OR w.token IS NULL
+        WHEN 'take_over' THEN NOT p.first OR w.token IS NULL
         WHEN 'in_flight' THEN NOT p.watched AND NOT EXISTS (
             SELECT FROM watching AS s WHERE s.scope = p.scope AND s.key = p.key
         )

@@ -23,12 +23,13 @@
 //! operation's: each caller gets it, and none of the operations was acknowledged.
 
 use std::{
-    collections::{HashSet, VecDeque},
+    collections::{HashMap, HashSet, VecDeque},
     future::Future,
     sync::Arc,
     time::Duration,
 };
 
+use futures_util::{StreamExt, stream::FuturesUnordered};
 use idem_core::{Address, StoreError};
 use idem_sql::Failure;
 use sqlx::PgConnection;
@@ -60,17 +61,34 @@ pub(crate) trait Kind: Send + Sync + 'static {
     type Op: Send + Sync + 'static;
     /// One operation's answer.
     type Output: Send + 'static;
+    /// Whether one batch may hold several operations on one address, in the order they were
+    /// queued: the statement lets the first one write, and answers the others as it would have
+    /// without that write, or has them run again.
+    const REPEATS: bool;
 
     /// The record the operation is about.
     fn address(op: &Self::Op) -> &Address;
 
-    /// Runs `ops`, at distinct addresses, as one statement on `connection`: their steps, in
-    /// order. An error is the whole statement's.
+    /// Runs `ops` (at distinct addresses, unless [`REPEATS`](Self::REPEATS)) as one statement on
+    /// `connection`: their steps, in order. An error is the whole statement's.
     fn run<'a>(
         shared: &'a Shared,
         connection: &'a mut PgConnection,
         ops: &'a [&'a Self::Op],
     ) -> impl Future<Output = Result<Vec<Step<Self::Output>>, sqlx::Error>> + Send + 'a;
+}
+
+/// How a [`Queue`] batches.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// Operations in one batch at most.
+    pub(crate) batch_size: usize,
+    /// Batches running at once at most.
+    pub(crate) in_flight: usize,
+    /// Operations waiting in the queue at most.
+    pub(crate) capacity: usize,
+    /// How long a caller waits for room in a full queue.
+    pub(crate) wait: Duration,
 }
 
 /// One caller's operation, waiting for its batch.
@@ -89,17 +107,18 @@ pub(crate) struct Queue<K: Kind> {
 }
 
 impl<K: Kind> Queue<K> {
-    /// Starts the task: batches of at most `batch_size` operations, taken from a queue of at most
-    /// `capacity` operations, in which a caller waits at most `wait` for room. The task ends once
-    /// the queue is dropped and emptied.
-    pub(crate) fn spawn(
-        shared: Arc<Shared>,
-        batch_size: usize,
-        capacity: usize,
-        wait: Duration,
-    ) -> Self {
+    /// Starts the task: up to `in_flight` batches at a time of at most `batch_size` operations,
+    /// taken from a queue of at most `capacity` operations, in which a caller waits at most `wait`
+    /// for room. The task ends once the queue is dropped and emptied.
+    pub(crate) fn spawn(shared: Arc<Shared>, limits: Limits) -> Self {
+        let Limits {
+            batch_size,
+            in_flight,
+            capacity,
+            wait,
+        } = limits;
         let (sender, receiver) = mpsc::channel(capacity);
-        tokio::spawn(serve::<K>(shared, receiver, batch_size));
+        tokio::spawn(serve::<K>(shared, receiver, batch_size, in_flight));
         Self {
             sender,
             capacity,
@@ -140,59 +159,102 @@ impl<K: Kind> Queue<K> {
     }
 }
 
-/// The task: batch after batch, until the queue is dropped and empty.
+/// The task: up to `in_flight` batches at a time, until the queue is dropped and empty.
 async fn serve<K: Kind>(
     shared: Arc<Shared>,
     mut receiver: mpsc::Receiver<Request<K>>,
     batch_size: usize,
+    in_flight: usize,
 ) {
     let mut pending = VecDeque::new();
+    let mut running = FuturesUnordered::new();
+    // The addresses of the running batches: their next operations wait for them.
+    let mut busy: HashSet<Address> = HashSet::new();
+    let mut open = true;
     loop {
-        if pending.is_empty() {
-            match receiver.recv().await {
-                Some(request) => pending.push_back(request),
-                None => return,
+        while running.len() < in_flight {
+            let shape = Shape {
+                batch_size,
+                repeats: K::REPEATS,
+                busy: &busy,
+            };
+            let (batch, waiting) = form(
+                std::mem::take(&mut pending),
+                || receiver.try_recv().ok(),
+                shape,
+                |request: &Request<K>| K::address(&request.op),
+                |request| request.reply.is_closed(),
+            );
+            pending = waiting;
+            if batch.is_empty() {
+                break;
             }
+            busy.extend(batch.iter().map(|request| K::address(&request.op).clone()));
+            running.push(run(&shared, batch));
         }
-        let (batch, waiting) = form(
-            pending,
-            || receiver.try_recv().ok(),
-            batch_size,
-            |request: &Request<K>| K::address(&request.op),
-            |request| request.reply.is_closed(),
-        );
-        pending = waiting;
-        if batch.is_empty() {
-            continue;
+        if !open && running.is_empty() && pending.is_empty() {
+            return;
         }
-        // Lost races run again first, before anything newer on their addresses.
-        for request in run(&shared, batch).await.into_iter().rev() {
-            pending.push_front(request);
+        tokio::select! {
+            Some((done, again)) = running.next(), if !running.is_empty() => {
+                for address in &done {
+                    busy.remove(address);
+                }
+                // Lost races run again first, before anything newer on their addresses.
+                for request in again.into_iter().rev() {
+                    pending.push_front(request);
+                }
+            }
+            request = receiver.recv(), if open && running.len() < in_flight => match request {
+                Some(request) => pending.push_back(request),
+                None => open = false,
+            },
         }
     }
 }
 
+/// What a batch may hold, for [`form`].
+#[derive(Clone, Copy)]
+struct Shape<'a> {
+    batch_size: usize,
+    /// Several items at one address: [`Kind::REPEATS`].
+    repeats: bool,
+    /// The addresses of the running batches.
+    busy: &'a HashSet<Address>,
+}
+
 /// Splits `pending` (oldest first), then what `more` yields while there is room, into the next
 /// batch and what waits for a later one (oldest first again); together at most `batch_size` when
-/// `pending` was. An item goes into the batch unless the batch is full, or an older item at its
-/// address is in the batch or waiting: so items at one address keep their order. Items whose
-/// caller is `gone` are dropped.
+/// `pending` was. An item goes into the batch unless the batch is full, its address is `busy` (in
+/// a running batch), an older item at its address waits, or (unless it `repeats`) one is in the
+/// batch: so items at one address keep their order. Items whose caller is `gone` are dropped.
 fn form<T>(
     pending: VecDeque<T>,
     mut more: impl FnMut() -> Option<T>,
-    batch_size: usize,
+    limits: Shape<'_>,
     address: impl Fn(&T) -> &Address,
     gone: impl Fn(&T) -> bool,
 ) -> (Vec<T>, VecDeque<T>) {
+    let Shape {
+        batch_size,
+        repeats,
+        busy,
+    } = limits;
     let mut batch = Vec::new();
     let mut waiting = VecDeque::new();
-    let mut seen = HashSet::new();
+    // Whether an address's items go into this batch (`true`) or wait (`false`) from now on.
+    let mut seen: HashMap<Address, bool> = busy.iter().map(|a| (a.clone(), false)).collect();
     let mut place = |item: T, batch: &mut Vec<T>, waiting: &mut VecDeque<T>| {
         if gone(&item) {
             return;
         }
-        let new = seen.insert(address(&item).clone());
-        if new && batch.len() < batch_size {
+        let joins = match seen.get(address(&item)) {
+            None => true,
+            Some(&in_batch) => in_batch && repeats,
+        };
+        let joins = joins && batch.len() < batch_size;
+        seen.insert(address(&item).clone(), joins);
+        if joins {
             batch.push(item);
         } else {
             waiting.push_back(item);
@@ -208,9 +270,14 @@ fn form<T>(
     (batch, waiting)
 }
 
-/// Runs `batch` and answers its callers; returns the requests that lost a race and run again.
-async fn run<K: Kind>(shared: &Shared, mut batch: Vec<Request<K>>) -> Vec<Request<K>> {
-    // One order of row locks for every batch (see `sql/acquire.sql`).
+/// Runs `batch` and answers its callers; returns the batch's addresses, and the requests that lost
+/// a race and run again.
+async fn run<K: Kind>(
+    shared: &Shared,
+    mut batch: Vec<Request<K>>,
+) -> (Vec<Address>, Vec<Request<K>>) {
+    // One order of row locks for every batch (see `sql/acquire.sql`); stable, so operations on one
+    // address stay in the order they were queued.
     batch.sort_by(|a, b| K::address(&a.op).cmp(K::address(&b.op)));
     let steps = match attempt::<K>(shared, &batch).await {
         Ok(steps) => steps,
@@ -232,6 +299,10 @@ async fn run<K: Kind>(shared: &Shared, mut batch: Vec<Request<K>>) -> Vec<Reques
             .map(|error| Step::Done(Err(error)))
             .collect(),
     };
+    let addresses = batch
+        .iter()
+        .map(|request| K::address(&request.op).clone())
+        .collect();
     let mut again = Vec::new();
     for (mut request, step) in batch.into_iter().zip(steps) {
         let answer = match step {
@@ -246,7 +317,7 @@ async fn run<K: Kind>(shared: &Shared, mut batch: Vec<Request<K>>) -> Vec<Reques
         // A caller that went away does not need its answer.
         let _ = request.reply.send(answer);
     }
-    again
+    (addresses, again)
 }
 
 /// A batch's statement that failed as a whole.
@@ -306,15 +377,32 @@ mod tests {
         queued: &[(&str, usize)],
         batch_size: usize,
     ) -> (Vec<usize>, Vec<usize>, usize) {
+        split_around(&[], false, pending, queued, batch_size)
+    }
+
+    /// [`split`] while batches at the `busy` addresses run.
+    fn split_around(
+        busy: &[&str],
+        repeats: bool,
+        pending: &[(&str, usize)],
+        queued: &[(&str, usize)],
+        batch_size: usize,
+    ) -> (Vec<usize>, Vec<usize>, usize) {
         let pending = pending.iter().map(|&(k, n)| (address(k), n)).collect();
         let mut queued = queued
             .iter()
             .map(|&(k, n)| (address(k), n))
             .collect::<VecDeque<_>>();
+        let busy = busy.iter().map(|k| address(k)).collect();
+        let shape = Shape {
+            batch_size,
+            repeats,
+            busy: &busy,
+        };
         let (batch, waiting) = form(
             pending,
             || queued.pop_front(),
-            batch_size,
+            shape,
             |(a, _)| a,
             |(_, n)| *n == 99,
         );
@@ -354,6 +442,38 @@ mod tests {
         assert_eq!(split(&[], &queued, 4), (vec![0], vec![1, 2, 3], 6));
         let distinct = [("a", 0), ("b", 1), ("c", 2), ("d", 3), ("e", 4)];
         assert_eq!(split(&[], &distinct, 4), (vec![0, 1, 2, 3], vec![], 1));
+    }
+
+    #[test]
+    fn operations_at_the_address_of_a_running_batch_wait_for_it() {
+        let queued = [("a", 0), ("b", 1), ("a", 2), ("c", 3)];
+        assert_eq!(
+            split_around(&["a"], false, &[], &queued, 64),
+            (vec![1, 3], vec![0, 2], 0)
+        );
+    }
+
+    #[test]
+    fn a_kind_that_repeats_takes_several_operations_per_address_in_order() {
+        let queued = [("a", 0), ("b", 1), ("a", 2), ("c", 3), ("a", 4)];
+        assert_eq!(
+            split_around(&[], true, &[], &queued, 64),
+            (vec![0, 1, 2, 3, 4], vec![], 0)
+        );
+        // Once one "a" waits (the batch is full, or "a" is running), the later ones wait too.
+        assert_eq!(
+            split_around(&[], true, &[], &queued, 2),
+            (vec![0, 1], vec![], 3)
+        );
+        let pending = [("a", 0), ("b", 1), ("a", 2)];
+        assert_eq!(
+            split_around(&[], true, &pending, &[("a", 3)], 2),
+            (vec![0, 1], vec![2], 1)
+        );
+        assert_eq!(
+            split_around(&["a"], true, &[], &queued, 64),
+            (vec![1, 3], vec![0, 2, 4], 0)
+        );
     }
 
     #[test]

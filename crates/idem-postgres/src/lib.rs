@@ -2,8 +2,9 @@
 //! keys completed in the caller's own transaction.
 //!
 //! [`PostgresStore`] implements the [`Store`](idem_core::Store) contract on one table. Each
-//! operation is a single SQL statement, on the database server's clock; fencing tokens come from
-//! a sequence; waiters on other instances are woken through `LISTEN`/`NOTIFY`; expired records
+//! operation is a single SQL statement, on the database server's clock; concurrent writes share
+//! one statement and one commit ([group commit](PostgresOptions::batch_size)); fencing tokens
+//! come from a sequence; waiters on other instances are woken through `LISTEN`/`NOTIFY`; expired records
 //! are purged in bounded batches by [`PostgresStore::spawn_purger`]. The schema is created by
 //! [`PostgresStore::migrate`] (what `idem migrate` runs) and checked when a store is opened.
 //!

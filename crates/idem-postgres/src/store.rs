@@ -15,7 +15,7 @@ use sqlx::{
 
 use crate::{
     Error, Migration, PostgresOptions, Purger, Statement,
-    batch::{ATTEMPTS, Kind, Queue, Step},
+    batch::{ATTEMPTS, Kind, Limits, Queue, Step},
     changes::Changes,
     connections::{Checkout, Connections},
     error::store_error,
@@ -157,15 +157,19 @@ impl PostgresStore {
             sql,
             clock: options.test_clock,
         });
-        let (batch, capacity, wait) =
-            (options.batch_size, options.queue_size, options.pool_timeout);
+        let limits = Limits {
+            batch_size: options.batch_size,
+            in_flight: options.batches_in_flight,
+            capacity: options.queue_size,
+            wait: options.pool_timeout,
+        };
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,
-                acquisitions: Queue::spawn(Arc::clone(&shared), batch, capacity, wait),
-                completions: Queue::spawn(Arc::clone(&shared), batch, capacity, wait),
-                renewals: Queue::spawn(Arc::clone(&shared), batch, capacity, wait),
-                releases: Queue::spawn(Arc::clone(&shared), batch, capacity, wait),
+                acquisitions: Queue::spawn(Arc::clone(&shared), limits),
+                completions: Queue::spawn(Arc::clone(&shared), limits),
+                renewals: Queue::spawn(Arc::clone(&shared), limits),
+                releases: Queue::spawn(Arc::clone(&shared), limits),
                 shared,
                 changes,
             }),

@@ -86,6 +86,7 @@ pub(crate) struct AcquireOp {
 impl Kind for Acquire {
     type Op = AcquireOp;
     type Output = Acquisition;
+    const REPEATS: bool = true;
 
     fn address(op: &AcquireOp) -> &Address {
         &op.target.address
@@ -156,6 +157,7 @@ impl CompleteOp {
 impl Kind for Complete {
     type Op = CompleteOp;
     type Output = ();
+    const REPEATS: bool = false;
 
     fn address(op: &CompleteOp) -> &Address {
         &op.target.address
@@ -196,6 +198,7 @@ pub(crate) struct RenewOp {
 impl Kind for Renew {
     type Op = RenewOp;
     type Output = Timestamp;
+    const REPEATS: bool = false;
 
     fn address(op: &RenewOp) -> &Address {
         &op.target.address
@@ -241,6 +244,7 @@ pub(crate) struct ReleaseOp {
 impl Kind for Release {
     type Op = ReleaseOp;
     type Output = ();
+    const REPEATS: bool = false;
 
     fn address(op: &ReleaseOp) -> &Address {
         &op.target.address

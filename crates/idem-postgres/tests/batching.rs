@@ -346,6 +346,7 @@ async fn a_full_queue_fails_the_write_after_the_pool_timeout() {
             schema
                 .options()
                 .batch_size(1)
+                .batches_in_flight(1)
                 .queue_size(1)
                 .pool_timeout(WAIT),
         )
