@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! IDEM_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test \
-//!     cargo run --release -p idem-postgres --example group_commit [seconds per run = 5]
+//!     cargo run --release -p idem-postgres --example group_commit [seconds per run = 5] \
+//!     [batches in flight = PostgresOptions::DEFAULT_BATCHES_IN_FLIGHT]
 //! ```
 //!
 //! Each task acquires and completes new keys, one after the other. The baseline sends the store's
@@ -184,6 +185,11 @@ async fn main() -> anyhow::Result<()> {
     let url = std::env::var("IDEM_TEST_POSTGRES_URL").context("IDEM_TEST_POSTGRES_URL")?;
     let seconds: u64 = std::env::args().nth(1).map_or(Ok(5), |s| s.parse())?;
     let duration = Duration::from_secs(seconds);
+    let in_flight: usize = std::env::args()
+        .nth(2)
+        .map_or(Ok(PostgresOptions::DEFAULT_BATCHES_IN_FLIGHT), |s| {
+            s.parse()
+        })?;
     let server = PgConnectOptions::from_str(&url)?;
     let database = format!("idem_group_commit_{}", std::process::id());
     let mut admin = PgConnection::connect_with(&server).await?;
@@ -195,6 +201,7 @@ async fn main() -> anyhow::Result<()> {
         &mut admin,
         &database,
         duration,
+        in_flight,
     )
     .await;
     sqlx::query(AssertSqlSafe(format!(
@@ -210,6 +217,7 @@ async fn measure(
     monitor: &mut PgConnection,
     database: &str,
     duration: Duration,
+    in_flight: usize,
 ) -> anyhow::Result<()> {
     let generic = connect
         .clone()
@@ -220,7 +228,9 @@ async fn measure(
             .test_before_acquire(false)
             .connect_with(options)
     };
-    let options = PostgresOptions::new().pool_size(POOL_SIZE);
+    let options = PostgresOptions::new()
+        .pool_size(POOL_SIZE)
+        .batches_in_flight(in_flight);
     {
         let setup = pool(connect.clone()).await?;
         PostgresStore::migrate(&setup, &options).await?;
@@ -239,7 +249,9 @@ async fn measure(
         next: AtomicU64::new(0),
     });
 
-    println!("duration per run: {duration:?}; {POOL_SIZE} connections each");
+    println!(
+        "duration per run: {duration:?}; {POOL_SIZE} connections each; {in_flight} batches in flight"
+    );
     println!(
         "| tasks | store keys/s | store commits/key | baseline keys/s | baseline commits/key | keys/s ratio |"
     );
