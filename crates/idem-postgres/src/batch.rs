@@ -205,7 +205,8 @@ async fn serve<K: Kind>(
                     pending.push_front(request);
                 }
             }
-            request = receiver.recv(), if open && running.len() < in_flight => match request {
+            // Writes that wait for a running batch's addresses are held to one batch's worth.
+            request = receiver.recv(), if open && running.len() < in_flight && pending.len() < batch_size => match request {
                 Some(request) => pending.push_back(request),
                 None => open = false,
             },
@@ -243,13 +244,14 @@ fn form<T>(
     let mut batch = Vec::new();
     let mut waiting = VecDeque::new();
     // Whether an address's items go into this batch (`true`) or wait (`false`) from now on.
-    let mut seen: HashMap<Address, bool> = busy.iter().map(|a| (a.clone(), false)).collect();
+    let mut seen: HashMap<Address, bool> = HashMap::new();
     let mut place = |item: T, batch: &mut Vec<T>, waiting: &mut VecDeque<T>| {
         if gone(&item) {
             return;
         }
-        let joins = match seen.get(address(&item)) {
-            None => true,
+        let at = address(&item);
+        let joins = match seen.get(at) {
+            None => !busy.contains(at),
             Some(&in_batch) => in_batch && repeats,
         };
         let joins = joins && batch.len() < batch_size;

@@ -161,7 +161,8 @@ impl PostgresOptions {
         self
     }
 
-    /// Sets how many writes of one kind may wait for a batch (at least 1). A write that finds
+    /// Sets how many writes of one kind may wait for a batch (at least 1), besides those of the
+    /// batches being formed and run (at most [`batch_size`](Self::batch_size) each). A write that finds
     /// its queue full waits for room up to the [pool timeout](Self::pool_timeout), then fails with
     /// [`StoreError::Unavailable`](idem_core::StoreError::Unavailable)
     /// ([`Error::QueueFull`](crate::Error::QueueFull); HTTP front ends answer 503).
