@@ -4,16 +4,16 @@
 //! that serves it. The task takes the oldest waiting operation, adds what else is already waiting,
 //! up to the batch size, runs the batch as one statement over arrays (`sql/*.sql`, `unnest`) in
 //! its own transaction, and answers each caller once that statement has returned, so after the
-//! commit: nothing is acknowledged before it is durable. Then it takes the next batch, made of
-//! what arrived meanwhile. An operation that finds the queue empty runs at once, alone: batches
-//! only grow when operations arrive faster than the database commits them.
+//! commit: nothing is acknowledged before it is durable. Up to `in_flight` batches run at once;
+//! the operations that arrive meanwhile form the next one. An operation that finds room runs at
+//! once, alone: batches only grow when operations arrive faster than the database commits them.
 //!
-//! A batch holds at most one operation per address, so that a statement never changes a row
-//! twice, and operations on one address run in the order they were queued: an operation on an
-//! address that the batch already has (or that an older operation waiting for the next batch has)
-//! waits for a later batch, and so do the newer ones on that address. An acquisition that lost a
-//! race (see `sql/acquire.sql`) runs again in the next batch, before anything newer on its
-//! address.
+//! Operations on one address run in the order they were queued: one on an address that a running
+//! batch holds waits for it, and so do the newer ones behind a waiting one. A batch holds at most
+//! one completion, renewal or release per address, so that a statement never changes a row twice;
+//! it may hold several acquisitions of one address ([`Kind::REPEATS`]), of which only the first
+//! writes (see `sql/acquire.sql`). An acquisition that lost a race runs again in the next batch,
+//! before anything newer on its address.
 //!
 //! Each operation gets its own answer: a lost lease or a record that cannot be read is that
 //! operation's alone. When the server rejects a whole batch for something one operation may have

@@ -35,8 +35,7 @@ use crate::{
 /// acquisitions, completions, renewals and releases that arrive while one of their kind is
 /// running are committed together in the next statement, one round trip and one commit for the
 /// batch, each operation with its own answer ([group commit](PostgresOptions::batch_size)).
-/// Time is the database server's
-/// (`statement_timestamp()`), so instances with skewed clocks agree. Fencing tokens come from a
+/// Time is the database server's (`statement_timestamp()`), so instances with skewed clocks agree. Fencing tokens come from a
 /// sequence. Completing, releasing or forgetting a record that a request found in flight notifies
 /// the other instances through `LISTEN`/`NOTIFY` ([`Store::changed`]).
 ///
