@@ -83,19 +83,20 @@ impl Bench {
             .unwrap();
     }
 
-    /// What the store sends for a new key, through sqlx directly.
+    /// What the store sends for a new key, through sqlx directly: its statements for a batch of
+    /// one.
     async fn baseline_op(&self) {
         let address = next_address(self.scope);
         // The store keeps SHA-256 of the key, not the key.
         let key: [u8; 32] = Sha256::digest(address.key.as_str().as_bytes()).into();
-        let (scope, key) = (address.scope.as_bytes().as_slice(), key.as_slice());
+        let (scope, key) = ([address.scope.as_bytes().as_slice()], [key.as_slice()]);
         let row = sqlx::query(AssertSqlSafe(self.store.sql(Statement::Acquire)))
             .bind(None::<i64>)
             .bind(scope)
             .bind(key)
-            .bind(self.fingerprint.as_bytes().as_slice())
-            .bind(self.terms.lease.as_millis() as i64)
-            .bind(self.terms.ttl.as_millis() as i64)
+            .bind([self.fingerprint.as_bytes().as_slice()])
+            .bind([self.terms.lease.as_millis() as i64])
+            .bind([self.terms.ttl.as_millis() as i64])
             .fetch_one(&self.baseline)
             .await
             .unwrap();
@@ -104,9 +105,9 @@ impl Bench {
             .bind(None::<i64>)
             .bind(scope)
             .bind(key)
-            .bind(token)
-            .bind(self.encoded.as_slice())
-            .bind(self.terms.ttl.as_millis() as i64)
+            .bind([token])
+            .bind([self.encoded.as_slice()])
+            .bind([self.terms.ttl.as_millis() as i64])
             .execute(&self.baseline)
             .await
             .unwrap();

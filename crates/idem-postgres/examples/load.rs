@@ -47,10 +47,10 @@ fn bytea(bytes: &[u8]) -> String {
 /// pgbench's random key, as the store binds it: its SHA-256.
 const KEY_DIGEST: &str = "sha256((:key)::text::bytea)";
 
-/// The store's two statements for a new key, with their parameters as the store binds them:
-/// `$1` (the test clock) NULL, one tenant's scope, the SHA-256 of a random key (the store keeps
-/// key digests), the default policy's terms, and a small JSON response. `\gset` carries the
-/// token from acquire to complete.
+/// The store's two statements for a new key, with their parameters as the store binds them for
+/// a batch of one: `$1` (the test clock) NULL, then one-element arrays: one tenant's scope, the
+/// SHA-256 of a random key (the store keeps key digests), the default policy's terms, and a small
+/// JSON response. `\gset` carries the token from acquire to complete.
 fn pgbench_script(store: &PostgresStore) -> String {
     let terms = Terms::from(&Policy::default());
     let scope =
@@ -72,19 +72,27 @@ fn pgbench_script(store: &PostgresStore) -> String {
         terms.lease.as_millis().to_string(),
         terms.ttl.as_millis().to_string(),
     );
+    let one = |value: &str| format!("ARRAY[{value}]");
     let acquire = fill(
         store.sql(Statement::Acquire),
-        &["NULL", &scope, KEY_DIGEST, &bytea(&[7; 32]), &lease, &ttl],
+        &[
+            "NULL",
+            &one(&scope),
+            &one(KEY_DIGEST),
+            &one(&bytea(&[7; 32])),
+            &one(&lease),
+            &one(&ttl),
+        ],
     );
     let complete = fill(
         store.sql(Statement::Complete),
         &[
             "NULL",
-            &scope,
-            KEY_DIGEST,
-            ":token",
-            &bytea(&response.encode()),
-            &ttl,
+            &one(&scope),
+            &one(KEY_DIGEST),
+            &one(":token"),
+            &one(&bytea(&response.encode())),
+            &one(&ttl),
         ],
     );
     // pgbench takes one command per line unless it ends with `\gset` or `;`.

@@ -5,6 +5,10 @@
 //! come from a [`deadpool`] pool instead, opened with the sqlx pool's options, and go back to it
 //! as they are once a statement has finished. A connection whose statement failed or was
 //! cancelled half-way may hold a half-read answer: it is closed instead.
+//!
+//! They always use the generic plan of a prepared statement (`plan_cache_mode`): the writes take
+//! arrays, whose length a custom plan would see, so PostgreSQL would plan every execution again;
+//! every statement of the store looks records up by primary key, which the generic plan does.
 
 use std::ops::{Deref, DerefMut};
 
@@ -45,6 +49,7 @@ impl Connections {
         size: usize,
         timeout: std::time::Duration,
     ) -> Self {
+        let options = options.options([("plan_cache_mode", "force_generic_plan")]);
         let manager = Manager { options };
         let pool = managed::Pool::builder(manager)
             .max_size(size)

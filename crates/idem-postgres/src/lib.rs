@@ -2,8 +2,9 @@
 //! keys completed in the caller's own transaction.
 //!
 //! [`PostgresStore`] implements the [`Store`](idem_core::Store) contract on one table. Each
-//! operation is a single SQL statement, on the database server's clock; fencing tokens come from
-//! a sequence; waiters on other instances are woken through `LISTEN`/`NOTIFY`; expired records
+//! operation is a single SQL statement, on the database server's clock; concurrent writes share
+//! one statement and one commit ([group commit](PostgresOptions::batch_size)); fencing tokens
+//! come from a sequence; waiters on other instances are woken through `LISTEN`/`NOTIFY`; expired records
 //! are purged in bounded batches by [`PostgresStore::spawn_purger`]. The schema is created by
 //! [`PostgresStore::migrate`] (what `idem migrate` runs) and checked when a store is opened.
 //!
@@ -49,6 +50,7 @@
 //! # }
 //! ```
 
+mod batch;
 mod changes;
 mod connections;
 mod error;
@@ -59,8 +61,9 @@ mod schema;
 mod sql;
 mod store;
 mod url;
+mod writes;
 
-pub use error::Error;
+pub use error::{BatchFailure, Error};
 pub use idem_sql::{InvalidName, Purger, SchemaName, TableName};
 pub use options::PostgresOptions;
 pub use schema::Migration;

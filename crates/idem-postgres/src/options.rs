@@ -36,6 +36,9 @@ pub struct PostgresOptions {
     pub(crate) pool_size: u32,
     pub(crate) pool_timeout: Duration,
     pub(crate) statement_timeout: Option<Duration>,
+    pub(crate) batch_size: usize,
+    pub(crate) batches_in_flight: usize,
+    pub(crate) queue_size: usize,
     pub(crate) test_clock: Option<ManualClock>,
     pub(crate) connection: Option<PgConnectOptions>,
     /// The URL the options were made from, password hidden.
@@ -48,8 +51,19 @@ impl PostgresOptions {
     /// The table unless [`table`](Self::table) says otherwise: `idem_records`.
     pub const DEFAULT_TABLE: TableName = TableName::from_static("idem_records");
 
-    /// `public.idem_records`, a pool of 10 connections with a 5-second timeout, the database
-    /// server's clock.
+    /// How many writes of one kind one statement commits at most, unless
+    /// [`batch_size`](Self::batch_size) says otherwise: 64.
+    pub const DEFAULT_BATCH_SIZE: usize = 64;
+    /// How many batches of one kind of write run at once at most, unless
+    /// [`batches_in_flight`](Self::batches_in_flight) says otherwise: 2.
+    pub const DEFAULT_BATCHES_IN_FLIGHT: usize = 2;
+    /// How many writes of one kind wait for a batch at most, unless
+    /// [`queue_size`](Self::queue_size) says otherwise: 1024.
+    pub const DEFAULT_QUEUE_SIZE: usize = 1024;
+
+    /// `public.idem_records`, a pool of 10 connections with a 5-second timeout, batches of at
+    /// most [64](Self::DEFAULT_BATCH_SIZE) writes, [2](Self::DEFAULT_BATCHES_IN_FLIGHT) at a time,
+    /// from queues of [1024](Self::DEFAULT_QUEUE_SIZE), the database server's clock.
     pub fn new() -> Self {
         Self {
             schema: Self::DEFAULT_SCHEMA,
@@ -57,6 +71,9 @@ impl PostgresOptions {
             pool_size: 10,
             pool_timeout: Duration::from_secs(5),
             statement_timeout: None,
+            batch_size: Self::DEFAULT_BATCH_SIZE,
+            batches_in_flight: Self::DEFAULT_BATCHES_IN_FLIGHT,
+            queue_size: Self::DEFAULT_QUEUE_SIZE,
             test_clock: None,
             connection: None,
             url: None,
@@ -91,8 +108,9 @@ impl PostgresOptions {
     }
 
     /// Sets how long [`PostgresStore::connect`](crate::PostgresStore::connect) tries to open its
-    /// first connection, and how long an operation then waits for a free connection before the
-    /// store reports itself unavailable (HTTP front ends answer 503).
+    /// first connection, and how long an operation then waits for a free connection, or for room
+    /// in its [queue](Self::queue_size), before the store reports itself unavailable (HTTP front
+    /// ends answer 503).
     #[must_use]
     pub fn pool_timeout(mut self, timeout: Duration) -> Self {
         self.pool_timeout = timeout;
@@ -107,6 +125,50 @@ impl PostgresOptions {
     #[must_use]
     pub fn statement_timeout(mut self, timeout: Duration) -> Self {
         self.statement_timeout = Some(timeout);
+        self
+    }
+
+    /// Sets how many writes of one kind (acquisitions, completions, renewals, releases) the store
+    /// commits together at most, in one statement (at least 1; 1 turns batching off).
+    ///
+    /// Each kind of write has a queue and runs [a statement or two](Self::batches_in_flight) at a
+    /// time: the writes that arrive while they run wait, and the next statement takes them
+    /// together, one round trip and one commit for all, each caller answered after the commit
+    /// with its own result. A write that finds room runs at once, so batching adds no wait when
+    /// the store is idle. Several writes on one key run in the order they came, in successive
+    /// batches (acquisitions may share one, where only the first may write). When the server rejects a batch for what one write may have caused (a
+    /// data exception, a deadlock), each write runs again on its own, so that only the faulty one
+    /// fails; when a batch fails as a whole otherwise (a connection lost, a statement timeout),
+    /// every write in it gets the error, and none of them was acknowledged.
+    ///
+    /// A batch waits for the row locks its writes need: a write on a key that a transaction of
+    /// yours holds ([`PostgresStore::acquire_in`](crate::PostgresStore::acquire_in)) holds its
+    /// batch up until that transaction ends, or until the [statement
+    /// timeout](Self::statement_timeout) fails the batch.
+    #[must_use]
+    pub fn batch_size(mut self, size: usize) -> Self {
+        self.batch_size = size.max(1);
+        self
+    }
+
+    /// Sets how many batches of one kind of write may run at once, each on its own connection (at
+    /// least 1). While they run, the writes that arrive wait and form the next batch; a write on a
+    /// key that a running batch holds waits for that batch. A second batch lets one execute while
+    /// the other commits.
+    #[must_use]
+    pub fn batches_in_flight(mut self, batches: usize) -> Self {
+        self.batches_in_flight = batches.max(1);
+        self
+    }
+
+    /// Sets how many writes of one kind may wait for a batch (at least 1), besides those of the
+    /// batches being formed and run (at most [`batch_size`](Self::batch_size) each). A write that finds
+    /// its queue full waits for room up to the [pool timeout](Self::pool_timeout), then fails with
+    /// [`StoreError::Unavailable`](idem_core::StoreError::Unavailable)
+    /// ([`Error::QueueFull`](crate::Error::QueueFull); HTTP front ends answer 503).
+    #[must_use]
+    pub fn queue_size(mut self, size: usize) -> Self {
+        self.queue_size = size.max(1);
         self
     }
 
@@ -208,6 +270,9 @@ impl fmt::Debug for PostgresOptions {
             .field("pool_size", &self.pool_size)
             .field("pool_timeout", &self.pool_timeout)
             .field("statement_timeout", &self.statement_timeout)
+            .field("batch_size", &self.batch_size)
+            .field("batches_in_flight", &self.batches_in_flight)
+            .field("queue_size", &self.queue_size)
             .field("test_clock", &self.test_clock.is_some())
             .finish_non_exhaustive()
     }
@@ -228,5 +293,15 @@ mod tests {
         let options = PostgresOptions::new();
         assert_eq!(options.schema_name().as_str(), "public");
         assert_eq!(options.table_name().as_str(), "idem_records");
+    }
+
+    #[test]
+    fn batches_and_queues_hold_at_least_one_write() {
+        let options = PostgresOptions::new();
+        assert_eq!((options.batch_size, options.queue_size), (64, 1024));
+        assert_eq!(options.batches_in_flight, 2);
+        let options = options.batch_size(0).queue_size(0).batches_in_flight(0);
+        assert_eq!((options.batch_size, options.queue_size), (1, 1));
+        assert_eq!(options.batches_in_flight, 1);
     }
 }

@@ -15,25 +15,27 @@ use sqlx::{
 
 use crate::{
     Error, Migration, PostgresOptions, Purger, Statement,
+    batch::{ATTEMPTS, Kind, Limits, Queue, Step},
     changes::Changes,
     connections::{Checkout, Connections},
     error::store_error,
     key_digest::key_digest,
-    row::{AcquireRow, Columns, sql_millis, sql_now, sql_token},
+    row::{Columns, sql_now},
     schema,
     sql::Sql,
+    writes::{
+        Acquire, AcquireOp, Complete, CompleteOp, Release, ReleaseOp, Renew, RenewOp, Target,
+    },
 };
-
-/// How many times `acquire` runs again after losing a race to a concurrent writer of the same
-/// key. Each loss means another writer committed a change to that record in between, so this is
-/// only reached under pathological contention.
-const ACQUIRE_ATTEMPTS: u32 = 8;
 
 /// A store in a PostgreSQL table, shared by every instance that connects to the database.
 ///
 /// Every operation is one SQL statement (`acquire` included: see `sql/acquire.sql`), so a new key
-/// costs two round trips (acquire, complete) and a replay one. Time is the database server's
-/// (`statement_timestamp()`), so instances with skewed clocks agree. Fencing tokens come from a
+/// costs two round trips (acquire, complete) and a replay one. Concurrent writes share them:
+/// acquisitions, completions, renewals and releases that arrive while one of their kind is
+/// running are committed together in the next statement, one round trip and one commit for the
+/// batch, each operation with its own answer ([group commit](PostgresOptions::batch_size)).
+/// Time is the database server's (`statement_timestamp()`), so instances with skewed clocks agree. Fencing tokens come from a
 /// sequence. Completing, releasing or forgetting a record that a request found in flight notifies
 /// the other instances through `LISTEN`/`NOTIFY` ([`Store::changed`]).
 ///
@@ -77,10 +79,31 @@ pub struct PostgresStore {
 
 struct Inner {
     pool: PgPool,
-    connections: Connections,
-    sql: Sql,
-    clock: Option<ManualClock>,
+    shared: Arc<Shared>,
     changes: Changes,
+    acquisitions: Queue<Acquire>,
+    completions: Queue<Complete>,
+    renewals: Queue<Renew>,
+    releases: Queue<Release>,
+}
+
+/// What the store's operations and its batches' tasks share.
+pub(crate) struct Shared {
+    connections: Connections,
+    pub(crate) sql: Sql,
+    clock: Option<ManualClock>,
+}
+
+impl Shared {
+    /// A connection for one of the store's own operations (see [`Connections`]).
+    pub(crate) async fn connection(&self) -> Result<Checkout, StoreError> {
+        self.connections.get(&self.sql.table).await
+    }
+
+    /// `$1` of every statement.
+    pub(crate) fn now(&self) -> Option<i64> {
+        sql_now(self.clock.as_ref().map(Clock::now))
+    }
 }
 
 impl PostgresStore {
@@ -111,6 +134,13 @@ impl PostgresStore {
     /// options and the [statement timeout](PostgresOptions::statement_timeout): a sqlx pool
     /// pings every connection it takes back, a round trip per operation.
     /// `pool` serves the purger, readiness checks and your transactions.
+    ///
+    /// Starts the tasks that run the store's batches of writes (one per kind of write), which
+    /// end when the last clone of the store is dropped.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime.
     pub async fn open(pool: PgPool, options: PostgresOptions) -> Result<Self, Error> {
         let sql = Sql::new(&options.schema, &options.table);
         schema::verify(&pool, &sql, &sql.migrator(), options.url()).await?;
@@ -121,12 +151,25 @@ impl PostgresStore {
             usize::try_from(options.pool_size).unwrap_or(usize::MAX),
             options.pool_timeout,
         );
+        let shared = Arc::new(Shared {
+            connections,
+            sql,
+            clock: options.test_clock,
+        });
+        let limits = Limits {
+            batch_size: options.batch_size,
+            in_flight: options.batches_in_flight,
+            capacity: options.queue_size,
+            wait: options.pool_timeout,
+        };
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,
-                connections,
-                sql,
-                clock: options.test_clock,
+                acquisitions: Queue::spawn(Arc::clone(&shared), limits),
+                completions: Queue::spawn(Arc::clone(&shared), limits),
+                renewals: Queue::spawn(Arc::clone(&shared), limits),
+                releases: Queue::spawn(Arc::clone(&shared), limits),
+                shared,
                 changes,
             }),
         })
@@ -153,21 +196,24 @@ impl PostgresStore {
     /// SHA-256, sent when a record that a request found in flight is completed, released or
     /// forgotten.
     pub fn channel(&self) -> &str {
-        &self.inner.sql.channel
+        &self.inner.shared.sql.channel
     }
 
     /// The SQL the store runs for `statement`, with its schema and table filled in: for `EXPLAIN`,
     /// a load test, or a review. `$1` is always the test clock's "now" in milliseconds, `NULL`
-    /// in production (see [`PostgresOptions::test_clock`]).
+    /// in production (see [`PostgresOptions::test_clock`]). The writes ([`Statement::Acquire`],
+    /// [`Complete`](Statement::Complete), [`Renew`](Statement::Renew),
+    /// [`Release`](Statement::Release)) take a batch: each of their other parameters is an array
+    /// with one element per operation.
     pub fn sql(&self, statement: Statement) -> &str {
-        self.inner.sql.text(statement)
+        self.inner.shared.sql.text(statement)
     }
 
     /// Closes the pool once running operations finish, and the listener's connection; every
     /// clone is closed too: later calls fail with [`StoreError::Unavailable`].
     pub async fn close(&self) {
         self.inner.changes.close().await;
-        self.inner.connections.close();
+        self.inner.shared.connections.close();
         self.inner.pool.close().await;
     }
 
@@ -200,21 +246,18 @@ impl PostgresStore {
         fingerprint: &Fingerprint,
         terms: Terms,
     ) -> Result<Acquisition, StoreError> {
-        for _ in 0..ACQUIRE_ATTEMPTS {
-            let row = self
-                .at(Statement::Acquire, address)
-                .bind(fingerprint.as_bytes().as_slice())
-                .bind(sql_millis(terms.lease))
-                .bind(sql_millis(terms.ttl))
-                .fetch_one(&mut *connection)
-                .await
-                .map_err(|e| self.error(e))?;
-            match self.columns(&row).acquisition()? {
-                AcquireRow::Decided(acquisition) => return Ok(acquisition),
-                AcquireRow::Raced => continue,
+        let op = AcquireOp {
+            target: Target::new(address),
+            fingerprint: *fingerprint,
+            terms,
+        };
+        for _ in 0..ATTEMPTS {
+            match self.alone::<Acquire>(connection, &op).await? {
+                Step::Done(acquisition) => return acquisition,
+                Step::Again => continue,
             }
         }
-        Err(StoreError::unavailable(Error::Contended(ACQUIRE_ATTEMPTS)))
+        Err(StoreError::unavailable(Error::Contended(ATTEMPTS)))
     }
 
     /// [`Store::complete`] on `connection`, inside the caller's transaction if one is open on it
@@ -233,23 +276,28 @@ impl PostgresStore {
         outcome: &Outcome,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        let done = self
-            .holder_write(Statement::Complete, address, token)
-            .bind(outcome.encode())
-            .bind(sql_millis(ttl))
-            .execute(connection)
+        let op = CompleteOp::new(address, token, outcome, ttl);
+        match self.alone::<Complete>(connection, &op).await? {
+            Step::Done(done) => done,
+            Step::Again => unreachable!("a completion never races"),
+        }
+    }
+
+    /// `op` alone, as a batch of one, on `connection`.
+    async fn alone<K: Kind>(
+        &self,
+        connection: &mut PgConnection,
+        op: &K::Op,
+    ) -> Result<Step<K::Output>, StoreError> {
+        let mut steps = K::run(&self.inner.shared, connection, &[op])
             .await
             .map_err(|e| self.error(e))?;
-        held(done.rows_affected())
+        Ok(steps.pop().expect("one step per operation"))
     }
 
     /// A connection for one of the store's own operations (see [`Connections`]).
     async fn connection(&self) -> Result<Checkout, StoreError> {
-        self.inner.connections.get(&self.inner.sql.table).await
-    }
-
-    fn now(&self) -> Option<i64> {
-        sql_now(self.inner.clock.as_ref().map(Clock::now))
+        self.inner.shared.connection().await
     }
 
     /// `statement` with the binds every statement on one record starts with: now, the address.
@@ -258,46 +306,28 @@ impl PostgresStore {
         statement: Statement,
         address: &'q Address,
     ) -> Query<'q, Postgres, PgArguments> {
-        sqlx::query(query_text(self.inner.sql.text(statement)))
-            .bind(self.now())
+        sqlx::query(query_text(self.inner.shared.sql.text(statement)))
+            .bind(self.inner.shared.now())
             .bind(address.scope.as_bytes().as_slice())
             .bind(key_digest(&address.key))
-    }
-
-    /// `statement` as the holder of `token` runs it.
-    fn holder_write<'q>(
-        &self,
-        statement: Statement,
-        address: &'q Address,
-        token: FencingToken,
-    ) -> Query<'q, Postgres, PgArguments> {
-        self.at(statement, address).bind(sql_token(token))
     }
 
     fn columns<'r>(&'r self, row: &'r PgRow) -> Columns<'r> {
         Columns {
             row,
-            table: &self.inner.sql.table,
+            table: &self.inner.shared.sql.table,
         }
     }
 
     fn error(&self, error: sqlx::Error) -> StoreError {
-        store_error(error, &self.inner.sql.table)
-    }
-}
-
-/// A holder-only write changed its row, or the token does not hold the key.
-fn held(rows: u64) -> Result<(), StoreError> {
-    match rows {
-        0 => Err(StoreError::LeaseLost),
-        _ => Ok(()),
+        store_error(error, &self.inner.shared.sql.table)
     }
 }
 
 impl fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresStore")
-            .field("table", &self.inner.sql.table)
+            .field("table", &self.inner.shared.sql.table)
             .field("pool", &self.inner.pool)
             .finish_non_exhaustive()
     }
@@ -310,11 +340,12 @@ impl Store for PostgresStore {
         fingerprint: &Fingerprint,
         terms: Terms,
     ) -> Result<Acquisition, StoreError> {
-        let mut connection = self.connection().await?;
-        let acquired = self
-            .acquire_in(&mut connection, address, fingerprint, terms)
-            .await;
-        connection.keep(acquired)
+        let op = AcquireOp {
+            target: Target::new(address),
+            fingerprint: *fingerprint,
+            terms,
+        };
+        self.inner.acquisitions.call(op).await
     }
 
     async fn complete(
@@ -324,22 +355,16 @@ impl Store for PostgresStore {
         outcome: &Outcome,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        let mut connection = self.connection().await?;
-        let completed = self
-            .complete_in(&mut connection, address, token, outcome, ttl)
-            .await;
-        connection.keep(completed)
+        let op = CompleteOp::new(address, token, outcome, ttl);
+        self.inner.completions.call(op).await
     }
 
     async fn release(&self, address: &Address, token: FencingToken) -> Result<(), StoreError> {
-        let mut connection = self.connection().await?;
-        let released = self
-            .holder_write(Statement::Release, address, token)
-            .execute(&mut *connection)
-            .await
-            .map_err(|e| self.error(e))
-            .and_then(|done| held(done.rows_affected()));
-        connection.keep(released)
+        let op = ReleaseOp {
+            target: Target::new(address),
+            token,
+        };
+        self.inner.releases.call(op).await
     }
 
     async fn renew(
@@ -348,16 +373,12 @@ impl Store for PostgresStore {
         token: FencingToken,
         lease: Duration,
     ) -> Result<Timestamp, StoreError> {
-        let mut connection = self.connection().await?;
-        let until: Result<Option<i64>, StoreError> = self
-            .holder_write(Statement::Renew, address, token)
-            .bind(sql_millis(lease))
-            .try_map(|row: PgRow| row.try_get("lease_until"))
-            .fetch_optional(&mut *connection)
-            .await
-            .map_err(|e| self.error(e));
-        let until = connection.keep(until)?.ok_or(StoreError::LeaseLost)?;
-        Ok(Timestamp::from_millis(u64::try_from(until).unwrap_or(0)))
+        let op = RenewOp {
+            target: Target::new(address),
+            token,
+            lease,
+        };
+        self.inner.renewals.call(op).await
     }
 
     async fn get(&self, address: &Address) -> Result<Option<Record>, StoreError> {
@@ -386,12 +407,14 @@ impl Store for PostgresStore {
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
-        let done = sqlx::query(query_text(self.inner.sql.text(Statement::PurgeExpired)))
-            .bind(self.now())
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .execute(&self.inner.pool)
-            .await
-            .map_err(|e| self.error(e))?;
+        let done = sqlx::query(query_text(
+            self.inner.shared.sql.text(Statement::PurgeExpired),
+        ))
+        .bind(self.inner.shared.now())
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .execute(&self.inner.pool)
+        .await
+        .map_err(|e| self.error(e))?;
         Ok(usize::try_from(done.rows_affected()).expect("at most `limit` rows"))
     }
 

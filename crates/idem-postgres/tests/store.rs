@@ -7,12 +7,11 @@
 mod common;
 
 use std::{
-    net::SocketAddr,
     pin::pin,
     str::FromStr,
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicUsize, Ordering},
+        atomic::{AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -25,13 +24,9 @@ use idem_core::{
 use idem_postgres::{PostgresOptions, PostgresStore};
 use idem_test_support::require;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::{TcpListener, TcpStream},
-    time::timeout,
-};
+use tokio::{net::TcpListener, time::timeout};
 
-use common::{TERMS, TestSchema, acquired, address, fingerprint};
+use common::{TERMS, TestSchema, acquired, address, fingerprint, round_trips::RoundTripCounter};
 
 /// Long enough for anything that should happen to happen on a loaded machine; reaching it means
 /// the behaviour is missing, not slow.
@@ -354,79 +349,6 @@ async fn a_waiting_engine_on_another_instance_replays_the_first_ones_response() 
         other => panic!("expected a replay, got {other:?}"),
     }
     assert_eq!(executions.load(Ordering::SeqCst), 1);
-}
-
-/// A TCP proxy in front of the server that counts round trips: every burst of bytes the client
-/// sends after the server last spoke. A burst that is a lone `Sync` message is sqlx's pool
-/// testing a connection it takes back, counted apart.
-#[derive(Clone)]
-struct RoundTripCounter {
-    address: SocketAddr,
-    statements: Arc<AtomicUsize>,
-    pings: Arc<AtomicUsize>,
-}
-
-/// The protocol's `Sync` message: what `PgConnection::ping` sends.
-const SYNC: &[u8] = b"S\0\0\0\x04";
-
-impl RoundTripCounter {
-    async fn start(upstream: SocketAddr) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let counter = Self {
-            address: listener.local_addr().unwrap(),
-            statements: Arc::default(),
-            pings: Arc::default(),
-        };
-        tokio::spawn({
-            let counter = counter.clone();
-            async move {
-                loop {
-                    let (client, _) = listener.accept().await.unwrap();
-                    let server = TcpStream::connect(upstream).await.unwrap();
-                    tokio::spawn(counter.clone().relay(client, server));
-                }
-            }
-        });
-        counter
-    }
-
-    async fn relay(self, client: TcpStream, server: TcpStream) {
-        let server_spoke = Arc::new(AtomicBool::new(true));
-        let (mut client_read, mut client_write) = client.into_split();
-        let (mut server_read, mut server_write) = server.into_split();
-        let upstream = {
-            let server_spoke = server_spoke.clone();
-            async move {
-                let mut buffer = vec![0; 64 * 1024];
-                loop {
-                    let n = client_read.read(&mut buffer).await?;
-                    if n == 0 {
-                        return std::io::Result::Ok(());
-                    }
-                    if server_spoke.swap(false, Ordering::SeqCst) {
-                        let counter = match &buffer[..n] {
-                            SYNC => &self.pings,
-                            _ => &self.statements,
-                        };
-                        counter.fetch_add(1, Ordering::SeqCst);
-                    }
-                    server_write.write_all(&buffer[..n]).await?;
-                }
-            }
-        };
-        let downstream = async move {
-            let mut buffer = vec![0; 64 * 1024];
-            loop {
-                let n = server_read.read(&mut buffer).await?;
-                if n == 0 {
-                    return std::io::Result::Ok(());
-                }
-                server_spoke.store(true, Ordering::SeqCst);
-                client_write.write_all(&buffer[..n]).await?;
-            }
-        };
-        let _ = tokio::try_join!(upstream, downstream);
-    }
 }
 
 /// The round trips: one per operation, so two for a new key (acquire, complete) and one for a

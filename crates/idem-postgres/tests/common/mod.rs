@@ -3,6 +3,8 @@
 
 #![allow(dead_code, unreachable_pub)] // each test file uses a part
 
+pub mod round_trips;
+
 use std::time::Duration;
 
 use idem_core::{Acquisition, Address, Fingerprint, Lease, ManualClock, Store, Terms};

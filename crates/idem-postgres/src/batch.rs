@@ -1,0 +1,486 @@
+//! Group commit: the store's writes, coalesced into one statement per batch.
+//!
+//! Each kind of write ([`Kind`]: acquire, complete, renew, release) has a [`Queue`] and a task
+//! that serves it. The task takes the oldest waiting operation, adds what else is already waiting,
+//! up to the batch size, runs the batch as one statement over arrays (`sql/*.sql`, `unnest`) in
+//! its own transaction, and answers each caller once that statement has returned, so after the
+//! commit: nothing is acknowledged before it is durable. Up to `in_flight` batches run at once;
+//! the operations that arrive meanwhile form the next one. An operation that finds room runs at
+//! once, alone: batches only grow when operations arrive faster than the database commits them.
+//!
+//! Operations on one address run in the order they were queued: one on an address that a running
+//! batch holds waits for it, and so do the newer ones behind a waiting one. A batch holds at most
+//! one completion, renewal or release per address, so that a statement never changes a row twice;
+//! it may hold several acquisitions of one address ([`Kind::REPEATS`]), of which only the first
+//! writes (see `sql/acquire.sql`). An acquisition that lost a race runs again in the next batch,
+//! before anything newer on its address.
+//!
+//! Each operation gets its own answer: a lost lease or a record that cannot be read is that
+//! operation's alone. When the server rejects a whole batch for something one operation may have
+//! caused (a data exception, a deadlock with another batch, as the row locks of two batches may be
+//! taken in different orders), it rolled all of it back, and each operation runs again on its own.
+//! Any other failure of the statement (a connection lost, a statement timeout) is every
+//! operation's: each caller gets it, and none of the operations was acknowledged.
+
+use std::{
+    collections::{HashMap, HashSet, VecDeque},
+    future::Future,
+    sync::Arc,
+    time::Duration,
+};
+
+use futures_util::{StreamExt, stream::FuturesUnordered};
+use idem_core::{Address, StoreError};
+use idem_sql::Failure;
+use sqlx::PgConnection;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::{
+    Error,
+    error::{fan_out, store_error},
+    store::Shared,
+};
+
+/// How many times an acquisition runs again after losing a race to a concurrent writer of the
+/// same key. Each loss means another writer committed a change to that record in between, so this
+/// is only reached under pathological contention.
+pub(crate) const ATTEMPTS: u32 = 8;
+
+/// What one operation's statement decided.
+#[derive(Debug)]
+pub(crate) enum Step<T> {
+    /// Its answer.
+    Done(Result<T, StoreError>),
+    /// It lost a race with a concurrent writer: run it again.
+    Again,
+}
+
+/// A kind of write that runs in batches.
+pub(crate) trait Kind: Send + Sync + 'static {
+    /// One operation's arguments.
+    type Op: Send + Sync + 'static;
+    /// One operation's answer.
+    type Output: Send + 'static;
+    /// Whether one batch may hold several operations on one address, in the order they were
+    /// queued: the statement lets the first one write, and answers the others as it would have
+    /// without that write, or has them run again.
+    const REPEATS: bool;
+
+    /// The record the operation is about.
+    fn address(op: &Self::Op) -> &Address;
+
+    /// Runs `ops` (at distinct addresses, unless [`REPEATS`](Self::REPEATS)) as one statement on
+    /// `connection`: their steps, in order. An error is the whole statement's.
+    fn run<'a>(
+        shared: &'a Shared,
+        connection: &'a mut PgConnection,
+        ops: &'a [&'a Self::Op],
+    ) -> impl Future<Output = Result<Vec<Step<Self::Output>>, sqlx::Error>> + Send + 'a;
+}
+
+/// How a [`Queue`] batches.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// Operations in one batch at most.
+    pub(crate) batch_size: usize,
+    /// Batches running at once at most.
+    pub(crate) in_flight: usize,
+    /// Operations waiting in the queue at most.
+    pub(crate) capacity: usize,
+    /// How long a caller waits for room in a full queue.
+    pub(crate) wait: Duration,
+}
+
+/// One caller's operation, waiting for its batch.
+struct Request<K: Kind> {
+    op: K::Op,
+    /// The races it lost so far.
+    raced: u32,
+    reply: oneshot::Sender<Result<K::Output, StoreError>>,
+}
+
+/// The queue of one kind of write, and the task that runs it in batches.
+pub(crate) struct Queue<K: Kind> {
+    sender: mpsc::Sender<Request<K>>,
+    capacity: usize,
+    wait: Duration,
+}
+
+impl<K: Kind> Queue<K> {
+    /// Starts the task: up to `in_flight` batches at a time of at most `batch_size` operations,
+    /// taken from a queue of at most `capacity` operations, in which a caller waits at most `wait`
+    /// for room. The task ends once the queue is dropped and emptied.
+    pub(crate) fn spawn(shared: Arc<Shared>, limits: Limits) -> Self {
+        let Limits {
+            batch_size,
+            in_flight,
+            capacity,
+            wait,
+        } = limits;
+        let (sender, receiver) = mpsc::channel(capacity);
+        tokio::spawn(serve::<K>(shared, receiver, batch_size, in_flight));
+        Self {
+            sender,
+            capacity,
+            wait,
+        }
+    }
+
+    /// Runs `op` in the next batch that can take it, and returns its answer once that batch
+    /// committed.
+    pub(crate) async fn call(&self, op: K::Op) -> Result<K::Output, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let request = Request {
+            op,
+            raced: 0,
+            reply,
+        };
+        match self.sender.try_send(request) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                return Err(StoreError::unavailable(Error::Stopped));
+            }
+            Err(mpsc::error::TrySendError::Full(request)) => {
+                match tokio::time::timeout(self.wait, self.sender.send(request)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return Err(StoreError::unavailable(Error::Stopped)),
+                    Err(_) => {
+                        return Err(StoreError::unavailable(Error::QueueFull {
+                            capacity: self.capacity,
+                            waited: self.wait,
+                        }));
+                    }
+                }
+            }
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| Err(StoreError::unavailable(Error::Stopped)))
+    }
+}
+
+/// The task: up to `in_flight` batches at a time, until the queue is dropped and empty.
+async fn serve<K: Kind>(
+    shared: Arc<Shared>,
+    mut receiver: mpsc::Receiver<Request<K>>,
+    batch_size: usize,
+    in_flight: usize,
+) {
+    let mut pending = VecDeque::new();
+    let mut running = FuturesUnordered::new();
+    // The addresses of the running batches: their next operations wait for them.
+    let mut busy: HashSet<Address> = HashSet::new();
+    let mut open = true;
+    loop {
+        while running.len() < in_flight {
+            let shape = Shape {
+                batch_size,
+                repeats: K::REPEATS,
+                busy: &busy,
+            };
+            let (batch, waiting) = form(
+                std::mem::take(&mut pending),
+                || receiver.try_recv().ok(),
+                shape,
+                |request: &Request<K>| K::address(&request.op),
+                |request| request.reply.is_closed(),
+            );
+            pending = waiting;
+            if batch.is_empty() {
+                break;
+            }
+            busy.extend(batch.iter().map(|request| K::address(&request.op).clone()));
+            running.push(run(&shared, batch));
+        }
+        if !open && running.is_empty() && pending.is_empty() {
+            return;
+        }
+        tokio::select! {
+            Some((done, again)) = running.next(), if !running.is_empty() => {
+                for address in &done {
+                    busy.remove(address);
+                }
+                // Lost races run again first, before anything newer on their addresses.
+                for request in again.into_iter().rev() {
+                    pending.push_front(request);
+                }
+            }
+            // Writes that wait for a running batch's addresses are held to one batch's worth.
+            request = receiver.recv(), if open && running.len() < in_flight && pending.len() < batch_size => match request {
+                Some(request) => pending.push_back(request),
+                None => open = false,
+            },
+        }
+    }
+}
+
+/// What a batch may hold, for [`form`].
+#[derive(Clone, Copy)]
+struct Shape<'a> {
+    batch_size: usize,
+    /// Several items at one address: [`Kind::REPEATS`].
+    repeats: bool,
+    /// The addresses of the running batches.
+    busy: &'a HashSet<Address>,
+}
+
+/// Splits `pending` (oldest first), then what `more` yields while there is room, into the next
+/// batch and what waits for a later one (oldest first again); together at most `batch_size` when
+/// `pending` was. An item goes into the batch unless the batch is full, its address is `busy` (in
+/// a running batch), an older item at its address waits, or (unless it `repeats`) one is in the
+/// batch: so items at one address keep their order. Items whose caller is `gone` are dropped.
+fn form<T>(
+    pending: VecDeque<T>,
+    mut more: impl FnMut() -> Option<T>,
+    limits: Shape<'_>,
+    address: impl Fn(&T) -> &Address,
+    gone: impl Fn(&T) -> bool,
+) -> (Vec<T>, VecDeque<T>) {
+    let Shape {
+        batch_size,
+        repeats,
+        busy,
+    } = limits;
+    let mut batch = Vec::new();
+    let mut waiting = VecDeque::new();
+    // Whether an address's items go into this batch (`true`) or wait (`false`) from now on.
+    let mut seen: HashMap<Address, bool> = HashMap::new();
+    let mut place = |item: T, batch: &mut Vec<T>, waiting: &mut VecDeque<T>| {
+        if gone(&item) {
+            return;
+        }
+        let at = address(&item);
+        let joins = match seen.get(at) {
+            None => !busy.contains(at),
+            Some(&in_batch) => in_batch && repeats,
+        };
+        let joins = joins && batch.len() < batch_size;
+        seen.insert(address(&item).clone(), joins);
+        if joins {
+            batch.push(item);
+        } else {
+            waiting.push_back(item);
+        }
+    };
+    for item in pending {
+        place(item, &mut batch, &mut waiting);
+    }
+    while batch.len() < batch_size && batch.len() + waiting.len() < batch_size {
+        let Some(item) = more() else { break };
+        place(item, &mut batch, &mut waiting);
+    }
+    (batch, waiting)
+}
+
+/// Runs `batch` and answers its callers; returns the batch's addresses, and the requests that lost
+/// a race and run again.
+async fn run<K: Kind>(
+    shared: &Shared,
+    mut batch: Vec<Request<K>>,
+) -> (Vec<Address>, Vec<Request<K>>) {
+    // One order of row locks for every batch (see `sql/acquire.sql`); stable, so operations on one
+    // address stay in the order they were queued.
+    batch.sort_by(|a, b| K::address(&a.op).cmp(K::address(&b.op)));
+    let steps = match attempt::<K>(shared, &batch).await {
+        Ok(steps) => steps,
+        Err(failed) if failed.one_at_fault && batch.len() > 1 => {
+            tracing::debug!(size = batch.len(), error = %failed.error, "a batch failed: running its operations one by one");
+            let mut steps = Vec::with_capacity(batch.len());
+            for request in &batch {
+                steps.push(
+                    match attempt::<K>(shared, std::slice::from_ref(request)).await {
+                        Ok(mut one) => one.pop().expect("one step per operation"),
+                        Err(failed) => Step::Done(Err(failed.error)),
+                    },
+                );
+            }
+            steps
+        }
+        Err(failed) => fan_out(failed.error, batch.len())
+            .into_iter()
+            .map(|error| Step::Done(Err(error)))
+            .collect(),
+    };
+    let addresses = batch
+        .iter()
+        .map(|request| K::address(&request.op).clone())
+        .collect();
+    let mut again = Vec::new();
+    for (mut request, step) in batch.into_iter().zip(steps) {
+        let answer = match step {
+            Step::Done(answer) => answer,
+            Step::Again if request.raced + 1 < ATTEMPTS => {
+                request.raced += 1;
+                again.push(request);
+                continue;
+            }
+            Step::Again => Err(StoreError::unavailable(Error::Contended(ATTEMPTS))),
+        };
+        // A caller that went away does not need its answer.
+        let _ = request.reply.send(answer);
+    }
+    (addresses, again)
+}
+
+/// A batch's statement that failed as a whole.
+struct Failed {
+    error: StoreError,
+    /// The server rolled the statement back for something one operation may have caused.
+    one_at_fault: bool,
+}
+
+/// One statement for `batch`, on a connection of the store's.
+async fn attempt<K: Kind>(
+    shared: &Shared,
+    batch: &[Request<K>],
+) -> Result<Vec<Step<K::Output>>, Failed> {
+    let mut connection = shared.connection().await.map_err(|error| Failed {
+        error,
+        one_at_fault: false,
+    })?;
+    let ops: Vec<&K::Op> = batch.iter().map(|request| &request.op).collect();
+    match K::run(shared, &mut connection, &ops).await {
+        Ok(steps) => {
+            debug_assert_eq!(steps.len(), ops.len());
+            connection.keep(Ok(()))?;
+            Ok(steps)
+        }
+        // The connection is closed: it may hold a half-read answer.
+        Err(error) => Err(Failed {
+            // Only an error the server reported for the statement is known to have rolled it
+            // back, and only these can be one operation's doing.
+            one_at_fault: matches!(error, sqlx::Error::Database(_))
+                && matches!(Failure::of(&error), Failure::Conflict | Failure::Corrupted),
+            error: store_error(error, &shared.sql.table),
+        }),
+    }
+}
+
+impl From<StoreError> for Failed {
+    fn from(error: StoreError) -> Self {
+        Self {
+            error,
+            one_at_fault: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn address(key: &str) -> Address {
+        Address::anonymous(key.parse().unwrap())
+    }
+
+    /// Items are (address, position in the queue).
+    fn split(
+        pending: &[(&str, usize)],
+        queued: &[(&str, usize)],
+        batch_size: usize,
+    ) -> (Vec<usize>, Vec<usize>, usize) {
+        split_around(&[], false, pending, queued, batch_size)
+    }
+
+    /// [`split`] while batches at the `busy` addresses run.
+    fn split_around(
+        busy: &[&str],
+        repeats: bool,
+        pending: &[(&str, usize)],
+        queued: &[(&str, usize)],
+        batch_size: usize,
+    ) -> (Vec<usize>, Vec<usize>, usize) {
+        let pending = pending.iter().map(|&(k, n)| (address(k), n)).collect();
+        let mut queued = queued
+            .iter()
+            .map(|&(k, n)| (address(k), n))
+            .collect::<VecDeque<_>>();
+        let busy = busy.iter().map(|k| address(k)).collect();
+        let shape = Shape {
+            batch_size,
+            repeats,
+            busy: &busy,
+        };
+        let (batch, waiting) = form(
+            pending,
+            || queued.pop_front(),
+            shape,
+            |(a, _)| a,
+            |(_, n)| *n == 99,
+        );
+        (
+            batch.into_iter().map(|(_, n)| n).collect(),
+            waiting.into_iter().map(|(_, n)| n).collect(),
+            queued.len(),
+        )
+    }
+
+    #[test]
+    fn a_batch_takes_one_operation_per_address_and_the_rest_waits_in_order() {
+        let queued = [("a", 0), ("b", 1), ("a", 2), ("c", 3), ("a", 4), ("b", 5)];
+        assert_eq!(split(&[], &queued, 64), (vec![0, 1, 3], vec![2, 4, 5], 0));
+        // The next batch starts with what waited: the second "a" and "b", not the third "a".
+        let waiting = [("a", 2), ("a", 4), ("b", 5)];
+        assert_eq!(
+            split(&waiting, &[("d", 6)], 64),
+            (vec![2, 5, 6], vec![4], 0)
+        );
+    }
+
+    #[test]
+    fn an_item_behind_a_waiting_one_at_its_address_waits_too() {
+        // The batch is full when the second "b" comes: it waits, and so must the third one, even
+        // though the batch has no "b".
+        let pending = [("a", 0), ("b", 1), ("b", 2), ("c", 3)];
+        assert_eq!(split(&pending, &[], 1), (vec![0], vec![1, 2, 3], 0));
+        let pending = [("b", 1), ("b", 2), ("c", 3)];
+        assert_eq!(split(&pending, &[], 2), (vec![1, 3], vec![2], 0));
+    }
+
+    #[test]
+    fn the_batch_and_what_waits_stay_within_the_batch_size() {
+        let queued: Vec<_> = (0..10).map(|n| ("hot", n)).collect();
+        // One "hot" per batch; at most four items taken off the queue in all.
+        assert_eq!(split(&[], &queued, 4), (vec![0], vec![1, 2, 3], 6));
+        let distinct = [("a", 0), ("b", 1), ("c", 2), ("d", 3), ("e", 4)];
+        assert_eq!(split(&[], &distinct, 4), (vec![0, 1, 2, 3], vec![], 1));
+    }
+
+    #[test]
+    fn operations_at_the_address_of_a_running_batch_wait_for_it() {
+        let queued = [("a", 0), ("b", 1), ("a", 2), ("c", 3)];
+        assert_eq!(
+            split_around(&["a"], false, &[], &queued, 64),
+            (vec![1, 3], vec![0, 2], 0)
+        );
+    }
+
+    #[test]
+    fn a_kind_that_repeats_takes_several_operations_per_address_in_order() {
+        let queued = [("a", 0), ("b", 1), ("a", 2), ("c", 3), ("a", 4)];
+        assert_eq!(
+            split_around(&[], true, &[], &queued, 64),
+            (vec![0, 1, 2, 3, 4], vec![], 0)
+        );
+        // Once one "a" waits (the batch is full, or "a" is running), the later ones wait too.
+        assert_eq!(
+            split_around(&[], true, &[], &queued, 2),
+            (vec![0, 1], vec![], 3)
+        );
+        let pending = [("a", 0), ("b", 1), ("a", 2)];
+        assert_eq!(
+            split_around(&[], true, &pending, &[("a", 3)], 2),
+            (vec![0, 1], vec![2], 1)
+        );
+        assert_eq!(
+            split_around(&["a"], true, &[], &queued, 64),
+            (vec![1, 3], vec![0, 2, 4], 0)
+        );
+    }
+
+    #[test]
+    fn operations_whose_caller_went_away_are_dropped() {
+        let queued = [("a", 99), ("a", 1), ("b", 99)];
+        assert_eq!(split(&[], &queued, 64), (vec![1], vec![], 0));
+    }
+}
