@@ -38,7 +38,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::{
     Error,
     error::{fan_out, store_error},
-    store::Shared,
+    shared::Shared,
 };
 
 /// How many times an acquisition runs again after losing a race to a concurrent writer of the

@@ -58,6 +58,7 @@ mod key_digest;
 mod options;
 mod row;
 mod schema;
+mod shared;
 mod sql;
 mod store;
 mod url;

@@ -3,8 +3,8 @@
 use std::{fmt, future::Future, sync::Arc, time::Duration};
 
 use idem_core::{
-    Acquisition, Address, Clock, FencingToken, Fingerprint, ManualClock, Outcome, Record, Store,
-    StoreError, Terms, Timestamp,
+    Acquisition, Address, FencingToken, Fingerprint, Outcome, Record, Store, StoreError, Terms,
+    Timestamp,
 };
 use idem_sql::{PurgeLoop, query_text};
 use sqlx::{
@@ -20,8 +20,9 @@ use crate::{
     connections::{Checkout, Connections},
     error::store_error,
     key_digest::key_digest,
-    row::{Columns, sql_now},
+    row::Columns,
     schema,
+    shared::Shared,
     sql::Sql,
     writes::{
         Acquire, AcquireOp, Complete, CompleteOp, Release, ReleaseOp, Renew, RenewOp, Target,
@@ -85,25 +86,6 @@ struct Inner {
     completions: Queue<Complete>,
     renewals: Queue<Renew>,
     releases: Queue<Release>,
-}
-
-/// What the store's operations and its batches' tasks share.
-pub(crate) struct Shared {
-    connections: Connections,
-    pub(crate) sql: Sql,
-    clock: Option<ManualClock>,
-}
-
-impl Shared {
-    /// A connection for one of the store's own operations (see [`Connections`]).
-    pub(crate) async fn connection(&self) -> Result<Checkout, StoreError> {
-        self.connections.get(&self.sql.table).await
-    }
-
-    /// `$1` of every statement.
-    pub(crate) fn now(&self) -> Option<i64> {
-        sql_now(self.clock.as_ref().map(Clock::now))
-    }
 }
 
 impl PostgresStore {

@@ -13,7 +13,7 @@ use crate::{
     batch::{Kind, Step},
     key_digest::key_digest,
     row::{AcquireRow, Columns, sql_millis, sql_token},
-    store::Shared,
+    shared::Shared,
 };
 
 /// An address as the statements take it: the scope's bytes and the key's digest.
