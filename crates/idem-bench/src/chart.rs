@@ -185,8 +185,8 @@ fn draw(
         let top = panel
             .lines
             .iter()
-            .flat_map(|(_, values)| values.iter().flatten())
-            .fold(0.0_f64, |a, &b| a.max(b));
+            .flat_map(|(_, values)| values.iter().filter_map(|v| finite(*v)))
+            .fold(0.0_f64, f64::max);
         let top = if top > 0.0 { top * 1.15 } else { 1.0 };
         let mut chart = ChartBuilder::on(area)
             .margin(12)
@@ -211,7 +211,7 @@ fn draw(
             let points: Vec<(SegmentValue<usize>, f64)> = values
                 .iter()
                 .enumerate()
-                .filter_map(|(i, v)| v.map(|v| (SegmentValue::CenterOf(i), v)))
+                .filter_map(|(i, v)| finite(*v).map(|v| (SegmentValue::CenterOf(i), v)))
                 .collect();
             chart
                 .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
@@ -234,6 +234,12 @@ fn draw(
     Ok(())
 }
 
+/// A value that can be drawn: a ratio over a point that measured nothing (0 requests/s) is
+/// infinite or NaN, and is left out.
+fn finite(value: Option<f64>) -> Option<f64> {
+    value.filter(|v| v.is_finite())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,7 +253,7 @@ mod tests {
                                 connections plain_proxy 32 rps 30000\n\
                                 connections memory_new_keys 32 rps 27000\n\
                                 keys plain_proxy 0 rps 30000\n\
-                                keys sqlite 0 rps 2000\n\
+                                keys sqlite 0 rps 0\n\
                                 keys sqlite 100000 rps 1900\n\
                                 keys sqlite 100000 bytes_per_key 400\n"
             .parse()
