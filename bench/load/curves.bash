@@ -70,11 +70,6 @@ record_run() {
   record "$1" "$2" "$3" p99_ms "$p99"
 }
 
-# last_requests: how many requests the last wrk run completed.
-last_requests() {
-  requests "$(tail -1 "$WORK/results" | cut -d' ' -f1)"
-}
-
 # fill STORE_URL KEYS FROM [FLAG...]: writes KEYS records fill-FROM… into the store.
 fill() {
   local store="$1" keys="$2" from="$3"
@@ -114,17 +109,19 @@ rss() {
 
 # keys_point STORE TARGET STORED BYTES: the gateway's new keys on the running gateway, with
 # STORED keys in the store (TARGET is the curve's point), and BYTES the store's growth since it
-# was empty (none when empty). Sets STORED to the keys stored after the run.
+# was empty (none when empty). Sets STORED to the keys stored after the run: keys are counted by
+# the gateway's completions, not by wrk, which leaves out the requests in flight when it stops.
 keys_point() {
-  local store="$1" target="$2" bytes="$4"
+  local store="$1" target="$2" bytes="$4" before
   STORED="$3"
+  before="$(store_calls complete count)"
   wrk_run "keys_${store}_$target" "$GATEWAY" unique "$CONNECTIONS"
   record_run keys "$store" "$target"
   record keys "$store" "$target" stored "$STORED"
   if [ "$STORED" -gt 0 ]; then
     record keys "$store" "$target" bytes_per_key "$(awk -v b="$bytes" -v k="$STORED" 'BEGIN { print b / k }')"
   fi
-  STORED=$((STORED + $(last_requests)))
+  STORED=$((STORED + $(store_calls complete count) - before))
 }
 
 # The memory store is in the gateway's process: filled through the gateway (64 connections, new
@@ -136,10 +133,12 @@ keys_memory() {
   base="$(rss "$GATEWAY_PID")"
   STORED=0
   for target in $CURVE_KEYS; do
-    if [ "$target" -gt "$STORED" ]; then
-      DURATION=1h wrk_run "keys_memory_fill_$target" "$GATEWAY" unique 64 0 $((target - STORED))
-      STORED=$((STORED + $(last_requests)))
-    fi
+    # In 2 s runs, each sending what is left at most (wrk runs for its whole duration even once
+    # its threads have sent their share), until the gateway has completed enough.
+    while [ "$target" -gt "$STORED" ]; do
+      DURATION=2s wrk_run "keys_memory_fill_$target" "$GATEWAY" unique 64 0 $((target - STORED))
+      STORED="$(store_calls complete count)"
+    done
     keys_point memory "$target" "$STORED" $(($(rss "$GATEWAY_PID") - base))
   done
   stop_gateway
@@ -227,12 +226,12 @@ curve_keys() {
   done
 }
 
-# purge_calls SERIES: the purge's store calls so far (their count, or the seconds they took with
-# SERIES `sum`), from the gateway's metrics.
-purge_calls() {
+# store_calls OP SERIES: the running gateway's store calls OP so far, from its metrics: their
+# count (SERIES `count`) or the seconds they took (`sum`).
+store_calls() {
   curl -s "$GATEWAY_ADMIN/metrics" |
-    awk -v series="idem_store_duration_seconds_$1" \
-      '$1 ~ "^" series "\\{" && $1 ~ /op="purge_expired"/ { total += $2 } END { print total + 0 }'
+    awk -v series="idem_store_duration_seconds_$2" -v op="op=\"$1\"" \
+      '$1 ~ "^" series "\\{" && index($1, op) { total += $2 } END { print total + 0 }'
 }
 
 # purge_point STORE STORE_URL FILL_URL: PURGE_KEYS expired keys, purged by the gateway's own
@@ -250,13 +249,13 @@ purge_point() {
     rps="$(tail -1 "$WORK/results" | cut -d' ' -f2)"
     during="$(awk -v a="$during" -v b="$rps" 'BEGIN { print a + b }')"
     windows=$((windows + 1))
-    [ "$(purge_calls count)" -ge "$calls" ] && break
+    [ "$(store_calls purge_expired count)" -ge "$calls" ] && break
     if [ "$windows" -ge 600 ]; then
       echo "the purge of $store did not finish in 600 windows" >&2
       break
     fi
   done
-  record purge "$store" "$PURGE_KEYS" duration_s "$(purge_calls sum)"
+  record purge "$store" "$PURGE_KEYS" duration_s "$(store_calls purge_expired sum)"
   record purge "$store" "$PURGE_KEYS" windows "$windows"
   record purge "$store" "$PURGE_KEYS" rps_during "$(awk -v a="$during" -v n="$windows" 'BEGIN { print a / n }')"
   wrk_run "purge_${store}_without" "$GATEWAY" unique "$CONNECTIONS"

@@ -9,11 +9,12 @@
 -- Two more, both optional (0 for the default):
 --
 --   wrk -s bench/wrk/payment.lua URL -- unique 16384          a JSON body of 16384 bytes
---   wrk -s bench/wrk/payment.lua URL -- unique 0 50000        stop each thread after 50000
+--   wrk -s bench/wrk/payment.lua URL -- unique 0 50000        each thread sends 50000 at most
 --
 -- A larger body is the payment with line items (objects with keys to sort, numbers and strings,
 -- as an API's documents have, so that the gateway's JSON fingerprint does real work) and a note
--- that pads it to the exact size.
+-- that pads it to the exact size. A thread that has sent its most stops; wrk itself still waits
+-- for its duration to end.
 --
 -- Every configuration builds its requests the same way (the id header is there in all three), so
 -- wrk spends the same CPU per request in each: on a shared machine, a cheaper static request in

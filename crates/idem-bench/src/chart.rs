@@ -37,16 +37,20 @@ const COLORS: [RGBColor; 6] = [
 /// curve measured in `results` (a curve not measured gets no chart). Returns the files written.
 pub fn write_charts(results: &Results, dir: &Path) -> Result<Vec<PathBuf>, ChartError> {
     let mut written = Vec::new();
-    let per_series = |curve: &str, series: &[&str], metric: &str, label: &dyn Fn(&str) -> String| {
-        let xs = results.xs(curve);
-        series
-            .iter()
-            .map(|s| {
-                let values = xs.iter().map(|&x| results.get(curve, s, x, metric)).collect();
-                (label(s), values)
-            })
-            .collect::<Vec<_>>()
-    };
+    let per_series =
+        |curve: &str, series: &[&str], metric: &str, label: &dyn Fn(&str) -> String| {
+            let xs = results.xs(curve);
+            series
+                .iter()
+                .map(|s| {
+                    let values = xs
+                        .iter()
+                        .map(|&x| results.get(curve, s, x, metric))
+                        .collect();
+                    (label(s), values)
+                })
+                .collect::<Vec<_>>()
+        };
     let plain = |s: &str| match s {
         "plain_proxy" => "plain proxy".to_owned(),
         _ => "memory, new keys".to_owned(),
@@ -67,7 +71,13 @@ pub fn write_charts(results: &Results, dir: &Path) -> Result<Vec<PathBuf>, Chart
                 lines: per_series("connections", &both, "p99_ms", &plain),
             },
         ];
-        draw(&path, "Throughput and p99 by connections", "connections", labels, &panels)?;
+        draw(
+            &path,
+            "Throughput and p99 by connections",
+            "connections",
+            labels,
+            &panels,
+        )?;
         written.push(path);
     }
 
@@ -92,7 +102,13 @@ pub fn write_charts(results: &Results, dir: &Path) -> Result<Vec<PathBuf>, Chart
                 lines: vec![("memory, new keys".to_owned(), ratio)],
             },
         ];
-        draw(&path, "Throughput by request body size (JSON)", "request body", labels, &panels)?;
+        draw(
+            &path,
+            "Throughput by request body size (JSON)",
+            "request body",
+            labels,
+            &panels,
+        )?;
         written.push(path);
     }
 
@@ -156,7 +172,13 @@ pub fn write_charts(results: &Results, dir: &Path) -> Result<Vec<PathBuf>, Chart
             y_label: "per new key",
             lines,
         }];
-        draw(&path, "Counted per new key, by concurrent clients", "clients", labels, &panels)?;
+        draw(
+            &path,
+            "Counted per new key, by concurrent clients",
+            "clients",
+            labels,
+            &panels,
+        )?;
         written.push(path);
     }
     Ok(written)
@@ -217,9 +239,15 @@ fn draw(
                 .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
                 .map_err(|e| failed(&e))?
                 .label(name)
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color.stroke_width(2)));
+                .legend(move |(x, y)| {
+                    PathElement::new([(x, y), (x + 18, y)], color.stroke_width(2))
+                });
             chart
-                .draw_series(points.into_iter().map(|p| Circle::new(p, 3, color.filled())))
+                .draw_series(
+                    points
+                        .into_iter()
+                        .map(|p| Circle::new(p, 3, color.filled())),
+                )
                 .map_err(|e| failed(&e))?;
         }
         chart

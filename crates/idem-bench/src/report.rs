@@ -97,7 +97,11 @@ fn keys(results: &Results, out: &mut String) {
          | vs. plain proxy |\n\
          | --- | --- | --- | --- | --- | --- | --- |\n",
     );
-    for store in results.series("keys").iter().filter(|s| *s != "plain_proxy") {
+    for store in results
+        .series("keys")
+        .iter()
+        .filter(|s| *s != "plain_proxy")
+    {
         let empty = get(store, 0, "rps");
         for &x in &xs {
             let Some(rps) = get(store, x, "rps") else {
@@ -157,8 +161,14 @@ const COUNTERS: &[(&str, &str)] = &[
     ("fsyncs", "fsync + fdatasync (strace, the gateway)"),
     ("commits", "commits (pg_stat_database xact_commit)"),
     ("scripts", "script calls (EVALSHA, EVAL, FCALL)"),
-    ("commands", "commands (INFO commandstats, scripts' own included)"),
-    ("reads", "reads by redis-server (strace): round trips"),
+    (
+        "commands",
+        "commands (INFO commandstats, scripts' own included)",
+    ),
+    (
+        "reads",
+        "read events in redis-server (INFO stats): round trips",
+    ),
 ];
 
 fn counts(results: &Results, out: &mut String) {
@@ -169,7 +179,8 @@ fn counts(results: &Results, out: &mut String) {
     heading(out, "Counted per new key", results.rounds("counts"));
     out.push_str("| store | per new key |");
     for x in &xs {
-        let _ = write!(out, " {x} clients |");
+        let clients = if *x == 1 { "client" } else { "clients" };
+        let _ = write!(out, " {x} {clients} |");
     }
     out.push_str("\n| --- | --- |");
     for _ in &xs {
@@ -178,7 +189,7 @@ fn counts(results: &Results, out: &mut String) {
     out.push('\n');
     for store in results.series("counts") {
         let metrics = results.metrics("counts", store);
-        let rows = std::iter::once(("rps", "new keys/s"))
+        let rows = std::iter::once(("rps", "(new keys/s)"))
             .chain(COUNTERS.iter().copied())
             .filter(|(metric, _)| metrics.iter().any(|m| m == metric));
         for (metric, label) in rows {
@@ -234,7 +245,7 @@ fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -245,8 +256,8 @@ fn thousands(n: u64) -> String {
 /// A key count as the curves name it: `0`, `100 k`, `10 M`, or with its digits when not round.
 pub(crate) fn count(n: u64) -> String {
     match n {
-        n if n >= 1_000_000 && n % 1_000_000 == 0 => format!("{} M", n / 1_000_000),
-        n if n >= 1_000 && n % 1_000 == 0 => format!("{} k", n / 1_000),
+        n if n >= 1_000_000 && n.is_multiple_of(1_000_000) => format!("{} M", n / 1_000_000),
+        n if n >= 1_000 && n.is_multiple_of(1_000) => format!("{} k", n / 1_000),
         n => thousands(n),
     }
 }
@@ -254,8 +265,8 @@ pub(crate) fn count(n: u64) -> String {
 /// A body size: `100 B`, `16 KiB`, `1 MiB`.
 pub(crate) fn bytes_label(n: u64) -> String {
     match n {
-        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{} MiB", n >> 20),
-        n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{} KiB", n >> 10),
+        n if n >= 1 << 20 && n.is_multiple_of(1 << 20) => format!("{} MiB", n >> 20),
+        n if n >= 1 << 10 && n.is_multiple_of(1 << 10) => format!("{} KiB", n >> 10),
         n => format!("{n} B"),
     }
 }
@@ -326,7 +337,10 @@ mod tests {
             .parse()
             .unwrap();
         let report = report(&results);
-        assert!(report.contains("| store | per new key | 1 clients | 32 clients |"), "{report}");
+        assert!(
+            report.contains("| store | per new key | 1 client | 32 clients |"),
+            "{report}"
+        );
         assert!(
             report.contains("| SQLite | fsync + fdatasync (strace, the gateway) | 2.000 | 0.250 |"),
             "{report}"

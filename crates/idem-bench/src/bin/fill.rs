@@ -22,7 +22,7 @@ use anyhow::{Context as _, bail};
 use clap::Parser;
 use futures_util::{StreamExt as _, TryStreamExt as _};
 use idem_core::{
-    Acquisition, Address, DynStore, Fingerprint, FingerprintMode, Outcome, Store as _,
+    Acquisition, Address, DynStore, Fingerprint, FingerprintMode, Outcome, Store as _, StoreError,
     StoredResponse, Terms,
 };
 use idem_gateway::{HumanDuration, StoreUrl};
@@ -110,6 +110,10 @@ async fn fill(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How often a store call that failed as unavailable is tried again, and how long apart.
+const ATTEMPTS: u32 = 20;
+const BACKOFF: Duration = Duration::from_millis(50);
+
 /// Acquires and completes `fill-N`.
 async fn put(
     store: &DynStore,
@@ -120,14 +124,34 @@ async fn put(
 ) -> anyhow::Result<()> {
     let key = format!("fill-{n:010}").parse().context("a fill key")?;
     let address = Address::anonymous(key);
-    let lease = match store.acquire(&address, fingerprint, terms).await? {
+    let acquired = retried(|| store.acquire(&address, fingerprint, terms)).await?;
+    let lease = match acquired {
         Acquisition::Acquired(lease) => lease,
         other => bail!("fill-{n:010} was already there ({other:?}): fill from another --from"),
     };
-    store
-        .complete(&address, lease.token, outcome, terms.ttl)
-        .await?;
+    retried(|| store.complete(&address, lease.token, outcome, terms.ttl)).await?;
     Ok(())
+}
+
+/// `call`, tried again while the store answers that it is unavailable (SQLite's "database is
+/// locked" when a write waited longer than its busy timeout), up to [`ATTEMPTS`] times. Both
+/// calls are safe to repeat: an acquire that failed wrote nothing, and a completion with the
+/// same token completes the same record.
+async fn retried<T, F>(mut call: impl FnMut() -> F) -> Result<T, StoreError>
+where
+    F: Future<Output = Result<T, StoreError>>,
+{
+    let mut attempt = 1;
+    loop {
+        match call().await {
+            Err(StoreError::Unavailable(error)) if attempt < ATTEMPTS => {
+                eprintln!("  store unavailable ({error}), trying again");
+                tokio::time::sleep(BACKOFF * attempt).await;
+                attempt += 1;
+            }
+            result => return result,
+        }
+    }
 }
 
 async fn report_progress(done: Arc<AtomicU64>, total: u64, started: Instant) {
