@@ -108,13 +108,16 @@ rss() {
 }
 
 # keys_point STORE TARGET STORED BYTES: the gateway's new keys on the running gateway, with
-# STORED keys in the store (TARGET is the curve's point), and BYTES the store's growth since it
+# STORED keys in the store before its warm-up (TARGET is the curve's point), and BYTES the store's growth since it
 # was empty (none when empty). Sets STORED to the keys stored after the run: keys are counted by
 # the gateway's completions, not by wrk, which leaves out the requests in flight when it stops.
 keys_point() {
   local store="$1" target="$2" bytes="$4" before
   STORED="$3"
   before="$(store_calls complete count)"
+  # A second of new keys first, so that the point measures a gateway that has opened its
+  # connections and read the store's pages in, as one that has been running has.
+  DURATION=1s wrk_run "keys_${store}_${target}_warm_up" "$GATEWAY" unique "$CONNECTIONS"
   wrk_run "keys_${store}_$target" "$GATEWAY" unique "$CONNECTIONS"
   record_run keys "$store" "$target"
   record keys "$store" "$target" stored "$STORED"

@@ -214,7 +214,8 @@ fn draw(
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(64)
-            .build_cartesian_2d((0..n).into_segmented(), 0.0..top)
+            // A segmented range is inclusive: `0..n - 1` gives one segment per point.
+            .build_cartesian_2d((0..n.saturating_sub(1)).into_segmented(), 0.0..top)
             .map_err(|e| failed(&e))?;
         chart
             .configure_mesh()
@@ -223,6 +224,13 @@ fn draw(
             .x_label_formatter(&|x| match x {
                 SegmentValue::CenterOf(i) => x_labels.get(*i).cloned().unwrap_or_default(),
                 _ => String::new(),
+            })
+            .y_label_formatter(&|y| {
+                if top > 10.0 {
+                    format!("{y:.0}")
+                } else {
+                    format!("{y:.2}")
+                }
             })
             .x_desc(x_label)
             .y_desc(panel.y_label)

@@ -57,17 +57,16 @@ fn body(results: &Results, out: &mut String) {
     let get = |series, x, metric| results.get("body", series, x, metric);
     heading(out, "Body size", results.rounds("body"));
     out.push_str(
-        "| request body | plain proxy, req/s | p99 | memory, new keys, req/s | p99 \
+        "| request body (JSON) | plain proxy, req/s | p99 | memory, new keys, req/s | p99 \
          | new keys / plain proxy |\n\
          | --- | --- | --- | --- | --- | --- |\n",
     );
     for x in xs {
         let plain = get("plain_proxy", x, "rps");
         let memory = get("memory_new_keys", x, "rps");
-        let size = get("memory_new_keys", x, "body_bytes").map_or(x, |b| b as u64);
         let _ = writeln!(
             out,
-            "| {} ({size} B of JSON) | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} |",
             bytes_label(x),
             rate(plain),
             ms(get("plain_proxy", x, "p99_ms")),
