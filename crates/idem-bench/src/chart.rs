@@ -209,7 +209,7 @@ fn draw(
             .iter()
             .flat_map(|(_, values)| values.iter().filter_map(|v| finite(*v)))
             .fold(0.0_f64, f64::max);
-        let top = if top > 0.0 { top * 1.15 } else { 1.0 };
+        let top = if top > 0.0 { top * 1.3 } else { 1.0 };
         let mut chart = ChartBuilder::on(area)
             .margin(12)
             .x_label_area_size(40)
@@ -260,7 +260,7 @@ fn draw(
         }
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
+            .position(SeriesLabelPosition::UpperRight)
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .draw()
