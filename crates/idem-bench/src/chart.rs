@@ -209,7 +209,8 @@ fn draw(
             .iter()
             .flat_map(|(_, values)| values.iter().filter_map(|v| finite(*v)))
             .fold(0.0_f64, f64::max);
-        let top = if top > 0.0 { top * 1.3 } else { 1.0 };
+        // Headroom above the highest point for the legend, in the upper right.
+        let top = if top > 0.0 { top * 1.6 } else { 1.0 };
         let mut chart = ChartBuilder::on(area)
             .margin(12)
             .x_label_area_size(40)
