@@ -1,0 +1,317 @@
+# `scripts/load curves`: how the gateway's cost grows with the work. Sourced by scripts/load,
+# whose helpers it uses (wrk_run, start_gateway, the scratch PostgreSQL database, the Redis
+# server of its own).
+#
+#   scripts/load curves                          # the full form
+#   SHORT=1 scripts/load curves                  # the short form: 2 s per point, 100 k keys
+#   CURVES_RUN="keys purge" scripts/load curves  # only some of the curves
+#
+# Every curve is measured in one run, next to the plain proxy of the same run:
+#
+# - connections (CURVE_CONNECTIONS, 1 32 256 1024): the plain proxy and the memory store's new
+#   keys, requests/s and p99, in CURVE_ROUNDS rounds;
+# - body size (CURVE_BODIES, 100 B to 1 MiB of JSON, fingerprinted as JSON): the same two, at
+#   CONNECTIONS, each against the plain proxy at the same size;
+# - stored keys (CURVE_KEYS, 0 to 10 M, on CURVE_STORES): the store is filled to each point, then
+#   the gateway's new keys at CONNECTIONS are measured on it; bytes per key from the gateway's
+#   resident memory (memory), the file (SQLite), pg_total_relation_size (PostgreSQL) and
+#   used_memory (Redis), each the growth since the empty store divided by the keys stored;
+# - purge (PURGE_KEYS expired keys, 1 M, on PURGE_STORES): the gateway starts on a store holding
+#   only expired keys, so that its purge loop (which runs at start, then every minute, 1,000
+#   records per store call) removes them while wrk measures new keys in 1 s windows; the purge's
+#   duration is the time its store calls took (the idem_store_duration_seconds metric), and its
+#   cost is the windows' new keys/s against the same gateway's once the purge is done.
+#
+# SQLite, PostgreSQL and Redis are filled directly by idem-bench-fill, through the store's own
+# API with 64 calls at a time (10 M keys through the gateway would take hours on SQLite); the
+# memory store lives in the gateway's process, so it is filled through the gateway by wrk.
+# Figures go to $CARGO_TARGET_DIR/load-curves.txt (one `CURVE SERIES X METRIC VALUE` line per
+# measurement), the tables to load-curves.md, the charts to CHARTS_DIR.
+
+if [ "${SHORT:-0}" != 0 ]; then
+  CURVE_ROUNDS="${CURVE_ROUNDS:-1}"
+  CURVE_KEYS="${CURVE_KEYS:-0 10000 100000}"
+  PURGE_KEYS="${PURGE_KEYS:-100000}"
+fi
+CURVE_ROUNDS="${CURVE_ROUNDS:-3}"
+CURVE_CONNECTIONS="${CURVE_CONNECTIONS:-1 32 256 1024}"
+CURVE_BODIES="${CURVE_BODIES:-100 16384 262144 1048576}"
+CURVE_KEYS="${CURVE_KEYS:-0 100000 1000000 10000000}"
+CURVE_STORES="${CURVE_STORES:-memory sqlite postgres redis}"
+PURGE_KEYS="${PURGE_KEYS:-1000000}"
+PURGE_STORES="${PURGE_STORES:-sqlite postgres}"
+CURVES_RUN="${CURVES_RUN:-connections body keys purge}"
+CHARTS_DIR="${CHARTS_DIR:-$CARGO_TARGET_DIR/load-charts}"
+CURVES="$CARGO_TARGET_DIR/load-curves.txt"
+# The gateways' logs: a store under load may log a warning per slow statement.
+GATEWAY_LOG="$CARGO_TARGET_DIR/load-gateway.log"
+: >"$GATEWAY_LOG"
+# The memory store's bounds, far above what a curve stores (its defaults, 1 M keys and 1 GiB,
+# would refuse the stored-keys curve's keys).
+MEMORY_STORE="memory://?max_keys=100000000&max_bytes=64GiB"
+FILL_CONCURRENCY="${FILL_CONCURRENCY:-64}"
+
+# in_list WORD LIST: whether WORD is one of the words of LIST.
+in_list() {
+  case " $2 " in *" $1 "*) return 0 ;; *) return 1 ;; esac
+}
+
+# record CURVE SERIES X METRIC VALUE: one measurement of the curves.
+record() {
+  echo "$*" >>"$CURVES"
+}
+
+# record_run CURVE SERIES X: the last wrk run's requests/s, p50 and p99.
+record_run() {
+  local name rps p50 p99
+  read -r name rps p50 p99 < <(tail -1 "$WORK/results")
+  record "$1" "$2" "$3" rps "$rps"
+  record "$1" "$2" "$3" p50_ms "$p50"
+  record "$1" "$2" "$3" p99_ms "$p99"
+}
+
+# fill STORE_URL KEYS FROM [FLAG...]: writes KEYS records fill-FROM… into the store.
+fill() {
+  local store="$1" keys="$2" from="$3"
+  shift 3
+  echo "-- filling $keys keys into $store" >&2
+  "$BIN/idem-bench-fill" --store "$store" --keys "$keys" --from "$from" \
+    --concurrency "$FILL_CONCURRENCY" "$@"
+}
+
+# The points of the connections and body curves, as functions without arguments for
+# in_round_order; CURVE_X is the point.
+connections_plain() { wrk_run "connections_plain_$CURVE_X" "$GATEWAY" none "$CURVE_X"; record_run connections plain_proxy "$CURVE_X"; }
+connections_memory() { wrk_run "connections_memory_$CURVE_X" "$GATEWAY" unique "$CURVE_X"; record_run connections memory_new_keys "$CURVE_X"; }
+body_plain() { wrk_run "body_plain_$CURVE_X" "$GATEWAY" none "$CONNECTIONS" "$CURVE_X"; record_run body plain_proxy "$CURVE_X"; }
+body_memory() { wrk_run "body_memory_$CURVE_X" "$GATEWAY" unique "$CONNECTIONS" "$CURVE_X"; record_run body memory_new_keys "$CURVE_X"; }
+
+# curve_of NAME POINTS: every point of curve NAME in each of CURVE_ROUNDS rounds, the plain proxy
+# and the memory store's new keys next to each other, their order alternating from point to
+# point and round to round (a fresh gateway each round, so that the keys stored stay few).
+curve_of() {
+  local name="$1" points="$2" round i=0
+  for round in $(seq "$CURVE_ROUNDS"); do
+    echo "-- $name curve, round $round of $CURVE_ROUNDS" >&2
+    start_gateway "$MEMORY_STORE"
+    for CURVE_X in $points; do
+      i=$((i + 1))
+      in_round_order "$i" "${name}_plain" "${name}_memory"
+    done
+    stop_gateway
+  done
+}
+
+# rss PID: the resident memory of process PID, in bytes.
+rss() {
+  awk '/^VmRSS:/ { print $2 * 1024 }' "/proc/$1/status"
+}
+
+# keys_point STORE TARGET STORED BYTES: the gateway's new keys on the running gateway, with
+# STORED keys in the store before its warm-up (TARGET is the curve's point), and BYTES the store's growth since it
+# was empty (none when empty). Sets STORED to the keys stored after the run: keys are counted by
+# the gateway's completions, not by wrk, which leaves out the requests in flight when it stops.
+keys_point() {
+  local store="$1" target="$2" bytes="$4" before
+  STORED="$3"
+  before="$(store_calls complete count)"
+  # A second of new keys first, so that the point measures a gateway that has opened its
+  # connections and read the store's pages in, as one that has been running has.
+  DURATION=1s wrk_run "keys_${store}_${target}_warm_up" "$GATEWAY" unique "$CONNECTIONS"
+  wrk_run "keys_${store}_$target" "$GATEWAY" unique "$CONNECTIONS"
+  record_run keys "$store" "$target"
+  record keys "$store" "$target" stored "$STORED"
+  if [ "$STORED" -gt 0 ]; then
+    record keys "$store" "$target" bytes_per_key "$(awk -v b="$bytes" -v k="$STORED" 'BEGIN { print b / k }')"
+  fi
+  STORED=$((STORED + $(store_calls complete count) - before))
+}
+
+# The memory store is in the gateway's process: filled through the gateway (64 connections, new
+# keys), its size the gateway's resident memory over what it was before the first key.
+keys_memory() {
+  local target base
+  start_gateway "$MEMORY_STORE"
+  wrk_run keys_memory_warm_up "$GATEWAY" none "$CONNECTIONS"
+  base="$(rss "$GATEWAY_PID")"
+  STORED=0
+  for target in $CURVE_KEYS; do
+    # In 2 s runs, each sending what is left at most (wrk runs for its whole duration even once
+    # its threads have sent their share), until the gateway has completed enough.
+    while [ "$target" -gt "$STORED" ]; do
+      DURATION=2s wrk_run "keys_memory_fill_$target" "$GATEWAY" unique 64 0 $((target - STORED))
+      STORED="$(store_calls complete count)"
+    done
+    keys_point memory "$target" "$STORED" $(($(rss "$GATEWAY_PID") - base))
+  done
+  stop_gateway
+}
+
+# keys_filled STORE STORE_URL FILL_URL SIZE_FUNCTION: the stored-keys curve of a store that
+# idem-bench-fill fills (FILL_URL: the same store, opened for filling), with the gateway
+# started on it for each point (so that its connections, caches and statistics start alike).
+keys_filled() {
+  local store="$1" url="$2" fill_url="$3" size="$4" target filled=0 empty
+  STORED=0
+  empty="$("$size")"
+  for target in $CURVE_KEYS; do
+    if [ "$target" -gt "$filled" ]; then
+      fill "$fill_url" $((target - filled)) "$filled"
+      STORED=$((STORED + target - filled))
+      filled="$target"
+      "settle_$store" idem_keys
+    fi
+    start_gateway "$url"
+    keys_point "$store" "$target" "$STORED" $(($("$size") - empty))
+    stop_gateway_and_settle
+  done
+}
+
+# SQLite: the database file, once its write-ahead log is checkpointed into it (the log is
+# bounded, a few MB, and would otherwise swamp the figure of a small store).
+sqlite_bytes() {
+  [ -f "$WORK/keys.db" ] || { echo 0; return; }
+  python3 - "$WORK/keys.db" <<'PY'
+import os, sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+db.close()
+print(os.path.getsize(sys.argv[1]))
+PY
+}
+# settle_STORE SCHEMA: readies a store just filled for measuring.
+settle_sqlite() { :; }
+
+# PostgreSQL: the store's tables with their indexes and TOAST, in its schema.
+postgres_bytes() {
+  psql "$PG_URL" -XtAq -c "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname = 'idem_keys' AND c.relkind = 'r'"
+}
+# After a fill, VACUUM ANALYZE leaves the table as autovacuum would, so that autovacuum's work
+# on the new rows does not fall into the measurement.
+settle_postgres() {
+  psql "$PG_URL" -Xq -c "VACUUM (ANALYZE) $1.idem_records"
+}
+
+# Redis: the server's used_memory (nothing else is stored on it).
+redis_bytes() {
+  redis_stat memory used_memory
+}
+settle_redis() { :; }
+
+curve_keys() {
+  local store
+  # The plain proxy in the same run, for the ratios against it.
+  start_gateway "$MEMORY_STORE"
+  wrk_run keys_plain "$GATEWAY" none "$CONNECTIONS"
+  record_run keys plain_proxy 0
+  stop_gateway
+  for store in $CURVE_STORES; do
+    echo "-- stored keys curve: $store" >&2
+    case "$store" in
+      memory) keys_memory ;;
+      sqlite)
+        rm -f "$WORK"/keys.db*
+        keys_filled sqlite "sqlite://$WORK/keys.db" "sqlite://$WORK/keys.db" sqlite_bytes
+        ;;
+      postgres)
+        local pg
+        pg="$(postgres_store idem_keys)"
+        # The fill's own commits need not wait for the disk: the records are the same.
+        keys_filled postgres "$pg" \
+          "$PG_URL?schema=idem_keys&pool_size=$FILL_CONCURRENCY&options[synchronous_commit]=off" \
+          postgres_bytes
+        ;;
+      redis) keys_filled redis "$REDIS_URL?prefix=idem-keys" "$REDIS_URL?prefix=idem-keys" redis_bytes ;;
+      *) echo "unknown store $store" >&2; exit 2 ;;
+    esac
+  done
+}
+
+# store_calls OP SERIES: the running gateway's store calls OP so far, from its metrics: their
+# count (SERIES `count`) or the seconds they took (`sum`).
+store_calls() {
+  curl -s "$GATEWAY_ADMIN/metrics" |
+    awk -v series="idem_store_duration_seconds_$2" -v op="op=\"$1\"" \
+      '$1 ~ "^" series "\\{" && index($1, op) { total += $2 } END { print total + 0 }'
+}
+
+# purge_point STORE STORE_URL FILL_URL: PURGE_KEYS expired keys, purged by the gateway's own
+# loop while wrk measures new keys, then the same gateway without a purge.
+purge_point() {
+  local store="$1" url="$2" fill_url="$3" windows=0 during=0 rps calls
+  fill "$fill_url" "$PURGE_KEYS" 0 --ttl 1s
+  "settle_$store" idem_purge
+  sleep 2
+  # The purge is done when a batch comes back short: PURGE_KEYS / 1000 full ones, then one more.
+  calls=$((PURGE_KEYS / 1000 + 1))
+  start_gateway "$url"
+  while :; do
+    DURATION=1s wrk_run "purge_${store}_$windows" "$GATEWAY" unique "$CONNECTIONS"
+    rps="$(tail -1 "$WORK/results" | cut -d' ' -f2)"
+    during="$(awk -v a="$during" -v b="$rps" 'BEGIN { print a + b }')"
+    windows=$((windows + 1))
+    [ "$(store_calls purge_expired count)" -ge "$calls" ] && break
+    if [ "$windows" -ge 600 ]; then
+      echo "the purge of $store did not finish in 600 windows" >&2
+      break
+    fi
+  done
+  record purge "$store" "$PURGE_KEYS" duration_s "$(store_calls purge_expired sum)"
+  record purge "$store" "$PURGE_KEYS" windows "$windows"
+  record purge "$store" "$PURGE_KEYS" rps_during "$(awk -v a="$during" -v n="$windows" 'BEGIN { print a / n }')"
+  wrk_run "purge_${store}_without" "$GATEWAY" unique "$CONNECTIONS"
+  record purge "$store" "$PURGE_KEYS" rps_without "$(tail -1 "$WORK/results" | cut -d' ' -f2)"
+  stop_gateway_and_settle
+}
+
+curve_purge() {
+  local store pg
+  for store in $PURGE_STORES; do
+    echo "-- purge: $store" >&2
+    case "$store" in
+      sqlite)
+        rm -f "$WORK"/purge.db*
+        purge_point sqlite "sqlite://$WORK/purge.db" "sqlite://$WORK/purge.db"
+        ;;
+      postgres)
+        pg="$(postgres_store idem_purge)"
+        purge_point postgres "$pg" \
+          "$PG_URL?schema=idem_purge&pool_size=$FILL_CONCURRENCY&options[synchronous_commit]=off"
+        ;;
+      *) echo "the purge is measured on sqlite and postgres, not $store" >&2; exit 2 ;;
+    esac
+  done
+}
+
+run_curves() {
+  : >"$WORK/results"
+  : >"$CURVES"
+  # The servers, when a curve that runs measures them.
+  if { in_list keys "$CURVES_RUN" && in_list postgres "$CURVE_STORES"; } ||
+    { in_list purge "$CURVES_RUN" && in_list postgres "$PURGE_STORES"; }; then
+    start_postgres_database
+  fi
+  if in_list keys "$CURVES_RUN" && in_list redis "$CURVE_STORES"; then
+    start_redis_server
+  fi
+  local curve
+  for curve in $CURVES_RUN; do
+    case "$curve" in
+      connections) curve_of connections "$CURVE_CONNECTIONS" ;;
+      body) curve_of body "$CURVE_BODIES" ;;
+      keys) curve_keys ;;
+      purge) curve_purge ;;
+      *) echo "unknown curve $curve (connections, body, keys, purge)" >&2; exit 2 ;;
+    esac
+  done
+  {
+    echo "Cost curves: \`$( [ "${SHORT:-0}" != 0 ] && echo 'SHORT=1 ')scripts/load curves\`," \
+      "$(date -u +%Y-%m-%d), $DURATION per point, wrk with 2 threads, $CONNECTIONS connections" \
+      "where the curve does not vary them."
+    echo
+    "$BIN/idem-bench-curves" "$CURVES" --charts "$CHARTS_DIR"
+  } >"$CARGO_TARGET_DIR/load-curves.md"
+  cat "$CARGO_TARGET_DIR/load-curves.md"
+}
