@@ -10,7 +10,7 @@ use std::{
 use idem_core::{Clock, SystemClock};
 use sqlx::{
     ConnectOptions, SqliteConnection, SqlitePool,
-    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
+    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions},
 };
 
 use crate::error::is_busy;
@@ -25,6 +25,16 @@ pub enum Synchronous {
     /// The log is flushed at checkpoints only: a commit survives a crash of the process, but the
     /// last ones may be lost (never corrupted) when the machine loses power. Faster.
     Normal,
+}
+
+impl Synchronous {
+    /// The value of SQLite's `synchronous` pragma, for every connection of the store.
+    pub(crate) fn as_pragma(self) -> &'static str {
+        match self {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        }
+    }
 }
 
 /// How to open a [`SqliteStore`](crate::SqliteStore): the file, the clock and SQLite's settings.
@@ -161,15 +171,11 @@ impl SqliteOptions {
     }
 
     fn connect_options(&self) -> SqliteConnectOptions {
-        let synchronous = match self.synchronous {
-            Synchronous::Full => SqliteSynchronous::Full,
-            Synchronous::Normal => SqliteSynchronous::Normal,
-        };
         SqliteConnectOptions::new()
             .filename(&self.path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(synchronous)
+            .pragma("synchronous", self.synchronous.as_pragma())
             .busy_timeout(self.busy_timeout)
     }
 

@@ -222,7 +222,7 @@ impl Store for SqliteStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         if !self.writer.is_open() {
-            return Err(StoreError::unavailable(crate::writer::Closed));
+            return Err(crate::writer::closed());
         }
         sqlx::query(include_str!("../sql/ping.sql"))
             .execute(&self.readers)

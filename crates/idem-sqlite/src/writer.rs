@@ -140,24 +140,20 @@ fn open(options: &WriterOptions<'_>) -> Result<Connection, rusqlite::Error> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let connection = Connection::open_with_flags(options.path, flags)?;
     connection.busy_timeout(options.busy_timeout)?;
-    let synchronous = match options.synchronous {
-        Synchronous::Full => "FULL",
-        Synchronous::Normal => "NORMAL",
-    };
     connection.pragma_update(None, "journal_mode", "WAL")?;
-    connection.pragma_update(None, "synchronous", synchronous)?;
+    connection.pragma_update(None, "synchronous", options.synchronous.as_pragma())?;
     connection.pragma_update(None, "foreign_keys", "ON")?;
     Ok(connection)
 }
 
-fn closed() -> StoreError {
+pub(crate) fn closed() -> StoreError {
     StoreError::unavailable(Closed)
 }
 
 /// Writes after the store was closed.
 #[derive(Debug, thiserror::Error)]
 #[error("the SQLite store is closed")]
-pub(crate) struct Closed;
+struct Closed;
 
 /// A transaction that did not commit; every write in it is reported failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -269,7 +265,7 @@ impl Thread {
     ) -> NotCommitted {
         if !self.connection.is_autocommit() {
             // Nothing more to do if this fails: the next `BEGIN` reports the connection's state.
-            let _ = self.connection.execute_batch("ROLLBACK");
+            let _ = self.execute("ROLLBACK");
         }
         answers.extend(unrun.map(Answer::unrun));
         NotCommitted(Arc::new(error))

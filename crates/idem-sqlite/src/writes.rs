@@ -7,7 +7,7 @@ use idem_core::{
     Acquisition, Address, Clock, FencingToken, Fingerprint, Lease, StoreError, Terms, Timestamp,
     transition::{AcquirePlan, plan_acquire, processing_expiry},
 };
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::{Connection, OptionalExtension, ToSql};
 use sqlx::sqlite::SqliteRow;
 
 use crate::{
@@ -157,56 +157,30 @@ pub(crate) fn as_holder(
     write: &HolderWrite,
 ) -> Result<Timestamp, StoreError> {
     let now = clock.now();
-    // Every holder-only write starts with the address (?1, ?2), the token (?3), the processing
-    // state (?4) and now (?5).
-    let holder = (
-        write.target.scope.as_slice(),
-        write.target.key.as_slice(),
-        sql_int(write.token.get()),
-        StateCode::Processing.code(),
-        sql_int(now.as_millis()),
-    );
-    let (changed, at) = match &write.kind {
-        HolderWriteKind::Complete { outcome, ttl } => {
-            let changed = connection
-                .prepare_cached(include_str!("../sql/complete.sql"))
-                .and_then(|mut complete| {
-                    complete.execute((
-                        holder.0,
-                        holder.1,
-                        holder.2,
-                        holder.3,
-                        holder.4,
-                        StateCode::Completed.code(),
-                        sql_int((now + *ttl).as_millis()),
-                        outcome.as_slice(),
-                    ))
-                });
-            (changed, now)
-        }
-        HolderWriteKind::Release => {
-            let changed = connection
-                .prepare_cached(include_str!("../sql/release.sql"))
-                .and_then(|mut release| release.execute(holder));
-            (changed, now)
-        }
-        HolderWriteKind::Renew { lease } => {
-            let until = now + *lease;
-            let changed = connection
-                .prepare_cached(include_str!("../sql/renew.sql"))
-                .and_then(|mut renew| {
-                    renew.execute((
-                        holder.0,
-                        holder.1,
-                        holder.2,
-                        holder.3,
-                        holder.4,
-                        sql_int(until.as_millis()),
-                    ))
-                });
-            (changed, until)
-        }
+    let (sql, at) = match write.kind {
+        HolderWriteKind::Complete { .. } => (include_str!("../sql/complete.sql"), now),
+        HolderWriteKind::Release => (include_str!("../sql/release.sql"), now),
+        HolderWriteKind::Renew { lease } => (include_str!("../sql/renew.sql"), now + lease),
     };
+    let (scope, key) = (write.target.scope.as_slice(), write.target.key.as_slice());
+    let (token, processing) = (sql_int(write.token.get()), StateCode::Processing.code());
+    let (now_value, at_value) = (sql_int(now.as_millis()), sql_int(at.as_millis()));
+    // Every holder-only write starts with the address (?1, ?2), the token (?3), the processing
+    // state (?4) and now (?5); then its own.
+    let mut params: Vec<&dyn ToSql> = vec![&scope, &key, &token, &processing, &now_value];
+    let (completed, expires_at);
+    match &write.kind {
+        HolderWriteKind::Complete { outcome, ttl } => {
+            completed = StateCode::Completed.code();
+            expires_at = sql_int((now + *ttl).as_millis());
+            params.extend([&completed as &dyn ToSql, &expires_at, outcome]);
+        }
+        HolderWriteKind::Release => {}
+        HolderWriteKind::Renew { .. } => params.push(&at_value),
+    }
+    let changed = connection
+        .prepare_cached(sql)
+        .and_then(|mut holder_write| holder_write.execute(params.as_slice()));
     match changed.map_err(sqlite_error)? {
         0 => Err(StoreError::LeaseLost),
         _ => Ok(at),
