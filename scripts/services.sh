@@ -86,8 +86,7 @@ ensure_nats() {
   export IDEM_TEST_NATS_URL="${IDEM_TEST_NATS_URL:-nats://127.0.0.1:4222}"
 }
 
-# The `kafka` feature builds librdkafka from source (rdkafka-sys runs its ./configure and make):
-# no Kafka server is needed, the Kafka tests use librdkafka's in-process mock cluster.
+# The `kafka` feature builds librdkafka from source (rdkafka-sys runs its ./configure and make).
 ensure_kafka_build_tools() {
   local missing=()
   command -v cc >/dev/null || missing+=(gcc)
@@ -96,4 +95,51 @@ ensure_kafka_build_tools() {
   if [ "${#missing[@]}" -gt 0 ]; then
     apt_install "${missing[@]}"
   fi
+}
+
+# The Kafka tests' broker: tansu, a Kafka-protocol broker written in Rust that installs from
+# crates.io (no JVM, no Debian package), built once into $IDEM_TOOLS (the CI cache) and run with
+# its in-memory storage. Its log goes to $TMPDIR/idem-tansu.log; it outlives this script.
+# IDEM_TANSU names the binary, for the tests that start a broker of their own.
+ensure_kafka() {
+  local tools="${IDEM_TOOLS:-$HOME/.cache/idem-tools}"
+  if ! listening 9092; then
+    if [ ! -x "$tools/bin/tansu" ]; then
+      echo "installing tansu with cargo into $tools (once: it takes about 15 minutes)" >&2
+      CARGO_INSTALL_ROOT="$tools" cargo install --locked tansu --version '^0.6' \
+        --features dynostore,postgres
+    fi
+    local log="${TMPDIR:-/tmp}/idem-tansu.log"
+    nohup "$tools/bin/tansu" broker \
+      --listener-url tcp://127.0.0.1:9092 \
+      --advertised-listener-url tcp://127.0.0.1:9092 \
+      --storage-engine memory://tansu/ >"$log" 2>&1 &
+    disown
+    wait_for tansu 9092 || { tail -20 "$log" >&2; return 1; }
+  fi
+  export IDEM_TEST_KAFKA_URL="${IDEM_TEST_KAFKA_URL:-127.0.0.1:9092}"
+  # The Kafka fault test runs a tansu of its own.
+  if [ -x "$tools/bin/tansu" ]; then
+    export IDEM_TANSU="${IDEM_TANSU:-$tools/bin/tansu}"
+  fi
+}
+
+# Amazon SQS: moto's server (from PyPI, `moto[server]`) speaks the SQS API on loopback, in memory.
+# Installed with pip into a virtual environment of its own; started in the background, outliving
+# this script like Redis.
+ensure_sqs() {
+  local port=9324
+  if ! listening "$port"; then
+    local venv="${IDEM_SQS_VENV:-$HOME/.cache/idem-moto}"
+    if [ ! -x "$venv/bin/moto_server" ]; then
+      command -v python3 >/dev/null || apt_install python3
+      python3 -m venv "$venv" 2>/dev/null || { apt_install python3-venv && python3 -m venv "$venv"; }
+      echo "installing moto[server] with pip" >&2
+      "$venv/bin/pip" install -q 'moto[server]>=5,<6' >/dev/null
+    fi
+    nohup "$venv/bin/moto_server" -H 127.0.0.1 -p "$port" >"${TMPDIR:-/tmp}/idem-moto.log" 2>&1 &
+    disown
+    wait_for SQS "$port"
+  fi
+  export IDEM_TEST_SQS_URL="${IDEM_TEST_SQS_URL:-http://127.0.0.1:$port}"
 }

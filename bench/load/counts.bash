@@ -5,11 +5,9 @@
 #   scripts/load counts                          # DURATION per point (10 s)
 #   DURATION=3s COUNT_STORES=sqlite scripts/load counts
 #
-# - SQLite: fsync and fdatasync calls by the gateway. The gateway runs under strace from its
-#   start, with a seccomp filter (`--seccomp-bpf`) so that only those two calls stop it: strace
-#   attached with `-p` stops the gateway at every system call of every thread, which slows it
-#   several times and changes how its writes meet. Each call is logged with its time (`-ttt`), and
-#   those within wrk's run are counted.
+# - SQLite: fsync and fdatasync calls by the gateway, counted by `perf stat` at the kernel's
+#   tracepoints for those two calls while wrk runs: nothing stops the gateway (strace would stop
+#   it at each call, slowing it and changing how its writes meet in a commit).
 # - PostgreSQL: commits in the scratch database (pg_stat_database's xact_commit), read before
 #   the gateway starts and after it stopped and its connections reported their statistics.
 # - Redis: script calls (EVALSHA, EVAL, FCALL), every command (INFO commandstats, those the
@@ -41,26 +39,21 @@ count_run() {
   count "$1" "$2" rps "$rps"
 }
 
-# now: the time, in seconds since the epoch with microseconds, as strace -ttt writes it.
-now() {
-  date +%s.%6N
-}
-
 counts_sqlite() {
-  local clients="$1" log="$WORK/fsyncs.$1" start end
+  local clients="$1" perf
   rm -f "$WORK"/counts.db*
-  GATEWAY_WRAPPER=(strace -f -qq --seccomp-bpf -ttt -e trace=fsync,fdatasync -o "$log")
   start_gateway "sqlite://$WORK/counts.db"
-  GATEWAY_WRAPPER=()
-  start="$(now)"
+  perf stat -x, -e syscalls:sys_enter_fsync,syscalls:sys_enter_fdatasync -p "$GATEWAY_PID" \
+    -o "$WORK/perf.counts" &
+  perf=$!
+  sleep 0.2
   wrk_run "counts_sqlite_$clients" "$GATEWAY" unique "$clients"
-  end="$(now)"
+  kill -INT "$perf"
+  wait "$perf" 2>/dev/null || true
   stop_gateway
   count_run sqlite "$clients"
-  # `PID TIME fsync(…` starts a call; a call that another thread's output interrupted goes on in
-  # a `<... fsync resumed>` line, not counted again.
-  count sqlite "$clients" fsyncs "$(awk -v start="$start" -v end="$end" \
-    '$2 >= start && $2 <= end && $3 ~ /^(fsync|fdatasync)\(/ { n++ } END { print n + 0 }' "$log")"
+  count sqlite "$clients" fsyncs "$(awk -F, '/sys_enter_f/ { n += $1 } END { print n + 0 }' \
+    "$WORK/perf.counts")"
 }
 
 counts_postgres() {
@@ -107,7 +100,7 @@ run_counts() {
   local store clients
   for store in $COUNT_STORES; do
     case "$store" in
-      sqlite) command -v strace >/dev/null || need strace strace ;;
+      sqlite) command -v perf >/dev/null || need perf linux-perf ;;
       postgres)
         start_postgres_database
         PG_STORE="$(postgres_store idem_counts)"

@@ -8,8 +8,10 @@
 #
 # Every curve is measured in one run, next to the plain proxy of the same run:
 #
-# - connections (CURVE_CONNECTIONS, 1 32 256 1024): the plain proxy and the memory store's new
-#   keys, requests/s and p99, in CURVE_ROUNDS rounds;
+# - connections (CURVE_CONNECTIONS, 1 32 256 1024): the upstream direct, the plain proxy and the
+#   memory store's new keys, requests/s and p99, in CURVE_ROUNDS rounds; each against itself at 32
+#   connections (the upstream direct shows what wrk, the kernel and the upstream lose with more
+#   connections, whatever the gateway does);
 # - body size (CURVE_BODIES, 100 B to 1 MiB of JSON, fingerprinted as JSON): the same two, at
 #   CONNECTIONS, each against the plain proxy at the same size;
 # - stored keys (CURVE_KEYS, 0 to 10 M, on CURVE_STORES): the store is filled to each point, then
@@ -18,9 +20,10 @@
 #   used_memory (Redis), each the growth since the empty store divided by the keys stored;
 # - purge (PURGE_KEYS expired keys, 1 M, on PURGE_STORES): the gateway starts on a store holding
 #   only expired keys, so that its purge loop (which runs at start, then every minute, 1,000
-#   records per store call) removes them while wrk measures new keys in 1 s windows; the purge's
-#   duration is the time its store calls took (the idem_store_duration_seconds metric), and its
-#   cost is the windows' new keys/s against the same gateway's once the purge is done.
+#   records per store call, its calls paced to a quarter of the round's time) removes them while
+#   wrk measures new keys in 1 s windows; the purge's duration is the time its store calls took
+#   (the idem_store_duration_seconds metric) and the windows it ran through, and its cost is the
+#   windows' new keys/s against the same gateway's once the purge is done.
 #
 # SQLite, PostgreSQL and Redis are filled directly by idem-bench-fill, through the store's own
 # API with 64 calls at a time (10 M keys through the gateway would take hours on SQLite); the
@@ -81,22 +84,25 @@ fill() {
 
 # The points of the connections and body curves, as functions without arguments for
 # in_round_order; CURVE_X is the point.
+connections_direct() { wrk_run "connections_direct_$CURVE_X" "$UPSTREAM" none "$CURVE_X"; record_run connections direct "$CURVE_X"; }
 connections_plain() { wrk_run "connections_plain_$CURVE_X" "$GATEWAY" none "$CURVE_X"; record_run connections plain_proxy "$CURVE_X"; }
 connections_memory() { wrk_run "connections_memory_$CURVE_X" "$GATEWAY" unique "$CURVE_X"; record_run connections memory_new_keys "$CURVE_X"; }
 body_plain() { wrk_run "body_plain_$CURVE_X" "$GATEWAY" none "$CONNECTIONS" "$CURVE_X"; record_run body plain_proxy "$CURVE_X"; }
 body_memory() { wrk_run "body_memory_$CURVE_X" "$GATEWAY" unique "$CONNECTIONS" "$CURVE_X"; record_run body memory_new_keys "$CURVE_X"; }
 
-# curve_of NAME POINTS: every point of curve NAME in each of CURVE_ROUNDS rounds, the plain proxy
-# and the memory store's new keys next to each other, their order alternating from point to
-# point and round to round (a fresh gateway each round, so that the keys stored stay few).
+# curve_of NAME POINTS SERIES...: every point of curve NAME in each of CURVE_ROUNDS rounds, the
+# series (NAME_SERIES functions) next to each other, their order alternating from point to point
+# and round to round (a fresh gateway each round, so that the keys stored stay few).
 curve_of() {
   local name="$1" points="$2" round i=0
+  shift 2
+  local steps=("${@/#/${name}_}")
   for round in $(seq "$CURVE_ROUNDS"); do
     echo "-- $name curve, round $round of $CURVE_ROUNDS" >&2
     start_gateway "$MEMORY_STORE"
     for CURVE_X in $points; do
       i=$((i + 1))
-      in_round_order "$i" "${name}_plain" "${name}_memory"
+      in_round_order "$i" "${steps[@]}"
     done
     stop_gateway
   done
@@ -220,7 +226,7 @@ curve_keys() {
         pg="$(postgres_store idem_keys)"
         # The fill's own commits need not wait for the disk: the records are the same.
         keys_filled postgres "$pg" \
-          "$PG_URL?schema=idem_keys&pool_size=$FILL_CONCURRENCY&options[synchronous_commit]=off" \
+          "$PG_URL?schema=idem_keys&sslmode=disable&pool_size=$FILL_CONCURRENCY&options[synchronous_commit]=off" \
           postgres_bytes
         ;;
       redis) keys_filled redis "$REDIS_URL?prefix=idem-keys" "$REDIS_URL?prefix=idem-keys" redis_bytes ;;
@@ -278,7 +284,7 @@ curve_purge() {
       postgres)
         pg="$(postgres_store idem_purge)"
         purge_point postgres "$pg" \
-          "$PG_URL?schema=idem_purge&pool_size=$FILL_CONCURRENCY&options[synchronous_commit]=off"
+          "$PG_URL?schema=idem_purge&sslmode=disable&pool_size=$FILL_CONCURRENCY&options[synchronous_commit]=off"
         ;;
       *) echo "the purge is measured on sqlite and postgres, not $store" >&2; exit 2 ;;
     esac
@@ -299,8 +305,8 @@ run_curves() {
   local curve
   for curve in $CURVES_RUN; do
     case "$curve" in
-      connections) curve_of connections "$CURVE_CONNECTIONS" ;;
-      body) curve_of body "$CURVE_BODIES" ;;
+      connections) curve_of connections "$CURVE_CONNECTIONS" direct plain memory ;;
+      body) curve_of body "$CURVE_BODIES" plain memory ;;
       keys) curve_keys ;;
       purge) curve_purge ;;
       *) echo "unknown curve $curve (connections, body, keys, purge)" >&2; exit 2 ;;

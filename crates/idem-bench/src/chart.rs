@@ -52,10 +52,12 @@ pub fn write_charts(results: &Results, dir: &Path) -> Result<Vec<PathBuf>, Chart
                 .collect::<Vec<_>>()
         };
     let plain = |s: &str| match s {
+        "direct" => "upstream direct".to_owned(),
         "plain_proxy" => "plain proxy".to_owned(),
         _ => "memory, new keys".to_owned(),
     };
     let both = ["plain_proxy", "memory_new_keys"];
+    let with_direct = ["direct", "plain_proxy", "memory_new_keys"];
 
     let xs = results.xs("connections");
     if !xs.is_empty() {
@@ -64,11 +66,11 @@ pub fn write_charts(results: &Results, dir: &Path) -> Result<Vec<PathBuf>, Chart
         let panels = [
             Panel {
                 y_label: "requests/s",
-                lines: per_series("connections", &both, "rps", &plain),
+                lines: per_series("connections", &with_direct, "rps", &plain),
             },
             Panel {
                 y_label: "p99 (ms)",
-                lines: per_series("connections", &both, "p99_ms", &plain),
+                lines: per_series("connections", &with_direct, "p99_ms", &plain),
             },
         ];
         draw(

@@ -25,25 +25,30 @@ fn connections(results: &Results, out: &mut String) {
         return;
     }
     let get = |series, x, metric| results.get("connections", series, x, metric);
-    let memory_at_reference = get("memory_new_keys", REFERENCE_CONNECTIONS, "rps");
+    // Each series against itself at 32 connections: the upstream direct shows what the machine
+    // (wrk, the kernel, the upstream) loses with more connections, the gateway's on top of it.
+    let at_reference = |series| get(series, REFERENCE_CONNECTIONS, "rps");
     heading(out, "Connections", results.rounds("connections"));
     out.push_str(
-        "| connections | plain proxy, req/s | p99 | memory, new keys, req/s | p99 \
-         | new keys / plain proxy | new keys / new keys at 32 connections |\n\
-         | --- | --- | --- | --- | --- | --- | --- |\n",
+        "| connections | upstream direct, req/s | plain proxy, req/s | p99          | memory, new keys, req/s | p99 | new keys / plain proxy          | at N / at 32 connections: upstream direct | plain proxy | new keys |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for x in xs {
+        let direct = get("direct", x, "rps");
         let plain = get("plain_proxy", x, "rps");
         let memory = get("memory_new_keys", x, "rps");
         let _ = writeln!(
             out,
-            "| {x} | {} | {} | {} | {} | {} | {} |",
+            "| {x} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            rate(direct),
             rate(plain),
             ms(get("plain_proxy", x, "p99_ms")),
             rate(memory),
             ms(get("memory_new_keys", x, "p99_ms")),
             ratio(memory, plain),
-            ratio(memory, memory_at_reference),
+            ratio(direct, at_reference("direct")),
+            ratio(plain, at_reference("plain_proxy")),
+            ratio(memory, at_reference("memory_new_keys")),
         );
     }
     out.push('\n');
@@ -286,21 +291,27 @@ mod tests {
 
     #[test]
     fn the_connections_table_gives_both_ratios() {
-        let results: Results = "connections plain_proxy 32 rps 40000\n\
+        let results: Results = "connections direct 32 rps 60000\n\
+                                connections plain_proxy 32 rps 40000\n\
                                 connections plain_proxy 32 p99_ms 4.5\n\
                                 connections memory_new_keys 32 rps 30000\n\
                                 connections memory_new_keys 32 p99_ms 5.25\n\
+                                connections direct 1024 rps 30000\n\
                                 connections plain_proxy 1024 rps 20000\n\
                                 connections memory_new_keys 1024 rps 24000\n"
             .parse()
             .unwrap();
         let report = report(&results);
         assert!(
-            report.contains("| 32 | 40,000 | 4.50 ms | 30,000 | 5.25 ms | 0.75× | 1.00× |"),
+            report.contains(
+                "| 32 | 60,000 | 40,000 | 4.50 ms | 30,000 | 5.25 ms | 0.75× | 1.00× | 1.00× | 1.00× |"
+            ),
             "{report}"
         );
         assert!(
-            report.contains("| 1024 | 20,000 | — | 24,000 | — | 1.20× | 0.80× |"),
+            report.contains(
+                "| 1024 | 30,000 | 20,000 | — | 24,000 | — | 1.20× | 0.50× | 0.50× | 0.80× |"
+            ),
             "{report}"
         );
         assert!(!report.contains("Body size"), "{report}");

@@ -205,8 +205,9 @@ fn parse_bare(value: &[u8], offset: usize) -> Result<String, KeyError> {
             _ => {}
         }
     }
-    // Every byte is visible ASCII, so this is valid UTF-8.
-    Ok(value.iter().map(|&b| char::from(b)).collect())
+    Ok(std::str::from_utf8(value)
+        .expect("every byte is visible ASCII, so valid UTF-8")
+        .to_owned())
 }
 
 impl FromStr for IdempotencyKey {

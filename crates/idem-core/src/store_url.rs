@@ -244,6 +244,45 @@ impl<'a> UrlParts<'a> {
     }
 }
 
+/// Reads a parameter that counts something (connections, operations in a batch): a whole
+/// number, at least 1. For [`UrlParts::take`].
+///
+/// # Examples
+///
+/// ```
+/// use idem_core::store_url::{UrlParts, count};
+///
+/// let mut parts = UrlParts::split("redis://cache?batch_size=16&queue=0")?;
+/// assert_eq!(parts.take("batch_size", count::<usize>)?, Some(16));
+/// assert_eq!(
+///     parts.take("queue", count::<usize>).unwrap_err().to_string(),
+///     "invalid store URL `redis://cache?batch_size=16&queue=0`: `queue=0`: expected 1 or more"
+/// );
+/// # Ok::<(), idem_core::store_url::InvalidStoreUrl>(())
+/// ```
+pub fn count<T>(value: &str) -> Result<T, CountError>
+where
+    T: std::str::FromStr<Err = std::num::ParseIntError> + Default + PartialEq,
+{
+    match value.parse::<T>() {
+        Ok(n) if n == T::default() => Err(CountError::Zero),
+        Ok(n) => Ok(n),
+        Err(error) => Err(CountError::NotANumber(error)),
+    }
+}
+
+/// A parameter that should count something and does not: see [`count`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CountError {
+    /// 0, where at least one is needed.
+    #[error("expected 1 or more")]
+    Zero,
+    /// Not a whole number (or too large).
+    #[error("expected a whole number")]
+    NotANumber(#[source] std::num::ParseIntError),
+}
+
 /// `url` with the password of its user info, and the value of a `password` parameter, replaced
 /// by `***`: URLs end up in logs and error messages.
 pub fn redact(url: &str) -> Cow<'_, str> {
@@ -323,6 +362,22 @@ mod tests {
         );
         assert_eq!(parts.remaining_query(), "?a=b");
         assert_eq!(parts.credentials(), "u:p%40w@");
+    }
+
+    #[test]
+    fn counts_are_whole_numbers_from_1() {
+        assert_eq!(count::<usize>("64").unwrap(), 64);
+        assert_eq!(count::<u32>("1").unwrap(), 1);
+        assert!(matches!(count::<usize>("0"), Err(CountError::Zero)));
+        for bad in ["", "-1", "1.5", "many", "99999999999"] {
+            let error = count::<u32>(bad).unwrap_err();
+            assert!(
+                matches!(error, CountError::NotANumber(_)),
+                "{bad}: {error:?}"
+            );
+            assert_eq!(error.to_string(), "expected a whole number");
+        }
+        assert_eq!(CountError::Zero.to_string(), "expected 1 or more");
     }
 
     #[test]

@@ -47,7 +47,7 @@ pub enum Command {
     Keys(KeysCommand),
     /// Create the store's schema or bring it up to date.
     Migrate(MigrateArgs),
-    /// Publish a transactional outbox to a broker (RabbitMQ, NATS JetStream or Kafka).
+    /// Publish a transactional outbox to a broker (RabbitMQ, NATS JetStream, Kafka or Amazon SQS).
     Relay(Box<RelayArgs>),
 }
 
@@ -154,28 +154,26 @@ fn broker_url(url: &str) -> Result<idem_messaging::BrokerUrl, ConfigError> {
     })
 }
 
-/// `idem relay`: publishes the messages of a PostgreSQL outbox to a broker, each confirmed by
-/// the broker before it is marked sent (see docs/messaging.md).
+/// `idem relay`: publishes the messages of an outbox (PostgreSQL or SQLite) to a broker, each
+/// confirmed by the broker before it is marked sent (see docs/messaging.md).
 #[derive(Debug, Args)]
 pub struct RelayArgs {
-    /// The PostgreSQL database that holds the outbox: postgres://USER:PASSWORD@HOST:PORT/DB.
+    /// The database that holds the outbox: postgres://USER:PASSWORD@HOST:PORT/DB, or an SQLite
+    /// file, sqlite://PATH (relative) or sqlite:///ABSOLUTE/PATH (opened in WAL mode).
     #[arg(long, env = "IDEM_STORE", value_name = "URL")]
     pub store: String,
     /// The broker: amqp://USER:PASSWORD@HOST:PORT/VHOST (RabbitMQ), nats://HOST:PORT (NATS
-    /// JetStream) or kafka://HOST:PORT,HOST:PORT… (Kafka, its bootstrap servers; needs idem
-    /// built with `--features kafka`). Over TLS:
+    /// JetStream), kafka://HOST:PORT,HOST:PORT…[?linger.ms=N&…] (Kafka, its bootstrap servers
+    /// and librdkafka producer settings; needs idem built with `--features kafka`) or sqs://REGION[?endpoint=URL&profile=NAME] (Amazon SQS,
+    /// credentials from the AWS environment and profiles; needs `--features sqs`). Over TLS:
     /// amqps://… or tls://HOST:PORT, with ?cacert=PATH for a private CA and &cert=PATH&key=PATH
     /// for a client certificate (PEM files).
     #[arg(long, env = "IDEM_BROKER", value_name = "URL", value_parser = broker_url)]
     pub broker: idem_messaging::BrokerUrl,
-    /// The outbox's schema.
-    #[arg(
-        long,
-        env = "IDEM_OUTBOX_SCHEMA",
-        value_name = "NAME",
-        default_value = "public"
-    )]
-    pub outbox_schema: idem_messaging::SchemaName,
+    /// The outbox's schema (on SQLite, an attached database) [default: public on PostgreSQL,
+    /// main on SQLite].
+    #[arg(long, env = "IDEM_OUTBOX_SCHEMA", value_name = "NAME")]
+    pub outbox_schema: Option<idem_messaging::SchemaName>,
     /// The outbox's table.
     #[arg(
         long,
@@ -194,7 +192,8 @@ pub struct RelayArgs {
     #[arg(long, env = "IDEM_BATCH_SIZE", value_name = "N", default_value_t = 100)]
     pub batch_size: u32,
     /// How long a claim may stay idle (while its batch is published) before PostgreSQL ends it
-    /// and its messages go to other relays; a crashed relay's go at once.
+    /// and its messages go to other relays; a crashed relay's go at once. On SQLite, how long a
+    /// claim holds its messages, a crashed relay's too.
     #[arg(long, env = "IDEM_LEASE", value_name = "DURATION",
           default_value_t = HumanDuration(Duration::from_secs(30)))]
     pub lease: HumanDuration,
@@ -202,7 +201,7 @@ pub struct RelayArgs {
     #[arg(long, env = "IDEM_PUBLISH_TIMEOUT", value_name = "DURATION",
           default_value_t = HumanDuration(Duration::from_secs(10)))]
     pub publish_timeout: HumanDuration,
-    /// How often an idle relay looks for due messages without a NOTIFY.
+    /// How often an idle relay looks for due messages without a NOTIFY (on SQLite, always).
     #[arg(long, env = "IDEM_POLL_INTERVAL", value_name = "DURATION",
           default_value_t = HumanDuration(Duration::from_secs(1)))]
     pub poll_interval: HumanDuration,

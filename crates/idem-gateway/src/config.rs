@@ -52,6 +52,10 @@ pub const DEFAULT_STORE: &str = "sqlite://idem.db";
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default of `--upstream-timeout`.
 pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default of `--upstream-max-idle`: connections to the upstream kept open for the next request.
+pub const DEFAULT_UPSTREAM_MAX_IDLE: usize = 1024;
+/// Default of `--upstream-idle-timeout`.
+pub const DEFAULT_UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Default of `--shutdown-timeout`.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default of `--body-timeout` (the layer alone has none).
@@ -91,6 +95,10 @@ pub struct Config {
     pub connect_timeout: Duration,
     /// How long the whole upstream exchange may take once connected: response head and body.
     pub upstream_timeout: Duration,
+    /// The most connections to the upstream kept open, idle, for the next request.
+    pub upstream_max_idle: usize,
+    /// How long a connection to the upstream is kept idle before it is closed.
+    pub upstream_idle_timeout: Duration,
     /// Where records are kept.
     pub store: StoreUrl,
     /// The keys that seal stored responses at rest; `None` keeps them in clear.
@@ -159,6 +167,8 @@ impl Config {
             upstream_h2c: false,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             upstream_timeout: DEFAULT_UPSTREAM_TIMEOUT,
+            upstream_max_idle: DEFAULT_UPSTREAM_MAX_IDLE,
+            upstream_idle_timeout: DEFAULT_UPSTREAM_IDLE_TIMEOUT,
             store: DEFAULT_STORE
                 .parse()
                 .expect("the default store URL is valid"),

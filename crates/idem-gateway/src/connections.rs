@@ -11,17 +11,20 @@
 
 use std::{
     error::Error,
+    future::{Future, poll_fn},
     pin::{Pin, pin},
     sync::{
         Arc, Mutex, PoisonError,
         atomic::{AtomicBool, AtomicUsize, Ordering},
     },
-    task::{Context, Poll},
+    task::{Context, Poll, Wake, Waker},
     time::Duration,
 };
 
 use axum::body::Body;
 use bytes::Bytes;
+use futures_util::task::AtomicWaker;
+use http::Response;
 use http_body::{Frame, SizeHint};
 use hyper_util::server::graceful::GracefulConnection;
 use tokio::{
@@ -119,6 +122,9 @@ impl Connections {
 
 /// Runs a connection to its end, closing it gracefully when it has been idle too long, when it
 /// is idle while the limit is reached, or on shutdown.
+///
+/// The connection's task wakes for every read and write of its connection; the three signals
+/// are polled only when one of them woke it ([`SignalWaker`]), not on each of those wake-ups.
 async fn drive<C>(
     connection: C,
     activity: &Activity,
@@ -130,18 +136,45 @@ where
     C: GracefulConnection,
 {
     let mut connection = pin!(connection);
+    let signals = Arc::new(SignalWaker::default());
+    let signal_waker = Waker::from(Arc::clone(&signals));
+    let mut cancelled = pin!(shutdown.cancelled());
     loop {
         let idle_deadline = activity.idle_since().map_or_else(
             || Instant::now() + idle_timeout,
             |since| since + idle_timeout,
         );
-        let close = tokio::select! {
-            result = connection.as_mut() => return result,
-            () = shutdown.cancelled() => true,
-            () = full.notified() => activity
+        let mut idle = pin!(sleep_until(idle_deadline));
+        let mut shed = pin!(full.notified());
+        // The new signals are polled once, which registers them.
+        signals.woken.store(true, Ordering::Release);
+        let signal = poll_fn(|cx| {
+            if let Poll::Ready(result) = connection.as_mut().poll(cx) {
+                return Poll::Ready(Signal::Ended(result));
+            }
+            if !signals.woken.swap(false, Ordering::AcqRel) {
+                return Poll::Pending;
+            }
+            signals.task.register(cx.waker());
+            let mut cx = Context::from_waker(&signal_waker);
+            if cancelled.as_mut().poll(&mut cx).is_ready() {
+                return Poll::Ready(Signal::Shutdown);
+            }
+            if shed.as_mut().poll(&mut cx).is_ready() {
+                return Poll::Ready(Signal::Full);
+            }
+            if idle.as_mut().poll(&mut cx).is_ready() {
+                return Poll::Ready(Signal::IdleTimeout);
+            }
+            Poll::Pending
+        });
+        let close = match signal.await {
+            Signal::Ended(result) => return result,
+            Signal::Shutdown => true,
+            Signal::Full => activity
                 .idle_since()
                 .is_some_and(|since| since + SHED_EVERY <= Instant::now()),
-            () = sleep_until(idle_deadline) => activity
+            Signal::IdleTimeout => activity
                 .idle_since()
                 .is_some_and(|since| since + idle_timeout <= Instant::now()),
         };
@@ -149,6 +182,33 @@ where
             connection.as_mut().graceful_shutdown();
             return connection.await;
         }
+    }
+}
+
+/// What made [`drive`] look up from its connection.
+enum Signal<E> {
+    Ended(Result<(), E>),
+    Shutdown,
+    Full,
+    IdleTimeout,
+}
+
+/// The waker of a connection's close signals: it marks them for polling and wakes the
+/// connection's task.
+#[derive(Default)]
+struct SignalWaker {
+    woken: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl Wake for SignalWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.task.wake();
     }
 }
 
@@ -169,7 +229,7 @@ impl Activity {
     }
 
     /// Counts a request from now until the returned guard is dropped (give it to
-    /// [`Busy::body`] so that it lasts until the response is sent).
+    /// [`Busy::response`] so that it lasts until the response is sent).
     pub(crate) fn track(self: &Arc<Self>) -> Busy {
         self.requests.fetch_add(1, Ordering::AcqRel);
         Busy(Arc::clone(self))
@@ -194,9 +254,9 @@ impl Activity {
 pub(crate) struct Busy(Arc<Activity>);
 
 impl Busy {
-    /// `body`, counting the request as in progress until it is sent (or dropped).
-    pub(crate) fn body(self, body: Body) -> Body {
-        Body::new(TrackedBody { body, _busy: self })
+    /// `response`, its request counted as in progress until its body is sent (or dropped).
+    pub(crate) fn response(self, response: Response<Body>) -> Response<TrackedBody> {
+        response.map(|body| TrackedBody { body, _busy: self })
     }
 }
 
@@ -214,7 +274,7 @@ impl Drop for Busy {
 }
 
 /// A response body that keeps its request counted while it is sent.
-struct TrackedBody {
+pub(crate) struct TrackedBody {
     body: Body,
     _busy: Busy,
 }
@@ -250,11 +310,11 @@ mod tests {
         let first = activity.track();
         let second = activity.track();
         assert_eq!(activity.idle_since(), None);
-        let body = first.body(Body::from("x"));
+        let response = first.response(Response::new(Body::from("x")));
         drop(second);
         assert_eq!(activity.idle_since(), None);
         let before = Instant::now();
-        drop(body);
+        drop(response);
         assert!(activity.idle_since().is_some_and(|since| since >= before));
     }
 }

@@ -258,12 +258,13 @@ pub enum UpstreamError {
         /// What is wrong with it.
         reason: &'static str,
     },
-    /// The upstream could not be reached: nothing of the request was sent.
+    /// The upstream could not be reached, or its connection ended before the request was
+    /// written: nothing of the request was sent.
     #[error("cannot connect to the upstream")]
-    UpstreamConnect(#[source] hyper_util::client::legacy::Error),
+    UpstreamConnect(#[source] std::io::Error),
     /// The upstream exchange failed after the request may have been sent.
     #[error("the upstream exchange failed")]
-    Upstream(#[source] hyper_util::client::legacy::Error),
+    Upstream(#[source] hyper::Error),
     /// The upstream did not answer in time; the request may have been sent.
     #[error("the upstream did not answer within {}", humantime::format_duration(*.0))]
     UpstreamTimeout(Duration),

@@ -29,7 +29,6 @@ mod admin_auth;
 pub mod cli;
 pub mod config;
 mod connections;
-mod deadline;
 pub mod demo;
 mod duration;
 mod error;
@@ -57,7 +56,7 @@ pub use error::{
     AdminTokenError, ConfigError, Error, KeyFileError, KeysError, StartupError, UpstreamError,
 };
 pub use instrumented_store::{GatewayStore, InstrumentedStore, STORE_DURATION};
-pub use proxy::{ClientAddr, Proxy, UPSTREAM_DURATION, delivery, error_response};
+pub use proxy::{Proxy, UPSTREAM_DURATION, UpstreamBody, delivery, error_response};
 pub use record_view::RecordView;
 pub use serve::{Gateway, shutdown_signal};
 pub use size::ByteSize;

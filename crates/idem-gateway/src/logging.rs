@@ -3,11 +3,13 @@
 //! Keys and scope identities are never logged in clear: a request's line carries the key's
 //! digest and the scope's hash (both keyed under `--digest-key-file`).
 
-use std::{io::IsTerminal, time::Duration};
+use std::io::IsTerminal;
 
-use http::{Method, StatusCode};
-use idem_core::Scope;
-use idem_http::Outcome;
+use http::{HeaderName, HeaderValue, Method, Request, Response};
+use idem_core::IdempotencyKey;
+use idem_http::{Outcome, RequestKey};
+use tokio::time::Instant;
+use tracing::Level;
 use tracing_subscriber::EnvFilter;
 
 use clap::ValueEnum;
@@ -43,31 +45,60 @@ pub fn init(format: LogFormat, filter: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// What one request's log line says.
-pub(crate) struct RequestLine<'a> {
-    pub(crate) method: &'a Method,
-    pub(crate) path: &'a str,
-    pub(crate) status: StatusCode,
-    pub(crate) latency: Duration,
-    pub(crate) outcome: Option<&'a Outcome>,
-    pub(crate) key_digest: Option<&'a str>,
-    pub(crate) scope: Option<Scope>,
+/// One request's log line at `info` (target `idem::request`), begun when the request arrives.
+pub(crate) struct RequestLine {
+    start: Instant,
+    /// The key header's value, for the line of a request whose forward failed: the layer labels
+    /// the responses it returns, but such a request gets none.
+    key: Option<HeaderValue>,
 }
 
-impl RequestLine<'_> {
-    /// Writes the line at `info`, with the target `idem::request`.
-    pub(crate) fn log(&self) {
+impl RequestLine {
+    /// The line of `request`, or `None` when request lines are not logged: then nothing of the
+    /// request is copied for it.
+    pub(crate) fn begin<B>(request: &Request<B>, key_header: &HeaderName) -> Option<Self> {
+        if !tracing::enabled!(target: "idem::request", Level::INFO) {
+            return None;
+        }
+        let mut keys = request.headers().get_all(key_header).iter();
+        let key = match (keys.next(), keys.next()) {
+            (Some(value), None) => Some(value.clone()),
+            _ => None,
+        };
+        Some(Self {
+            start: Instant::now(),
+            key,
+        })
+    }
+
+    /// Writes the line of the request with `method` and `path`, answered with `response`;
+    /// `forwarded` is false when the gateway answered for an upstream that gave no response.
+    pub(crate) fn log<B>(
+        self,
+        method: &Method,
+        path: &str,
+        response: &Response<B>,
+        forwarded: bool,
+    ) {
+        let key = response.extensions().get::<RequestKey>();
+        let fallback = match (key, forwarded) {
+            (None, false) => self
+                .key
+                .and_then(|value| IdempotencyKey::parse_header(value.as_bytes()).ok())
+                .map(|key| key.digest()),
+            _ => None,
+        };
         tracing::info!(
             target: "idem::request",
-            method = %self.method,
-            path = self.path,
-            status = self.status.as_u16(),
+            method = %method,
+            path,
+            status = response.status().as_u16(),
             // Microsecond precision is plenty, and keeps the lines short.
-            latency_ms = self.latency.as_micros() as f64 / 1000.0,
-            outcome = self.outcome.map(|o| o.as_str()),
-            key = self.key_digest,
+            latency_ms = self.start.elapsed().as_micros() as f64 / 1000.0,
+            outcome = response.extensions().get::<Outcome>().map(|o| o.as_str()),
+            key = key.map(RequestKey::digest).or(fallback),
             // The hash in hex, or its keyed digest under `--digest-key-file`.
-            scope = self.scope.map(|scope| scope.digest()),
+            scope = key.map(|k| k.scope().digest()),
             "request"
         );
     }

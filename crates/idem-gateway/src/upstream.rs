@@ -53,6 +53,31 @@ impl Upstream {
     }
 }
 
+impl Upstream {
+    /// The origin-form URI of a request's path and query (`/` when it has none), as HTTP/1.1
+    /// sends it with the authority in `Host`.
+    pub(crate) fn origin_form(&self, path_and_query: Option<&http::uri::PathAndQuery>) -> Uri {
+        let mut parts = http::uri::Parts::default();
+        parts.path_and_query = Some(
+            path_and_query
+                .cloned()
+                .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
+        );
+        Uri::from_parts(parts).expect("a path alone makes a valid URI")
+    }
+
+    /// The host (an IPv6 address without its brackets) and port to connect to; port 80 when
+    /// the URL names none.
+    pub(crate) fn host_and_port(&self) -> (&str, u16) {
+        let host = self.authority.host();
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        (host, self.authority.port_u16().unwrap_or(80))
+    }
+}
+
 impl FromStr for Upstream {
     type Err = UpstreamError;
 
@@ -113,6 +138,15 @@ mod tests {
         assert_eq!(local.to_string(), "http://127.0.0.1:8081");
         let v6 = Upstream::http("[::1]:8081".parse().unwrap());
         assert_eq!(v6.authority().as_str(), "[::1]:8081");
+        assert_eq!(v6.host_and_port(), ("::1", 8081));
+        assert_eq!(upstream.host_and_port(), ("localhost", 3000));
+        let default_port: Upstream = "http://api.internal".parse().unwrap();
+        assert_eq!(default_port.host_and_port(), ("api.internal", 80));
+        assert_eq!(
+            upstream.origin_form(Some(&pq)).to_string(),
+            "/v1/charges?expand=customer"
+        );
+        assert_eq!(upstream.origin_form(None).to_string(), "/");
     }
 
     #[test]

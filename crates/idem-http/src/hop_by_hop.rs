@@ -21,7 +21,10 @@
 //! assert_eq!(left, ["content-type"]);
 //! ```
 
-use http::{HeaderMap, HeaderValue, header::CONNECTION};
+use http::{
+    HeaderMap, HeaderName, HeaderValue,
+    header::{CONNECTION, TE, TRANSFER_ENCODING, UPGRADE},
+};
 
 /// The hop-by-hop headers every message has, whatever its `Connection` header lists: RFC 9110
 /// §7.6.1's, with `Proxy-Connection`, which is not standard but still sent.
@@ -33,6 +36,16 @@ pub const FIXED: [&str; 6] = [
     "transfer-encoding",
     "upgrade",
 ];
+
+/// Whether `name` is one of the [`FIXED`] hop-by-hop names. A header map's names are lowercase,
+/// so this compares them as they are (the standard ones by their tag, not their text).
+pub fn is_fixed(name: &HeaderName) -> bool {
+    *name == CONNECTION
+        || *name == TE
+        || *name == TRANSFER_ENCODING
+        || *name == UPGRADE
+        || matches!(name.as_str(), "keep-alive" | "proxy-connection")
+}
 
 /// The hop-by-hop header names of one message: the [`FIXED`] ones and those its `Connection`
 /// header lists.
@@ -74,8 +87,12 @@ impl<'a> HopByHop<'a> {
 }
 
 /// Removes the hop-by-hop headers from `headers`: the [`FIXED`] ones and those `Connection`
-/// lists.
+/// lists. A message without any (no `Connection` header names others) costs one pass over its
+/// names.
 pub fn remove(headers: &mut HeaderMap) {
+    if !headers.keys().any(is_fixed) {
+        return;
+    }
     let hop_by_hop: Vec<http::HeaderName> = {
         let names = HopByHop::of(headers);
         headers
@@ -120,6 +137,22 @@ mod tests {
         }
         for name in ["x-privat", "content-type", "", "trailer"] {
             assert!(!names.contains(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn the_fixed_names_are_recognised_by_their_header_name() {
+        for name in FIXED {
+            assert!(is_fixed(&HeaderName::from_static(name)), "{name}");
+        }
+        for name in [
+            "content-type",
+            "x-private",
+            "trailer",
+            "keep-alive-x",
+            "host",
+        ] {
+            assert!(!is_fixed(&HeaderName::from_static(name)), "{name}");
         }
     }
 

@@ -11,7 +11,7 @@
 
 use std::fmt;
 
-use idem_core::Scope;
+use idem_core::{IdempotencyKey, Scope};
 
 /// What the layer did with a request. Every response the service returns carries it as a
 /// response extension, and it labels the `idem_requests_total` counter.
@@ -76,15 +76,30 @@ impl fmt::Display for Outcome {
     }
 }
 
-/// The key a request carried, in a form fit for logs: a response extension on every response
-/// to a request with a valid key.
+/// The key a request carried and its caller's scope: a response extension on every response to
+/// a request with a valid key, for logs. Neither shows in clear: its `Debug` and
+/// [`digest`](RequestKey::digest) give the key's digest, and the scope is a hash.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestKey {
-    /// [`IdempotencyKey::digest`](idem_core::IdempotencyKey::digest) of the key; the key itself
-    /// is never logged.
-    pub digest: String,
+    key: IdempotencyKey,
+    scope: Scope,
+}
+
+impl RequestKey {
+    pub(crate) fn new(key: IdempotencyKey, scope: Scope) -> Self {
+        Self { key, scope }
+    }
+
+    /// [`IdempotencyKey::digest`] of the key, computed when asked (a log line that is not
+    /// written costs nothing); the key itself is never logged.
+    pub fn digest(&self) -> String {
+        self.key.digest()
+    }
+
     /// The caller's scope (a hash; its identity is never kept).
-    pub scope: Scope,
+    pub fn scope(&self) -> Scope {
+        self.scope
+    }
 }
 
 #[cfg(test)]

@@ -164,8 +164,34 @@ where
         // The ready service goes with this request; the clone waits for the next poll_ready.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
+        if passes_through(&self.shared.config, &request) {
+            return ResponseFuture::new(pass_through(Arc::clone(&self.shared), inner, request));
+        }
         ResponseFuture::new(handle(Arc::clone(&self.shared), inner, request))
     }
+}
+
+/// Whether a request is passed on untouched: its method is not covered, or it has no key and
+/// none is required. Decided from its head alone, before anything of the keyed path is set up.
+fn passes_through<B>(config: &Config, request: &Request<B>) -> bool {
+    !config.methods.contains(request.method())
+        || (!config.require_key && !request.headers().contains_key(&config.key_header))
+}
+
+/// Forwards a request that [`passes_through`], and labels its response.
+async fn pass_through<S, St, ReqBody, ResBody>(
+    shared: Arc<Shared<St>>,
+    inner: S,
+    request: Request<ReqBody>,
+) -> Answer<ResBody, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+{
+    let answer = forward(inner, request).await;
+    shared.requests.count(Outcome::Passthrough);
+    let mut response = answer?;
+    response.extensions_mut().insert(Outcome::Passthrough);
+    Ok(response)
 }
 
 type Answer<B, E> = Result<Response<ResponseBody<B>>, E>;
@@ -191,8 +217,8 @@ where
     shared.requests.count(outcome);
     if let Some(key) = &key {
         tracing::debug!(
-            key = %key.digest,
-            scope = %key.scope.digest(),
+            key = %key.digest(),
+            scope = %key.scope().digest(),
             outcome = outcome.as_str(),
             "idempotent request"
         );
@@ -213,7 +239,7 @@ fn take<S, B>(slot: &Slot<S, B>) -> Option<(S, Request<B>, Option<Reservation>)>
     slot.lock().unwrap_or_else(PoisonError::into_inner).take()
 }
 
-/// Checks the request in the order of docs/http.md, Responses (method, key, body, fingerprint),
+/// Checks a covered request in the order of docs/http.md, Responses (key, body, fingerprint),
 /// then runs it under its key.
 async fn respond<S, St, ReqBody, ResBody>(
     shared: &Arc<Shared<St>>,
@@ -232,24 +258,23 @@ where
     ResBody::Error: Into<BoxError>,
 {
     let config = &shared.config;
-    if !config.methods.contains(request.method()) {
-        return (Outcome::Passthrough, forward(inner, request).await);
-    }
+    // A request without a key gets here only when a key is required (see `passes_through`).
     let key = match request::key(request.headers(), &config.key_header) {
         Ok(Some(key)) => key,
-        Ok(None) if config.require_key => {
+        Ok(None) => {
             let header = config.key_header.clone();
             return rejected(Outcome::Invalid, Rejection::MissingKey { header });
         }
-        Ok(None) => return (Outcome::Passthrough, forward(inner, request).await),
         Err(error) => return rejected(Outcome::Invalid, Rejection::InvalidKey(error)),
     };
     let scope = request::scope(request.headers(), &config.scope_headers);
-    let digest = key.digest();
-    *request_key = Some(RequestKey {
-        digest: digest.clone(),
-        scope,
-    });
+    *request_key = Some(RequestKey::new(key.clone(), scope));
+    let digest = || {
+        request_key
+            .as_ref()
+            .map(RequestKey::digest)
+            .unwrap_or_default()
+    };
     let anonymous = scope.is_anonymous();
     if anonymous && config.anonymous == Anonymous::Reject {
         let headers = config.scope_headers.clone();
@@ -317,7 +342,7 @@ where
                 Some((inner, request, held)),
             ) => {
                 tracing::warn!(
-                    key = %digest,
+                    key = %digest(),
                     error = &error as &(dyn Error + 'static),
                     "the idempotency store failed; forwarding the request without idempotency"
                 );
@@ -328,7 +353,7 @@ where
             (_, StoreError::Full { .. }, _) => {
                 metrics::counter!(STORE_FULL_METRIC).increment(1);
                 tracing::warn!(
-                    key = %digest,
+                    key = %digest(),
                     error = &error as &(dyn Error + 'static),
                     "the idempotency store is full; refusing a new key"
                 );
@@ -336,7 +361,7 @@ where
             }
             _ => {
                 tracing::error!(
-                    key = %digest,
+                    key = %digest(),
                     error = &error as &(dyn Error + 'static),
                     "the idempotency store failed; refusing the request"
                 );

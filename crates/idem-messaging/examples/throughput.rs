@@ -1,23 +1,27 @@
 //! Messaging throughput, each figure against a baseline measured in the same run:
 //!
 //! - relay throughput per broker (outbox → broker, confirmed, marked sent) against the broker's
-//!   raw publish throughput from the same client library (`lapin`, `async-nats`, `rdkafka`),
-//!   publishing the same messages in batches of the same size, each batch's confirmations
-//!   awaited together (target ≥ 0.5×);
+//!   raw publish throughput from the same client library (`lapin`, `async-nats`, `rdkafka`,
+//!   `aws-sdk-sqs`), publishing the same messages in batches of the same size, each batch's
+//!   confirmations awaited together (target ≥ 0.5×);
 //! - inbox overhead: handler transactions per second with the inbox against the same handler
 //!   without it (target ≥ 0.7×).
 //!
 //! ```sh
 //! IDEM_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test \
 //! IDEM_TEST_AMQP_URL='amqp://guest:guest@127.0.0.1:5672/%2f' \
-//! IDEM_TEST_NATS_URL=nats://127.0.0.1:4222 \
+//! IDEM_TEST_NATS_URL=nats://127.0.0.1:4222 IDEM_TEST_KAFKA_URL=127.0.0.1:9092 \
+//! IDEM_TEST_SQS_URL=http://127.0.0.1:9324 \
 //! cargo run --release -p idem-messaging --all-features --example throughput
 //! ```
 //!
 //! `IDEM_BENCH_MESSAGES` (default 20,000) sets the messages per relay run, `IDEM_BENCH_BATCH`
-//! (default 100, the relay's default) the batch size of both sides. Kafka runs against
-//! librdkafka's in-process mock cluster, so its figures say little about a real cluster. A
-//! broker whose variable is unset is skipped.
+//! (default 100, the relay's default) the batch size of both sides. Kafka runs against the
+//! broker at `IDEM_TEST_KAFKA_URL` (tansu in the project's scripts), or librdkafka's
+//! in-process mock cluster without it. SQS runs against the SQS-compatible server at
+//! `IDEM_TEST_SQS_URL` (moto's), with `IDEM_BENCH_SQS_MESSAGES` (default 1,000) messages into a
+//! standard queue of each side's own: moto slows down with the messages a queue holds, so both
+//! sides see the same growth. Any other broker whose variable is unset is skipped.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -34,6 +38,7 @@ use anyhow::Context as _;
 use idem_messaging::{
     Confirmations, ConsumerName, Envelope, Error, MessageId, Outbox, OutboxMessage, OutboxOptions,
     PgInbox, Publisher, Relay, amqp::AmqpPublisher, kafka::KafkaPublisher, nats::NatsPublisher,
+    sqs::SqsPublisher,
 };
 use sqlx::{AssertSqlSafe, PgPool, postgres::PgPoolOptions};
 use tokio_util::sync::CancellationToken;
@@ -133,11 +138,24 @@ async fn run(pool: &PgPool, schema: &str, messages: usize) -> anyhow::Result<()>
         row("NATS JetStream (async-nats, PubAck)", raw, relay);
         jetstream.delete_stream(&stream).await?;
     }
-    {
+    if let Ok(servers) = std::env::var("IDEM_TEST_KAFKA_URL") {
+        let topic = format!("idem-bench-{}", std::process::id());
+        kafka_create_topic(&servers, &topic).await?;
+        let raw = kafka_raw(&servers, &topic, messages).await?;
+        let relay = relay(
+            pool,
+            &outbox,
+            KafkaPublisher::new(&servers),
+            &topic,
+            messages,
+        )
+        .await?;
+        row("Kafka, tansu (rdkafka, acks=all)", raw, relay);
+    } else {
         let cluster = rdkafka::mocking::MockCluster::new(3)?;
         cluster.create_topic("bench", 3, 3)?;
         let servers = cluster.bootstrap_servers();
-        let raw = kafka_raw(&servers, messages).await?;
+        let raw = kafka_raw(&servers, "bench", messages).await?;
         let relay = relay(
             pool,
             &outbox,
@@ -147,6 +165,34 @@ async fn run(pool: &PgPool, schema: &str, messages: usize) -> anyhow::Result<()>
         )
         .await?;
         row("Kafka, mock cluster (rdkafka, acks=all)", raw, relay);
+    }
+    if let Ok(endpoint) = std::env::var("IDEM_TEST_SQS_URL") {
+        let messages: usize = std::env::var("IDEM_BENCH_SQS_MESSAGES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1_000);
+        let client = sqs_client(&endpoint);
+        let (raw_queue, relay_queue) = (
+            sqs_queue(&client, "raw").await?,
+            sqs_queue(&client, "relay").await?,
+        );
+        let raw = sqs_raw(&client, &raw_queue, messages).await?;
+        let relay = relay(
+            pool,
+            &outbox,
+            SqsPublisher::new(client.clone()),
+            &relay_queue,
+            messages,
+        )
+        .await?;
+        row(
+            &format!("Amazon SQS, moto (aws-sdk-sqs, SendMessageBatch), {messages} messages"),
+            raw,
+            relay,
+        );
+        for queue in [raw_queue, relay_queue] {
+            client.delete_queue().queue_url(queue).send().await?;
+        }
     }
 
     // The relay's own ceiling: the same runs with a publisher that confirms at once.
@@ -350,7 +396,28 @@ async fn nats_raw(
     .await
 }
 
-async fn kafka_raw(servers: &str, messages: usize) -> anyhow::Result<f64> {
+async fn kafka_create_topic(servers: &str, topic: &str) -> anyhow::Result<()> {
+    use rdkafka::{
+        ClientConfig,
+        admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
+        client::DefaultClientContext,
+    };
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", servers)
+        .create()?;
+    for created in admin
+        .create_topics(
+            &[NewTopic::new(topic, 3, TopicReplication::Fixed(1))],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        )
+        .await?
+    {
+        created.map_err(|(topic, code)| anyhow::anyhow!("cannot create {topic}: {code}"))?;
+    }
+    Ok(())
+}
+
+async fn kafka_raw(servers: &str, topic: &str, messages: usize) -> anyhow::Result<f64> {
     use rdkafka::{
         ClientConfig,
         message::{Header, OwnedHeaders},
@@ -372,13 +439,84 @@ async fn kafka_raw(servers: &str, messages: usize) -> anyhow::Result<f64> {
                     key: "message-id",
                     value: Some(id.as_str()),
                 });
-                let record = FutureRecord::<str, str>::to("bench")
+                let record = FutureRecord::<str, str>::to(topic)
                     .payload(body)
                     .headers(headers);
                 deliveries.push(producer.send_result(record).map_err(|(error, _)| error)?);
             }
             for delivery in deliveries {
                 delivery.await?.map_err(|(error, _)| error)?;
+            }
+        }
+        Ok(started.elapsed())
+    })
+    .await
+}
+
+fn sqs_client(endpoint: &str) -> aws_sdk_sqs::Client {
+    use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
+    let config = aws_sdk_sqs::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .credentials_provider(Credentials::new("bench", "bench", None, None, "idem-bench"))
+        .http_client(idem_messaging::sqs::http_client())
+        .build();
+    aws_sdk_sqs::Client::from_conf(config)
+}
+
+/// A standard queue of its own: its name.
+async fn sqs_queue(client: &aws_sdk_sqs::Client, side: &str) -> anyhow::Result<String> {
+    let name = format!("idem-bench-{side}-{}", std::process::id());
+    client.create_queue().queue_name(&name).send().await?;
+    Ok(name)
+}
+
+/// `SendMessageBatch` requests of 10 (SQS's most), a batch's requests sent together, with the
+/// message id as an attribute, as [`SqsPublisher`] sends them.
+async fn sqs_raw(
+    client: &aws_sdk_sqs::Client,
+    queue: &str,
+    messages: usize,
+) -> anyhow::Result<f64> {
+    use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
+    let url = client
+        .get_queue_url()
+        .queue_name(queue)
+        .send()
+        .await?
+        .queue_url()
+        .context("no queue URL")?
+        .to_owned();
+    let payloads: Vec<String> = (0..messages).map(payload).collect();
+    best(messages, || async {
+        let started = Instant::now();
+        for batch in payloads.chunks(batch_size()) {
+            let requests = batch.chunks(10).map(|chunk| {
+                let entries = chunk.iter().enumerate().map(|(i, body)| {
+                    let id = MessageId::from(uuid::Uuid::now_v7());
+                    SendMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .message_body(body)
+                        .message_attributes(
+                            "message-id",
+                            MessageAttributeValue::builder()
+                                .data_type("String")
+                                .string_value(id.as_str())
+                                .build()
+                                .expect("type and value are set"),
+                        )
+                        .build()
+                        .expect("id and body are set")
+                });
+                client
+                    .send_message_batch()
+                    .queue_url(&url)
+                    .set_entries(Some(entries.collect()))
+                    .send()
+            });
+            for sent in futures_util::future::join_all(requests).await {
+                anyhow::ensure!(sent?.failed().is_empty(), "SQS refused an entry");
             }
         }
         Ok(started.elapsed())

@@ -13,13 +13,30 @@ const AMQP_PARAMETERS: [&str; 5] = [
     "auth_mechanism",
 ];
 
+/// The librdkafka producer settings a Kafka URL may carry, passed on to it: how librdkafka
+/// batches, how long it waits, and what the broker's logs call the client. What idem sets for its
+/// guarantees (`acks`, `enable.idempotence`) is not among them.
+const KAFKA_PARAMETERS: [&str; 10] = [
+    "client.id",
+    "linger.ms",
+    "batch.num.messages",
+    "batch.size",
+    "message.timeout.ms",
+    "message.max.bytes",
+    "queue.buffering.max.messages",
+    "queue.buffering.max.kbytes",
+    "request.timeout.ms",
+    "socket.timeout.ms",
+];
+
 /// Why a string is not a [`BrokerUrl`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum InvalidBrokerUrl {
     /// The URL has no `scheme://`, or one that names no broker.
     #[error(
-        "a broker URL starts with amqp://, amqps://, nats://, tls:// or kafka://; got {given:?}"
+        "a broker URL starts with amqp://, amqps://, nats://, tls://, kafka:// or sqs://; got \
+         {given:?}"
     )]
     UnknownScheme {
         /// What was given, its password hidden.
@@ -56,7 +73,8 @@ pub enum InvalidBrokerUrl {
 
 /// A broker's URL: RabbitMQ (`amqp://user:password@host:port/vhost`, `amqps://…` over TLS),
 /// NATS JetStream (`nats://host:port`, several comma-separated; `tls://…` over TLS) or Kafka
-/// (`kafka://host:port[,host:port…]`, the bootstrap servers). Each needs its cargo feature.
+/// (`kafka://host:port[,host:port…]`, the bootstrap servers) or Amazon SQS
+/// (`sqs://REGION[?endpoint=URL&profile=NAME]`). Each needs its cargo feature.
 ///
 /// TLS connections (rustls) take three parameters, whose files are read when the publisher
 /// connects:
@@ -71,6 +89,18 @@ pub enum InvalidBrokerUrl {
 /// lapin's `frame_max`, `channel_max`, `heartbeat`, `connection_timeout` and `auth_mechanism`;
 /// any other parameter is refused, so that a misspelt one is not silently ignored. Values are
 /// taken as given (not percent-decoded).
+///
+/// A Kafka URL may carry librdkafka's producer settings `client.id`, `linger.ms`,
+/// `batch.num.messages`, `batch.size`, `message.timeout.ms`, `message.max.bytes`,
+/// `queue.buffering.max.messages`, `queue.buffering.max.kbytes`, `request.timeout.ms` and
+/// `socket.timeout.ms` (`kafka://k1:9092,k2:9092?linger.ms=20`); what idem sets for its
+/// guarantees (`acks`, `enable.idempotence`) is refused.
+///
+/// An SQS URL names the region; `endpoint=URL` sends the requests to another endpoint (an
+/// SQS-compatible server, a VPC endpoint) and `profile=NAME` takes the credentials of a profile
+/// of the AWS configuration files; otherwise the credentials come from the usual chain
+/// (`AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`, `AWS_PROFILE`, web identity, the
+/// container's or the instance's role).
 ///
 /// Its [`publisher`](Self::publisher) publishes with the broker's confirmation; it connects on
 /// its first batch. Displayed with the password hidden.
@@ -100,6 +130,16 @@ pub struct BrokerUrl {
     /// What the broker's client is given: the URL without idem's TLS parameters.
     endpoint: String,
     tls: TlsFiles,
+    /// An SQS URL's parts.
+    sqs: Option<SqsTarget>,
+}
+
+/// Where an `sqs://` URL sends: a region, and maybe an endpoint and a profile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SqsTarget {
+    region: String,
+    endpoint: Option<String>,
+    profile: Option<String>,
 }
 
 /// The brokers.
@@ -108,6 +148,7 @@ enum Broker {
     Amqp,
     Nats,
     Kafka,
+    Sqs,
 }
 
 impl Broker {
@@ -117,6 +158,7 @@ impl Broker {
             Self::Amqp => "amqp",
             Self::Nats => "nats",
             Self::Kafka => "kafka",
+            Self::Sqs => "sqs",
         }
     }
 
@@ -128,7 +170,12 @@ impl Broker {
                  heartbeat, connection_timeout and auth_mechanism"
             }
             Self::Nats => "takes cacert, cert and key",
-            Self::Kafka => "takes none",
+            Self::Kafka => {
+                "takes client.id, linger.ms, batch.num.messages, batch.size, \
+                 message.timeout.ms, message.max.bytes, queue.buffering.max.messages, \
+                 queue.buffering.max.kbytes, request.timeout.ms and socket.timeout.ms"
+            }
+            Self::Sqs => "takes endpoint and profile",
         }
     }
 
@@ -137,6 +184,7 @@ impl Broker {
             Self::Amqp => cfg!(feature = "amqp"),
             Self::Nats => cfg!(feature = "nats"),
             Self::Kafka => cfg!(feature = "kafka"),
+            Self::Sqs => cfg!(feature = "sqs"),
         }
     }
 }
@@ -161,16 +209,37 @@ impl BrokerUrl {
                 crate::nats::NatsPublisher::new(self.endpoint.clone()).tls_files(self.tls.clone()),
             ),
             #[cfg(feature = "kafka")]
-            Broker::Kafka => {
-                let servers = self
-                    .endpoint
-                    .split_once("://")
-                    .map_or("", |(_, servers)| servers);
-                BoxPublisher::new(crate::kafka::KafkaPublisher::new(servers))
+            Broker::Kafka => BoxPublisher::new(crate::kafka::KafkaPublisher::with_config(
+                self.kafka_config(),
+            )),
+            #[cfg(feature = "sqs")]
+            Broker::Sqs => {
+                let target = self.sqs.clone().expect("an sqs:// URL has its parts");
+                BoxPublisher::new(crate::sqs::SqsPublisher::lazy(
+                    target.region,
+                    target.endpoint,
+                    target.profile,
+                ))
             }
             #[allow(unreachable_patterns)]
             other => unreachable!("`from_str` refuses {other:?}: its feature is not compiled in"),
         }
+    }
+}
+
+impl BrokerUrl {
+    /// A Kafka URL's librdkafka settings: its bootstrap servers and the settings it carries.
+    #[cfg(feature = "kafka")]
+    fn kafka_config(&self) -> rdkafka::ClientConfig {
+        let rest = self.endpoint.split_once("://").map_or("", |(_, rest)| rest);
+        let (servers, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let mut config = rdkafka::ClientConfig::new();
+        config.set("bootstrap.servers", servers);
+        for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            config.set(name, value);
+        }
+        config
     }
 }
 
@@ -192,6 +261,7 @@ impl FromStr for BrokerUrl {
             // `tls://` is how NATS clients spell a server that must be reached over TLS.
             "nats" | "tls" => Broker::Nats,
             "kafka" => Broker::Kafka,
+            "sqs" => Broker::Sqs,
             _ => {
                 return Err(InvalidBrokerUrl::UnknownScheme {
                     given: redacted(url),
@@ -202,6 +272,15 @@ impl FromStr for BrokerUrl {
             return Err(InvalidBrokerUrl::FeatureDisabled {
                 scheme: scheme.to_owned(),
                 feature: broker.feature(),
+            });
+        }
+        if broker == Broker::Sqs {
+            return Ok(Self {
+                broker,
+                url: url.to_owned(),
+                endpoint: url.to_owned(),
+                tls: TlsFiles::default(),
+                sqs: Some(sqs_target(rest)?),
             });
         }
         let (endpoint, tls) = parameters(url, broker)?;
@@ -216,8 +295,61 @@ impl FromStr for BrokerUrl {
             url: url.to_owned(),
             endpoint,
             tls,
+            sqs: None,
         })
     }
+}
+
+/// The region, endpoint and profile of an `sqs://` URL (`rest` is what follows `sqs://`).
+fn sqs_target(rest: &str) -> Result<SqsTarget, InvalidBrokerUrl> {
+    let (region, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let valid_region = !region.is_empty()
+        && region
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if !valid_region {
+        return Err(InvalidBrokerUrl::InvalidParameter {
+            name: "region",
+            reason: "an AWS region such as us-east-1 follows sqs://",
+        });
+    }
+    let mut target = SqsTarget {
+        region: region.to_owned(),
+        endpoint: None,
+        profile: None,
+    };
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let (name, slot): (&'static str, _) = match name {
+            "endpoint" => ("endpoint", &mut target.endpoint),
+            "profile" => ("profile", &mut target.profile),
+            _ => {
+                return Err(InvalidBrokerUrl::UnknownParameter {
+                    name: name.to_owned(),
+                    known: Broker::Sqs.known(),
+                });
+            }
+        };
+        if value.is_empty() {
+            return Err(InvalidBrokerUrl::InvalidParameter {
+                name,
+                reason: "empty",
+            });
+        }
+        if name == "endpoint" && !(value.starts_with("https://") || value.starts_with("http://")) {
+            return Err(InvalidBrokerUrl::InvalidParameter {
+                name,
+                reason: "an http:// or https:// URL",
+            });
+        }
+        if slot.replace(value.to_owned()).is_some() {
+            return Err(InvalidBrokerUrl::InvalidParameter {
+                name,
+                reason: "given twice",
+            });
+        }
+    }
+    Ok(target)
 }
 
 /// Splits idem's TLS parameters (`cacert`, `cert`, `key`) from `url`: the URL for the broker's
@@ -235,6 +367,11 @@ fn parameters(url: &str, broker: Broker) -> Result<(String, TlsFiles), InvalidBr
             "cert" if broker != Broker::Kafka => ("cert", &mut cert),
             "key" if broker != Broker::Kafka => ("key", &mut key),
             _ if broker == Broker::Amqp && AMQP_PARAMETERS.contains(&name) => {
+                kept.push(pair);
+                continue;
+            }
+            _ if broker == Broker::Kafka => {
+                kafka_parameter(name, value, &kept)?;
                 kept.push(pair);
                 continue;
             }
@@ -274,6 +411,30 @@ fn parameters(url: &str, broker: Broker) -> Result<(String, TlsFiles), InvalidBr
         format!("{base}?{}", kept.join("&"))
     };
     Ok((endpoint, TlsFiles { ca, client }))
+}
+
+/// Checks one of a Kafka URL's parameters, `kept` being those before it.
+fn kafka_parameter(name: &str, value: &str, kept: &[&str]) -> Result<(), InvalidBrokerUrl> {
+    let Some(name) = KAFKA_PARAMETERS.into_iter().find(|known| *known == name) else {
+        return Err(InvalidBrokerUrl::UnknownParameter {
+            name: name.to_owned(),
+            known: Broker::Kafka.known(),
+        });
+    };
+    let numeric = name != "client.id";
+    let reason = if value.is_empty() && !numeric {
+        "empty"
+    } else if numeric && value.parse::<u64>().is_err() {
+        "a whole number"
+    } else if kept
+        .iter()
+        .any(|pair| pair.split_once('=').map_or(*pair, |(kept, _)| kept) == name)
+    {
+        "given twice"
+    } else {
+        return Ok(());
+    };
+    Err(InvalidBrokerUrl::InvalidParameter { name, reason })
 }
 
 /// `url` with the password of its user information, if any, replaced by `***`.
@@ -351,6 +512,7 @@ mod tests {
             ("nats://h", "nats", cfg!(feature = "nats")),
             ("tls://h", "nats", cfg!(feature = "nats")),
             ("kafka://h:9092", "kafka", cfg!(feature = "kafka")),
+            ("sqs://us-east-1", "sqs", cfg!(feature = "sqs")),
         ] {
             match url.parse::<BrokerUrl>() {
                 Ok(parsed) => {
@@ -507,13 +669,123 @@ mod tests {
 
     #[cfg(feature = "kafka")]
     #[test]
-    fn kafka_takes_no_parameter() {
+    fn kafka_takes_librdkafka_producer_settings_and_no_other() {
+        let url: BrokerUrl =
+            "kafka://a:9092,b:9092?linger.ms=0&batch.num.messages=1&client.id=relay"
+                .parse()
+                .unwrap();
+        let config = url.kafka_config();
+        assert_eq!(config.get("bootstrap.servers"), Some("a:9092,b:9092"));
+        assert_eq!(config.get("linger.ms"), Some("0"));
+        assert_eq!(config.get("batch.num.messages"), Some("1"));
+        assert_eq!(config.get("client.id"), Some("relay"));
+        let plain: BrokerUrl = "kafka://a:9092".parse().unwrap();
         assert_eq!(
-            "kafka://a:9092?cacert=/ca.pem".parse::<BrokerUrl>(),
-            Err(InvalidBrokerUrl::UnknownParameter {
-                name: "cacert".into(),
-                known: "takes none"
+            plain.kafka_config().get("bootstrap.servers"),
+            Some("a:9092")
+        );
+        assert_eq!(plain.kafka_config().get("linger.ms"), None);
+
+        let known = Broker::Kafka.known();
+        // idem's own settings, TLS files (not compiled in) and misspellings are refused.
+        for (url, name) in [
+            ("kafka://a:9092?acks=1", "acks"),
+            (
+                "kafka://a:9092?enable.idempotence=false",
+                "enable.idempotence",
+            ),
+            ("kafka://a:9092?cacert=/ca.pem", "cacert"),
+            ("kafka://a:9092?linger_ms=5", "linger_ms"),
+        ] {
+            assert_eq!(
+                url.parse::<BrokerUrl>(),
+                Err(InvalidBrokerUrl::UnknownParameter {
+                    name: name.into(),
+                    known
+                }),
+                "{url}"
+            );
+        }
+        assert_eq!(
+            "kafka://a:9092?linger.ms=soon".parse::<BrokerUrl>(),
+            Err(InvalidBrokerUrl::InvalidParameter {
+                name: "linger.ms",
+                reason: "a whole number"
             })
+        );
+        assert_eq!(
+            "kafka://a:9092?linger.ms=0&linger.ms=5".parse::<BrokerUrl>(),
+            Err(InvalidBrokerUrl::InvalidParameter {
+                name: "linger.ms",
+                reason: "given twice"
+            })
+        );
+        assert_eq!(
+            "kafka://a:9092?client.id=".parse::<BrokerUrl>(),
+            Err(InvalidBrokerUrl::InvalidParameter {
+                name: "client.id",
+                reason: "empty"
+            })
+        );
+    }
+
+    #[cfg(feature = "sqs")]
+    #[test]
+    fn sqs_takes_a_region_an_endpoint_and_a_profile() {
+        let url: BrokerUrl = "sqs://eu-west-1".parse().unwrap();
+        assert_eq!(url.broker, Broker::Sqs);
+        assert_eq!(
+            url.sqs,
+            Some(SqsTarget {
+                region: "eu-west-1".into(),
+                endpoint: None,
+                profile: None
+            })
+        );
+        let url: BrokerUrl = "sqs://us-east-1?endpoint=http://127.0.0.1:9324&profile=relay"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            url.sqs,
+            Some(SqsTarget {
+                region: "us-east-1".into(),
+                endpoint: Some("http://127.0.0.1:9324".into()),
+                profile: Some("relay".into())
+            })
+        );
+        assert_eq!(
+            url.to_string(),
+            "sqs://us-east-1?endpoint=http://127.0.0.1:9324&profile=relay"
+        );
+    }
+
+    #[cfg(feature = "sqs")]
+    #[test]
+    fn bad_sqs_urls_are_refused_with_what_is_known() {
+        let error = |url: &str| url.parse::<BrokerUrl>().unwrap_err().to_string();
+        assert_eq!(
+            error("sqs://?endpoint=http://h"),
+            "the broker URL's `region`: an AWS region such as us-east-1 follows sqs://"
+        );
+        assert_eq!(
+            error("sqs://EU_WEST"),
+            "the broker URL's `region`: an AWS region such as us-east-1 follows sqs://"
+        );
+        assert_eq!(
+            error("sqs://us-east-1?queue=q"),
+            "unknown parameter `queue` in the broker URL (takes endpoint and profile)"
+        );
+        assert_eq!(
+            error("sqs://us-east-1?endpoint=127.0.0.1:9324"),
+            "the broker URL's `endpoint`: an http:// or https:// URL"
+        );
+        assert_eq!(
+            error("sqs://us-east-1?profile="),
+            "the broker URL's `profile`: empty"
+        );
+        assert_eq!(
+            error("sqs://us-east-1?profile=a&profile=b"),
+            "the broker URL's `profile`: given twice"
         );
     }
 }

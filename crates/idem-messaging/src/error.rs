@@ -33,6 +33,10 @@ pub enum Error {
     /// transaction had committed, the redelivery is a duplicate and is skipped.
     #[error("cannot settle the delivery with the broker")]
     Settle(#[source] BoxError),
+    /// Messages could not be received from the broker: it is unreachable, or refused the
+    /// request (credentials, a queue that does not exist).
+    #[error("cannot receive messages from the broker")]
+    Receive(#[source] BoxError),
 }
 
 impl Error {

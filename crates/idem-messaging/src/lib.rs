@@ -8,15 +8,16 @@
 //!   transaction as its effects, so a redelivered message is recognised and skipped, and a
 //!   failed handler leaves no trace. [`Inbox::consume`] does it for a broker's delivery and
 //!   acknowledges only after the commit.
-//! - [`Outbox`] (PostgreSQL): a producer enqueues its events in the business transaction; each
-//!   gets a stable id (a UUIDv7).
+//! - [`Outbox`] (PostgreSQL or SQLite): a producer enqueues its events in the business
+//!   transaction; each gets a stable id (a UUIDv7).
 //! - [`Relay`]: publishes the outbox with the broker's confirmation, marks what was confirmed,
 //!   retries with backoff, dead-letters what keeps failing, keeps per-key order when asked.
 //!   Several relays may share an outbox.
 //! - [`Publisher`] and [`Incoming`]: what a broker provides. RabbitMQ is the `amqp` feature
 //!   (`amqp::AmqpPublisher`, and `lapin`'s deliveries as [`Incoming`]); NATS JetStream the
 //!   `nats` feature (`nats::NatsPublisher`, and JetStream messages as [`Incoming`]); Kafka the
-//!   `kafka` feature (`kafka::KafkaPublisher`, and `kafka::KafkaMessage`).
+//!   `kafka` feature (`kafka::KafkaPublisher`, and `kafka::KafkaMessage`); Amazon SQS the `sqs`
+//!   feature (`sqs::SqsPublisher`, and `sqs::SqsConsumer`'s `sqs::SqsMessage`).
 //! - [`BrokerUrl`]: a broker chosen by URL, its publisher built at run time. The `idem relay`
 //!   command (the `idem-gateway` crate) runs a relay as a process of its own with it.
 //!
@@ -93,6 +94,8 @@ pub mod nats;
 mod outbox;
 mod relay;
 mod sql;
+#[cfg(feature = "sqs")]
+pub mod sqs;
 
 pub use broker::{BoxPublisher, Confirmations, DynPublisher, Incoming, PublishError, Publisher};
 pub use broker_url::{BrokerUrl, InvalidBrokerUrl};
@@ -102,5 +105,8 @@ pub use idem_sql::{InvalidName, SchemaName, TableName};
 pub use inbox::{
     Delivery, Handled, Inbox, InboxDatabase, InboxOptions, PgInbox, Purger, SqliteInbox,
 };
-pub use outbox::{DeadLetter, Envelope, Outbox, OutboxMessage, OutboxOptions};
-pub use relay::{BatchReport, Relay, metrics};
+pub use outbox::{
+    BatchReport, DeadLetter, Envelope, Outbox, OutboxDatabase, OutboxMessage, OutboxOptions,
+    PgOutbox, SqliteOutbox,
+};
+pub use relay::{Relay, metrics};

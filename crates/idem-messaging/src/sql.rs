@@ -13,6 +13,15 @@ use sqlx::{Pool, Postgres, migrate::Migrator};
 use crate::Error;
 
 pub(crate) use idem_sql::{Location, query_text};
+pub(crate) use sealed::Sealed;
+
+/// The databases the inbox and the outbox live in, and no other: their traits are sealed by this
+/// one, since their guarantees rest on each database's exact locking behaviour.
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for sqlx::Postgres {}
+    impl Sealed for sqlx::Sqlite {}
+}
 
 /// `template` with the names and the channel filled in, shared.
 pub(crate) fn statement(location: &Location, template: &str) -> Arc<str> {

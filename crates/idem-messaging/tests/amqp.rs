@@ -1,14 +1,12 @@
-//! RabbitMQ end to end: the publisher's confirms, id and headers; the consumer helper's acks,
-//! requeues and skipped redeliveries; and the outbox → relay → RabbitMQ → inbox → ledger path,
-//! with competing relays, a relay that dies between publish and mark-sent, a poison message and
-//! per-key order.
+//! RabbitMQ end to end: the broker conformance suite (`common::suite`) on a queue of the test's
+//! own, and what is RabbitMQ's alone: the publisher's properties and headers, returns of
+//! unroutable messages, a relay that dies between publish and mark-sent, a poison message.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 mod common;
 
 use std::{
-    collections::HashMap,
     sync::{
         Arc,
         atomic::{AtomicUsize, Ordering},
@@ -18,16 +16,16 @@ use std::{
 
 use futures_util::StreamExt;
 use idem_messaging::{
-    Confirmations, ConsumerName, Envelope, Error, Handled, Incoming, MessageId, Outbox,
-    OutboxMessage, PgInbox, PublishError, Publisher, Relay, amqp::AmqpPublisher,
+    ConsumerName, Envelope, Error, Handled, Incoming, Outbox, OutboxMessage, PgInbox, PublishError,
+    Publisher, Relay, amqp::AmqpPublisher,
 };
-use idem_test_support::{require, unique_name};
+use idem_test_support::{Server, require, unique_name};
 use lapin::{
     Channel, Connection, ConnectionProperties,
     message::Delivery,
     options::{
         BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, BasicQosOptions,
-        QueueDeclareOptions, QueueDeleteOptions,
+        ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions,
     },
     types::{AMQPValue, FieldTable},
 };
@@ -105,22 +103,6 @@ impl TestQueue {
         .expect("a message arrives")
     }
 
-    /// How many messages wait in the queue (not counting unacknowledged ones).
-    async fn ready(&self) -> u32 {
-        self.channel
-            .queue_declare(
-                self.name.as_str().into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..QueueDeclareOptions::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .unwrap()
-            .message_count()
-    }
-
     fn publisher(&self) -> AmqpPublisher {
         AmqpPublisher::new(self.url.clone())
     }
@@ -148,6 +130,193 @@ impl Drop for TestQueue {
             eprintln!("could not delete the test queue {}: {error:#}", self.name);
         }
     }
+}
+
+/// A virtual host of the test's own, deleted when this is dropped: its connections can be closed
+/// and refused without disturbing the other tests on the server.
+struct TestVhost {
+    name: String,
+    url: String,
+}
+
+impl TestVhost {
+    /// Creates the virtual host next to the one of `url`, with the same user's permissions.
+    async fn create(url: &str) -> Self {
+        let name = unique_name("idem_test_");
+        let (server, _) = url.rsplit_once('/').expect("an amqp URL with a vhost");
+        let user = server
+            .split_once("://")
+            .and_then(|(_, rest)| rest.split([':', '@']).next())
+            .unwrap_or("guest");
+        rabbitmqctl(&["add_vhost", &name]).await;
+        rabbitmqctl(&["set_permissions", "-p", &name, user, ".*", ".*", ".*"]).await;
+        Self {
+            url: format!("{server}/{name}"),
+            name,
+        }
+    }
+}
+
+impl Drop for TestVhost {
+    fn drop(&mut self) {
+        let deleted = std::process::Command::new("rabbitmqctl")
+            .args(["-q", "delete_vhost", &self.name])
+            .output();
+        if !deleted.is_ok_and(|output| output.status.success()) {
+            eprintln!("could not delete the test vhost {}", self.name);
+        }
+    }
+}
+
+/// Runs `rabbitmqctl` on the server's machine (the test server is local).
+async fn rabbitmqctl(arguments: &[&str]) {
+    let output = tokio::process::Command::new("rabbitmqctl")
+        .arg("-q")
+        .args(arguments)
+        .output()
+        .await
+        .expect("run rabbitmqctl");
+    assert!(
+        output.status.success(),
+        "rabbitmqctl {arguments:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The suite's fixture: a queue of the test's own, on the shared server, or in a virtual host of
+/// its own for the scenarios that restart the broker.
+struct Rabbit {
+    queue: TestQueue,
+    vhost: Option<TestVhost>,
+}
+
+impl Rabbit {
+    async fn shared() -> Option<Self> {
+        let amqp = Server::Amqp.url()?;
+        Some(Self {
+            queue: TestQueue::new(&amqp).await,
+            vhost: None,
+        })
+    }
+
+    async fn own_vhost() -> Option<Self> {
+        let amqp = Server::Amqp.url()?;
+        let vhost = TestVhost::create(&amqp).await;
+        Some(Self {
+            queue: TestQueue::new(&vhost.url).await,
+            vhost: Some(vhost),
+        })
+    }
+}
+
+/// A consumer process: its connection, and the deliveries of its channel (prefetch 64).
+struct RabbitConsumer {
+    connection: Connection,
+    deliveries: lapin::Consumer,
+}
+
+impl common::suite::Broker for Rabbit {
+    type Publisher = AmqpPublisher;
+    type Consumer = RabbitConsumer;
+    type Message = Delivery;
+
+    fn destination(&self) -> String {
+        self.queue.name.clone()
+    }
+
+    fn publisher(&self) -> AmqpPublisher {
+        self.queue.publisher()
+    }
+
+    async fn publish_without_id(&self, payload: &str) {
+        let channel = self.queue.channel().await;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .unwrap();
+        let confirm = channel
+            .basic_publish(
+                "".into(),
+                self.queue.name.as_str().into(),
+                BasicPublishOptions::default(),
+                payload.as_bytes(),
+                lapin::BasicProperties::default(),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        assert!(confirm.is_ack(), "{confirm:?}");
+    }
+
+    async fn consumer(&self) -> RabbitConsumer {
+        let connection = Connection::connect(&self.queue.url, ConnectionProperties::default())
+            .await
+            .expect("connect to the test broker");
+        let channel = connection.create_channel().await.unwrap();
+        channel
+            .basic_qos(64, BasicQosOptions::default())
+            .await
+            .unwrap();
+        let deliveries = channel
+            .basic_consume(
+                self.queue.name.as_str().into(),
+                unique_name("ledger-").as_str().into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        RabbitConsumer {
+            connection,
+            deliveries,
+        }
+    }
+
+    async fn next(&self, consumer: &mut RabbitConsumer, within: Duration) -> Option<Delivery> {
+        let delivery = tokio::time::timeout(within, consumer.deliveries.next())
+            .await
+            .ok()?;
+        Some(delivery.expect("the consumer goes on").unwrap())
+    }
+
+    /// Closes the consumer's connection: RabbitMQ requeues what it had not acknowledged.
+    async fn kill(&self, consumer: RabbitConsumer) {
+        consumer
+            .connection
+            .close(320, "killed".into())
+            .await
+            .unwrap();
+    }
+
+    /// Not a restart of the server, which the other tests share: every connection to the test's
+    /// virtual host is closed by the server (`rabbitmqctl close_all_connections -p`) and new
+    /// ones are refused for a second (`max-connections` 0), then let in again.
+    async fn restart(&self) {
+        let vhost = &self
+            .vhost
+            .as_ref()
+            .expect("a fixture with a vhost of its own")
+            .name;
+        rabbitmqctl(&["set_vhost_limits", "-p", vhost, r#"{"max-connections": 0}"#]).await;
+        rabbitmqctl(&["close_all_connections", "-p", vhost, "restart"]).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        rabbitmqctl(&["clear_vhost_limits", "-p", vhost]).await;
+    }
+}
+
+common::suite::broker_suite! {
+    run Rabbit::shared() => [
+        a_confirmed_publish_reaches_the_consumer_with_its_id,
+        a_copy_delivered_twice_is_processed_once,
+        a_failed_handler_redelivers_and_the_retry_commits_once,
+        a_message_without_an_id_is_dead_lettered_not_retried,
+        a_consumer_killed_between_its_commit_and_its_ack_skips_the_copy,
+        two_relays_deliver_every_message_once,
+        per_key_order_holds_through_the_relay,
+    ],
+    run Rabbit::own_vhost() => [a_broker_restarted_under_a_running_relay_loses_nothing],
+    not_run => [],
 }
 
 /// The consumer's handler: one ledger row per message, keyed by its id, holding its payload.
@@ -312,205 +481,6 @@ async fn a_return_is_matched_to_its_message_among_many_confirmations() {
 }
 
 #[tokio::test]
-async fn a_redelivery_after_a_crash_before_the_ack_is_skipped() {
-    let (postgres, amqp) = require_servers!();
-    let (schema, queue) = (
-        TestSchema::new(&postgres).await,
-        TestQueue::new(&amqp).await,
-    );
-    let inbox = schema.inbox().await;
-    let ledger = consumer("ledger");
-    queue
-        .publisher()
-        .publish(&envelope(
-            "m-1",
-            OutboxMessage::new(queue.name.clone(), "+10"),
-        ))
-        .await
-        .unwrap();
-
-    // The first consumer commits its effects, then dies before acknowledging.
-    let doomed = queue.channel().await;
-    let delivery = queue.get(&doomed).await;
-    assert!(!delivery.redelivered);
-    let id: MessageId = delivery.message_id().unwrap().parse().unwrap();
-    let first = inbox
-        .handle(&schema.pool, &ledger, &id, |tx| {
-            Box::pin(async {
-                schema.book(tx, id.as_str(), "+10").await;
-                Ok::<_, Error>(())
-            })
-        })
-        .await
-        .unwrap();
-    assert_eq!(first, Handled::Processed(()));
-    doomed.close(200, "crash".into()).await.unwrap();
-
-    // The broker hands the message to the next consumer, which skips and acknowledges it.
-    let survivor = queue.channel().await;
-    let redelivery = queue.get(&survivor).await;
-    assert!(redelivery.redelivered);
-    assert_eq!(redelivery.message_id(), Some("m-1"));
-    let second = consume(&schema, &inbox, &ledger, redelivery).await.unwrap();
-    assert_eq!(second, Handled::Duplicate);
-
-    assert_eq!(schema.ledger().await, 1);
-    assert_eq!(schema.inbox_rows().await, 1);
-    survivor.close(200, "done".into()).await.unwrap();
-    assert_eq!(queue.ready().await, 0, "the duplicate was acknowledged");
-}
-
-#[tokio::test]
-async fn a_failed_handler_requeues_and_leaves_no_inbox_row() {
-    let (postgres, amqp) = require_servers!();
-    let (schema, queue) = (
-        TestSchema::new(&postgres).await,
-        TestQueue::new(&amqp).await,
-    );
-    let inbox = schema.inbox().await;
-    let ledger = consumer("ledger");
-    queue
-        .publisher()
-        .publish(&envelope(
-            "m-1",
-            OutboxMessage::new(queue.name.clone(), "+10"),
-        ))
-        .await
-        .unwrap();
-
-    let delivery = queue.get(&queue.channel).await;
-    let failed = inbox
-        .consume(&schema.pool, &ledger, delivery, |tx, delivery| {
-            let schema = &schema;
-            Box::pin(async move {
-                schema.book(tx, delivery.message_id().unwrap(), "+10").await;
-                Err::<(), _>(anyhow::anyhow!("the ledger is closed"))
-            })
-        })
-        .await;
-    assert_eq!(failed.unwrap_err().to_string(), "the ledger is closed");
-    assert_eq!(schema.inbox_rows().await, 0);
-    assert_eq!(schema.ledger().await, 0);
-
-    // Requeued: it comes back, and this time it is processed.
-    let redelivery = queue.get(&queue.channel).await;
-    assert!(redelivery.redelivered);
-    assert_eq!(
-        consume(&schema, &inbox, &ledger, redelivery).await.unwrap(),
-        Handled::Processed(())
-    );
-    assert_eq!(schema.ledger().await, 1);
-    assert_eq!(schema.inbox_rows().await, 1);
-}
-
-#[tokio::test]
-async fn a_message_without_an_id_is_rejected_not_requeued() {
-    let (postgres, amqp) = require_servers!();
-    let (schema, queue) = (
-        TestSchema::new(&postgres).await,
-        TestQueue::new(&amqp).await,
-    );
-    let inbox = schema.inbox().await;
-    queue
-        .channel
-        .basic_publish(
-            "".into(),
-            queue.name.as_str().into(),
-            BasicPublishOptions::default(),
-            b"anonymous",
-            lapin::BasicProperties::default(),
-        )
-        .await
-        .unwrap();
-
-    let delivery = queue.get(&queue.channel).await;
-    let outcome = consume(&schema, &inbox, &consumer("ledger"), delivery).await;
-    assert!(
-        matches!(outcome, Err(Error::MissingMessageId)),
-        "{outcome:?}"
-    );
-    assert_eq!(schema.ledger().await, 0);
-    assert_eq!(queue.ready().await, 0);
-}
-
-#[tokio::test]
-async fn two_relays_deliver_a_thousand_messages_each_applied_once() {
-    let (postgres, amqp) = require_servers!();
-    let schema = Arc::new(TestSchema::new(&postgres).await);
-    let queue = TestQueue::new(&amqp).await;
-    let (inbox, outbox) = (schema.inbox().await, schema.outbox().await);
-    const N: usize = 1000;
-
-    let stop = CancellationToken::new();
-    let duplicates = Arc::new(AtomicUsize::new(0));
-    let consumer_task = spawn_consumer(
-        Arc::clone(&schema),
-        inbox,
-        queue.channel().await,
-        queue.name.clone(),
-        Arc::clone(&duplicates),
-        stop.clone(),
-    );
-    let relays: Vec<_> = (0..2)
-        .map(|n| {
-            let relay = Relay::new(schema.pool.clone(), outbox.clone(), queue.publisher())
-                .name(format!("relay-{n}"))
-                .batch_size(50)
-                .poll_interval(Duration::from_millis(100));
-            let stop = stop.clone();
-            tokio::spawn(async move { relay.run(stop).await })
-        })
-        .collect();
-
-    // Enqueued while the relays run, in transactions of 50 from four producers.
-    let producers: Vec<_> = (0..4)
-        .map(|producer| {
-            let (schema, outbox, queue) = (Arc::clone(&schema), outbox.clone(), queue.name.clone());
-            tokio::spawn(async move {
-                for chunk in 0..N / 4 / 50 {
-                    let mut tx = schema.pool.begin().await.unwrap();
-                    for n in 0..50 {
-                        let payload = format!("{producer}/{chunk}/{n}");
-                        outbox
-                            .enqueue(&mut tx, OutboxMessage::new(queue.clone(), payload))
-                            .await
-                            .unwrap();
-                    }
-                    tx.commit().await.unwrap();
-                }
-            })
-        })
-        .collect();
-    for producer in producers {
-        producer.await.unwrap();
-    }
-
-    wait_for_ledger(&schema, &outbox, N as i64).await;
-    // Give a stray copy, if any, the time to arrive and be counted.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.cancel();
-    for relay in relays {
-        relay.await.unwrap();
-    }
-    consumer_task.await.unwrap();
-
-    assert_eq!(schema.ledger().await, N as i64);
-    assert_eq!(schema.duplicated_effects().await, 0);
-    assert_eq!(schema.inbox_rows().await, N as i64);
-    assert_eq!(
-        schema
-            .count("SELECT count(DISTINCT entry) FROM {schema}.ledger")
-            .await,
-        N as i64
-    );
-    assert_eq!(outbox.pending(&schema.pool).await.unwrap(), 0);
-    eprintln!(
-        "{N} messages, {} redeliveries skipped",
-        duplicates.load(Ordering::SeqCst)
-    );
-}
-
-#[tokio::test]
 async fn a_relay_killed_between_publish_and_mark_sent_causes_one_skipped_copy() {
     let (postgres, amqp) = require_servers!();
     let schema = Arc::new(TestSchema::new(&postgres).await);
@@ -627,99 +597,4 @@ async fn a_poison_message_is_dead_lettered_while_the_others_flow() {
     assert_eq!(dead[0].attempts, 3);
     let error = dead[0].last_error.as_deref().unwrap();
     assert!(error.contains("312 NO_ROUTE"), "{error}");
-}
-
-/// Refuses the first attempt of every message whose payload ends in `:1` or `:6`, and publishes
-/// the rest through `inner`: retries that would reorder a key without the relay's ordering.
-struct RefuseSomeFirstAttempts<P>(P);
-
-impl<P: Publisher> Publisher for RefuseSomeFirstAttempts<P> {
-    async fn publish_batch(&self, batch: &[Envelope]) -> Confirmations {
-        let refused = |envelope: &Envelope| {
-            let payload = &envelope.message().payload;
-            envelope.attempt() == 1 && (payload.ends_with(b":1") || payload.ends_with(b":6"))
-        };
-        let passed: Vec<Envelope> = batch.iter().filter(|e| !refused(e)).cloned().collect();
-        let mut confirmed = self.0.publish_batch(&passed).await.into_iter();
-        batch
-            .iter()
-            .map(|envelope| {
-                if refused(envelope) {
-                    Err(PublishError::Rejected {
-                        reason: "refused by the test".into(),
-                    })
-                } else {
-                    confirmed
-                        .next()
-                        .unwrap_or_else(|| Err(PublishError::unavailable("no confirmation")))
-                }
-            })
-            .collect()
-    }
-}
-
-#[tokio::test]
-async fn per_key_order_reaches_the_consumer() {
-    let (postgres, amqp) = require_servers!();
-    let schema = Arc::new(TestSchema::new(&postgres).await);
-    let queue = TestQueue::new(&amqp).await;
-    let (inbox, outbox) = (schema.inbox().await, schema.outbox().await);
-    const KEYS: usize = 5;
-    const PER_KEY: usize = 10;
-    for n in 0..PER_KEY {
-        let mut tx = schema.pool.begin().await.unwrap();
-        for key in 0..KEYS {
-            let message = OutboxMessage::new(queue.name.clone(), format!("k{key}:{n}"))
-                .ordering_key(format!("k{key}"));
-            outbox.enqueue(&mut tx, message).await.unwrap();
-        }
-        tx.commit().await.unwrap();
-    }
-
-    let stop = CancellationToken::new();
-    let relays: Vec<_> = (0..2)
-        .map(|_| {
-            let relay = Relay::new(
-                schema.pool.clone(),
-                outbox.clone(),
-                RefuseSomeFirstAttempts(queue.publisher()),
-            )
-            .ordering(true)
-            .backoff(Duration::from_millis(5), Duration::from_millis(20))
-            .poll_interval(Duration::from_millis(20));
-            let stop = stop.clone();
-            tokio::spawn(async move { relay.run(stop).await })
-        })
-        .collect();
-    let duplicates = Arc::new(AtomicUsize::new(0));
-    let consumer_task = spawn_consumer(
-        Arc::clone(&schema),
-        inbox,
-        queue.channel().await,
-        queue.name.clone(),
-        duplicates,
-        stop.clone(),
-    );
-    wait_for_ledger(&schema, &outbox, (KEYS * PER_KEY) as i64).await;
-    stop.cancel();
-    for relay in relays {
-        relay.await.unwrap();
-    }
-    consumer_task.await.unwrap();
-
-    // The ledger's ids are in the consumer's processing order.
-    let entries: Vec<String> =
-        sqlx::query_scalar(schema.sql("SELECT entry FROM {schema}.ledger ORDER BY id"))
-            .fetch_all(&schema.pool)
-            .await
-            .unwrap();
-    let mut sequences: HashMap<&str, Vec<usize>> = HashMap::new();
-    for entry in &entries {
-        let (key, n) = entry.split_once(':').unwrap();
-        sequences.entry(key).or_default().push(n.parse().unwrap());
-    }
-    assert_eq!(sequences.len(), KEYS);
-    for (key, sequence) in sequences {
-        assert_eq!(sequence, (0..PER_KEY).collect::<Vec<_>>(), "key {key}");
-    }
 }

@@ -1,7 +1,7 @@
-//! NATS JetStream end to end: the publisher's `PubAck`s, id and headers; the stream's duplicate
-//! window; the consumer helper's acks, naks and skipped redeliveries; and the outbox → relay →
-//! JetStream → inbox → ledger path, with competing relays and a relay that dies between publish
-//! and mark-sent.
+//! NATS JetStream end to end: the broker conformance suite (`common::suite`) on a stream of the
+//! test's own, and what is JetStream's alone: the publisher's `PubAck`s and headers, the stream's
+//! duplicate window, and a relay that dies between publish and mark-sent, whose copy the window
+//! absorbs.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -24,14 +24,14 @@ use async_nats::{
 };
 use futures_util::StreamExt;
 use idem_messaging::{
-    ConsumerName, Envelope, Error, Handled, Incoming, MessageId, Outbox, OutboxMessage, PgInbox,
-    PublishError, Publisher, Relay, nats::NatsPublisher,
+    ConsumerName, Envelope, Error, Handled, Incoming, Outbox, OutboxMessage, PgInbox, PublishError,
+    Publisher, Relay, nats::NatsPublisher,
 };
-use idem_test_support::{NatsStream, require};
+use idem_test_support::{NatsStream, Server, free_port, require};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use common::{DiesAfterPublish, EVENTUALLY, TestSchema, consumer};
+use common::{DiesAfterPublish, EVENTUALLY, TestSchema};
 
 /// Both servers, or the test returns.
 macro_rules! require_servers {
@@ -80,6 +80,193 @@ impl std::ops::Deref for TestStream {
     fn deref(&self) -> &NatsStream {
         &self.0
     }
+}
+
+/// A `nats-server -js` of the test's own on a free loopback port, with a store directory of its
+/// own, killed when this is dropped.
+struct OwnServer {
+    port: u16,
+    store: tempfile::TempDir,
+    process: tokio::sync::Mutex<Option<tokio::process::Child>>,
+}
+
+impl OwnServer {
+    async fn start() -> Self {
+        let server = Self {
+            port: free_port(),
+            store: tempfile::tempdir().unwrap(),
+            process: tokio::sync::Mutex::new(None),
+        };
+        server.launch().await;
+        server
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    async fn launch(&self) {
+        let child = tokio::process::Command::new("nats-server")
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-js",
+                "-sd",
+            ])
+            .arg(self.store.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start nats-server");
+        *self.process.lock().await = Some(child);
+        wait_until_listening(self.port, true).await;
+    }
+
+    /// SIGTERM (JetStream flushes its store), then the same server again on the same store.
+    async fn restart(&self) {
+        let mut child = self.process.lock().await.take().expect("a running server");
+        let pid = child.id().expect("a running server").to_string();
+        let status = tokio::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .await
+            .unwrap();
+        assert!(status.success());
+        child.wait().await.unwrap();
+        wait_until_listening(self.port, false).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        self.launch().await;
+    }
+}
+
+async fn wait_until_listening(port: u16, listening: bool) {
+    tokio::time::timeout(EVENTUALLY, async {
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+            != listening
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("nats-server starts or stops");
+}
+
+/// The suite's fixture: a stream of the test's own, on the shared server or on a server of its
+/// own for the scenarios that restart the broker. Its duplicate window is JetStream's shortest
+/// (100 ms), so that the copy a scenario publishes past it reaches the consumers.
+struct Jet {
+    stream: TestStream,
+    server: Option<OwnServer>,
+}
+
+impl Jet {
+    const WINDOW: Duration = Duration::from_millis(100);
+
+    async fn shared() -> Option<Self> {
+        let nats = Server::Nats.url()?;
+        Some(Self {
+            stream: TestStream::new(&nats, Self::WINDOW).await,
+            server: None,
+        })
+    }
+
+    /// Only where the shared server is configured: `nats-server` is installed there.
+    async fn own_server() -> Option<Self> {
+        Server::Nats.url()?;
+        let server = OwnServer::start().await;
+        Some(Self {
+            stream: TestStream::new(&server.url(), Self::WINDOW).await,
+            server: Some(server),
+        })
+    }
+}
+
+impl common::suite::Broker for Jet {
+    type Publisher = NatsPublisher;
+    type Consumer = pull::Stream;
+    type Message = Message;
+
+    const DUPLICATE_WINDOW: Duration = Self::WINDOW;
+
+    fn destination(&self) -> String {
+        self.stream.subject().to_owned()
+    }
+
+    fn publisher(&self) -> NatsPublisher {
+        self.stream.publisher()
+    }
+
+    async fn publish_without_id(&self, payload: &str) {
+        self.stream
+            .jetstream()
+            .publish(self.stream.subject().to_owned(), payload.to_owned().into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+
+    /// The durable consumer `ledger` (explicit acks, redelivery after 2 s), on a new connection.
+    async fn consumer(&self) -> pull::Stream {
+        let client = async_nats::connect(self.stream.url())
+            .await
+            .expect("connect to the test server");
+        let stream = jetstream::new(client)
+            .get_stream(self.stream.name())
+            .await
+            .unwrap();
+        let consumer: PullConsumer = stream
+            .get_or_create_consumer(
+                "ledger",
+                pull::Config {
+                    durable_name: Some("ledger".into()),
+                    ack_policy: AckPolicy::Explicit,
+                    ack_wait: Duration::from_secs(2),
+                    ..pull::Config::default()
+                },
+            )
+            .await
+            .unwrap();
+        consumer.messages().await.unwrap()
+    }
+
+    async fn next(&self, messages: &mut pull::Stream, within: Duration) -> Option<Message> {
+        let message = tokio::time::timeout(within, messages.next()).await.ok()?;
+        Some(message.expect("the consumer's stream goes on").unwrap())
+    }
+
+    /// Drops the consumer's connection: JetStream redelivers what it had not acknowledged once
+    /// the ack wait (2 s) has passed.
+    async fn kill(&self, messages: pull::Stream) {
+        drop(messages);
+    }
+
+    async fn restart(&self) {
+        self.server
+            .as_ref()
+            .expect("a fixture with a server of its own")
+            .restart()
+            .await;
+    }
+}
+
+common::suite::broker_suite! {
+    run Jet::shared() => [
+        a_confirmed_publish_reaches_the_consumer_with_its_id,
+        a_copy_delivered_twice_is_processed_once,
+        a_failed_handler_redelivers_and_the_retry_commits_once,
+        a_message_without_an_id_is_dead_lettered_not_retried,
+        a_consumer_killed_between_its_commit_and_its_ack_skips_the_copy,
+        two_relays_deliver_every_message_once,
+        per_key_order_holds_through_the_relay,
+    ],
+    run Jet::own_server() => [a_broker_restarted_under_a_running_relay_loses_nothing],
+    not_run => [],
 }
 
 /// The next message the consumer is given, waiting for it to arrive.
@@ -212,130 +399,6 @@ async fn the_duplicate_window_drops_a_republish_of_the_same_id() {
     assert_eq!(stream.stored().await, 2);
 }
 
-#[tokio::test]
-async fn a_redelivery_after_a_crash_before_the_ack_is_skipped() {
-    let (postgres, nats) = require_servers!();
-    let (schema, stream) = (
-        TestSchema::new(&postgres).await,
-        TestStream::new(&nats, Duration::from_secs(120)).await,
-    );
-    let inbox = schema.inbox().await;
-    let ledger = consumer("ledger");
-    stream
-        .publisher()
-        .publish(&envelope("m-1", stream.message("+10")))
-        .await
-        .unwrap();
-    let consumer = stream.consumer(Duration::from_millis(500)).await;
-    let mut messages = consumer.messages().await.unwrap();
-
-    // The consumer commits its effects, then dies before acknowledging.
-    let doomed = next(&mut messages).await;
-    assert_eq!(doomed.info().unwrap().delivered, 1);
-    let id: MessageId = doomed.message_id().unwrap().parse().unwrap();
-    let first = inbox
-        .handle(&schema.pool, &ledger, &id, |tx| {
-            Box::pin(async {
-                schema.book(tx, id.as_str(), "+10").await;
-                Ok::<_, Error>(())
-            })
-        })
-        .await
-        .unwrap();
-    assert_eq!(first, Handled::Processed(()));
-    drop(doomed);
-
-    // Past the ack wait, JetStream delivers it again; the inbox skips and acknowledges it.
-    let redelivery = next(&mut messages).await;
-    assert_eq!(redelivery.info().unwrap().delivered, 2);
-    assert_eq!(redelivery.message_id(), Some("m-1"));
-    let second = consume(&schema, &inbox, &ledger, redelivery).await.unwrap();
-    assert_eq!(second, Handled::Duplicate);
-
-    assert_eq!(schema.ledger().await, 1);
-    assert_eq!(schema.inbox_rows().await, 1);
-    let info = settled(&consumer).await;
-    assert_eq!((info.num_pending, info.num_redelivered), (0, 0));
-    assert_eq!(info.ack_floor.stream_sequence, 1);
-}
-
-#[tokio::test]
-async fn a_failed_handler_naks_and_leaves_no_inbox_row() {
-    let (postgres, nats) = require_servers!();
-    let (schema, stream) = (
-        TestSchema::new(&postgres).await,
-        TestStream::new(&nats, Duration::from_secs(120)).await,
-    );
-    let inbox = schema.inbox().await;
-    let ledger = consumer("ledger");
-    stream
-        .publisher()
-        .publish(&envelope("m-1", stream.message("+10")))
-        .await
-        .unwrap();
-    // An ack wait of an hour: only the nak can bring the message back within the test.
-    let consumer = stream.consumer(Duration::from_secs(3600)).await;
-    let mut messages = consumer.messages().await.unwrap();
-
-    let message = next(&mut messages).await;
-    let failed = inbox
-        .consume(&schema.pool, &ledger, message, |tx, message| {
-            let schema = &schema;
-            Box::pin(async move {
-                schema.book(tx, message.message_id().unwrap(), "+10").await;
-                Err::<(), _>(anyhow::anyhow!("the ledger is closed"))
-            })
-        })
-        .await;
-    assert_eq!(failed.unwrap_err().to_string(), "the ledger is closed");
-    assert_eq!(schema.inbox_rows().await, 0);
-    assert_eq!(schema.ledger().await, 0);
-
-    // Nakked: it comes back at once, and this time it is processed.
-    let redelivery = next(&mut messages).await;
-    assert_eq!(redelivery.info().unwrap().delivered, 2);
-    assert_eq!(
-        consume(&schema, &inbox, &ledger, redelivery).await.unwrap(),
-        Handled::Processed(())
-    );
-    assert_eq!(schema.ledger().await, 1);
-    assert_eq!(schema.inbox_rows().await, 1);
-    let info = settled(&consumer).await;
-    assert_eq!(info.ack_floor.stream_sequence, 1);
-}
-
-#[tokio::test]
-async fn a_message_without_an_id_is_terminated_not_redelivered() {
-    let (postgres, nats) = require_servers!();
-    let (schema, stream) = (
-        TestSchema::new(&postgres).await,
-        TestStream::new(&nats, Duration::from_secs(120)).await,
-    );
-    let inbox = schema.inbox().await;
-    stream
-        .jetstream()
-        .publish(stream.subject().to_owned(), "anonymous".into())
-        .await
-        .unwrap()
-        .await
-        .unwrap();
-    let consumer = stream.consumer(Duration::from_millis(300)).await;
-    let mut messages = consumer.messages().await.unwrap();
-
-    let message = next(&mut messages).await;
-    let outcome = consume(&schema, &inbox, &common::consumer("ledger"), message).await;
-    assert!(
-        matches!(outcome, Err(Error::MissingMessageId)),
-        "{outcome:?}"
-    );
-    assert_eq!(schema.ledger().await, 0);
-    // Several ack waits later, it has not come back.
-    let again = tokio::time::timeout(Duration::from_secs(1), messages.next()).await;
-    assert!(again.is_err(), "redelivered: {again:?}");
-    let info = settled(&consumer).await;
-    assert_eq!((info.num_pending, info.num_redelivered), (0, 0));
-}
-
 /// Consumes the stream in a task until `stop`; counts the duplicates skipped.
 fn spawn_consumer(
     schema: Arc<TestSchema>,
@@ -373,86 +436,6 @@ async fn wait_for_ledger(schema: &TestSchema, outbox: &Outbox, count: i64) {
     })
     .await
     .expect("every message reaches the ledger");
-}
-
-#[tokio::test]
-async fn two_relays_deliver_a_thousand_messages_each_applied_once() {
-    let (postgres, nats) = require_servers!();
-    let schema = Arc::new(TestSchema::new(&postgres).await);
-    let stream = TestStream::new(&nats, Duration::from_secs(120)).await;
-    let (inbox, outbox) = (schema.inbox().await, schema.outbox().await);
-    const N: usize = 1000;
-
-    let stop = CancellationToken::new();
-    let duplicates = Arc::new(AtomicUsize::new(0));
-    let consumer = stream.consumer(Duration::from_secs(30)).await;
-    let consumer_task = spawn_consumer(
-        Arc::clone(&schema),
-        inbox,
-        consumer.clone(),
-        Arc::clone(&duplicates),
-        stop.clone(),
-    );
-    let relays: Vec<_> = (0..2)
-        .map(|n| {
-            let relay = Relay::new(schema.pool.clone(), outbox.clone(), stream.publisher())
-                .name(format!("relay-{n}"))
-                .batch_size(50)
-                .poll_interval(Duration::from_millis(100));
-            let stop = stop.clone();
-            tokio::spawn(async move { relay.run(stop).await })
-        })
-        .collect();
-
-    // Enqueued while the relays run, in transactions of 50 from four producers.
-    let producers: Vec<_> = (0..4)
-        .map(|producer| {
-            let (schema, outbox, subject) = (
-                Arc::clone(&schema),
-                outbox.clone(),
-                stream.subject().to_owned(),
-            );
-            tokio::spawn(async move {
-                for chunk in 0..N / 4 / 50 {
-                    let mut tx = schema.pool.begin().await.unwrap();
-                    for n in 0..50 {
-                        let payload = format!("{producer}/{chunk}/{n}");
-                        outbox
-                            .enqueue(&mut tx, OutboxMessage::new(subject.clone(), payload))
-                            .await
-                            .unwrap();
-                    }
-                    tx.commit().await.unwrap();
-                }
-            })
-        })
-        .collect();
-    for producer in producers {
-        producer.await.unwrap();
-    }
-
-    wait_for_ledger(&schema, &outbox, N as i64).await;
-    settled(&consumer).await;
-    stop.cancel();
-    for relay in relays {
-        relay.await.unwrap();
-    }
-    consumer_task.await.unwrap();
-
-    assert_eq!(schema.ledger().await, N as i64);
-    assert_eq!(schema.duplicated_effects().await, 0);
-    assert_eq!(schema.inbox_rows().await, N as i64);
-    assert_eq!(
-        schema
-            .count("SELECT count(DISTINCT entry) FROM {schema}.ledger")
-            .await,
-        N as i64
-    );
-    assert_eq!(outbox.pending(&schema.pool).await.unwrap(), 0);
-    // Every message was stored once: two relays never published one twice here, and any copy
-    // would have fallen in the duplicate window.
-    assert_eq!(stream.stored().await, N as u64);
-    assert_eq!(duplicates.load(Ordering::SeqCst), 0);
 }
 
 #[tokio::test]

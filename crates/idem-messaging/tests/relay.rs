@@ -1,5 +1,6 @@
-//! The outbox and its relay on PostgreSQL, publishing to brokers in memory that confirm, refuse,
-//! stall or die: what is published, how often, and in which order.
+//! The outbox and its relay on PostgreSQL and on SQLite, publishing to brokers in memory that
+//! confirm, refuse, stall or die: what is published, how often, and in which order. Each
+//! behaviour is a generic function, run on both databases by `on_both!`.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -8,33 +9,245 @@ mod common;
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use idem_messaging::{
-    BatchReport, Confirmations, DeadLetter, Envelope, Outbox, OutboxMessage, PublishError,
-    Publisher, Relay,
+    BatchReport, Confirmations, DeadLetter, Envelope, Outbox, OutboxDatabase, OutboxMessage,
+    OutboxOptions, PublishError, Publisher, Relay, SqliteOutbox,
 };
 use idem_test_support::require;
+use sqlx::{
+    AssertSqlSafe, Pool, Postgres, Sqlite, SqlitePool, Transaction,
+    pool::PoolOptions,
+    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions},
+};
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use common::{DiesAfterPublish, EVENTUALLY, Gated, Recorder, TestSchema};
 
-/// Counts the pending messages no claim holds and no attempt was counted for: those any relay
-/// could take now.
-const FREE: &str = "SELECT count(*) FROM (
-    SELECT 1 FROM {schema}.idem_outbox
-    WHERE state = 'pending' AND attempts = 0 AND available_at <= now()
-    FOR UPDATE SKIP LOCKED
-) AS free";
+/// An outbox in a database of the test's own, with a ledger table for the business writes.
+trait Store: Send + Sync + 'static {
+    type DB: OutboxDatabase;
+
+    fn pool(&self) -> &Pool<Self::DB>;
+
+    fn outbox(&self) -> Outbox<Self::DB>;
+
+    /// The `bigint` that `sql` selects, `{schema}` standing for the outbox's schema.
+    async fn count(&self, sql: &str) -> i64;
+
+    /// The pending messages no claim holds and no attempt was counted for: those any relay
+    /// could take now.
+    async fn free(&self) -> i64;
+
+    /// A business write in `tx`.
+    async fn book(&self, tx: &mut Transaction<'static, Self::DB>);
+
+    /// The business writes committed.
+    async fn ledger(&self) -> i64;
+}
+
+/// The outbox in a PostgreSQL schema of the test's own.
+struct Pg {
+    schema: TestSchema,
+    outbox: Outbox<Postgres>,
+}
+
+impl Pg {
+    async fn new(url: &str) -> Self {
+        let schema = TestSchema::new(url).await;
+        let outbox = schema.outbox().await;
+        Self { schema, outbox }
+    }
+}
+
+impl Store for Pg {
+    type DB = Postgres;
+
+    fn pool(&self) -> &Pool<Postgres> {
+        &self.schema.pool
+    }
+
+    fn outbox(&self) -> Outbox<Postgres> {
+        self.outbox.clone()
+    }
+
+    async fn count(&self, sql: &str) -> i64 {
+        self.schema.count(sql).await
+    }
+
+    async fn free(&self) -> i64 {
+        // A claim holds its rows locked.
+        self.count(
+            "SELECT count(*) FROM (
+                SELECT 1 FROM {schema}.idem_outbox
+                WHERE state = 'pending' AND attempts = 0 AND available_at <= now()
+                FOR UPDATE SKIP LOCKED
+            ) AS free",
+        )
+        .await
+    }
+
+    async fn book(&self, tx: &mut Transaction<'static, Postgres>) {
+        self.schema.book(tx, "business", "order paid").await;
+    }
+
+    async fn ledger(&self) -> i64 {
+        self.schema.ledger().await
+    }
+}
+
+/// The outbox in an SQLite file of the test's own, in WAL mode, as a service would open it.
+struct Lite {
+    pool: SqlitePool,
+    outbox: SqliteOutbox,
+    _dir: tempfile::TempDir,
+}
+
+impl Lite {
+    async fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = sqlite_pool(&dir.path().join("service.db")).await;
+        sqlx::query("CREATE TABLE ledger (entry TEXT NOT NULL)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let outbox = SqliteOutbox::new(OutboxOptions::new());
+        outbox.migrate(&pool).await.unwrap();
+        outbox.migrate(&pool).await.unwrap();
+        Self {
+            pool,
+            outbox,
+            _dir: dir,
+        }
+    }
+}
+
+async fn sqlite_pool(path: &std::path::Path) -> SqlitePool {
+    let options = SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .busy_timeout(Duration::from_secs(10));
+    SqlitePoolOptions::new()
+        .max_connections(4)
+        .connect_with(options)
+        .await
+        .unwrap()
+}
+
+impl Store for Lite {
+    type DB = Sqlite;
+
+    fn pool(&self) -> &Pool<Sqlite> {
+        &self.pool
+    }
+
+    fn outbox(&self) -> Outbox<Sqlite> {
+        self.outbox.clone()
+    }
+
+    async fn count(&self, sql: &str) -> i64 {
+        sqlx::query_scalar(AssertSqlSafe(sql.replace("{schema}", "main")))
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+
+    async fn free(&self) -> i64 {
+        // A claim writes its token on its rows.
+        self.count(
+            "SELECT count(*) FROM {schema}.idem_outbox
+            WHERE state = 'pending' AND attempts = 0 AND claim IS NULL
+              AND available_at <= CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+        )
+        .await
+    }
+
+    async fn book(&self, tx: &mut Transaction<'static, Sqlite>) {
+        sqlx::query("INSERT INTO ledger (entry) VALUES ('order paid')")
+            .execute(&mut **tx)
+            .await
+            .unwrap();
+    }
+
+    async fn ledger(&self) -> i64 {
+        self.count("SELECT count(*) FROM ledger").await
+    }
+}
+
+/// Runs each generic test of `both` on PostgreSQL (`postgres::name`, skipped without
+/// `IDEM_TEST_POSTGRES_URL`) and on SQLite (`sqlite::name`, always); those of `postgres` and
+/// `sqlite` on that database only.
+macro_rules! stamp {
+    (
+        both: [$($both:ident),* $(,)?],
+        postgres: [$($pg:ident),* $(,)?],
+        sqlite: [$($lite:ident),* $(,)?] $(,)?
+    ) => {
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $both() {
+                    let url = super::require!(Postgres);
+                    super::$both(super::Pg::new(&url).await).await;
+                }
+            )*
+            $(
+                #[tokio::test]
+                async fn $pg() {
+                    let url = super::require!(Postgres);
+                    super::$pg(super::Pg::new(&url).await).await;
+                }
+            )*
+        }
+
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $both() {
+                    super::$both(super::Lite::new().await).await;
+                }
+            )*
+            $(
+                #[tokio::test]
+                async fn $lite() {
+                    super::$lite(super::Lite::new().await).await;
+                }
+            )*
+        }
+    };
+}
+
+stamp!(
+    both: [
+        a_committed_message_is_published_with_its_id_headers_and_payload,
+        a_rolled_back_enqueue_publishes_nothing,
+        a_refused_message_is_retried_then_dead_lettered_while_others_flow,
+        a_message_the_publisher_panics_on_is_dead_lettered_and_the_others_published,
+        an_unavailable_broker_costs_no_attempt,
+        a_relay_whose_lease_ran_out_does_not_mark_the_new_claim,
+        per_key_order_holds_through_retries,
+        shutdown_gives_back_what_could_not_be_published,
+        two_relays_publish_every_message_once,
+        two_relays_on_their_own_connections_publish_each_message_once_in_key_order,
+        behind_a_backlog_the_next_batch_is_claimed_early_and_given_back_at_shutdown,
+    ],
+    postgres: [
+        a_relay_that_dies_after_publishing_releases_its_claim_at_once_and_costs_no_attempt,
+        a_notification_wakes_an_idle_relay,
+    ],
+    sqlite: [
+        a_relay_that_dies_after_publishing_holds_its_claim_until_the_lease_ends_and_costs_no_attempt,
+        a_relay_on_sqlite_finds_an_enqueued_message_when_it_polls,
+    ],
+);
 
 /// Enqueues `messages` in one transaction.
-async fn enqueue(
-    schema: &TestSchema,
-    outbox: &Outbox,
-    messages: Vec<OutboxMessage>,
-) -> Vec<String> {
-    let mut tx = schema.pool.begin().await.unwrap();
+async fn enqueue<S: Store>(store: &S, messages: Vec<OutboxMessage>) -> Vec<String> {
+    let outbox = store.outbox();
+    let mut tx = store.pool().begin().await.unwrap();
     let mut ids = Vec::new();
     for message in messages {
-        ids.push(outbox.enqueue(&mut tx, message).await.unwrap().to_string());
+        ids.push(outbox.enqueue(&mut *tx, message).await.unwrap().to_string());
     }
     tx.commit().await.unwrap();
     ids
@@ -42,24 +255,19 @@ async fn enqueue(
 
 /// Enqueues `good` messages to `orders` and, at position `at` among them, a message to `nowhere`;
 /// returns the good ones' ids, in order, and the other's.
-async fn enqueue_with_poison(
-    schema: &TestSchema,
-    outbox: &Outbox,
-    good: usize,
-    at: usize,
-) -> (Vec<String>, String) {
+async fn enqueue_with_poison<S: Store>(store: &S, good: usize, at: usize) -> (Vec<String>, String) {
     let mut messages: Vec<_> = (0..good)
         .map(|n| OutboxMessage::new("orders", format!("good {n}")))
         .collect();
     messages.insert(at, OutboxMessage::new("nowhere", "poison"));
-    let mut ids = enqueue(schema, outbox, messages).await;
+    let mut ids = enqueue(store, messages).await;
     let poison = ids.remove(at);
     (ids, poison)
 }
 
 /// The outbox's one dead letter.
-async fn only_dead_letter(schema: &TestSchema, outbox: &Outbox) -> DeadLetter {
-    let mut dead = outbox.dead_letters(&schema.pool, 10).await.unwrap();
+async fn only_dead_letter<S: Store>(store: &S) -> DeadLetter {
+    let mut dead = store.outbox().dead_letters(store.pool(), 10).await.unwrap();
     assert_eq!(dead.len(), 1, "{dead:?}");
     dead.remove(0)
 }
@@ -71,44 +279,37 @@ fn failed_dead_published(reports: &[BatchReport]) -> (usize, usize, usize) {
     })
 }
 
-fn relay<P: Publisher>(schema: &TestSchema, outbox: &Outbox, publisher: P) -> Relay<P> {
-    Relay::new(schema.pool.clone(), outbox.clone(), publisher)
+fn relay<S: Store, P: Publisher>(store: &S, publisher: P) -> Relay<P, S::DB> {
+    Relay::new(store.pool().clone(), store.outbox(), publisher)
         .backoff(Duration::ZERO, Duration::ZERO)
         .poll_interval(Duration::from_millis(50))
 }
 
 /// Runs cycles until one claims nothing and no message is pending.
-async fn drain<P: Publisher>(
-    relay: &Relay<P>,
-    outbox: &Outbox,
-    schema: &TestSchema,
-) -> Vec<BatchReport> {
+async fn drain<S: Store, P: Publisher>(relay: &Relay<P, S::DB>, store: &S) -> Vec<BatchReport> {
     let mut reports = Vec::new();
     loop {
         let report = relay.run_once().await.unwrap();
         reports.push(report);
-        if report.claimed == 0 && outbox.pending(&schema.pool).await.unwrap() == 0 {
+        if report.claimed == 0 && store.outbox().pending(store.pool()).await.unwrap() == 0 {
             return reports;
         }
     }
 }
 
-#[tokio::test]
-async fn a_committed_message_is_published_with_its_id_headers_and_payload() {
-    let url = require!(Postgres);
-    let schema = TestSchema::new(&url).await;
-    let outbox = schema.outbox().await;
+async fn a_committed_message_is_published_with_its_id_headers_and_payload<S: Store>(store: S) {
+    let outbox = store.outbox();
     let message = OutboxMessage::new("orders.paid", r#"{"order":42}"#)
         .ordering_key("order-42")
         .header("content-type", "application/json")
         .header("trace", "abc");
-    let ids = enqueue(&schema, &outbox, vec![message.clone()]).await;
-    assert_eq!(outbox.pending(&schema.pool).await.unwrap(), 1);
+    let ids = enqueue(&store, vec![message.clone()]).await;
+    assert_eq!(outbox.pending(store.pool()).await.unwrap(), 1);
     let uuid = uuid::Uuid::parse_str(&ids[0]).unwrap();
     assert_eq!(uuid.get_version_num(), 7);
 
     let recorder = Recorder::default();
-    let relay = relay(&schema, &outbox, recorder.clone());
+    let relay = relay(&store, recorder.clone());
     let report = relay.run_once().await.unwrap();
 
     assert_eq!((report.claimed, report.published, report.failed), (1, 1, 0));
@@ -117,18 +318,15 @@ async fn a_committed_message_is_published_with_its_id_headers_and_payload() {
     assert_eq!(confirmed[0].id().as_str(), ids[0]);
     assert_eq!(confirmed[0].message(), &message);
     assert_eq!(confirmed[0].attempt(), 1);
-    assert_eq!(outbox.pending(&schema.pool).await.unwrap(), 0);
+    assert_eq!(outbox.pending(store.pool()).await.unwrap(), 0);
     assert_eq!(relay.run_once().await.unwrap(), BatchReport::default());
 }
 
-#[tokio::test]
-async fn a_rolled_back_enqueue_publishes_nothing() {
-    let url = require!(Postgres);
-    let schema = TestSchema::new(&url).await;
-    let outbox = schema.outbox().await;
+async fn a_rolled_back_enqueue_publishes_nothing<S: Store>(store: S) {
+    let outbox = store.outbox();
 
-    let mut tx = schema.pool.begin().await.unwrap();
-    schema.book(&mut tx, "business", "order paid").await;
+    let mut tx = store.pool().begin().await.unwrap();
+    store.book(&mut tx).await;
     outbox
         .enqueue(&mut tx, OutboxMessage::new("orders.paid", "42"))
         .await
@@ -136,47 +334,41 @@ async fn a_rolled_back_enqueue_publishes_nothing() {
     tx.rollback().await.unwrap();
 
     let recorder = Recorder::default();
-    let report = relay(&schema, &outbox, recorder.clone())
-        .run_once()
-        .await
-        .unwrap();
+    let report = relay(&store, recorder.clone()).run_once().await.unwrap();
     assert_eq!(report, BatchReport::default());
     assert!(recorder.confirmed().is_empty());
-    assert_eq!(outbox.pending(&schema.pool).await.unwrap(), 0);
-    assert_eq!(schema.ledger().await, 0);
+    assert_eq!(outbox.pending(store.pool()).await.unwrap(), 0);
+    assert_eq!(store.ledger().await, 0);
 }
 
-#[tokio::test]
-async fn a_refused_message_is_retried_then_dead_lettered_while_others_flow() {
-    let url = require!(Postgres);
-    let schema = TestSchema::new(&url).await;
-    let outbox = schema.outbox().await;
-    let (good, poison) = enqueue_with_poison(&schema, &outbox, 10, 3).await;
+async fn a_refused_message_is_retried_then_dead_lettered_while_others_flow<S: Store>(store: S) {
+    let outbox = store.outbox();
+    let (good, poison) = enqueue_with_poison(&store, 10, 3).await;
 
     let recorder = Recorder::refusing(|envelope| {
         (envelope.message().destination == "nowhere").then(|| PublishError::Rejected {
             reason: "NO_ROUTE".into(),
         })
     });
-    let relay = relay(&schema, &outbox, recorder.clone())
+    let relay = relay(&store, recorder.clone())
         .batch_size(4)
         .max_attempts(3);
-    let reports = drain(&relay, &outbox, &schema).await;
+    let reports = drain(&relay, &store).await;
 
     assert_eq!(failed_dead_published(&reports), (3, 1, 10));
     assert_eq!(recorder.ids(), good);
 
-    let dead = only_dead_letter(&schema, &outbox).await;
+    let dead = only_dead_letter(&store).await;
     assert_eq!(dead.id.as_str(), poison);
     assert_eq!(dead.attempts, 3);
     assert_eq!(dead.message.payload.as_ref(), b"poison");
     assert_eq!(dead.last_error.as_deref(), Some("NO_ROUTE"));
-    assert_eq!(outbox.pending(&schema.pool).await.unwrap(), 0);
+    assert_eq!(outbox.pending(store.pool()).await.unwrap(), 0);
 
     // Revived, it gets three attempts again.
-    assert!(outbox.revive(&schema.pool, &dead.id).await.unwrap());
-    assert!(!outbox.revive(&schema.pool, &dead.id).await.unwrap());
-    assert_eq!(outbox.pending(&schema.pool).await.unwrap(), 1);
+    assert!(outbox.revive(store.pool(), &dead.id).await.unwrap());
+    assert!(!outbox.revive(store.pool(), &dead.id).await.unwrap());
+    assert_eq!(outbox.pending(store.pool()).await.unwrap(), 1);
     let report = relay.run_once().await.unwrap();
     assert_eq!(
         (report.claimed, report.failed, report.dead_lettered),
@@ -199,28 +391,25 @@ impl Publisher for PanicsOnNowhere {
     }
 }
 
-#[tokio::test]
-async fn a_message_the_publisher_panics_on_is_dead_lettered_and_the_others_published() {
-    let url = require!(Postgres);
-    let schema = TestSchema::new(&url).await;
-    let outbox = schema.outbox().await;
-    let (good, poison) = enqueue_with_poison(&schema, &outbox, 4, 2).await;
+async fn a_message_the_publisher_panics_on_is_dead_lettered_and_the_others_published<S: Store>(
+    store: S,
+) {
+    let (good, poison) = enqueue_with_poison(&store, 4, 2).await;
 
     let recorder = Recorder::default();
     let relay = relay(
-        &schema,
-        &outbox,
+        &store,
         PanicsOnNowhere {
             inner: recorder.clone(),
         },
     )
     .batch_size(5)
     .max_attempts(2);
-    let reports = drain(&relay, &outbox, &schema).await;
+    let reports = drain(&relay, &store).await;
 
     assert_eq!(failed_dead_published(&reports), (2, 1, 4));
     assert_eq!(recorder.ids(), good);
-    let dead = only_dead_letter(&schema, &outbox).await;
+    let dead = only_dead_letter(&store).await;
     assert_eq!(dead.id.as_str(), poison);
     assert_eq!(dead.attempts, 2);
     assert_eq!(
@@ -229,14 +418,9 @@ async fn a_message_the_publisher_panics_on_is_dead_lettered_and_the_others_publi
     );
 }
 
-#[tokio::test]
-async fn an_unavailable_broker_costs_no_attempt() {
-    let url = require!(Postgres);
-    let schema = TestSchema::new(&url).await;
-    let outbox = schema.outbox().await;
+async fn an_unavailable_broker_costs_no_attempt<S: Store>(store: S) {
     enqueue(
-        &schema,
-        &outbox,
+        &store,
         vec![
             OutboxMessage::new("orders", "1"),
             OutboxMessage::new("orders", "2"),
@@ -245,21 +429,21 @@ async fn an_unavailable_broker_costs_no_attempt() {
     .await;
 
     let down = Recorder::refusing(|_| Some(PublishError::unavailable("connection refused")));
-    let relay_down = relay(&schema, &outbox, down).max_attempts(1);
+    let relay_down = relay(&store, down).max_attempts(1);
     for _ in 0..3 {
         let report = relay_down.run_once().await.unwrap();
         assert_eq!((report.claimed, report.released, report.failed), (2, 2, 0));
     }
     assert_eq!(
-        schema
+        store
             .count("SELECT sum(attempts) FROM {schema}.idem_outbox")
             .await,
         0
     );
-    assert_eq!(schema.count(FREE).await, 2);
+    assert_eq!(store.free().await, 2);
 
     let up = Recorder::default();
-    let report = relay(&schema, &outbox, up.clone())
+    let report = relay(&store, up.clone())
         .max_attempts(1)
         .run_once()
         .await
@@ -268,20 +452,18 @@ async fn an_unavailable_broker_costs_no_attempt() {
     assert_eq!(up.confirmed().len(), 2);
 }
 
-#[tokio::test]
-async fn a_relay_that_dies_after_publishing_releases_its_claim_at_once_and_costs_no_attempt() {
-    let url = require!(Postgres);
-    let schema = TestSchema::new(&url).await;
-    let outbox = schema.outbox().await;
-    let ids = enqueue(&schema, &outbox, vec![OutboxMessage::new("orders", "1")]).await;
+async fn a_relay_that_dies_after_publishing_releases_its_claim_at_once_and_costs_no_attempt(
+    store: Pg,
+) {
+    let outbox = store.outbox();
+    let ids = enqueue(&store, vec![OutboxMessage::new("orders", "1")]).await;
 
     let broker = Recorder::default();
     let published = Arc::new(Notify::new());
     // A lease far longer than the test: only the end of the claim's transaction frees the
     // message.
     let dying = relay(
-        &schema,
-        &outbox,
+        &store,
         DiesAfterPublish {
             inner: broker.clone(),
             published: Arc::clone(&published),
@@ -293,10 +475,10 @@ async fn a_relay_that_dies_after_publishing_releases_its_claim_at_once_and_costs
     published.notified().await;
     task.abort(); // killed between the broker's confirmation and marking the message sent
     assert!(task.await.unwrap_err().is_cancelled());
-    assert_eq!(outbox.pending(&schema.pool).await.unwrap(), 1);
+    assert_eq!(outbox.pending(store.pool()).await.unwrap(), 1);
 
     // Another relay takes the message over as soon as the dead claim is rolled back.
-    let survivor = relay(&schema, &outbox, broker.clone()).max_attempts(1);
+    let survivor = relay(&store, broker.clone()).max_attempts(1);
     let report = tokio::time::timeout(EVENTUALLY, async {
         loop {
             let report = survivor.run_once().await.unwrap();
@@ -315,22 +497,19 @@ async fn a_relay_that_dies_after_publishing_releases_its_claim_at_once_and_costs
     assert_eq!(broker.ids(), [ids[0].clone(), ids[0].clone()]);
     // The death was not the message's fault: with one attempt allowed, it is still a first.
     assert_eq!(broker.confirmed()[1].attempt(), 1);
-    assert_eq!(outbox.pending(&schema.pool).await.unwrap(), 0);
+    assert_eq!(outbox.pending(store.pool()).await.unwrap(), 0);
     assert!(
         outbox
-            .dead_letters(&schema.pool, 10)
+            .dead_letters(store.pool(), 10)
             .await
             .unwrap()
             .is_empty()
     );
 }
 
-#[tokio::test]
-async fn a_relay_whose_lease_ran_out_does_not_mark_the_new_claim() {
-    let url = require!(Postgres);
-    let schema = TestSchema::new(&url).await;
-    let outbox = schema.outbox().await;
-    enqueue(&schema, &outbox, vec![OutboxMessage::new("orders", "1")]).await;
+async fn a_relay_whose_lease_ran_out_does_not_mark_the_new_claim<S: Store>(store: S) {
+    let outbox = store.outbox();
+    enqueue(&store, vec![OutboxMessage::new("orders", "1")]).await;
     let broker = Recorder::default();
     let gate = |open: &Arc<Semaphore>, waiting: &Arc<Notify>| Gated {
         inner: broker.clone(),
@@ -339,8 +518,8 @@ async fn a_relay_whose_lease_ran_out_does_not_mark_the_new_claim() {
     };
     let (open_a, waiting_a) = (Arc::new(Semaphore::new(0)), Arc::new(Notify::new()));
     let (open_b, waiting_b) = (Arc::new(Semaphore::new(0)), Arc::new(Notify::new()));
-    let slow = relay(&schema, &outbox, gate(&open_a, &waiting_a)).lease(Duration::from_millis(200));
-    let other = relay(&schema, &outbox, gate(&open_b, &waiting_b)).lease(Duration::from_secs(60));
+    let slow = relay(&store, gate(&open_a, &waiting_a)).lease(Duration::from_millis(200));
+    let other = relay(&store, gate(&open_b, &waiting_b)).lease(Duration::from_secs(60));
 
     let a = tokio::spawn(async move { slow.run_once().await.unwrap() });
     waiting_a.notified().await;
@@ -359,20 +538,16 @@ async fn a_relay_whose_lease_ran_out_does_not_mark_the_new_claim() {
     let late = a.await.unwrap();
     assert_eq!((late.published, late.taken_over), (1, 1));
     // B's claim still holds the message.
-    assert_eq!(outbox.pending(&schema.pool).await.unwrap(), 1);
+    assert_eq!(outbox.pending(store.pool()).await.unwrap(), 1);
 
     open_b.add_permits(1);
     let report = b.await.unwrap();
     assert_eq!((report.published, report.taken_over), (1, 0));
     assert_eq!(broker.confirmed().len(), 2);
-    assert_eq!(outbox.pending(&schema.pool).await.unwrap(), 0);
+    assert_eq!(outbox.pending(store.pool()).await.unwrap(), 0);
 }
 
-#[tokio::test]
-async fn per_key_order_holds_through_retries() {
-    let url = require!(Postgres);
-    let schema = TestSchema::new(&url).await;
-    let outbox = schema.outbox().await;
+async fn per_key_order_holds_through_retries<S: Store>(store: S) {
     const KEYS: usize = 4;
     const PER_KEY: usize = 12;
     // Interleaved keys; every third message of a key is enqueued in a transaction of its own.
@@ -384,10 +559,10 @@ async fn per_key_order_holds_through_retries() {
             );
         }
         if n % 3 == 2 {
-            enqueue(&schema, &outbox, std::mem::take(&mut pending)).await;
+            enqueue(&store, std::mem::take(&mut pending)).await;
         }
     }
-    enqueue(&schema, &outbox, pending).await;
+    enqueue(&store, pending).await;
 
     // The broker refuses the first attempt of every fifth message: with ordering on, the rest of
     // its key waits for the retry.
@@ -400,10 +575,10 @@ async fn per_key_order_holds_through_retries() {
             reason: "try again".into(),
         })
     });
-    let relay = relay(&schema, &outbox, recorder.clone())
+    let relay = relay(&store, recorder.clone())
         .ordering(true)
         .batch_size(16);
-    drain(&relay, &outbox, &schema).await;
+    drain(&relay, &store).await;
 
     let mut sequences: HashMap<String, Vec<usize>> = HashMap::new();
     for envelope in recorder.confirmed() {
@@ -432,14 +607,10 @@ async fn per_key_order_holds_through_retries() {
     }
 }
 
-#[tokio::test]
-async fn a_notification_wakes_an_idle_relay() {
-    let url = require!(Postgres);
-    let schema = TestSchema::new(&url).await;
-    let outbox = schema.outbox().await;
+async fn a_notification_wakes_an_idle_relay(store: Pg) {
     let recorder = Recorder::default();
     // Without the notification it would not look again for an hour.
-    let relay = relay(&schema, &outbox, recorder.clone()).poll_interval(Duration::from_secs(3600));
+    let relay = relay(&store, recorder.clone()).poll_interval(Duration::from_secs(3600));
     let shutdown = CancellationToken::new();
     let task = tokio::spawn({
         let shutdown = shutdown.clone();
@@ -447,7 +618,7 @@ async fn a_notification_wakes_an_idle_relay() {
     });
     // Let it find the outbox empty and go to sleep.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let ids = enqueue(&schema, &outbox, vec![OutboxMessage::new("orders", "1")]).await;
+    let ids = enqueue(&store, vec![OutboxMessage::new("orders", "1")]).await;
 
     tokio::time::timeout(EVENTUALLY, async {
         while recorder.confirmed().is_empty() {
@@ -461,14 +632,9 @@ async fn a_notification_wakes_an_idle_relay() {
     task.await.unwrap();
 }
 
-#[tokio::test]
-async fn shutdown_gives_back_what_could_not_be_published() {
-    let url = require!(Postgres);
-    let schema = TestSchema::new(&url).await;
-    let outbox = schema.outbox().await;
+async fn shutdown_gives_back_what_could_not_be_published<S: Store>(store: S) {
     enqueue(
-        &schema,
-        &outbox,
+        &store,
         vec![
             OutboxMessage::new("orders", "1"),
             OutboxMessage::new("orders", "2"),
@@ -481,7 +647,7 @@ async fn shutdown_gives_back_what_could_not_be_published() {
         open,
         waiting: Arc::clone(&waiting),
     };
-    let relay = relay(&schema, &outbox, stalled).shutdown_grace(Duration::from_millis(100));
+    let relay = relay(&store, stalled).shutdown_grace(Duration::from_millis(100));
     let shutdown = CancellationToken::new();
     let task = tokio::spawn({
         let shutdown = shutdown.clone();
@@ -495,31 +661,28 @@ async fn shutdown_gives_back_what_could_not_be_published() {
         .unwrap();
 
     // Both messages are due again, unclaimed, their attempt not counted.
-    assert_eq!(schema.count(FREE).await, 2);
+    assert_eq!(store.free().await, 2);
     assert_eq!(
-        schema
+        store
             .count("SELECT count(*) FROM {schema}.idem_outbox WHERE attempts = 0")
             .await,
         2
     );
 }
 
-#[tokio::test]
-async fn two_relays_publish_every_message_once() {
-    let url = require!(Postgres);
-    let schema = TestSchema::new(&url).await;
-    let outbox = schema.outbox().await;
+async fn two_relays_publish_every_message_once<S: Store>(store: S) {
+    let outbox = store.outbox();
     let mut ids = Vec::new();
     for chunk in 0..10 {
         let messages = (0..100)
             .map(|n| OutboxMessage::new("orders", format!("{chunk}-{n}")))
             .collect();
-        ids.extend(enqueue(&schema, &outbox, messages).await);
+        ids.extend(enqueue(&store, messages).await);
     }
     let broker = Recorder::default();
     let relays: Vec<_> = (0..2)
         .map(|n| {
-            let relay = relay(&schema, &outbox, broker.clone())
+            let relay = relay(&store, broker.clone())
                 .name(format!("relay-{n}"))
                 .batch_size(25);
             tokio::spawn(async move { drain_owned(relay).await })
@@ -534,11 +697,11 @@ async fn two_relays_publish_every_message_once() {
     published.sort();
     ids.sort();
     assert_eq!(published, ids);
-    assert_eq!(outbox.pending(&schema.pool).await.unwrap(), 0);
+    assert_eq!(outbox.pending(store.pool()).await.unwrap(), 0);
 }
 
 /// Runs cycles until one claims nothing; returns how many messages it published.
-async fn drain_owned<P: Publisher>(relay: Relay<P>) -> usize {
+async fn drain_owned<P: Publisher, DB: OutboxDatabase>(relay: Relay<P, DB>) -> usize {
     let mut published = 0;
     loop {
         let report = relay.run_once().await.unwrap();
@@ -549,20 +712,18 @@ async fn drain_owned<P: Publisher>(relay: Relay<P>) -> usize {
     }
 }
 
-#[tokio::test]
-async fn behind_a_backlog_the_next_batch_is_claimed_early_and_given_back_at_shutdown() {
-    let url = require!(Postgres);
-    let schema = TestSchema::new(&url).await;
-    let outbox = schema.outbox().await;
+async fn behind_a_backlog_the_next_batch_is_claimed_early_and_given_back_at_shutdown<S: Store>(
+    store: S,
+) {
+    let outbox = store.outbox();
     let messages = (0..30)
         .map(|n| OutboxMessage::new("orders", n.to_string()))
         .collect();
-    let ids = enqueue(&schema, &outbox, messages).await;
+    let ids = enqueue(&store, messages).await;
     let broker = Recorder::default();
     let (open, waiting) = (Arc::new(Semaphore::new(0)), Arc::new(Notify::new()));
     let relay = relay(
-        &schema,
-        &outbox,
+        &store,
         Gated {
             inner: broker.clone(),
             open: Arc::clone(&open),
@@ -579,7 +740,7 @@ async fn behind_a_backlog_the_next_batch_is_claimed_early_and_given_back_at_shut
     // The first batch waits for its confirmations; meanwhile the second is claimed.
     waiting.notified().await;
     tokio::time::timeout(EVENTUALLY, async {
-        while schema.count(FREE).await > 10 {
+        while store.free().await > 10 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
@@ -591,12 +752,171 @@ async fn behind_a_backlog_the_next_batch_is_claimed_early_and_given_back_at_shut
 
     // The first batch was published; the second is back in line, its attempt not counted.
     assert_eq!(broker.ids(), ids[..10]);
-    assert_eq!(outbox.pending(&schema.pool).await.unwrap(), 20);
-    assert_eq!(schema.count(FREE).await, 20);
+    assert_eq!(outbox.pending(store.pool()).await.unwrap(), 20);
+    assert_eq!(store.free().await, 20);
     assert_eq!(
-        schema
+        store
             .count("SELECT sum(attempts) FROM {schema}.idem_outbox")
             .await,
         0
     );
+}
+
+/// A second pool on the store's database: a relay in another process, as far as the database
+/// can tell.
+async fn another_pool<DB: OutboxDatabase>(pool: &Pool<DB>) -> Pool<DB> {
+    PoolOptions::<DB>::new()
+        .max_connections(4)
+        .connect_with((*pool.connect_options()).clone())
+        .await
+        .unwrap()
+}
+
+async fn two_relays_on_their_own_connections_publish_each_message_once_in_key_order<S: Store>(
+    store: S,
+) {
+    const KEYS: usize = 5;
+    const PER_KEY: usize = 40;
+    let outbox = store.outbox();
+    let mut ids = Vec::new();
+    for n in 0..PER_KEY {
+        let messages = (0..KEYS)
+            .map(|key| {
+                OutboxMessage::new("orders", format!("{key}:{n}")).ordering_key(format!("k{key}"))
+            })
+            .collect();
+        ids.extend(enqueue(&store, messages).await);
+    }
+    let broker = Recorder::default();
+    let shutdown = CancellationToken::new();
+    let mut tasks = Vec::new();
+    for n in 0..2 {
+        let relay = Relay::new(
+            another_pool(store.pool()).await,
+            outbox.clone(),
+            broker.clone(),
+        )
+        .name(format!("relay-{n}"))
+        .ordering(true)
+        .batch_size(3)
+        .poll_interval(Duration::from_millis(10));
+        let shutdown = shutdown.clone();
+        tasks.push(tokio::spawn(async move { relay.run(shutdown).await }));
+    }
+    tokio::time::timeout(EVENTUALLY, async {
+        while outbox.pending(store.pool()).await.unwrap() > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the relays publish the outbox");
+    shutdown.cancel();
+    for task in tasks {
+        task.await.unwrap();
+    }
+
+    // Each message once, and each key's messages in enqueue order.
+    let mut published = broker.ids();
+    assert_eq!(published.len(), KEYS * PER_KEY);
+    published.sort();
+    ids.sort();
+    assert_eq!(published, ids);
+    let mut sequences: HashMap<String, Vec<usize>> = HashMap::new();
+    for envelope in broker.confirmed() {
+        let payload = std::str::from_utf8(&envelope.message().payload).unwrap();
+        let (key, n) = payload.split_once(':').unwrap();
+        sequences
+            .entry(key.to_owned())
+            .or_default()
+            .push(n.parse().unwrap());
+    }
+    assert_eq!(sequences.len(), KEYS);
+    for (key, sequence) in sequences {
+        assert_eq!(sequence, (0..PER_KEY).collect::<Vec<_>>(), "key {key}");
+    }
+}
+
+async fn a_relay_that_dies_after_publishing_holds_its_claim_until_the_lease_ends_and_costs_no_attempt(
+    store: Lite,
+) {
+    let outbox = store.outbox();
+    let ids = enqueue(&store, vec![OutboxMessage::new("orders", "1")]).await;
+
+    let broker = Recorder::default();
+    let published = Arc::new(Notify::new());
+    let dying = relay(
+        &store,
+        DiesAfterPublish {
+            inner: broker.clone(),
+            published: Arc::clone(&published),
+        },
+    )
+    .name("dying")
+    .lease(Duration::from_millis(500))
+    .max_attempts(1);
+    let task = tokio::spawn(async move { dying.run_once().await });
+    published.notified().await;
+    task.abort(); // killed between the broker's confirmation and marking the message sent
+    assert!(task.await.unwrap_err().is_cancelled());
+
+    // The claim is written on the row: no other relay takes it while the lease runs.
+    assert_eq!(store.free().await, 0);
+    assert_eq!(
+        store
+            .count("SELECT count(*) FROM {schema}.idem_outbox WHERE claimed_by = 'dying'")
+            .await,
+        1
+    );
+    let survivor = relay(&store, broker.clone()).max_attempts(1);
+    let report = tokio::time::timeout(EVENTUALLY, async {
+        loop {
+            let report = survivor.run_once().await.unwrap();
+            if report.claimed > 0 {
+                return report;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        (report.published, report.taken_over, report.dead_lettered),
+        (1, 0, 0)
+    );
+    assert_eq!(broker.ids(), [ids[0].clone(), ids[0].clone()]);
+    // The death was not the message's fault: with one attempt allowed, it is still a first.
+    assert_eq!(broker.confirmed()[1].attempt(), 1);
+    assert_eq!(outbox.pending(store.pool()).await.unwrap(), 0);
+    assert!(
+        outbox
+            .dead_letters(store.pool(), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn a_relay_on_sqlite_finds_an_enqueued_message_when_it_polls(store: Lite) {
+    let recorder = Recorder::default();
+    let relay = relay(&store, recorder.clone()).poll_interval(Duration::from_millis(20));
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { relay.run(shutdown).await }
+    });
+    // Let it find the outbox empty and go to sleep.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let ids = enqueue(&store, vec![OutboxMessage::new("orders", "1")]).await;
+
+    tokio::time::timeout(EVENTUALLY, async {
+        while recorder.confirmed().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the relay polls the outbox");
+    assert_eq!(recorder.ids(), ids);
+    shutdown.cancel();
+    task.await.unwrap();
+    assert_eq!(store.outbox().pending(store.pool()).await.unwrap(), 0);
 }

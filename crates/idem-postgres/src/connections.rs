@@ -7,14 +7,33 @@
 //! cancelled half-way may hold a half-read answer: it is closed instead.
 //!
 //! They always use the generic plan of a prepared statement (`plan_cache_mode`): the writes take
-//! arrays, whose length a custom plan would see, so PostgreSQL would plan every execution again;
-//! every statement of the store looks records up by primary key, which the generic plan does.
+//! arrays, whose length a custom plan would see, so PostgreSQL would plan every execution again.
+//! A connection keeps that plan for its whole life, and it is made from the table's statistics at
+//! the first execution: on a new table, or one whose statistics are stale (autovacuum off, or
+//! behind), PostgreSQL believes the table tiny and plans to read all of it (a sequential scan and
+//! a hash join for `acquire`, every live record through the `expires_at` index for the others),
+//! work that then grows with the table at every batch. Every statement of the store finds its
+//! records by primary key, so these connections rule the other ways out ([`PLANNER`]): the plans
+//! are index lookups by `(scope, key)` in nested loops, whatever the statistics say.
 
 use std::ops::{Deref, DerefMut};
 
 use deadpool::managed::{self, Metrics, Object, PoolError, RecycleResult, Timeouts};
 use idem_core::StoreError;
 use sqlx::{ConnectOptions, PgConnection, postgres::PgConnectOptions};
+
+/// The planner settings of the store's connections (see the module's docs). JIT compilation is
+/// off too: a plan that only a disabled method could make costs more than `jit_above_cost`, and
+/// compiling a single-row statement would cost far more than running it.
+pub(crate) const PLANNER: [(&str, &str); 7] = [
+    ("plan_cache_mode", "force_generic_plan"),
+    ("enable_seqscan", "off"),
+    ("enable_bitmapscan", "off"),
+    ("enable_hashjoin", "off"),
+    ("enable_mergejoin", "off"),
+    ("enable_material", "off"),
+    ("jit", "off"),
+];
 
 /// Opens connections as the sqlx pool it was made from would.
 #[derive(Debug)]
@@ -49,7 +68,7 @@ impl Connections {
         size: usize,
         timeout: std::time::Duration,
     ) -> Self {
-        let options = options.options([("plan_cache_mode", "force_generic_plan")]);
+        let options = options.options(PLANNER);
         let manager = Manager { options };
         let pool = managed::Pool::builder(manager)
             .max_size(size)
@@ -117,5 +136,101 @@ impl Drop for Checkout {
         if let Some(object) = self.object.take() {
             drop(Object::take(object));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+    use std::time::Duration;
+
+    use idem_test_support::{PgSchema, require};
+    use sqlx::{AssertSqlSafe, PgPool};
+
+    use super::*;
+    use crate::{PostgresOptions, PostgresStore, Statement, sql::Sql};
+
+    /// The generic plan of `text`, whose parameters have `types`, on `connection`: its lines.
+    async fn plan(connection: &mut PgConnection, text: &str, types: &[&str]) -> Vec<String> {
+        let prepare = format!("PREPARE planned ({}) AS {text}", types.join(", "));
+        sqlx::raw_sql(AssertSqlSafe(prepare))
+            .execute(&mut *connection)
+            .await
+            .unwrap();
+        let nulls = vec!["NULL"; types.len()].join(", ");
+        let explain = format!("EXPLAIN (COSTS OFF) EXECUTE planned ({nulls})");
+        let lines = sqlx::query_scalar(AssertSqlSafe(explain))
+            .fetch_all(&mut *connection)
+            .await
+            .unwrap();
+        sqlx::raw_sql("DEALLOCATE planned")
+            .execute(&mut *connection)
+            .await
+            .unwrap();
+        lines
+    }
+
+    #[tokio::test]
+    async fn on_a_table_without_statistics_every_statement_looks_records_up_by_primary_key() {
+        let url = require!(Postgres);
+        let schema = PgSchema::new(&url);
+        let options = PostgresOptions::new().schema(schema.name().parse().unwrap());
+        let pool = PgPool::connect(&url).await.unwrap();
+        PostgresStore::migrate(&pool, &options).await.unwrap();
+        pool.close().await;
+        let sql = Sql::new(&options.schema, &options.table);
+        let connections = Connections::new(url.parse().unwrap(), 1, Duration::from_secs(5));
+        let mut connection = connections.get(&sql.table).await.unwrap();
+        let arrays = |kinds: &[&'static str]| {
+            let mut types = vec!["bigint"];
+            types.extend(kinds);
+            types
+        };
+        // Each statement, its parameters' types, and how many times it looks a record up.
+        let statements = [
+            (
+                Statement::Acquire,
+                arrays(&["bytea[]", "bytea[]", "bytea[]", "bigint[]", "bigint[]"]),
+                3,
+            ),
+            (
+                Statement::Complete,
+                arrays(&["bytea[]", "bytea[]", "bigint[]", "bytea[]", "bigint[]"]),
+                1,
+            ),
+            (
+                Statement::Renew,
+                arrays(&["bytea[]", "bytea[]", "bigint[]", "bigint[]"]),
+                1,
+            ),
+            (
+                Statement::Release,
+                arrays(&["bytea[]", "bytea[]", "bigint[]"]),
+                1,
+            ),
+            (Statement::Get, arrays(&["bytea", "bytea"]), 1),
+            (Statement::Forget, arrays(&["bytea", "bytea"]), 1),
+        ];
+        for (statement, types, lookups) in statements {
+            let lines = plan(&mut connection, sql.text(statement), &types).await;
+            let scans: Vec<&str> = lines
+                .iter()
+                .map(|line| line.trim_start_matches([' ', '-', '>']))
+                .filter(|line| line.contains("Scan") && line.contains(" on idem_records"))
+                .collect();
+            let by_key = scans
+                .iter()
+                .filter(|scan| scan.starts_with("Index Scan using idem_records_pkey on "))
+                .count();
+            assert_eq!(
+                (scans.len(), by_key),
+                (lookups, lookups),
+                "{statement:?}:\n{}",
+                lines.join("\n")
+            );
+        }
+        drop(connection);
+        connections.close();
     }
 }

@@ -15,6 +15,9 @@
 //! describes the patterns and their exact guarantees; `examples/axum-payments` is a complete
 //! service built on them.
 //!
+//! [`patterns`] makes operations idempotent by their data, in the same transactions: a row
+//! inserted once by its unique key, a state transition applied once.
+//!
 //! # Examples
 //!
 //! Charging an account and completing the key in one transaction:
@@ -56,6 +59,7 @@ mod connections;
 mod error;
 mod key_digest;
 mod options;
+pub mod patterns;
 mod row;
 mod schema;
 mod shared;

@@ -24,9 +24,7 @@ use crate::{
     schema,
     shared::Shared,
     sql::Sql,
-    writes::{
-        Acquire, AcquireOp, Complete, CompleteOp, Release, ReleaseOp, Renew, RenewOp, Target,
-    },
+    writes::{Acquire, AcquireArgs, Complete, CompleteArgs, Op, Release, Renew, RenewArgs},
 };
 
 /// A store in a PostgreSQL table, shared by every instance that connects to the database.
@@ -228,11 +226,7 @@ impl PostgresStore {
         fingerprint: &Fingerprint,
         terms: Terms,
     ) -> Result<Acquisition, StoreError> {
-        let op = AcquireOp {
-            target: Target::new(address),
-            fingerprint: *fingerprint,
-            terms,
-        };
+        let op = AcquireArgs::op(address, fingerprint, terms);
         for _ in 0..ATTEMPTS {
             match self.alone::<Acquire>(connection, &op).await? {
                 Step::Done(acquisition) => return acquisition,
@@ -258,7 +252,7 @@ impl PostgresStore {
         outcome: &Outcome,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        let op = CompleteOp::new(address, token, outcome, ttl);
+        let op = Op::new(address, CompleteArgs::new(token, outcome, ttl));
         match self.alone::<Complete>(connection, &op).await? {
             Step::Done(done) => done,
             Step::Again => unreachable!("a completion never races"),
@@ -322,11 +316,7 @@ impl Store for PostgresStore {
         fingerprint: &Fingerprint,
         terms: Terms,
     ) -> Result<Acquisition, StoreError> {
-        let op = AcquireOp {
-            target: Target::new(address),
-            fingerprint: *fingerprint,
-            terms,
-        };
+        let op = AcquireArgs::op(address, fingerprint, terms);
         self.inner.acquisitions.call(op).await
     }
 
@@ -337,15 +327,12 @@ impl Store for PostgresStore {
         outcome: &Outcome,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        let op = CompleteOp::new(address, token, outcome, ttl);
+        let op = Op::new(address, CompleteArgs::new(token, outcome, ttl));
         self.inner.completions.call(op).await
     }
 
     async fn release(&self, address: &Address, token: FencingToken) -> Result<(), StoreError> {
-        let op = ReleaseOp {
-            target: Target::new(address),
-            token,
-        };
+        let op = Op::new(address, token);
         self.inner.releases.call(op).await
     }
 
@@ -355,11 +342,7 @@ impl Store for PostgresStore {
         token: FencingToken,
         lease: Duration,
     ) -> Result<Timestamp, StoreError> {
-        let op = RenewOp {
-            target: Target::new(address),
-            token,
-            lease,
-        };
+        let op = Op::new(address, RenewArgs { token, lease });
         self.inner.renewals.call(op).await
     }
 

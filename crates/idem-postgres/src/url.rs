@@ -2,14 +2,15 @@
 
 use std::{env, str::FromStr};
 
-use idem_core::store_url::{InvalidStoreUrl, UrlParts, UrlProblem};
+use idem_core::store_url::{InvalidStoreUrl, UrlParts, UrlProblem, count};
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
 
 use crate::{PostgresOptions, SchemaName, TableName};
 
 /// What an unknown parameter's error says is known.
-const KNOWN: &str = "idem takes schema, table, pool_size; the others go to PostgreSQL's driver: \
-                     sslmode, sslrootcert, sslcert, sslkey, application_name, options, …";
+const KNOWN: &str = "idem takes schema, table, pool_size, batch_size, batches_in_flight, queue; \
+                     the others go to PostgreSQL's driver: sslmode, sslrootcert, sslcert, sslkey, \
+                     application_name, options, …";
 /// The parameters sqlx reads (`sqlx-postgres`'s `options/parse.rs`), passed on as they are.
 const DRIVER_PARAMETERS: &[&str] = &[
     "sslmode",
@@ -39,11 +40,19 @@ const APPLICATION_NAME: &str = "idem";
 impl PostgresOptions {
     /// `postgres://[user[:password]@]host[:port]/database[?parameters]` (or `postgresql://`).
     ///
-    /// idem reads three parameters:
+    /// idem reads these parameters:
     ///
     /// - `schema`: the schema of the records table (default `public`);
     /// - `table`: the records table (default `idem_records`);
-    /// - `pool_size`: the connections of the pool (default 10).
+    /// - `pool_size`: the connections of the pool (default 10, [`pool_size`](Self::pool_size));
+    /// - `batch_size`: the most writes of one kind one statement commits (default 64,
+    ///   [`batch_size`](Self::batch_size));
+    /// - `batches_in_flight`: the most batches of one kind running at once (default 2,
+    ///   [`batches_in_flight`](Self::batches_in_flight));
+    /// - `queue`: the most writes of one kind waiting for a batch (default 1024,
+    ///   [`queue_size`](Self::queue_size)).
+    ///
+    /// Each count is a whole number, at least 1.
     ///
     /// The others go to the driver, as libpq reads them: `sslmode` (`disable`, `prefer`, the
     /// default, `require`, `verify-ca`, `verify-full`), `sslrootcert` (the CA that signed the
@@ -76,11 +85,10 @@ impl PostgresOptions {
         }
         let schema = parts.take("schema", SchemaName::from_str)?;
         let table = parts.take("table", TableName::from_str)?;
-        let pool_size = parts.take("pool_size", |value| match value.parse::<u32>() {
-            Ok(0) => Err(PoolSizeError::Zero),
-            Ok(size) => Ok(size),
-            Err(error) => Err(PoolSizeError::NotANumber(error)),
-        })?;
+        let pool_size = parts.take("pool_size", count::<u32>)?;
+        let batch_size = parts.take("batch_size", count::<usize>)?;
+        let batches_in_flight = parts.take("batches_in_flight", count::<usize>)?;
+        let queue = parts.take("queue", count::<usize>)?;
         parts.refuse_unknown(
             |name| DRIVER_PARAMETERS.contains(&name) || name.starts_with("options["),
             KNOWN,
@@ -112,6 +120,15 @@ impl PostgresOptions {
         if let Some(size) = pool_size {
             options = options.pool_size(size);
         }
+        if let Some(size) = batch_size {
+            options = options.batch_size(size);
+        }
+        if let Some(batches) = batches_in_flight {
+            options = options.batches_in_flight(batches);
+        }
+        if let Some(size) = queue {
+            options = options.queue_size(size);
+        }
         options.url = Some(parts.shown().to_owned());
         Ok(options)
     }
@@ -141,15 +158,6 @@ fn driver_reason(error: sqlx::Error) -> Box<dyn std::error::Error + Send + Sync>
     }
 }
 
-/// A `pool_size` that is not a positive whole number.
-#[derive(Debug, thiserror::Error)]
-enum PoolSizeError {
-    #[error("a pool has at least one connection")]
-    Zero,
-    #[error("expected a whole number of connections")]
-    NotANumber(#[source] std::num::ParseIntError),
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,11 +173,20 @@ mod tests {
     #[test]
     fn idem_parameters_are_taken_out_and_the_others_passed_on() {
         let options = parse(
-            "postgres://app:pw@db:5433/pay?sslmode=disable&schema=billing&table=keys&pool_size=16",
+            "postgres://app:pw@db:5433/pay?sslmode=disable&schema=billing&table=keys&pool_size=16&\
+             batch_size=32&batches_in_flight=3&queue=4096",
         );
         assert_eq!(options.schema.as_str(), "billing");
         assert_eq!(options.table.as_str(), "keys");
         assert_eq!(options.pool_size, 16);
+        assert_eq!(
+            (
+                options.batch_size,
+                options.batches_in_flight,
+                options.queue_size
+            ),
+            (32, 3, 4096)
+        );
         let connect = options.connect_options();
         assert_eq!(connect.get_host(), "db");
         assert_eq!(connect.get_port(), 5433);
@@ -181,7 +198,7 @@ mod tests {
             options.url(),
             Some(
                 "postgres://app:***@db:5433/pay?sslmode=disable&schema=billing&table=keys&\
-                 pool_size=16"
+                 pool_size=16&batch_size=32&batches_in_flight=3&queue=4096"
             )
         );
 
@@ -189,6 +206,14 @@ mod tests {
         assert_eq!(options.schema.as_str(), "public");
         assert_eq!(options.table.as_str(), "idem_records");
         assert_eq!(options.pool_size, 10);
+        assert_eq!(
+            (
+                options.batch_size,
+                options.batches_in_flight,
+                options.queue_size
+            ),
+            (64, 2, 1024)
+        );
         assert_eq!(
             options.connect_options().get_application_name(),
             Some("billing-gw")
@@ -266,19 +291,33 @@ mod tests {
         );
         assert_eq!(
             error("postgres://db/pay?pool_size=0"),
-            "invalid store URL `postgres://db/pay?pool_size=0`: `pool_size=0`: a pool has at \
-             least one connection"
+            "invalid store URL `postgres://db/pay?pool_size=0`: `pool_size=0`: expected 1 or more"
         );
         assert_eq!(
             error("postgres://db/pay?pool_size=many"),
             "invalid store URL `postgres://db/pay?pool_size=many`: `pool_size=many`: expected a \
-             whole number of connections"
+             whole number"
+        );
+        assert_eq!(
+            error("postgres://db/pay?batch_size=0"),
+            "invalid store URL `postgres://db/pay?batch_size=0`: `batch_size=0`: expected 1 or \
+             more"
+        );
+        assert_eq!(
+            error("postgres://db/pay?queue=-5"),
+            "invalid store URL `postgres://db/pay?queue=-5`: `queue=-5`: expected a whole number"
+        );
+        assert_eq!(
+            error("postgres://db/pay?batches_in_flight=two"),
+            "invalid store URL `postgres://db/pay?batches_in_flight=two`: `batches_in_flight=two`: \
+             expected a whole number"
         );
         assert_eq!(
             error("postgres://db/pay?shema=billing"),
             "invalid store URL `postgres://db/pay?shema=billing`: unknown parameter `shema` \
-             (idem takes schema, table, pool_size; the others go to PostgreSQL's driver: \
-             sslmode, sslrootcert, sslcert, sslkey, application_name, options, …)"
+             (idem takes schema, table, pool_size, batch_size, batches_in_flight, queue; the \
+             others go to PostgreSQL's driver: sslmode, sslrootcert, sslcert, sslkey, \
+             application_name, options, …)"
         );
         assert_eq!(
             error("postgres://u:pw@db/pay?table=a&table=b"),

@@ -1,5 +1,9 @@
 //! The four writes that run in batches (see [`batch`](crate::batch)): their arguments, their
 //! statements' binds, and how each operation's answer is read from the rows.
+//!
+//! Every write is a [`Write`]: its statement takes now and the addresses first, then arrays of
+//! its own arguments, and returns a row per operation it answers, `n` its position. One [`run`]
+//! serves all four.
 
 use std::time::Duration;
 
@@ -11,42 +15,101 @@ use sqlx::{PgConnection, Postgres, Row, postgres::PgArguments, postgres::PgRow, 
 
 use crate::{
     batch::{Kind, Step},
+    error::store_error,
     key_digest::key_digest,
     row::{AcquireRow, Columns, sql_millis, sql_token},
     shared::Shared,
+    sql::Statement,
 };
 
-/// An address as the statements take it: the scope's bytes and the key's digest.
-pub(crate) struct Target {
-    pub(crate) address: Address,
+/// One write: the address it is about, as the statements take it, and its own arguments.
+pub(crate) struct Op<A> {
+    address: Address,
+    /// The key's digest, the `key` column.
     key: [u8; 32],
+    args: A,
 }
 
-impl Target {
-    pub(crate) fn new(address: &Address) -> Self {
+impl<A> Op<A> {
+    pub(crate) fn new(address: &Address, args: A) -> Self {
         Self {
             key: key_digest(&address.key),
             address: address.clone(),
+            args,
         }
     }
 }
 
-/// `statement`'s first binds: now, then the scopes and keys of `targets`.
-fn batch<'q>(
-    shared: &Shared,
-    text: &std::sync::Arc<str>,
-    targets: impl Iterator<Item = &'q Target>,
-) -> Query<'q, Postgres, PgArguments> {
-    let (scopes, keys): (Vec<&[u8]>, Vec<&[u8]>) = targets
-        .map(|t| (t.address.scope.as_bytes().as_slice(), t.key.as_slice()))
-        .unzip();
-    sqlx::query(query_text(text))
-        .bind(shared.now())
-        .bind(scopes)
-        .bind(keys)
+/// A kind of write: its statement, the arrays of its arguments it binds after now and the
+/// addresses, and how an operation's answer is read from its row.
+pub(crate) trait Write: Send + Sync + 'static {
+    /// One operation's own arguments.
+    type Args: Send + Sync + 'static;
+    /// One operation's answer.
+    type Output: Send + 'static;
+    /// [`Kind::REPEATS`].
+    const REPEATS: bool;
+
+    /// Its statement.
+    const STATEMENT: Statement;
+
+    /// `query` with the arrays of the operations' own arguments bound, from `$4`.
+    fn bind<'q>(
+        query: Query<'q, Postgres, PgArguments>,
+        ops: &[&'q Op<Self::Args>],
+    ) -> Query<'q, Postgres, PgArguments>;
+
+    /// The step of the operation whose row this is.
+    fn answer(row: &PgRow, table: &str) -> Step<Self::Output>;
+
+    /// The step of an operation the statement returned no row for.
+    fn missing() -> Step<Self::Output>;
 }
 
-/// Each operation's position, from the `n` column of the rows (1-based, as `WITH ORDINALITY`).
+impl<W: Write> Kind for W {
+    type Op = Op<W::Args>;
+    type Output = W::Output;
+    const REPEATS: bool = W::REPEATS;
+
+    fn address(op: &Op<W::Args>) -> &Address {
+        &op.address
+    }
+
+    async fn run(
+        shared: &Shared,
+        connection: &mut PgConnection,
+        ops: &[&Op<W::Args>],
+    ) -> Result<Vec<Step<W::Output>>, sqlx::Error> {
+        run::<W>(shared, connection, ops).await
+    }
+}
+
+/// Runs `ops` as one statement of `W` on `connection`: one step per operation, in order.
+async fn run<W: Write>(
+    shared: &Shared,
+    connection: &mut PgConnection,
+    ops: &[&Op<W::Args>],
+) -> Result<Vec<Step<W::Output>>, sqlx::Error> {
+    let (scopes, keys): (Vec<&[u8]>, Vec<&[u8]>) = ops
+        .iter()
+        .map(|op| (op.address.scope.as_bytes().as_slice(), op.key.as_slice()))
+        .unzip();
+    let query = sqlx::query(query_text(shared.sql.text(W::STATEMENT)))
+        .bind(shared.now())
+        .bind(scopes)
+        .bind(keys);
+    let rows = W::bind(query, ops).fetch_all(connection).await?;
+    let mut steps: Vec<Option<Step<W::Output>>> = ops.iter().map(|_| None).collect();
+    for row in &rows {
+        steps[position(row, ops.len())?] = Some(W::answer(row, &shared.sql.table));
+    }
+    Ok(steps
+        .into_iter()
+        .map(|step| step.unwrap_or_else(W::missing))
+        .collect())
+}
+
+/// An operation's position, from the `n` column of its row (1-based, as `WITH ORDINALITY`).
 fn position(row: &PgRow, len: usize) -> Result<usize, sqlx::Error> {
     let n: i64 = row.try_get("n")?;
     usize::try_from(n)
@@ -56,97 +119,80 @@ fn position(row: &PgRow, len: usize) -> Result<usize, sqlx::Error> {
         .ok_or_else(|| sqlx::Error::Protocol(format!("a batch of {len} has no operation {n}")))
 }
 
-/// One step per operation: from its row where it has one, `missing` where not.
-fn steps<T>(
-    rows: &[PgRow],
-    len: usize,
-    mut found: impl FnMut(&PgRow) -> Step<T>,
-    missing: impl Fn() -> Step<T>,
-) -> Result<Vec<Step<T>>, sqlx::Error> {
-    let mut steps: Vec<Option<Step<T>>> = (0..len).map(|_| None).collect();
-    for row in rows {
-        steps[position(row, len)?] = Some(found(row));
-    }
-    Ok(steps
-        .into_iter()
-        .map(|step| step.unwrap_or_else(&missing))
-        .collect())
-}
-
 /// [`Store::acquire`](idem_core::Store::acquire): `sql/acquire.sql`.
 pub(crate) struct Acquire;
 
-/// The arguments of an acquisition.
-pub(crate) struct AcquireOp {
-    pub(crate) target: Target,
-    pub(crate) fingerprint: Fingerprint,
-    pub(crate) terms: Terms,
+/// An acquisition's own arguments.
+pub(crate) struct AcquireArgs {
+    fingerprint: Fingerprint,
+    terms: Terms,
 }
 
-impl Kind for Acquire {
-    type Op = AcquireOp;
+impl AcquireArgs {
+    /// The acquisition of `address` with `fingerprint` on `terms`.
+    pub(crate) fn op(address: &Address, fingerprint: &Fingerprint, terms: Terms) -> Op<Self> {
+        Op::new(
+            address,
+            Self {
+                fingerprint: *fingerprint,
+                terms,
+            },
+        )
+    }
+}
+
+impl Write for Acquire {
+    type Args = AcquireArgs;
     type Output = Acquisition;
     const REPEATS: bool = true;
 
-    fn address(op: &AcquireOp) -> &Address {
-        &op.target.address
-    }
+    const STATEMENT: Statement = Statement::Acquire;
 
-    async fn run(
-        shared: &Shared,
-        connection: &mut PgConnection,
-        ops: &[&AcquireOp],
-    ) -> Result<Vec<Step<Acquisition>>, sqlx::Error> {
+    fn bind<'q>(
+        query: Query<'q, Postgres, PgArguments>,
+        ops: &[&'q Op<AcquireArgs>],
+    ) -> Query<'q, Postgres, PgArguments> {
         let fingerprints: Vec<&[u8]> = ops
             .iter()
-            .map(|op| op.fingerprint.as_bytes().as_slice())
+            .map(|op| op.args.fingerprint.as_bytes().as_slice())
             .collect();
-        let leases: Vec<i64> = ops.iter().map(|op| sql_millis(op.terms.lease)).collect();
-        let ttls: Vec<i64> = ops.iter().map(|op| sql_millis(op.terms.ttl)).collect();
-        let rows = batch(shared, &shared.sql.acquire, ops.iter().map(|op| &op.target))
-            .bind(fingerprints)
-            .bind(leases)
-            .bind(ttls)
-            .fetch_all(connection)
-            .await?;
-        let table = &shared.sql.table;
-        steps(
-            &rows,
-            ops.len(),
-            |row| match (Columns { row, table }).acquisition() {
-                Ok(AcquireRow::Decided(acquisition)) => Step::Done(Ok(acquisition)),
-                Ok(AcquireRow::Raced) => Step::Again,
-                Err(error) => Step::Done(Err(error)),
-            },
-            // The statement has a row for every acquisition.
-            || {
-                let missing = sqlx::Error::Protocol("acquire.sql left out an acquisition".into());
-                Step::Done(Err(StoreError::unavailable(missing)))
-            },
-        )
+        let leases: Vec<i64> = ops
+            .iter()
+            .map(|op| sql_millis(op.args.terms.lease))
+            .collect();
+        let ttls: Vec<i64> = ops.iter().map(|op| sql_millis(op.args.terms.ttl)).collect();
+        query.bind(fingerprints).bind(leases).bind(ttls)
+    }
+
+    fn answer(row: &PgRow, table: &str) -> Step<Acquisition> {
+        match (Columns { row, table }).acquisition() {
+            Ok(AcquireRow::Decided(acquisition)) => Step::Done(Ok(acquisition)),
+            Ok(AcquireRow::Raced) => Step::Again,
+            Err(error) => Step::Done(Err(error)),
+        }
+    }
+
+    // The statement has a row for every acquisition.
+    fn missing() -> Step<Acquisition> {
+        let missing = sqlx::Error::Protocol("acquire.sql left out an acquisition".into());
+        Step::Done(Err(StoreError::unavailable(missing)))
     }
 }
 
 /// [`Store::complete`](idem_core::Store::complete): `sql/complete.sql`.
 pub(crate) struct Complete;
 
-/// The arguments of a completion.
-pub(crate) struct CompleteOp {
-    pub(crate) target: Target,
-    pub(crate) token: FencingToken,
-    pub(crate) response: Vec<u8>,
-    pub(crate) ttl: Duration,
+/// A completion's own arguments.
+pub(crate) struct CompleteArgs {
+    token: FencingToken,
+    /// The outcome, encoded.
+    response: Vec<u8>,
+    ttl: Duration,
 }
 
-impl CompleteOp {
-    pub(crate) fn new(
-        address: &Address,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Self {
+impl CompleteArgs {
+    pub(crate) fn new(token: FencingToken, outcome: &Outcome, ttl: Duration) -> Self {
         Self {
-            target: Target::new(address),
             token,
             response: outcome.encode(),
             ttl,
@@ -154,113 +200,95 @@ impl CompleteOp {
     }
 }
 
-impl Kind for Complete {
-    type Op = CompleteOp;
+impl Write for Complete {
+    type Args = CompleteArgs;
     type Output = ();
     const REPEATS: bool = false;
 
-    fn address(op: &CompleteOp) -> &Address {
-        &op.target.address
+    const STATEMENT: Statement = Statement::Complete;
+
+    fn bind<'q>(
+        query: Query<'q, Postgres, PgArguments>,
+        ops: &[&'q Op<CompleteArgs>],
+    ) -> Query<'q, Postgres, PgArguments> {
+        let tokens: Vec<i64> = ops.iter().map(|op| sql_token(op.args.token)).collect();
+        let responses: Vec<&[u8]> = ops.iter().map(|op| op.args.response.as_slice()).collect();
+        let ttls: Vec<i64> = ops.iter().map(|op| sql_millis(op.args.ttl)).collect();
+        query.bind(tokens).bind(responses).bind(ttls)
     }
 
-    async fn run(
-        shared: &Shared,
-        connection: &mut PgConnection,
-        ops: &[&CompleteOp],
-    ) -> Result<Vec<Step<()>>, sqlx::Error> {
-        let tokens: Vec<i64> = ops.iter().map(|op| sql_token(op.token)).collect();
-        let responses: Vec<&[u8]> = ops.iter().map(|op| op.response.as_slice()).collect();
-        let ttls: Vec<i64> = ops.iter().map(|op| sql_millis(op.ttl)).collect();
-        let rows = batch(
-            shared,
-            &shared.sql.complete,
-            ops.iter().map(|op| &op.target),
-        )
-        .bind(tokens)
-        .bind(responses)
-        .bind(ttls)
-        .fetch_all(connection)
-        .await?;
-        steps(&rows, ops.len(), |_| Step::Done(Ok(())), lease_lost)
+    fn answer(_: &PgRow, _: &str) -> Step<()> {
+        Step::Done(Ok(()))
+    }
+
+    fn missing() -> Step<()> {
+        lease_lost()
     }
 }
 
 /// [`Store::renew`](idem_core::Store::renew): `sql/renew.sql`.
 pub(crate) struct Renew;
 
-/// The arguments of a renewal.
-pub(crate) struct RenewOp {
-    pub(crate) target: Target,
+/// A renewal's own arguments.
+pub(crate) struct RenewArgs {
     pub(crate) token: FencingToken,
     pub(crate) lease: Duration,
 }
 
-impl Kind for Renew {
-    type Op = RenewOp;
+impl Write for Renew {
+    type Args = RenewArgs;
     type Output = Timestamp;
     const REPEATS: bool = false;
 
-    fn address(op: &RenewOp) -> &Address {
-        &op.target.address
+    const STATEMENT: Statement = Statement::Renew;
+
+    fn bind<'q>(
+        query: Query<'q, Postgres, PgArguments>,
+        ops: &[&'q Op<RenewArgs>],
+    ) -> Query<'q, Postgres, PgArguments> {
+        let tokens: Vec<i64> = ops.iter().map(|op| sql_token(op.args.token)).collect();
+        let leases: Vec<i64> = ops.iter().map(|op| sql_millis(op.args.lease)).collect();
+        query.bind(tokens).bind(leases)
     }
 
-    async fn run(
-        shared: &Shared,
-        connection: &mut PgConnection,
-        ops: &[&RenewOp],
-    ) -> Result<Vec<Step<Timestamp>>, sqlx::Error> {
-        let tokens: Vec<i64> = ops.iter().map(|op| sql_token(op.token)).collect();
-        let leases: Vec<i64> = ops.iter().map(|op| sql_millis(op.lease)).collect();
-        let rows = batch(shared, &shared.sql.renew, ops.iter().map(|op| &op.target))
-            .bind(tokens)
-            .bind(leases)
-            .fetch_all(connection)
-            .await?;
-        let table = &shared.sql.table;
-        steps(
-            &rows,
-            ops.len(),
-            |row| {
-                let until = row
-                    .try_get::<i64, _>("lease_until")
-                    .map_err(|e| crate::error::store_error(e, table))
-                    .map(|until| Timestamp::from_millis(u64::try_from(until).unwrap_or(0)));
-                Step::Done(until)
-            },
-            lease_lost,
-        )
+    fn answer(row: &PgRow, table: &str) -> Step<Timestamp> {
+        let until = row
+            .try_get::<i64, _>("lease_until")
+            .map_err(|error| store_error(error, table))
+            .map(|until| Timestamp::from_millis(u64::try_from(until).unwrap_or(0)));
+        Step::Done(until)
+    }
+
+    fn missing() -> Step<Timestamp> {
+        lease_lost()
     }
 }
 
-/// [`Store::release`](idem_core::Store::release): `sql/release.sql`.
+/// [`Store::release`](idem_core::Store::release): `sql/release.sql`. Its own argument is the
+/// token.
 pub(crate) struct Release;
 
-/// The arguments of a release.
-pub(crate) struct ReleaseOp {
-    pub(crate) target: Target,
-    pub(crate) token: FencingToken,
-}
-
-impl Kind for Release {
-    type Op = ReleaseOp;
+impl Write for Release {
+    type Args = FencingToken;
     type Output = ();
     const REPEATS: bool = false;
 
-    fn address(op: &ReleaseOp) -> &Address {
-        &op.target.address
+    const STATEMENT: Statement = Statement::Release;
+
+    fn bind<'q>(
+        query: Query<'q, Postgres, PgArguments>,
+        ops: &[&'q Op<FencingToken>],
+    ) -> Query<'q, Postgres, PgArguments> {
+        let tokens: Vec<i64> = ops.iter().map(|op| sql_token(op.args)).collect();
+        query.bind(tokens)
     }
 
-    async fn run(
-        shared: &Shared,
-        connection: &mut PgConnection,
-        ops: &[&ReleaseOp],
-    ) -> Result<Vec<Step<()>>, sqlx::Error> {
-        let tokens: Vec<i64> = ops.iter().map(|op| sql_token(op.token)).collect();
-        let rows = batch(shared, &shared.sql.release, ops.iter().map(|op| &op.target))
-            .bind(tokens)
-            .fetch_all(connection)
-            .await?;
-        steps(&rows, ops.len(), |_| Step::Done(Ok(())), lease_lost)
+    fn answer(_: &PgRow, _: &str) -> Step<()> {
+        Step::Done(Ok(()))
+    }
+
+    fn missing() -> Step<()> {
+        lease_lost()
     }
 }
 

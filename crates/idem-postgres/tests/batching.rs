@@ -8,7 +8,6 @@ mod common;
 use std::{
     collections::HashMap,
     pin::{Pin, pin},
-    str::FromStr,
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicUsize, Ordering},
@@ -21,15 +20,12 @@ use idem_core::{
     Acquisition, Clock, DecodeError, FencingToken, ManualClock, Outcome, Store, StoreError,
     StoredResponse, Terms, Timestamp,
 };
-use idem_postgres::{Error, PostgresOptions, PostgresStore};
+use idem_postgres::Error;
 use idem_test_support::require;
-use sqlx::{
-    AssertSqlSafe,
-    postgres::{PgConnectOptions, PgPoolOptions},
-};
+use sqlx::AssertSqlSafe;
 use tokio::time::timeout;
 
-use common::{TERMS, TestSchema, acquired, address, fingerprint, round_trips::RoundTripCounter};
+use common::{TERMS, TestSchema, acquired, address, fingerprint};
 
 const EVENTUALLY: Duration = Duration::from_secs(20);
 
@@ -51,33 +47,6 @@ fn response(n: usize) -> Outcome {
         .into()
 }
 
-/// A store on one connection, through a proxy that counts round trips.
-async fn counted_store(
-    schema: &TestSchema,
-    options: PostgresOptions,
-) -> (PostgresStore, RoundTripCounter) {
-    PostgresStore::migrate(&schema.pool().await, &options)
-        .await
-        .unwrap();
-    let direct = PgConnectOptions::from_str(&schema.url).unwrap();
-    let upstream = tokio::net::lookup_host((direct.get_host(), direct.get_port()))
-        .await
-        .unwrap()
-        .next()
-        .unwrap();
-    let counter = RoundTripCounter::start(upstream).await;
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .test_before_acquire(false)
-        .connect_with(direct.host("127.0.0.1").port(counter.address.port()))
-        .await
-        .unwrap();
-    let store = PostgresStore::open(pool, options.pool_size(1))
-        .await
-        .unwrap();
-    (store, counter)
-}
-
 /// On a single-threaded runtime every call below is queued before the store's tasks run, so the
 /// batches are exactly these.
 #[tokio::test]
@@ -85,7 +54,7 @@ async fn concurrent_writes_of_one_kind_share_one_round_trip() {
     const KEYS: usize = 32;
     let url = require!(Postgres);
     let schema = TestSchema::new(&url);
-    let (store, counter) = counted_store(&schema, schema.options()).await;
+    let (store, counter) = schema.counted_store(schema.options().pool_size(1)).await;
     // Each statement is prepared once per connection; count from then on.
     let warm = address("warm-up");
     let lease = acquired(&store, &warm).await;
@@ -412,21 +381,8 @@ async fn every_acknowledged_completion_survives_terminated_connections() {
     const KILLS: usize = 8;
     let url = require!(Postgres);
     let schema = TestSchema::new(&url);
-    let observer = schema.pool().await;
-    PostgresStore::migrate(&observer, &schema.options())
-        .await
-        .unwrap();
     let name = format!("idem-batch-kill-{}", std::process::id());
-    let pool = PgPoolOptions::new()
-        .max_connections(2)
-        .connect_with(
-            PgConnectOptions::from_str(&url)
-                .unwrap()
-                .application_name(&name),
-        )
-        .await
-        .unwrap();
-    let store = PostgresStore::open(pool, schema.options()).await.unwrap();
+    let (store, observer) = schema.named_store(&name, 2, schema.options()).await;
     let stop = Arc::new(AtomicBool::new(false));
     let failures = Arc::new(AtomicUsize::new(0));
 

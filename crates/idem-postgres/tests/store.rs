@@ -8,7 +8,6 @@ mod common;
 
 use std::{
     pin::pin,
-    str::FromStr,
     sync::{
         Arc,
         atomic::{AtomicUsize, Ordering},
@@ -23,10 +22,9 @@ use idem_core::{
 };
 use idem_postgres::{PostgresOptions, PostgresStore};
 use idem_test_support::require;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::{net::TcpListener, time::timeout};
 
-use common::{TERMS, TestSchema, acquired, address, fingerprint, round_trips::RoundTripCounter};
+use common::{TERMS, TestSchema, acquired, address, fingerprint};
 
 /// Long enough for anything that should happen to happen on a loaded machine; reaching it means
 /// the behaviour is missing, not slow.
@@ -169,24 +167,11 @@ async fn waiters_on_another_instance_wake_on_completion_release_and_forget() {
 async fn a_terminated_connection_fails_one_operation_and_is_replaced() {
     let url = require!(Postgres);
     let schema = TestSchema::new(&url);
-    let observer = schema.pool().await;
-    PostgresStore::migrate(&observer, &schema.options())
-        .await
-        .unwrap();
     // The store opens its connections with its pool's options, name included.
     let name = format!("idem-test-{}", std::process::id());
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .connect_with(
-            PgConnectOptions::from_str(&url)
-                .unwrap()
-                .application_name(&name),
-        )
-        .await
-        .unwrap();
-    let store = PostgresStore::open(pool, schema.options().pool_size(1))
-        .await
-        .unwrap();
+    let (store, observer) = schema
+        .named_store(&name, 1, schema.options().pool_size(1))
+        .await;
     let first = address("before");
     acquired(&store, &first).await;
     let backend = || async {
@@ -358,24 +343,7 @@ async fn a_waiting_engine_on_another_instance_replays_the_first_ones_response() 
 async fn a_new_key_takes_two_round_trips_and_a_replay_one() {
     let url = require!(Postgres);
     let schema = TestSchema::new(&url);
-    let options = schema.options();
-    PostgresStore::migrate(&schema.pool().await, &options)
-        .await
-        .unwrap();
-    let direct = PgConnectOptions::from_str(&url).unwrap();
-    let upstream = tokio::net::lookup_host((direct.get_host(), direct.get_port()))
-        .await
-        .unwrap()
-        .next()
-        .unwrap();
-    let counter = RoundTripCounter::start(upstream).await;
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .test_before_acquire(false)
-        .connect_with(direct.host("127.0.0.1").port(counter.address.port()))
-        .await
-        .unwrap();
-    let store = PostgresStore::open(pool, options).await.unwrap();
+    let (store, counter) = schema.counted_store(schema.options()).await;
     let response = Outcome::from(StoredResponse::new(201).body("charged"));
 
     // Each statement is prepared once per connection; count from then on.

@@ -29,34 +29,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use idem_core::{Acquisition, Address, Fingerprint, Outcome, Scope, Store, StoredResponse, Terms};
 use idem_redis::{RedisOptions, RedisStore};
 use idem_test_support::{Server, free_port};
-use redis::aio::ConnectionManager;
 
-mod baseline;
+mod support;
 
-use baseline::Baseline;
+use support::{baseline::Baseline, new_key};
 
 const CONCURRENCY: [usize; 4] = [1, 8, 32, 128];
-const TERMS: Terms = Terms {
-    lease: Duration::from_secs(30),
-    ttl: Duration::from_secs(60),
-};
-
-fn response() -> Outcome {
-    StoredResponse::new(201)
-        .header("content-type", "application/json")
-        .body(r#"{"id":"ch_1","amount":1000,"currency":"eur"}"#)
-        .into()
-}
-
-/// A number no other key of this process uses.
-fn next() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
 /// A `redis-server` on a free port, killed with this process (`setpriv --pdeathsig KILL`).
 struct RedisServer {
     child: Child,
@@ -176,19 +156,6 @@ where
     done.load(Ordering::Relaxed)
 }
 
-async fn store_new_key(store: &RedisStore, scope: Scope) {
-    let address = Address::new(scope, format!("key-{}", next()).parse().unwrap());
-    let fingerprint = Fingerprint::from_bytes([7; 32]);
-    let Acquisition::Acquired(lease) = store.acquire(&address, &fingerprint, TERMS).await.unwrap()
-    else {
-        panic!("a new key is acquired");
-    };
-    store
-        .complete(&address, lease.token, &response(), TERMS.ttl)
-        .await
-        .unwrap();
-}
-
 fn main() {
     if Server::Redis.url().is_none() {
         return;
@@ -214,17 +181,7 @@ fn main() {
             .batch_size(batch_size);
         RedisStore::open_with(options).await.unwrap()
     });
-    let connection = runtime.block_on(async {
-        let client = redis::Client::open(server.url.as_str()).unwrap();
-        ConnectionManager::new(client).await.unwrap()
-    });
-    let baseline = Arc::new(Baseline::new(
-        connection,
-        TERMS,
-        response().encode(),
-        "baseline",
-    ));
-    let scope = Scope::from_identity([b"Bearer sk_test_bench".as_slice()]);
+    let baseline = Arc::new(runtime.block_on(Baseline::connect(&server.url, "baseline")));
     let mut redis = redis::Client::open(server.url.as_str())
         .unwrap()
         .get_connection()
@@ -260,7 +217,7 @@ fn main() {
                         async move {
                             match case {
                                 "baseline" => baseline.new_key().await,
-                                _ => store_new_key(&store, scope).await,
+                                _ => drop(new_key(&store).await),
                             }
                         }
                     }

@@ -9,40 +9,19 @@
 
 use std::{
     hint::black_box,
-    sync::atomic::{AtomicU64, Ordering},
     time::{Duration, Instant},
 };
 
 use criterion::{Criterion, Throughput, criterion_group};
-use idem_core::{Acquisition, Address, Fingerprint, Outcome, Scope, Store, StoredResponse, Terms};
 use idem_redis::{RedisOptions, RedisStore};
 use idem_test_support::Server;
-use redis::aio::ConnectionManager;
 
-mod baseline;
+mod support;
 
-use baseline::Baseline;
+use support::{baseline::Baseline, new_key};
 
 /// Tasks issuing operations at once.
 const CONCURRENCY: u64 = 16;
-const TERMS: Terms = Terms {
-    lease: Duration::from_secs(30),
-    ttl: Duration::from_secs(60),
-};
-
-fn response() -> Outcome {
-    StoredResponse::new(201)
-        .header("content-type", "application/json")
-        .body(r#"{"id":"ch_1","amount":1000,"currency":"eur"}"#)
-        .into()
-}
-
-/// A number no other operation of this process uses, for a new key each time.
-fn next() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
 /// Runs `iters` calls of `op` spread over [`CONCURRENCY`] tasks and returns the wall time.
 async fn concurrently<F, Fut>(iters: u64, op: F) -> Duration
 where
@@ -83,18 +62,10 @@ fn acquire_complete(c: &mut Criterion) {
             .await
             .expect("store")
     });
-    let connection = runtime.block_on(async {
-        let client = redis::Client::open(url.as_str()).expect("client");
-        ConnectionManager::new(client).await.expect("connection")
-    });
-    let baseline: &'static Baseline = Box::leak(Box::new(Baseline::new(
-        connection,
-        TERMS,
-        response().encode(),
+    let baseline: &'static Baseline = Box::leak(Box::new(runtime.block_on(Baseline::connect(
+        &url,
         &format!("idem-bench-baseline:{run}"),
-    )));
-    let scope = Scope::from_identity([b"Bearer sk_test_bench".as_slice()]);
-    let fingerprint = Fingerprint::from_bytes([7; 32]);
+    ))));
 
     let mut group = c.benchmark_group(format!("redis_acquire_complete_c{CONCURRENCY}"));
     group.throughput(Throughput::Elements(1));
@@ -104,16 +75,7 @@ fn acquire_complete(c: &mut Criterion) {
             concurrently(iters, move || {
                 let store = store.clone();
                 async move {
-                    let address = Address::new(scope, format!("key-{}", next()).parse().unwrap());
-                    let Acquisition::Acquired(lease) =
-                        store.acquire(&address, &fingerprint, TERMS).await.unwrap()
-                    else {
-                        panic!("a new key is acquired");
-                    };
-                    store
-                        .complete(&address, lease.token, &response(), TERMS.ttl)
-                        .await
-                        .unwrap();
+                    let lease = new_key(&store).await;
                     black_box(lease);
                 }
             })

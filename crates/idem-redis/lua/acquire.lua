@@ -3,7 +3,7 @@
 local function acquire(k, a)
   local record, fence = KEYS[k], KEYS[k + 1]
   local fingerprint, lease, ttl = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  local found = redis.call('HMGET', record, 's', 'f', 'e', 'l', 't')
+  local found = redis.call('HMGET', record, 's', 'f', 'e', 'l', 't', 'w')
   local state, lease_until = found[1], now + lease
 
   if state and now < num(found[3], 'e') then
@@ -18,6 +18,9 @@ local function acquire(k, a)
     end
     local held_until = num(found[4], 'l')
     if now < held_until then
+      if found[6] ~= '1' then
+        redis.call('HSET', record, 'w', '1')
+      end
       return {3, held_until - now}
     end
     local token = next_token(record, found[5], fence)

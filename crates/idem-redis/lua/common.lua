@@ -3,8 +3,11 @@
 -- A record is a hash under its record key:
 --   s  state: 1 processing, 2 completed     f  fingerprint (32 bytes)
 --   t  fencing token (decimal)              c  created_at (ms since the epoch)
---   e  expires_at (ms)                      l  lease_until (ms, processing only)
+--   e  expires_at (ms)                      l  lease_until (ms; read while processing only)
 --   d  completed_at (ms, completed only)    r  encoded response (completed only)
+--   w  1 once an acquire answered "in flight": someone may wait for the record to change
+-- A completion leaves `l` in place (removing it would cost a command per key): nothing reads it
+-- once the record is completed.
 -- A record whose expires_at has passed is absent for every operation, whether or not Redis has
 -- removed the key yet.
 --
@@ -75,9 +78,9 @@ local function keep_fence(fence, token, expires_at)
   expire_at(fence, math.max(expires_at, now + 1))
 end
 
--- The expiry of the live processing record held by `token`, or nil.
+-- The expiry of the live processing record held by `token`, and whether it is watched; or nil.
 local function holder_expiry(record, token)
-  local found = redis.call('HMGET', record, 's', 't', 'e')
+  local found = redis.call('HMGET', record, 's', 't', 'e', 'w')
   if found[1] ~= PROCESSING or found[2] ~= token then
     return nil
   end
@@ -85,6 +88,15 @@ local function holder_expiry(record, token)
   if now >= expires_at then
     return nil
   end
-  return expires_at
+  return expires_at, found[4] == '1'
+end
+
+-- Announces a change of a record on `channel`, if somebody may wait for it: only an acquire
+-- that answered "in flight" marks a record watched (`w`), and a waiter subscribes before that
+-- acquire (see `changed` in the store), so a record nobody saw in flight costs no message.
+local function announce(watched, channel, change)
+  if watched then
+    redis.call(PUBLISH, channel, change)
+  end
 end
 

@@ -2,7 +2,7 @@
 -- Returns 1 when a live record was removed, else 0.
 local function forget(k, a)
   local record, fence = KEYS[k], KEYS[k + 1]
-  local found = redis.call('HMGET', record, 't', 'e')
+  local found = redis.call('HMGET', record, 't', 'e', 'w')
   if not found[1] then
     return 0
   end
@@ -12,7 +12,7 @@ local function forget(k, a)
   if now >= expires_at then
     return 0
   end
-  redis.call(PUBLISH, ARGV[a], 'forgotten')
+  announce(found[3] == '1', ARGV[a], 'forgotten')
   return 1
 end
 

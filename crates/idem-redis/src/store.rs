@@ -48,9 +48,10 @@ const MAX_MILLIS: u64 = 1_000 * 365 * 24 * 3_600 * 1_000;
 ///   clock does not go back.
 /// - **Cluster**: an address's keys share one hash tag, derived from a hash of the scope and
 ///   key (which never appear in clear), so every script runs on one shard.
-/// - **Wake-ups**: completions, releases and forgets are published (sharded pub/sub on a
-///   cluster), and [`changed`](Store::changed) resolves on them, so that waiters on other
-///   instances replay at once.
+/// - **Wake-ups**: completing, releasing or forgetting a record that an `acquire` found in
+///   flight is published (sharded pub/sub on a cluster), and [`changed`](Store::changed)
+///   resolves on it, so that waiters on other instances replay at once; a record nobody found
+///   in flight costs no message.
 ///
 /// Durability is Redis's: see the `appendonly` settings in `docs/stores.md`.
 ///

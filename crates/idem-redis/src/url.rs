@@ -2,21 +2,24 @@
 
 use std::{path::PathBuf, str::FromStr};
 
-use idem_core::store_url::{InvalidStoreUrl, UrlParts};
+use idem_core::store_url::{InvalidStoreUrl, UrlParts, count};
 
 use crate::{KeyPrefix, RedisOptions};
 
 /// What an unknown parameter's error says is known.
-const KNOWN: &str = "idem takes prefix, and cacert, cert and key with rediss://";
+const KNOWN: &str = "idem takes prefix, batch_size, queue, and cacert, cert and key with rediss://";
 
 impl RedisOptions {
-    /// `redis://[user[:password]@]host[:port][/db][?prefix=P]`, one Redis server, or
-    /// `redis+cluster://[user[:password]@]host:port[,host:port…][?prefix=P]`, a Redis Cluster
+    /// `redis://[user[:password]@]host[:port][/db][?parameters]`, one Redis server, or
+    /// `redis+cluster://[user[:password]@]host:port[,host:port…][?parameters]`, a Redis Cluster
     /// found from one or more of its nodes (the user info applies to every node).
     /// `rediss://` and `rediss+cluster://` are the same over TLS (rustls).
     ///
-    /// - `prefix` puts every key and channel of the store under `P` (default `idem`), so that
+    /// - `prefix=P` puts every key and channel of the store under `P` (default `idem`), so that
     ///   several stores share one Redis;
+    /// - `batch_size`: the most operations one script call carries (default 64,
+    ///   [`batch_size`](Self::batch_size)); `queue`: the most operations waiting for one (default
+    ///   1024, [`queue_capacity`](Self::queue_capacity)). Each a whole number, at least 1;
     /// - `cacert=PATH` (TLS only): trust only the CA certificates in this PEM file, instead of
     ///   the Mozilla root certificates built into idem ([`tls_ca_file`](Self::tls_ca_file));
     /// - `cert=PATH&key=PATH` (TLS only): a client certificate and its key, for servers that
@@ -53,6 +56,8 @@ impl RedisOptions {
             }
         };
         let prefix = parts.take("prefix", KeyPrefix::from_str)?;
+        let batch_size = parts.take("batch_size", count::<usize>)?;
+        let queue = parts.take("queue", count::<usize>)?;
         let ca = parts.take("cacert", PathBuf::from_str)?;
         let cert = parts.take("cert", PathBuf::from_str)?;
         let key = parts.take("key", PathBuf::from_str)?;
@@ -67,7 +72,7 @@ impl RedisOptions {
             if !matches!(parts.path(), "" | "/") {
                 return Err(parts.error(
                     "a Redis Cluster has only database 0: nothing goes after the nodes but \
-                     `?prefix=…`",
+                     `?parameters`",
                 ));
             }
             let nodes: Vec<&str> = parts.hosts().split(',').collect();
@@ -105,6 +110,12 @@ impl RedisOptions {
             ))
         };
         let mut options = options.prefix(prefix.unwrap_or_default());
+        if let Some(operations) = batch_size {
+            options = options.batch_size(operations);
+        }
+        if let Some(operations) = queue {
+            options = options.queue_capacity(operations);
+        }
         if let Some(ca) = ca {
             options = options.tls_ca_file(ca);
         }
@@ -154,6 +165,7 @@ mod tests {
         assert_eq!(nodes(&one), ["redis://:pw@cache:6380/2"]);
         assert_eq!(one.key_prefix().as_str(), "pay:v1");
         assert_eq!(one.url(), Some("redis://:***@cache:6380/2?prefix=pay:v1"));
+        assert_eq!((one.batch_size, one.queue_capacity), (64, 1024));
 
         let cluster = parse("redis+cluster://app:pw@a:7000,b:7001/");
         assert!(cluster.is_cluster());
@@ -164,6 +176,15 @@ mod tests {
         assert_eq!(cluster.key_prefix().as_str(), "idem");
         let shown = format!("{cluster:?}");
         assert!(!shown.contains("pw@"), "{shown}");
+    }
+
+    #[test]
+    fn batches_and_the_queue_are_set_by_the_url() {
+        let one = parse("redis://cache?batch_size=16&queue=256&prefix=p");
+        assert_eq!((one.batch_size, one.queue_capacity), (16, 256));
+        assert_eq!(nodes(&one), ["redis://cache"]);
+        let cluster = parse("rediss+cluster://a:7000?queue=4096");
+        assert_eq!((cluster.batch_size, cluster.queue_capacity), (64, 4096));
     }
 
     #[test]
@@ -221,7 +242,7 @@ mod tests {
         assert_eq!(
             error("redis+cluster://a:1/3"),
             "invalid store URL `redis+cluster://a:1/3`: a Redis Cluster has only database 0: \
-             nothing goes after the nodes but `?prefix=…`"
+             nothing goes after the nodes but `?parameters`"
         );
         assert_eq!(
             error("redis://h?prefix={x}"),
@@ -231,7 +252,15 @@ mod tests {
         assert_eq!(
             error("redis://h?protocol=resp3"),
             "invalid store URL `redis://h?protocol=resp3`: unknown parameter `protocol` (idem \
-             takes prefix, and cacert, cert and key with rediss://)"
+             takes prefix, batch_size, queue, and cacert, cert and key with rediss://)"
+        );
+        assert_eq!(
+            error("redis://h?batch_size=0"),
+            "invalid store URL `redis://h?batch_size=0`: `batch_size=0`: expected 1 or more"
+        );
+        assert_eq!(
+            error("redis://h?queue=lots"),
+            "invalid store URL `redis://h?queue=lots`: `queue=lots`: expected a whole number"
         );
         assert_eq!(
             error("redis://:pw@h?cacert=/ca.pem"),

@@ -28,7 +28,9 @@ use idem_conformance::{
 use idem_core::{Acquisition, ManualClock, Store};
 use idem_redis::{KeyPrefix, RedisOptions, RedisStore};
 
-use support::{Server, free_port, fresh_prefix, inspect, operations_on_one_key_keep_their_order};
+use support::{
+    Server, free_port, fresh_prefix, inspect, operations_on_one_key_keep_their_order, watch,
+};
 
 /// The seed URLs of the cluster, started on first use.
 fn cluster() -> &'static [String] {
@@ -206,8 +208,7 @@ async fn changed_wakes_a_waiter_on_another_instance_over_sharded_pub_sub() {
             .await
             .expect("woken once Redis confirms the subscription");
         let lease = acquired(&a, &at, &fingerprint(1)).await;
-        let waiting = b.changed(&at);
-        tokio::pin!(waiting);
+        let mut waiting = watch(&b, &at).await;
         let early = tokio::time::timeout(Duration::from_millis(200), waiting.as_mut()).await;
         assert!(early.is_err(), "woken before anything changed");
         a.complete(&at, lease.token, &response(1).into(), TTL)

@@ -31,8 +31,8 @@ use idem_redis::{Error, KeyPrefix, RedisOptions, RedisStore};
 use redis::Commands;
 
 use support::{
-    Server, free_port, fresh_prefix, in_order, inspect, manual_store,
-    operations_on_one_key_keep_their_order, redis_url, round_trips,
+    Server, calls, free_port, fresh_prefix, in_order, inspect, manual_store,
+    operations_on_one_key_keep_their_order, redis_url, round_trips, watch,
 };
 use tokio::time::timeout;
 
@@ -51,7 +51,7 @@ async fn subscribed(store: &RedisStore, address: &Address) {
         .expect("woken once Redis confirms the subscription");
 }
 
-async fn assert_not_woken(waiting: std::pin::Pin<&mut (impl Future<Output = ()> + Send)>) {
+async fn assert_not_woken(waiting: std::pin::Pin<&mut (impl Future<Output = ()> + Send + ?Sized)>) {
     let early = timeout(Duration::from_millis(200), waiting).await;
     assert!(early.is_err(), "woken before anything changed");
 }
@@ -70,8 +70,7 @@ async fn changed_wakes_a_waiter_on_another_instance() {
         let at = address(&format!("wake-on-{change}"));
         subscribed(&b, &at).await;
         let lease = acquired(&a, &at, &fingerprint(1)).await;
-        let waiting = b.changed(&at);
-        tokio::pin!(waiting);
+        let mut waiting = watch(&b, &at).await;
         assert_not_woken(waiting.as_mut()).await;
         match change {
             "complete" => a
@@ -116,9 +115,8 @@ async fn changed_survives_a_lost_subscriber_connection() {
 
     // The subscriber reconnects by itself, and messages reach new waiters again.
     subscribed(&b, &at).await;
-    let waiting = b.changed(&at);
-    tokio::pin!(waiting);
     let lease = acquired(&a, &at, &fingerprint(1)).await;
+    let mut waiting = watch(&b, &at).await;
     assert_not_woken(waiting.as_mut()).await;
     a.complete(&at, lease.token, &response(1).into(), TTL)
         .await
@@ -371,15 +369,22 @@ async fn bad_settings_and_unreachable_servers_fail_to_open() {
     );
 }
 
+/// A store on a `redis-server` of the test's own, whose statistics count only what the test
+/// does, and a connection to read them; the server lives as long as the first value.
+async fn counted() -> ((Server, tempfile::TempDir), RedisStore, redis::Connection) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), free_port(), &["--appendonly", "no"]);
+    let store = open(&server.url(), &fresh_prefix()).await;
+    let redis = inspect(&server.url());
+    ((server, dir), store, redis)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_new_key_takes_two_round_trips_and_a_replay_one() {
     if idem_test_support::Server::Redis.url().is_none() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), free_port(), &["--appendonly", "no"]);
-    let store = open(&server.url(), &fresh_prefix()).await;
-    let mut redis = inspect(&server.url());
+    let (_server, store, mut redis) = counted().await;
     let at = address("counted");
 
     let before = round_trips(&mut redis);
@@ -396,6 +401,57 @@ async fn a_new_key_takes_two_round_trips_and_a_replay_one() {
         Acquisition::Completed(response(1).into())
     );
     assert_eq!(round_trips(&mut redis) - after_new_key, 1, "acquire");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn only_a_record_found_in_flight_announces_its_change() {
+    if idem_test_support::Server::Redis.url().is_none() {
+        return;
+    }
+    let (_server, store, mut redis) = counted().await;
+    let change = |n: usize, lease: idem_core::Lease, at: Address| {
+        let store = store.clone();
+        async move {
+            match n {
+                0 => store
+                    .complete(&at, lease.token, &response(1).into(), TTL)
+                    .await
+                    .unwrap(),
+                1 => store.release(&at, lease.token).await.unwrap(),
+                _ => assert!(store.forget(&at).await.unwrap()),
+            }
+        }
+    };
+    for n in 0..3 {
+        let at = address(&format!("unwatched-{n}"));
+        let lease = acquired(&store, &at, &fingerprint(1)).await;
+        change(n, lease, at).await;
+    }
+    assert_eq!(
+        calls(&mut redis, &["publish"]),
+        0,
+        "nobody found them in flight"
+    );
+
+    for n in 0..3 {
+        let at = address(&format!("watched-{n}"));
+        let lease = acquired(&store, &at, &fingerprint(1)).await;
+        let marks = calls(&mut redis, &["hset"]);
+        drop(watch(&store, &at).await);
+        assert_eq!(
+            calls(&mut redis, &["hset"]) - marks,
+            1,
+            "the first one marks it"
+        );
+        drop(watch(&store, &at).await);
+        assert_eq!(
+            calls(&mut redis, &["hset"]) - marks,
+            1,
+            "later ones only read"
+        );
+        change(n, lease, at).await;
+    }
+    assert_eq!(calls(&mut redis, &["publish"]), 3);
 }
 
 /// A store on `server` under a fresh prefix, on a manual clock, with `batch_size`.

@@ -5,7 +5,10 @@
 //! Its API changes whenever they need it to, in any release. Use their APIs instead; they
 //! re-export what is theirs to show (the names, their purgers).
 //!
-//! - [`SchemaName`] and [`TableName`]: validated SQL identifiers, and [`InvalidName`].
+//! - [`SchemaName`], [`TableName`] and [`ColumnName`]: validated SQL identifiers, and
+//!   [`InvalidName`].
+//! - [`patterns`]: insert-once, conditional transitions and keep-first upserts on a user's own
+//!   table, inside the user's transaction (re-exported by `idem-postgres` and `idem-sqlite`).
 //! - [`Location`]: a schema and a table, the `{schema}`/`{table}` templating of `.sql` files,
 //!   and the migrators of [`MigrationFile`]s tracked next to each table.
 //! - [`Failure`]: what a database error means, by SQLSTATE or SQLite result code.
@@ -19,6 +22,7 @@ mod failure;
 pub mod listener;
 mod migrations;
 mod names;
+pub mod patterns;
 mod purger;
 mod template;
 
@@ -26,6 +30,6 @@ pub use failure::{Failure, sqlite_code};
 pub use migrations::MigrationFile;
 #[cfg(feature = "postgres")]
 pub use migrations::migrate_postgres;
-pub use names::{InvalidName, SchemaName, TableName};
+pub use names::{ColumnName, InvalidName, SchemaName, TableName};
 pub use purger::{Purge, PurgeLoop, Purger};
 pub use template::{Location, query_text};

@@ -1,4 +1,5 @@
-//! [`SchemaName`] and [`TableName`]: where a table lives, as validated SQL identifiers.
+//! [`SchemaName`], [`TableName`] and [`ColumnName`]: where a table lives and what it holds, as
+//! validated SQL identifiers.
 
 use std::{borrow::Cow, fmt, str::FromStr};
 
@@ -17,7 +18,7 @@ pub enum InvalidName {
     /// The name is empty or too long.
     #[error("a {kind} name is 1 to {max} bytes long; this one has {len}")]
     Length {
-        /// `"schema"` or `"table"`.
+        /// `"schema"`, `"table"` or `"column"`.
         kind: &'static str,
         /// The longest name allowed.
         max: usize,
@@ -30,7 +31,7 @@ pub enum InvalidName {
          a digit; {character:?} at byte {position} is not allowed"
     )]
     Character {
-        /// `"schema"` or `"table"`.
+        /// `"schema"`, `"table"` or `"column"`.
         kind: &'static str,
         /// The offending character.
         character: char,
@@ -194,6 +195,26 @@ identifier!(
     TableName,
     "table",
     MAX_IDENTIFIER - LONGEST_SUFFIX,
+    false
+);
+
+identifier!(
+    /// A column: 1 to 63 bytes of lower-case ASCII letters, digits and `_`, not starting with a
+    /// digit. Always quoted in SQL, so a name that is also a keyword (`state`, `order`) is fine.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use idem_sql::ColumnName;
+    ///
+    /// let column: ColumnName = "status".parse()?;
+    /// assert_eq!(column.as_str(), "status");
+    /// assert!(r#"status" = 'x'; --"#.parse::<ColumnName>().is_err());
+    /// # Ok::<(), idem_sql::InvalidName>(())
+    /// ```
+    ColumnName,
+    "column",
+    MAX_IDENTIFIER,
     false
 );
 

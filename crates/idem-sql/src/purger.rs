@@ -3,7 +3,9 @@
 //!
 //! Each batch is its own short statement, so a purge never holds many locks nor a long snapshot
 //! (which, on PostgreSQL, would keep autovacuum from reclaiming the rows it deletes). Several
-//! instances may purge one table at once.
+//! instances may purge one table at once. A round may be paced ([`PurgeLoop::pace`]): it then
+//! pauses between batches, so that a backlog of expired rows is deleted without taking the
+//! database from live traffic for the whole round.
 
 use std::{future::Future, time::Duration};
 
@@ -71,6 +73,7 @@ pub struct PurgeLoop<P> {
     every: Duration,
     batch: usize,
     time_limit: Option<Duration>,
+    pace: Option<f64>,
 }
 
 impl<P: Purge> PurgeLoop<P> {
@@ -83,6 +86,7 @@ impl<P: Purge> PurgeLoop<P> {
             every: Duration::from_secs(60),
             batch: 1000,
             time_limit: None,
+            pace: None,
         }
     }
 
@@ -105,6 +109,17 @@ impl<P: Purge> PurgeLoop<P> {
     #[must_use]
     pub fn time_limit(mut self, limit: Duration) -> Self {
         self.time_limit = Some(limit);
+        self
+    }
+
+    /// Paces each round so that its batches take at most `share` of its time (between 0 and 1):
+    /// after a full batch that took `t`, the next one starts `t × (1 / share − 1)` later. At
+    /// `0.25` a round deletes a backlog at a quarter of the database's speed and leaves it three
+    /// quarters of its time for everything else. Unpaced (the default, or `share` of 1 or
+    /// more), batches follow one another at once.
+    #[must_use]
+    pub fn pace(mut self, share: f64) -> Self {
+        self.pace = (share > 0.0 && share < 1.0).then_some(share);
         self
     }
 
@@ -140,6 +155,7 @@ impl<P: Purge> PurgeLoop<P> {
         let what = self.what;
         let mut purged = 0;
         while !stop.is_cancelled() {
+            let started = tokio::time::Instant::now();
             let batch = self.purge.purge(self.batch);
             let done = match self.time_limit {
                 Some(limit) => tokio::time::timeout(limit, batch).await.ok(),
@@ -150,6 +166,13 @@ impl<P: Purge> PurgeLoop<P> {
                     purged += n;
                     if n < self.batch {
                         break;
+                    }
+                    if let Some(share) = self.pace {
+                        let pause = started.elapsed().mul_f64(1.0 / share - 1.0);
+                        tokio::select! {
+                            () = stop.cancelled() => break,
+                            () = tokio::time::sleep(pause) => {}
+                        }
                     }
                 }
                 Some(Err(error)) => {
@@ -215,6 +238,8 @@ mod tests {
         batches: Arc<Mutex<Vec<usize>>>,
         fail: bool,
         hang: bool,
+        /// How long each batch takes.
+        slow: Option<Duration>,
     }
 
     impl Purge for Table {
@@ -224,6 +249,9 @@ mod tests {
             self.batches.lock().unwrap().push(limit);
             if self.hang {
                 std::future::pending::<()>().await;
+            }
+            if let Some(slow) = self.slow {
+                tokio::time::sleep(slow).await;
             }
             if self.fail {
                 return Err(std::io::Error::other("down"));
@@ -260,6 +288,27 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(58)).await;
         assert_eq!(batches(&table), [10, 10, 10]);
         tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(batches(&table), [10, 10, 10, 10]);
+        assert_eq!(table.left.load(Ordering::SeqCst), 0);
+        purger.stop().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_paced_round_pauses_three_times_as_long_as_each_batch_took_at_a_quarter() {
+        let table = Table {
+            slow: Some(Duration::from_millis(100)),
+            ..table(35)
+        };
+        let purger = PurgeLoop::new(table.clone(), "rows")
+            .batch(10)
+            .pace(0.25)
+            .spawn();
+        // Batches at 0, 400, 800 and 1200 ms, each taking 100 ms; the last one is short.
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        assert_eq!(batches(&table), [10]);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(batches(&table), [10, 10]);
+        tokio::time::sleep(Duration::from_millis(900)).await;
         assert_eq!(batches(&table), [10, 10, 10, 10]);
         assert_eq!(table.left.load(Ordering::SeqCst), 0);
         purger.stop().await;

@@ -45,7 +45,7 @@ fn next_address(scope: Scope) -> Address {
     Address::new(scope, format!("key-{n}").parse().expect("valid key"))
 }
 
-/// A pool as `SqliteStore` opens its readers with (see `src/options.rs`), writing.
+/// A sqlx pool of 4 connections with the store's settings (WAL, busy timeout), writing.
 async fn baseline_pool(path: &std::path::Path, synchronous: SqliteSynchronous) -> SqlitePool {
     let connect = SqliteConnectOptions::new()
         .filename(path)

@@ -1,7 +1,7 @@
 //! The failures of the SQLite store, and how database errors map to [`StoreError`].
 
 use idem_core::StoreError;
-use idem_sql::{Failure, sqlite_code};
+use idem_sql::sqlite_code;
 
 /// SQLite's primary result code for a lock another connection holds.
 const SQLITE_BUSY: i32 = 5;
@@ -19,6 +19,9 @@ pub enum Error {
     /// The writer's connection to the database file could not be opened or configured.
     #[error("cannot open the SQLite database for writing")]
     OpenWriter(#[source] rusqlite::Error),
+    /// A reader connection to the database file could not be opened or configured.
+    #[error("cannot open the SQLite database for reading")]
+    OpenReader(#[source] rusqlite::Error),
     /// The writer's thread could not be started.
     #[error("cannot start the SQLite store's writer thread")]
     StartWriter(#[source] std::io::Error),
@@ -40,10 +43,10 @@ pub enum Error {
     },
 }
 
-/// Classifies a database error by its result code ([`Failure`]): data SQLite cannot read, or a
-/// value of the wrong type, is corruption; anything else (a busy or closed database, a full
+/// Classifies an error of one of the store's connections by its result code: a corrupted file,
+/// or a value of the wrong type, is corruption; anything else (a busy or closed database, a full
 /// disk, I/O) makes the store unavailable.
-pub(crate) fn store_error(error: sqlx::Error) -> StoreError {
+pub(crate) fn sqlite_error(error: rusqlite::Error) -> StoreError {
     if is_corruption(&error) {
         StoreError::corrupted(error)
     } else {
@@ -51,23 +54,8 @@ pub(crate) fn store_error(error: sqlx::Error) -> StoreError {
     }
 }
 
-/// Whether `error` says that SQLite cannot read the data (see [`store_error`]).
-pub(crate) fn is_corruption(error: &sqlx::Error) -> bool {
-    Failure::of(error) == Failure::Corrupted
-}
-
-/// [`store_error`] for the writer's connection: a corrupted file or a value of the wrong type is
-/// corruption; anything else makes the store unavailable.
-pub(crate) fn sqlite_error(error: rusqlite::Error) -> StoreError {
-    if is_writer_corruption(&error) {
-        StoreError::corrupted(error)
-    } else {
-        StoreError::unavailable(error)
-    }
-}
-
-/// Whether an error of the writer's connection says that SQLite cannot read the data.
-pub(crate) fn is_writer_corruption(error: &rusqlite::Error) -> bool {
+/// Whether `error` says that SQLite cannot read the data (see [`sqlite_error`]).
+pub(crate) fn is_corruption(error: &rusqlite::Error) -> bool {
     use rusqlite::{Error, ErrorCode};
     match error {
         Error::SqliteFailure(failure, _) => matches!(
@@ -80,6 +68,16 @@ pub(crate) fn is_writer_corruption(error: &rusqlite::Error) -> bool {
         _ => false,
     }
 }
+
+/// A call after the store was closed.
+pub(crate) fn closed() -> StoreError {
+    StoreError::unavailable(Closed)
+}
+
+/// The store was closed.
+#[derive(Debug, thiserror::Error)]
+#[error("the SQLite store is closed")]
+struct Closed;
 
 /// Whether another connection holds a lock that SQLite did not wait for.
 pub(crate) fn is_busy(error: &sqlx::Error) -> bool {

@@ -4,6 +4,9 @@
 //! WAL mode. Every operation is atomic across the processes that share the file; time is read
 //! from an injected [`Clock`](idem_core::Clock); the schema is created and migrated on open.
 //!
+//! [`patterns`] makes operations idempotent by their data, inside your own transactions on your
+//! own tables: a row inserted once by its unique key, a state transition applied once.
+//!
 //! # Examples
 //!
 //! ```
@@ -30,6 +33,8 @@ mod error;
 mod key_digest;
 mod migrations;
 mod options;
+pub mod patterns;
+mod readers;
 mod row;
 mod store;
 mod url;
@@ -37,5 +42,5 @@ mod writer;
 mod writes;
 
 pub use error::Error;
-pub use options::{SqliteOptions, Synchronous};
+pub use options::{SqliteOptions, Synchronous, UnknownSynchronous};
 pub use store::SqliteStore;

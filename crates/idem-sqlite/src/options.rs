@@ -8,9 +8,10 @@ use std::{
 };
 
 use idem_core::{Clock, SystemClock};
+use rusqlite::{Connection, OpenFlags};
 use sqlx::{
-    ConnectOptions, SqliteConnection, SqlitePool,
-    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions},
+    ConnectOptions, SqliteConnection,
+    sqlite::{SqliteConnectOptions, SqliteJournalMode},
 };
 
 use crate::error::is_busy;
@@ -37,6 +38,27 @@ impl Synchronous {
     }
 }
 
+impl std::str::FromStr for Synchronous {
+    type Err = UnknownSynchronous;
+
+    /// `full` or `normal`, in any case, as SQLite's pragma takes them.
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        if value.eq_ignore_ascii_case("full") {
+            Ok(Synchronous::Full)
+        } else if value.eq_ignore_ascii_case("normal") {
+            Ok(Synchronous::Normal)
+        } else {
+            Err(UnknownSynchronous)
+        }
+    }
+}
+
+/// A `synchronous` setting other than `full` or `normal`.
+#[derive(Debug, thiserror::Error)]
+#[error("expected full or normal")]
+#[non_exhaustive]
+pub struct UnknownSynchronous;
+
 /// How to open a [`SqliteStore`](crate::SqliteStore): the file, the clock and SQLite's settings.
 ///
 /// # Examples
@@ -62,7 +84,7 @@ pub struct SqliteOptions {
     path: PathBuf,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) synchronous: Synchronous,
-    pool_size: u32,
+    pub(crate) pool_size: u32,
     pub(crate) max_batch: usize,
     pub(crate) queue: usize,
     pub(crate) busy_timeout: Duration,
@@ -116,6 +138,7 @@ impl SqliteOptions {
 
     /// Sets the number of reader connections (at least 1): reads (`get`, and `acquire` of a key
     /// that is completed or in flight) run on them in parallel, beside the one writer connection.
+    /// A read beyond them waits for one to be free.
     #[must_use]
     pub fn pool_size(mut self, size: u32) -> Self {
         self.pool_size = size.max(1);
@@ -163,11 +186,23 @@ impl SqliteOptions {
         }
     }
 
-    /// Opens the reader pool (on a file the writer opened): its connections refuse writes.
-    pub(crate) async fn connect_readers(&self) -> Result<SqlitePool, sqlx::Error> {
-        self.pool_options()
-            .connect_with(self.connect_options().pragma("query_only", "ON"))
-            .await
+    /// Opens the writer's connection to the (migrated) file: WAL, the store's `synchronous` and
+    /// busy timeout, foreign keys on, as the migrator's connection has them.
+    pub(crate) fn connect_writer(&self) -> rusqlite::Result<Connection> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let connection = Connection::open_with_flags(&self.path, flags)?;
+        connection.busy_timeout(self.busy_timeout)?;
+        connection.pragma_update(None, "journal_mode", "WAL")?;
+        connection.pragma_update(None, "synchronous", self.synchronous.as_pragma())?;
+        connection.pragma_update(None, "foreign_keys", "ON")?;
+        Ok(connection)
+    }
+
+    /// Opens a reader connection: the writer's settings, and it refuses writes.
+    pub(crate) fn connect_reader(&self) -> rusqlite::Result<Connection> {
+        let connection = self.connect_writer()?;
+        connection.pragma_update(None, "query_only", "ON")?;
+        Ok(connection)
     }
 
     fn connect_options(&self) -> SqliteConnectOptions {
@@ -177,14 +212,6 @@ impl SqliteOptions {
             .journal_mode(SqliteJournalMode::Wal)
             .pragma("synchronous", self.synchronous.as_pragma())
             .busy_timeout(self.busy_timeout)
-    }
-
-    fn pool_options(&self) -> SqlitePoolOptions {
-        SqlitePoolOptions::new()
-            .max_connections(self.pool_size)
-            // A connection to a local file does not go stale; pinging it costs a round trip to
-            // its worker thread on every operation.
-            .test_before_acquire(false)
     }
 }
 

@@ -4,9 +4,22 @@ use idem_core::{
     FencingToken, Fingerprint, Outcome, Record, RecordState, StoreError, Timestamp,
     transition::RecordView,
 };
-use sqlx::{Decode, Row, Sqlite, Type, sqlite::SqliteRow};
+use rusqlite::{Connection, Params, Row, types::FromSql};
 
-use crate::{Error, error::store_error};
+use crate::{Error, error::sqlite_error};
+
+/// Runs the query `sql` with `params` on `connection` (its statement cached) and decodes its
+/// first row, if any, where it lies: the decoded values borrow nothing from the statement.
+pub(crate) fn query_one<T>(
+    connection: &Connection,
+    sql: &str,
+    params: impl Params,
+    decode: impl FnOnce(Option<&Row<'_>>) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    let mut statement = connection.prepare_cached(sql).map_err(sqlite_error)?;
+    let mut rows = statement.query(params).map_err(sqlite_error)?;
+    decode(rows.next().map_err(sqlite_error)?)
+}
 
 /// The `state` column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,17 +34,18 @@ impl StateCode {
         self as i64
     }
 
-    fn read(row: &SqliteRow) -> Result<Self, StoreError> {
-        Self::of(column(row, "state")?)
-    }
-
-    fn of(code: i64) -> Result<Self, StoreError> {
-        match code {
+    fn read(row: &Row<'_>) -> Result<Self, StoreError> {
+        match column(row, "state")? {
             1 => Ok(Self::Processing),
             2 => Ok(Self::Completed),
             code => Err(StoreError::corrupted(Error::UnknownState(code))),
         }
     }
+}
+
+/// A time or a token read from column `index`: never negative in a record the store wrote.
+pub(crate) fn unsigned(index: usize, value: i64) -> rusqlite::Result<u64> {
+    u64::try_from(value).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(index, value))
 }
 
 /// A time or a token as a column value. SQLite integers are signed; no clock or counter reaches
@@ -40,7 +54,8 @@ pub(crate) fn sql_int(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-/// The columns of `sql/acquire_read.sql`: what `acquire` decides on, without the response.
+/// The columns that `acquire` decides on, without the response: those of `sql/acquire_read.sql`,
+/// which `sql/acquire_peek.sql` begins with.
 #[derive(Debug)]
 pub(crate) struct Found {
     fingerprint: Fingerprint,
@@ -49,31 +64,14 @@ pub(crate) struct Found {
 }
 
 impl Found {
-    pub(crate) fn read(row: &SqliteRow) -> Result<Self, StoreError> {
-        Self::of(
-            column(row, "fingerprint")?,
-            column(row, "state")?,
-            column(row, "lease_until")?,
-            column(row, "expires_at")?,
-        )
-    }
-
-    /// From the columns' values, as the writer's connection reads them.
-    pub(crate) fn of(
-        fingerprint: &[u8],
-        state: i64,
-        lease_until: Option<u64>,
-        expires_at: u64,
-    ) -> Result<Self, StoreError> {
-        let lease_until = match StateCode::of(state)? {
-            StateCode::Processing => Some(timestamp(
-                lease_until.ok_or_else(|| missing("processing", "lease_until"))?,
-            )),
+    pub(crate) fn read(row: &Row<'_>) -> Result<Self, StoreError> {
+        let lease_until = match StateCode::read(row)? {
+            StateCode::Processing => Some(timestamp(required(row, "processing", "lease_until")?)),
             StateCode::Completed => None,
         };
         Ok(Self {
-            fingerprint: Fingerprint::try_from(fingerprint).map_err(StoreError::corrupted)?,
-            expires_at: timestamp(expires_at),
+            fingerprint: fingerprint(row)?,
+            expires_at: timestamp(unsigned_column(row, "expires_at")?),
             lease_until,
         })
     }
@@ -88,8 +86,8 @@ impl Found {
 }
 
 /// The columns of `sql/get.sql`.
-pub(crate) fn record(row: &SqliteRow) -> Result<Record, StoreError> {
-    let token = FencingToken::new(column(row, "token")?);
+pub(crate) fn record(row: &Row<'_>) -> Result<Record, StoreError> {
+    let token = FencingToken::new(unsigned_column(row, "token")?);
     let state = match StateCode::read(row)? {
         StateCode::Processing => RecordState::Processing {
             token,
@@ -103,45 +101,52 @@ pub(crate) fn record(row: &SqliteRow) -> Result<Record, StoreError> {
     };
     Ok(Record {
         fingerprint: fingerprint(row)?,
-        created_at: timestamp(column(row, "created_at")?),
-        expires_at: timestamp(column(row, "expires_at")?),
+        created_at: timestamp(unsigned_column(row, "created_at")?),
+        expires_at: timestamp(unsigned_column(row, "expires_at")?),
         state,
     })
 }
 
 /// The outcome in the `response` column of a completed record.
-pub(crate) fn outcome(row: &SqliteRow) -> Result<Outcome, StoreError> {
-    decode_outcome(column(row, "response")?)
+pub(crate) fn outcome(row: &Row<'_>) -> Result<Outcome, StoreError> {
+    let response = blob(row, "response")?.ok_or_else(|| missing("completed", "response"))?;
+    Outcome::decode(response).map_err(StoreError::corrupted)
 }
 
-/// The outcome in a `response` column's value.
-pub(crate) fn decode_outcome(response: Option<&[u8]>) -> Result<Outcome, StoreError> {
-    let bytes = response.ok_or_else(|| missing("completed", "response"))?;
-    Outcome::decode(bytes).map_err(StoreError::corrupted)
-}
-
-fn fingerprint(row: &SqliteRow) -> Result<Fingerprint, StoreError> {
-    Fingerprint::try_from(column::<&[u8]>(row, "fingerprint")?).map_err(StoreError::corrupted)
+fn fingerprint(row: &Row<'_>) -> Result<Fingerprint, StoreError> {
+    // NULL is no bytes: a fingerprint of the wrong length, corrupted.
+    let bytes = blob(row, "fingerprint")?.unwrap_or_default();
+    Fingerprint::try_from(bytes).map_err(StoreError::corrupted)
 }
 
 fn timestamp(millis: u64) -> Timestamp {
     Timestamp::from_millis(millis)
 }
 
-fn column<'r, T: Decode<'r, Sqlite> + Type<Sqlite>>(
-    row: &'r SqliteRow,
-    name: &str,
-) -> Result<T, StoreError> {
-    row.try_get(name).map_err(store_error)
+fn column<T: FromSql>(row: &Row<'_>, name: &str) -> Result<T, StoreError> {
+    row.get(name).map_err(sqlite_error)
 }
 
-/// A nullable column that a record in `state` must have.
-fn required<'r, T: Decode<'r, Sqlite> + Type<Sqlite>>(
-    row: &'r SqliteRow,
-    state: &'static str,
-    name: &'static str,
-) -> Result<T, StoreError> {
-    column::<Option<T>>(row, name)?.ok_or_else(|| missing(state, name))
+/// A time or a token (see [`unsigned`]).
+fn unsigned_column(row: &Row<'_>, name: &str) -> Result<u64, StoreError> {
+    let index = row.as_ref().column_index(name).map_err(sqlite_error)?;
+    row.get(index)
+        .and_then(|value| unsigned(index, value))
+        .map_err(sqlite_error)
+}
+
+/// A blob column's bytes, read in place; NULL as `None`.
+fn blob<'r>(row: &'r Row<'_>, name: &str) -> Result<Option<&'r [u8]>, StoreError> {
+    let value = row.get_ref(name).map_err(sqlite_error)?;
+    value.as_blob_or_null().map_err(StoreError::corrupted)
+}
+
+/// A nullable time that a record in `state` must have (see [`unsigned`]).
+fn required(row: &Row<'_>, state: &'static str, name: &'static str) -> Result<u64, StoreError> {
+    let index = row.as_ref().column_index(name).map_err(sqlite_error)?;
+    let value: Option<i64> = row.get(index).map_err(sqlite_error)?;
+    let value = value.ok_or_else(|| missing(state, name))?;
+    unsigned(index, value).map_err(sqlite_error)
 }
 
 fn missing(state: &'static str, column: &'static str) -> StoreError {

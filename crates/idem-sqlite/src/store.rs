@@ -6,13 +6,14 @@ use idem_core::{
     Acquisition, Address, Clock, FencingToken, Fingerprint, Outcome, Record, Store, StoreError,
     Terms, Timestamp,
 };
-use sqlx::{Connection, SqlitePool};
+use sqlx::Connection;
 
 use crate::{
     Error, SqliteOptions,
-    error::store_error,
-    key_digest::{self, key_digest},
+    error::{closed, sqlite_error},
+    key_digest,
     migrations::MIGRATOR,
+    readers::Readers,
     row::{self, sql_int},
     writer::{Job, Writer, WriterOptions},
     writes::{self, Acquire, HolderWrite, HolderWriteKind, Target},
@@ -27,9 +28,9 @@ use crate::{
 /// durable, so the store's throughput grows with its callers instead of queueing them behind one
 /// flush each. Each transaction takes SQLite's write lock before it reads (`BEGIN IMMEDIATE`), so
 /// concurrent callers, in this process or in others, behave as if they ran one after the other.
-/// Reads (`get`, and an `acquire` that finds the key completed or in flight) run on a pool of
-/// reader connections and never wait for the writer. Time comes from the injected [`Clock`]
-/// only; processes sharing a file must agree on it.
+/// Reads (`get`, and an `acquire` that finds the key completed or in flight) run in place, on
+/// the caller's thread, on one of a pool of reader connections, and never wait for the writer.
+/// Time comes from the injected [`Clock`] only; processes sharing a file must agree on it.
 ///
 /// Clones share the writer and the readers.
 ///
@@ -63,7 +64,7 @@ use crate::{
 /// ```
 #[derive(Clone)]
 pub struct SqliteStore {
-    readers: SqlitePool,
+    readers: Readers,
     writer: Writer,
     clock: Arc<dyn Clock>,
 }
@@ -95,11 +96,9 @@ impl SqliteStore {
             .map_err(|e| Error::Migrate(e.into()))?;
         tx.commit().await.map_err(|e| Error::Migrate(e.into()))?;
         connection.close().await.map_err(Error::Open)?;
-        let readers = options.connect_readers().await.map_err(Error::Open)?;
+        let readers = Readers::open(&options)?;
         let writer = Writer::start(WriterOptions {
-            path: options.path(),
-            synchronous: options.synchronous,
-            busy_timeout: options.busy_timeout,
+            connection: options.connect_writer().map_err(Error::OpenWriter)?,
             clock: Arc::clone(&options.clock),
             queue: options.queue,
             max_batch: options.max_batch,
@@ -115,7 +114,7 @@ impl SqliteStore {
     /// later calls fail with [`StoreError::Unavailable`].
     pub async fn close(&self) {
         self.writer.close().await;
-        self.readers.close().await;
+        self.readers.close();
     }
 
     async fn holder_write(
@@ -152,13 +151,18 @@ impl Store for SqliteStore {
         let target = Target::from(address);
         // A completed key, a mismatch or a key in flight is answered from a reader: a snapshot
         // of committed records, read after the call began.
-        let row = sqlx::query(include_str!("../sql/acquire_peek.sql"))
-            .bind(target.scope.as_slice())
-            .bind(target.key.as_slice())
-            .fetch_optional(&self.readers)
-            .await
-            .map_err(store_error)?;
-        if let Some(answer) = writes::peek(row.as_ref(), fingerprint, self.clock.now())? {
+        let peeked = self
+            .readers
+            .read(|reader| {
+                row::query_one(
+                    reader,
+                    include_str!("../sql/acquire_peek.sql"),
+                    (target.scope.as_slice(), target.key.as_slice()),
+                    |row| writes::peek(row, fingerprint, self.clock.now()),
+                )
+            })
+            .await?;
+        if let Some(answer) = peeked {
             return Ok(answer);
         }
         let acquire = Acquire {
@@ -200,15 +204,18 @@ impl Store for SqliteStore {
     }
 
     async fn get(&self, address: &Address) -> Result<Option<Record>, StoreError> {
-        let now = self.clock.now();
-        let row = sqlx::query(include_str!("../sql/get.sql"))
-            .bind(address.scope.as_bytes().as_slice())
-            .bind(key_digest(&address.key).as_slice())
-            .bind(sql_int(now.as_millis()))
-            .fetch_optional(&self.readers)
+        let target = Target::from(address);
+        let now = sql_int(self.clock.now().as_millis());
+        self.readers
+            .read(|reader| {
+                row::query_one(
+                    reader,
+                    include_str!("../sql/get.sql"),
+                    (target.scope.as_slice(), target.key.as_slice(), now),
+                    |row| row.map(row::record).transpose(),
+                )
+            })
             .await
-            .map_err(store_error)?;
-        row.as_ref().map(row::record).transpose()
     }
 
     async fn forget(&self, address: &Address) -> Result<bool, StoreError> {
@@ -222,13 +229,16 @@ impl Store for SqliteStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         if !self.writer.is_open() {
-            return Err(crate::writer::closed());
+            return Err(closed());
         }
-        sqlx::query(include_str!("../sql/ping.sql"))
-            .execute(&self.readers)
+        self.readers
+            .read(|reader| {
+                reader
+                    .prepare_cached(include_str!("../sql/ping.sql"))
+                    .and_then(|mut ping| ping.query_row((), |_| Ok(())))
+                    .map_err(sqlite_error)
+            })
             .await
-            .map_err(store_error)
-            .map(drop)
     }
 }
 
@@ -237,10 +247,9 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use idem_core::{DecodeError, Lease, ManualClock, Policy, StoredResponse};
-    use sqlx::Row;
 
     use super::*;
-    use crate::Synchronous;
+    use crate::{Synchronous, key_digest::key_digest};
 
     fn address(key: &str) -> Address {
         Address::anonymous(key.parse().unwrap())
@@ -265,11 +274,33 @@ mod tests {
         }
     }
 
-    async fn applied_migrations(store: &SqliteStore) -> Vec<(i64, bool)> {
-        sqlx::query_as("SELECT version, success FROM _sqlx_migrations ORDER BY version")
-            .fetch_all(&store.readers)
+    /// The rows of `sql` as a reader of `store` sees them, each made by `row`.
+    async fn select<T>(
+        store: &SqliteStore,
+        sql: &str,
+        row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Vec<T> {
+        let read = |reader: &rusqlite::Connection| {
+            let mut statement = reader.prepare(sql)?;
+            statement.query_map((), row)?.collect::<Result<Vec<_>, _>>()
+        };
+        store
+            .readers
+            .read(|reader| read(reader).map_err(sqlite_error))
             .await
             .unwrap()
+    }
+
+    /// The one value `sql` selects, as a reader of `store` sees it.
+    async fn scalar<T: rusqlite::types::FromSql>(store: &SqliteStore, sql: &str) -> T {
+        let mut values = select(store, sql, |row| row.get(0)).await;
+        assert_eq!(values.len(), 1, "{sql}");
+        values.remove(0)
+    }
+
+    async fn applied_migrations(store: &SqliteStore) -> Vec<(i64, bool)> {
+        let sql = "SELECT version, success FROM _sqlx_migrations ORDER BY version";
+        select(store, sql, |row| Ok((row.get(0)?, row.get(1)?))).await
     }
 
     #[tokio::test]
@@ -340,20 +371,12 @@ mod tests {
                 "legacy-{i}"
             );
         }
-        let (rows, digest): (i64, Vec<u8>) = sqlx::query_as(
-            "SELECT (SELECT count(*) FROM idem_records), \
-             (SELECT key FROM idem_records WHERE token = 1)",
-        )
-        .fetch_one(&store.readers)
-        .await
-        .unwrap();
+        let rows: i64 = scalar(&store, "SELECT count(*) FROM idem_records").await;
         assert_eq!(rows, 600);
+        let digest: Vec<u8> = scalar(&store, "SELECT key FROM idem_records WHERE token = 1").await;
         assert_eq!(digest, key_digest(&"legacy-0".parse().unwrap()));
-        let tables: Vec<String> =
-            sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-                .fetch_all(&store.readers)
-                .await
-                .unwrap();
+        let sql = "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name";
+        let tables: Vec<String> = select(&store, sql, |row| row.get(0)).await;
         assert_eq!(tables, ["_sqlx_migrations", "idem_fencing", "idem_records"]);
     }
 
@@ -364,10 +387,7 @@ mod tests {
         let store = open(&path).await;
         let secret = address("customer-jane@example.com");
         acquired(&store, &secret).await;
-        let key: Vec<u8> = sqlx::query_scalar("SELECT key FROM idem_records")
-            .fetch_one(&store.readers)
-            .await
-            .unwrap();
+        let key: Vec<u8> = scalar(&store, "SELECT key FROM idem_records").await;
         assert_eq!(key, key_digest(&secret.key));
         store.close().await;
         let mut raw = Vec::new();
@@ -420,7 +440,15 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    /// `journal_mode` and `synchronous` as `connection` has them.
+    fn pragmas(connection: &rusqlite::Connection) -> (String, i64) {
+        let pragma = |name: &str| format!("PRAGMA {name}");
+        let mode = connection.query_row(&pragma("journal_mode"), [], |row| row.get(0));
+        let level = connection.query_row(&pragma("synchronous"), [], |row| row.get(0));
+        (mode.unwrap(), level.unwrap())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn every_connection_uses_wal_and_the_chosen_synchronous() {
         let dir = tempfile::tempdir().unwrap();
         for (synchronous, code) in [(Synchronous::Full, 2), (Synchronous::Normal, 1)] {
@@ -428,24 +456,63 @@ mod tests {
                 .synchronous(synchronous)
                 .pool_size(3);
             let store = SqliteStore::open_with(options).await.unwrap();
-            let mut connections = Vec::new();
-            for _ in 0..3 {
-                connections.push(store.readers.acquire().await.unwrap());
-            }
-            for connection in &mut connections {
-                let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
-                    .fetch_one(&mut **connection)
-                    .await
-                    .unwrap();
-                let level: i64 = sqlx::query_scalar("PRAGMA synchronous")
-                    .fetch_one(&mut **connection)
-                    .await
-                    .unwrap();
-                assert_eq!((mode.as_str(), level), ("wal", code), "{synchronous:?}");
-            }
-            drop(connections);
+            let wal = ("wal".to_owned(), code);
+            // The three readers at once, so three different connections.
+            let (readers, _) = store.readers.read_together(3, 3, |c, _| pragmas(c)).await;
+            assert_eq!(
+                readers,
+                [wal.clone(), wal.clone(), wal.clone()],
+                "{synchronous:?}"
+            );
+            let writer = store.writer.inspect(pragmas).await;
+            assert_eq!(writer, wal, "{synchronous:?}");
             store.close().await;
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn every_reader_sees_a_write_once_its_commit_returned_without_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = SqliteOptions::new(dir.path().join("visible.db"))
+            .clock(ManualClock::default())
+            .pool_size(2);
+        let store = SqliteStore::open_with(options).await.unwrap();
+        let a = address("seen");
+        // Both connections read the file before the writes, each from a snapshot of its own.
+        let (none, _) = store.readers.read_together(2, 2, |_, _| ()).await;
+        assert_eq!(none, [(), ()]);
+        let lease = acquired(&store, &a).await;
+        let response = Outcome::from(StoredResponse::new(201).body("seen"));
+        let target = Target::from(&a);
+        let tokens = || {
+            let target = target.clone();
+            store.readers.read_together(2, 2, move |reader, _| {
+                let sql = "SELECT token, state FROM idem_records WHERE scope = ?1 AND key = ?2";
+                let params = (target.scope.as_slice(), target.key.as_slice());
+                reader
+                    .query_row(sql, params, |row| Ok((row.get(0)?, row.get(1)?)))
+                    .unwrap()
+            })
+        };
+        // The writer is held from here on: whatever is answered comes from the readers.
+        let resume = store.writer.pause().await;
+        let processing: (i64, i64) = (lease.token.get() as i64, 1);
+        assert_eq!(tokens().await.0, [processing, processing]);
+        drop(resume);
+
+        store
+            .complete(&a, lease.token, &response, terms().ttl)
+            .await
+            .unwrap();
+        let resume = store.writer.pause().await;
+        let completed: (i64, i64) = (lease.token.get() as i64, 2);
+        assert_eq!(tokens().await.0, [completed, completed]);
+        assert_eq!(
+            store.acquire(&a, &FP, terms()).await.unwrap(),
+            Acquisition::Completed(response)
+        );
+        drop(resume);
+        store.close().await;
     }
 
     /// A connection of its own to the file at `path`, for changes the store would not make.
@@ -517,13 +584,6 @@ mod tests {
         }
     }
 
-    async fn count(store: &SqliteStore, sql: &str) -> i64 {
-        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
-            .fetch_one(&store.readers)
-            .await
-            .unwrap()
-    }
-
     /// The digest of `key` as an SQL blob literal, for triggers written by hand.
     fn digest_literal(key: &str) -> String {
         let digest = key_digest(&key.parse().unwrap());
@@ -581,8 +641,14 @@ mod tests {
         assert!(matches!(lost.await.unwrap(), Err(StoreError::LeaseLost)));
         // The poisoned acquire's token was rolled back with it: the next one is 3, not 4.
         assert_eq!(token_of(after.await.unwrap()), 3);
-        assert_eq!(count(&store, "SELECT last FROM idem_fencing").await, 3);
-        assert_eq!(count(&store, "SELECT count(*) FROM idem_records").await, 3);
+        assert_eq!(
+            scalar::<i64>(&store, "SELECT last FROM idem_fencing").await,
+            3
+        );
+        assert_eq!(
+            scalar::<i64>(&store, "SELECT count(*) FROM idem_records").await,
+            3
+        );
         assert_eq!(
             store.get(&a).await.unwrap().unwrap().state.token(),
             lease.token
@@ -648,8 +714,14 @@ mod tests {
                 "{result:?}"
             );
         }
-        assert_eq!(count(&store, "SELECT count(*) FROM idem_records").await, 0);
-        assert_eq!(count(&store, "SELECT last FROM idem_fencing").await, 0);
+        assert_eq!(
+            scalar::<i64>(&store, "SELECT count(*) FROM idem_records").await,
+            0
+        );
+        assert_eq!(
+            scalar::<i64>(&store, "SELECT last FROM idem_fencing").await,
+            0
+        );
         // The writer goes on with the next transaction.
         assert_eq!(acquired(&store, &address("a")).await.token.get(), 1);
     }
@@ -664,6 +736,28 @@ mod tests {
         let kept = writer.queue(acquire_job("kept")).await;
         drop(resume);
         assert_eq!(token_of(kept.await.unwrap()), 1);
+        assert_eq!(store.get(&address("abandoned")).await.unwrap(), None);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_acquire_whose_caller_gave_up_while_another_process_held_the_lock_writes_nothing() {
+        use sqlx::Connection;
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("waited.db");
+        let store = open(&path).await;
+        // Another process's write transaction: the writer's `BEGIN` waits for it.
+        let mut other = by_hand(&path).await;
+        let lock = other.begin_with("BEGIN IMMEDIATE").await.unwrap();
+        let abandoned = store.writer.queue(acquire_job("abandoned")).await;
+        store.writer.taken().await;
+        // The writer took the acquire and waits in `BEGIN` (it starts one as soon as it takes a
+        // write); its caller gives up meanwhile.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        drop(abandoned);
+        lock.rollback().await.unwrap();
+
+        assert_eq!(acquired(&store, &address("kept")).await.token.get(), 1);
         assert_eq!(store.get(&address("abandoned")).await.unwrap(), None);
     }
 
@@ -722,11 +816,7 @@ mod tests {
         }
         assert_eq!(acquired.load(Ordering::SeqCst), 1);
         assert_eq!(in_flight.load(Ordering::SeqCst), CALLERS - 1);
-        let count: i64 = sqlx::query("SELECT count(*) FROM idem_records")
-            .fetch_one(&stores[1].readers)
-            .await
-            .unwrap()
-            .get(0);
+        let count: i64 = scalar(&stores[1], "SELECT count(*) FROM idem_records").await;
         assert_eq!(count, 1);
     }
 }

@@ -1,14 +1,28 @@
-//! [`SqliteOptions::from_url`]: `sqlite://PATH`.
+//! [`SqliteOptions::from_url`]: `sqlite://PATH[?parameters]`.
 
-use std::str::FromStr;
+use std::{str::FromStr, time::Duration};
 
-use idem_core::store_url::InvalidStoreUrl;
+use idem_core::store_url::{InvalidStoreUrl, UrlParts, count};
 
-use crate::SqliteOptions;
+use crate::{SqliteOptions, Synchronous};
+
+/// What an unknown parameter's error says is known.
+const KNOWN: &str = "idem takes synchronous, pool_size, max_batch, queue, busy_timeout";
 
 impl SqliteOptions {
     /// `sqlite://PATH` (relative to the working directory) or `sqlite:///ABSOLUTE/PATH`: the
-    /// file, created if missing, with the default options.
+    /// file, created if missing, with these optional parameters (the defaults of
+    /// [`SqliteOptions::new`] otherwise):
+    ///
+    /// - `synchronous`: `full` (the default) or `normal`, [`synchronous`](Self::synchronous);
+    /// - `pool_size`: the reader connections (default 4, [`pool_size`](Self::pool_size));
+    /// - `max_batch`: the most writes one transaction holds (default 128,
+    ///   [`max_batch`](Self::max_batch));
+    /// - `queue`: the most writes waiting for the writer (default 1024, [`queue`](Self::queue));
+    /// - `busy_timeout`: how long a write waits for another process's lock, in milliseconds as
+    ///   SQLite's own `busy_timeout` pragma (default 5000, [`busy_timeout`](Self::busy_timeout)).
+    ///
+    /// Each count is a whole number, at least 1. The path is taken as it is, up to the `?`.
     ///
     /// # Examples
     ///
@@ -18,23 +32,45 @@ impl SqliteOptions {
     ///
     /// let options = SqliteOptions::from_url("sqlite:///var/lib/idem.db")?;
     /// assert_eq!(options.path(), Path::new("/var/lib/idem.db"));
-    /// assert!(SqliteOptions::from_url("sqlite://idem.db?mode=ro").is_err());
+    /// let tuned = SqliteOptions::from_url("sqlite://idem.db?max_batch=256&busy_timeout=1000")?;
+    /// assert_eq!(tuned.path(), Path::new("idem.db"));
+    /// let error = SqliteOptions::from_url("sqlite://idem.db?mode=ro").unwrap_err();
+    /// assert!(error.to_string().contains("unknown parameter `mode`"));
     /// # Ok::<(), idem_core::store_url::InvalidStoreUrl>(())
     /// ```
     pub fn from_url(url: &str) -> Result<Self, InvalidStoreUrl> {
-        let Some(path) = url.strip_prefix("sqlite://") else {
+        let Some(rest) = url.strip_prefix("sqlite://") else {
             return Err(InvalidStoreUrl::new(url, "expected sqlite://PATH"));
         };
+        let path = rest.split_once('?').map_or(rest, |(path, _)| path);
         if path.is_empty() {
             return Err(InvalidStoreUrl::new(url, "no file path after sqlite://"));
         }
-        if path.contains(['?', '#']) {
-            return Err(InvalidStoreUrl::new(
-                url,
-                "sqlite:// takes a file path, without query or fragment",
-            ));
+        let mut parts = UrlParts::split(url)?;
+        let synchronous = parts.take("synchronous", Synchronous::from_str)?;
+        let pool_size = parts.take("pool_size", count::<u32>)?;
+        let max_batch = parts.take("max_batch", count::<usize>)?;
+        let queue = parts.take("queue", count::<usize>)?;
+        let busy_timeout = parts.take("busy_timeout", str::parse::<u64>)?;
+        parts.refuse_unknown(|_| false, KNOWN)?;
+
+        let mut options = Self::new(path);
+        if let Some(synchronous) = synchronous {
+            options = options.synchronous(synchronous);
         }
-        Ok(Self::new(path))
+        if let Some(size) = pool_size {
+            options = options.pool_size(size);
+        }
+        if let Some(writes) = max_batch {
+            options = options.max_batch(writes);
+        }
+        if let Some(writes) = queue {
+            options = options.queue(writes);
+        }
+        if let Some(millis) = busy_timeout {
+            options = options.busy_timeout(Duration::from_millis(millis));
+        }
+        Ok(options)
     }
 }
 
@@ -68,6 +104,34 @@ mod tests {
     }
 
     #[test]
+    fn parameters_set_the_options() {
+        let options = SqliteOptions::from_url(
+            "sqlite:///var/lib/idem.db?synchronous=normal&pool_size=8&max_batch=256&queue=4096\
+             &busy_timeout=250",
+        )
+        .unwrap();
+        assert_eq!(options.path(), Path::new("/var/lib/idem.db"));
+        assert_eq!(options.synchronous, Synchronous::Normal);
+        assert_eq!(options.pool_size, 8);
+        assert_eq!(options.max_batch, 256);
+        assert_eq!(options.queue, 4096);
+        assert_eq!(options.busy_timeout, Duration::from_millis(250));
+
+        let defaults = SqliteOptions::from_url("sqlite://idem.db").unwrap();
+        assert_eq!(defaults.synchronous, Synchronous::Full);
+        assert_eq!(defaults.pool_size, SqliteOptions::DEFAULT_POOL_SIZE);
+        assert_eq!(defaults.max_batch, SqliteOptions::DEFAULT_MAX_BATCH);
+        assert_eq!(defaults.queue, SqliteOptions::DEFAULT_QUEUE);
+        assert_eq!(defaults.busy_timeout, SqliteOptions::DEFAULT_BUSY_TIMEOUT);
+        assert_eq!(
+            SqliteOptions::from_url("sqlite://idem.db?synchronous=FULL")
+                .unwrap()
+                .synchronous,
+            Synchronous::Full
+        );
+    }
+
+    #[test]
     fn bad_urls_are_explained_in_one_line() {
         let error = |url: &str| SqliteOptions::from_url(url).unwrap_err().to_string();
         assert_eq!(
@@ -75,9 +139,26 @@ mod tests {
             "invalid store URL `sqlite://`: no file path after sqlite://"
         );
         assert_eq!(
+            error("sqlite://?max_batch=2"),
+            "invalid store URL `sqlite://?max_batch=2`: no file path after sqlite://"
+        );
+        assert_eq!(
             error("sqlite://idem.db?mode=ro"),
-            "invalid store URL `sqlite://idem.db?mode=ro`: sqlite:// takes a file path, without \
-             query or fragment"
+            "invalid store URL `sqlite://idem.db?mode=ro`: unknown parameter `mode` (idem takes \
+             synchronous, pool_size, max_batch, queue, busy_timeout)"
+        );
+        assert_eq!(
+            error("sqlite://idem.db?max_batch=0"),
+            "invalid store URL `sqlite://idem.db?max_batch=0`: `max_batch=0`: expected 1 or more"
+        );
+        assert_eq!(
+            error("sqlite://idem.db?synchronous=off"),
+            "invalid store URL `sqlite://idem.db?synchronous=off`: `synchronous=off`: expected \
+             full or normal"
+        );
+        assert_eq!(
+            error("sqlite://idem.db#top"),
+            "invalid store URL `sqlite://idem.db#top`: a store URL has no fragment (`#…`)"
         );
         assert_eq!(
             error("idem.db"),

@@ -25,15 +25,15 @@
 //!
 //! [`SqliteOptions::max_batch`]: crate::SqliteOptions::max_batch
 
-use std::{fmt, path::Path, sync::Arc, time::Duration};
+use std::{fmt, sync::Arc};
 
 use idem_core::{Acquisition, Clock, StoreError, Timestamp};
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{
-    Error, Synchronous,
-    error::is_writer_corruption,
+    Error,
+    error::{closed, is_corruption},
     writes::{self, Acquire, HolderWrite},
 };
 
@@ -49,15 +49,16 @@ pub(crate) enum Job {
     /// then reach it together.
     #[cfg(test)]
     Pause(oneshot::Receiver<()>),
+    /// Runs on the writer's connection between two transactions: tests read its settings.
+    #[cfg(test)]
+    Inspect(Box<dyn FnOnce(&Connection) + Send>),
 }
 
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
-/// How the writer opens its connection and sizes its transactions.
-pub(crate) struct WriterOptions<'a> {
-    pub(crate) path: &'a Path,
-    pub(crate) synchronous: Synchronous,
-    pub(crate) busy_timeout: Duration,
+/// The writer's connection, and how it sizes its transactions.
+pub(crate) struct WriterOptions {
+    pub(crate) connection: Connection,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) queue: usize,
     pub(crate) max_batch: usize,
@@ -71,12 +72,11 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    /// Opens the writer's connection to the (migrated) file and starts its thread.
-    pub(crate) fn start(options: WriterOptions<'_>) -> Result<Self, Error> {
-        let connection = open(&options).map_err(Error::OpenWriter)?;
+    /// Starts the writer's thread on its connection.
+    pub(crate) fn start(options: WriterOptions) -> Result<Self, Error> {
         let (jobs, queued) = mpsc::channel(options.queue);
         let thread = Thread {
-            connection,
+            connection: options.connection,
             clock: options.clock,
             queued,
             max_batch: options.max_batch,
@@ -120,6 +120,28 @@ impl Writer {
         resume
     }
 
+    /// Waits until the writer has taken every queued write from the queue.
+    #[cfg(test)]
+    pub(crate) async fn taken(&self) {
+        while self.jobs.capacity() < self.jobs.max_capacity() {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Runs `inspect` on the writer's connection, between two transactions.
+    #[cfg(test)]
+    pub(crate) async fn inspect<T: Send + 'static>(
+        &self,
+        inspect: impl FnOnce(&Connection) -> T + Send + 'static,
+    ) -> T {
+        let (answer, answered) = oneshot::channel();
+        let job = Job::Inspect(Box::new(move |connection| {
+            let _ = answer.send(inspect(connection));
+        }));
+        assert!(self.jobs.send(job).await.is_ok(), "the writer is open");
+        answered.await.expect("the writer answers")
+    }
+
     /// Runs the queued writes, then closes the connection. Later writes fail.
     pub(crate) async fn close(&self) {
         let (done, closed) = oneshot::channel();
@@ -134,26 +156,6 @@ impl Writer {
         !self.jobs.is_closed()
     }
 }
-
-/// The writer's connection: the file's settings as every connection of the store has them.
-fn open(options: &WriterOptions<'_>) -> Result<Connection, rusqlite::Error> {
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let connection = Connection::open_with_flags(options.path, flags)?;
-    connection.busy_timeout(options.busy_timeout)?;
-    connection.pragma_update(None, "journal_mode", "WAL")?;
-    connection.pragma_update(None, "synchronous", options.synchronous.as_pragma())?;
-    connection.pragma_update(None, "foreign_keys", "ON")?;
-    Ok(connection)
-}
-
-pub(crate) fn closed() -> StoreError {
-    StoreError::unavailable(Closed)
-}
-
-/// Writes after the store was closed.
-#[derive(Debug, thiserror::Error)]
-#[error("the SQLite store is closed")]
-struct Closed;
 
 /// A transaction that did not commit; every write in it is reported failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -173,10 +175,17 @@ impl Thread {
         let mut closing = None;
         while let Some(first) = self.queued.blocking_recv() {
             #[cfg(test)]
-            if let Job::Pause(resume) = first {
-                let _ = resume.blocking_recv();
-                continue;
-            }
+            let first = match first {
+                Job::Pause(resume) => {
+                    let _ = resume.blocking_recv();
+                    continue;
+                }
+                Job::Inspect(inspect) => {
+                    inspect(&self.connection);
+                    continue;
+                }
+                job => job,
+            };
             batch.push(first);
             while batch.len() < self.max_batch
                 && let Ok(job) = self.queued.try_recv()
@@ -225,6 +234,11 @@ impl Thread {
                     return Err(self.abandon(error, answers, [job].into_iter().chain(jobs)));
                 }
                 begun = true;
+                // `BEGIN` may have waited up to the busy timeout for another process's lock:
+                // the first write is looked at again, as the later ones are when taken.
+                if job.is_abandoned_acquire() {
+                    continue;
+                }
             }
             if let Err(error) = self.execute("SAVEPOINT write") {
                 return Err(self.abandon(error, answers, [job].into_iter().chain(jobs)));
@@ -289,7 +303,7 @@ impl Thread {
             }
             Job::Close(_) => unreachable!("a close is taken out of its batch"),
             #[cfg(test)]
-            Job::Pause(_) => unreachable!("a pause is taken before its batch"),
+            Job::Pause(_) | Job::Inspect(_) => unreachable!("tests send these to an idle writer"),
         }
     }
 }
@@ -344,7 +358,7 @@ impl Answer {
             Job::Purge(_, reply) => failure(reply),
             Job::Close(_) => unreachable!("a close is taken out of its batch"),
             #[cfg(test)]
-            Job::Pause(_) => unreachable!("a pause is taken before its batch"),
+            Job::Pause(_) | Job::Inspect(_) => unreachable!("tests send these to an idle writer"),
         }
     }
 
@@ -356,7 +370,7 @@ impl Answer {
 impl NotCommitted {
     /// Corrupted if SQLite says the file is, unavailable otherwise (as `sqlite_error` classifies).
     fn into_store_error(self) -> StoreError {
-        if is_writer_corruption(&self.0) {
+        if is_corruption(&self.0) {
             StoreError::corrupted(self)
         } else {
             StoreError::unavailable(self)

@@ -7,13 +7,12 @@ use idem_core::{
     Acquisition, Address, Clock, FencingToken, Fingerprint, Lease, StoreError, Terms, Timestamp,
     transition::{AcquirePlan, plan_acquire, processing_expiry},
 };
-use rusqlite::{Connection, OptionalExtension, ToSql};
-use sqlx::sqlite::SqliteRow;
+use rusqlite::{Connection, OptionalExtension, Row, ToSql};
 
 use crate::{
     error::sqlite_error,
     key_digest::key_digest,
-    row::{self, Found, StateCode, sql_int},
+    row::{self, Found, StateCode, sql_int, unsigned},
 };
 
 /// The record a write is about: the address's scope and key digest, as the table keys it.
@@ -73,36 +72,26 @@ pub(crate) fn acquire(
     let (scope, key) = (target.scope.as_slice(), target.key.as_slice());
     // Read under the write lock, so that writers see time in the order they commit.
     let now = clock.now();
-    let found = connection
-        .prepare_cached(include_str!("../sql/acquire_read.sql"))
-        .and_then(|mut read| {
-            read.query_row((scope, key), |row| {
-                Ok((
-                    row.get::<_, Vec<u8>>(0)?,
-                    row.get::<_, i64>(1)?,
-                    row.get::<_, Option<i64>>(2)?
-                        .map(|at| unsigned(2, at))
-                        .transpose()?,
-                    unsigned(3, row.get(3)?)?,
-                ))
-            })
-            .optional()
-        })
-        .map_err(sqlite_error)?;
-    let found = found
-        .map(|(fingerprint, state, lease_until, expires_at)| {
-            Found::of(&fingerprint, state, lease_until, expires_at)
-        })
-        .transpose()?;
+    let found = row::query_one(
+        connection,
+        include_str!("../sql/acquire_read.sql"),
+        (scope, key),
+        |row| row.map(Found::read).transpose(),
+    )?;
     let took_over = match plan_acquire(found.as_ref().map(Found::view), fingerprint, now) {
         AcquirePlan::InFlight { retry_after } => return Ok(Acquisition::InFlight { retry_after }),
         AcquirePlan::Mismatch => return Ok(Acquisition::Mismatch),
         AcquirePlan::Replay => {
-            let response: Option<Vec<u8>> = connection
-                .prepare_cached(include_str!("../sql/acquire_replay.sql"))
-                .and_then(|mut replay| replay.query_row((scope, key), |row| row.get(0)))
-                .map_err(sqlite_error)?;
-            return row::decode_outcome(response.as_deref()).map(Acquisition::Completed);
+            return row::query_one(
+                connection,
+                include_str!("../sql/acquire_replay.sql"),
+                (scope, key),
+                |row| {
+                    // The row read above, under the same lock: always there.
+                    let row = row.ok_or(rusqlite::Error::QueryReturnedNoRows);
+                    row::outcome(row.map_err(sqlite_error)?).map(Acquisition::Completed)
+                },
+            );
         }
         AcquirePlan::TakeOver => true,
         AcquirePlan::Create => false,
@@ -225,16 +214,11 @@ pub(crate) fn purge_expired(
         .map_err(sqlite_error)
 }
 
-/// A time or a token read from column `index`: never negative in a record the store wrote.
-fn unsigned(index: usize, value: i64) -> rusqlite::Result<u64> {
-    u64::try_from(value).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(index, value))
-}
-
 /// What a reader decides for `acquire` without the writer: a completed key's replay, a
 /// mismatch, a key in flight. `None` when the key is to be created or taken over, which only
 /// the writer decides.
 pub(crate) fn peek(
-    row: Option<&SqliteRow>,
+    row: Option<&Row<'_>>,
     fingerprint: &Fingerprint,
     now: Timestamp,
 ) -> Result<Option<Acquisition>, StoreError> {

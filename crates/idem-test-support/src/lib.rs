@@ -1,10 +1,11 @@
 //! What the tests of the workspace share: the test servers, named by `IDEM_TEST_POSTGRES_URL`,
-//! `IDEM_TEST_REDIS_URL`, `IDEM_TEST_AMQP_URL` and `IDEM_TEST_NATS_URL` ([`Server`]); the skip
-//! when one is not set (one line on stderr naming the variable and the test); things of a test's
-//! own on them, so that tests run in parallel on one server: a PostgreSQL schema, created and
-//! dropped ([`PgSchema`]), a Redis key prefix (`RedisPrefix`, the `redis` feature), a JetStream
-//! stream (`NatsStream`, the `nats` feature), any other name ([`unique_name`]); and a free port
-//! for a server the test starts itself ([`free_port`]).
+//! `IDEM_TEST_REDIS_URL`, `IDEM_TEST_AMQP_URL`, `IDEM_TEST_NATS_URL` and `IDEM_TEST_KAFKA_URL`
+//! ([`Server`]); the skip when one is not set (one line on stderr naming the variable and the
+//! test); things of a test's own on them, so that tests run in parallel on one server: a
+//! PostgreSQL schema, created and dropped ([`PgSchema`]), a Redis key prefix (`RedisPrefix`, the
+//! `redis` feature), a JetStream stream (`NatsStream`, the `nats` feature), any other name
+//! ([`unique_name`]); a free port for a server the test starts itself ([`free_port`]); and a TCP
+//! proxy that takes a server away for a while ([`TcpProxy`]).
 //!
 //! A dev-dependency only: no published crate depends on it.
 //!
@@ -29,6 +30,7 @@ mod names;
 mod nats_stream;
 mod port;
 mod postgres;
+mod proxy;
 #[cfg(feature = "redis")]
 mod redis_prefix;
 mod server;
@@ -39,12 +41,13 @@ pub use names::unique_name;
 pub use nats_stream::NatsStream;
 pub use port::free_port;
 pub use postgres::PgSchema;
+pub use proxy::TcpProxy;
 #[cfg(feature = "redis")]
 pub use redis_prefix::RedisPrefix;
 pub use server::Server;
 
-/// The URL of a test server (`Postgres`, `Redis`, `Amqp` or `Nats`), or returns from the test
-/// after saying on stderr that it is skipped.
+/// The URL of a test server (`Postgres`, `Redis`, `Amqp`, `Nats`, `Kafka` or `Sqs`), or returns
+/// from the test after saying on stderr that it is skipped.
 #[macro_export]
 macro_rules! require {
     ($server:ident) => {

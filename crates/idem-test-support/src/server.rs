@@ -14,6 +14,10 @@ pub enum Server {
     Amqp,
     /// NATS with JetStream: `IDEM_TEST_NATS_URL`.
     Nats,
+    /// A Kafka-protocol broker: `IDEM_TEST_KAFKA_URL`, its bootstrap servers (`host:port`).
+    Kafka,
+    /// An SQS-compatible server's endpoint (moto's): `IDEM_TEST_SQS_URL`.
+    Sqs,
 }
 
 impl Server {
@@ -24,6 +28,8 @@ impl Server {
             Self::Redis => "IDEM_TEST_REDIS_URL",
             Self::Amqp => "IDEM_TEST_AMQP_URL",
             Self::Nats => "IDEM_TEST_NATS_URL",
+            Self::Kafka => "IDEM_TEST_KAFKA_URL",
+            Self::Sqs => "IDEM_TEST_SQS_URL",
         }
     }
 
@@ -83,6 +89,8 @@ mod tests {
         assert_eq!(Server::Redis.variable(), "IDEM_TEST_REDIS_URL");
         assert_eq!(Server::Amqp.variable(), "IDEM_TEST_AMQP_URL");
         assert_eq!(Server::Nats.variable(), "IDEM_TEST_NATS_URL");
+        assert_eq!(Server::Kafka.variable(), "IDEM_TEST_KAFKA_URL");
+        assert_eq!(Server::Sqs.variable(), "IDEM_TEST_SQS_URL");
     }
 
     #[test]

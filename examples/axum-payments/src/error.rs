@@ -21,6 +21,9 @@ pub enum AppError {
     /// The database failed.
     #[error("the database failed")]
     Database(#[from] sqlx::Error),
+    /// A database-level pattern failed (the database, or a race to retry).
+    #[error("the database failed")]
+    Pattern(#[from] idem_postgres::patterns::Error),
     /// The idempotency store failed or the key's lease was lost.
     #[error("the idempotency store failed")]
     Store(#[from] StoreError),
@@ -40,7 +43,11 @@ impl IntoResponse for AppError {
         let status = match &self {
             AppError::Key(_) | AppError::Body(_) => StatusCode::BAD_REQUEST,
             AppError::Store(StoreError::Unavailable(_)) => StatusCode::SERVICE_UNAVAILABLE,
-            AppError::Database(_) | AppError::Store(_) | AppError::Injected(_) => {
+            AppError::Pattern(error) if error.is_retry() => StatusCode::SERVICE_UNAVAILABLE,
+            AppError::Database(_)
+            | AppError::Pattern(_)
+            | AppError::Store(_)
+            | AppError::Injected(_) => {
                 tracing::error!(error = &self as &dyn std::error::Error, "request failed");
                 StatusCode::INTERNAL_SERVER_ERROR
             }

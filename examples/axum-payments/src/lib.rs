@@ -15,10 +15,14 @@
 //! commit), the transaction rolls back: there is never a charge without a completed key nor a
 //! completed key without its charge, and the client's retry charges exactly once.
 //!
-//! Two database-level patterns need no key at all: creating an account is `INSERT … ON CONFLICT
-//! (id) DO NOTHING` (no row inserted: it already existed), and a refund is the conditional
-//! transition `UPDATE charges SET status = 'refunded' WHERE id = $1 AND status = 'succeeded'` (no
-//! row updated: already refunded).
+//! Two operations need no key at all, made idempotent by their data with
+//! [`idem_postgres::patterns`]: creating an account is an [`Insert::once`] by its id (already
+//! there: 200 with the account as it was), and a refund is the [`Transition`] of the charge from
+//! `succeeded` to `refunded` (already applied: 409), whose credit commits only with the
+//! transition that applied.
+//!
+//! [`Insert::once`]: idem_postgres::patterns::Insert::once
+//! [`Transition`]: idem_postgres::patterns::Transition
 //!
 //! # Examples
 //!

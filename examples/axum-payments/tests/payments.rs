@@ -54,12 +54,16 @@ impl Service {
         self.app.router()
     }
 
-    async fn open_account(&self, id: &str, balance: i64) -> StatusCode {
+    /// The answer's status and JSON body.
+    async fn open_account(&self, id: &str, balance: i64) -> (StatusCode, Value) {
         let request = Request::put(format!("/accounts/{id}"))
             .header("content-type", "application/json")
             .body(Body::from(json!({ "balance": balance }).to_string()))
             .unwrap();
-        self.router().oneshot(request).await.unwrap().status()
+        let response = self.router().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        (status, serde_json::from_slice(&bytes).unwrap())
     }
 
     async fn balance(&self, id: &str) -> i64 {
@@ -163,7 +167,7 @@ async fn a_charge_is_made_once_and_replayed_to_every_retry() {
         return;
     };
     assert_eq!(
-        service.open_account("alice", 1_000).await,
+        service.open_account("alice", 1_000).await.0,
         StatusCode::CREATED
     );
 
@@ -275,8 +279,15 @@ async fn an_account_is_created_once_by_its_natural_key() {
     let Some(service) = Service::start().await else {
         return;
     };
-    assert_eq!(service.open_account("bob", 500).await, StatusCode::CREATED);
-    assert_eq!(service.open_account("bob", 9_999).await, StatusCode::OK);
+    assert_eq!(
+        service.open_account("bob", 500).await,
+        (StatusCode::CREATED, json!({ "id": "bob", "balance": 500 }))
+    );
+    // The second request gets the account as it was: its balance is not the one it asked for.
+    assert_eq!(
+        service.open_account("bob", 9_999).await,
+        (StatusCode::OK, json!({ "id": "bob", "balance": 500 }))
+    );
     assert_eq!(service.balance("bob").await, 500);
 }
 

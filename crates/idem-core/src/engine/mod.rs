@@ -20,7 +20,7 @@ use std::{
 };
 
 use futures_util::{FutureExt, future::OptionFuture};
-use tokio::time::{Instant, MissedTickBehavior, interval_at, sleep};
+use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::task::{TaskTracker, task_tracker::TrackedFuture};
 
 pub use self::execution::Execution;
@@ -397,10 +397,12 @@ impl<S: Store> Inner<S> {
     async fn heartbeat(&self, address: &Address, lease: Lease) -> std::convert::Infallible {
         // A zero lease would spin; nothing useful renews more often than this.
         let every = (self.policy.lease / 3).max(Duration::from_millis(10));
-        let mut ticks = interval_at(Instant::now() + every, every);
-        ticks.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        // A timer in the future itself, reset for each tick: no allocation for the many works
+        // that end before their first renewal.
+        let mut tick = pin!(sleep_until(Instant::now() + every));
         loop {
-            ticks.tick().await;
+            tick.as_mut().await;
+            let fired = tick.deadline();
             let renewed = within(
                 self.policy.store_call_limit(),
                 self.store.renew(address, lease.token, self.policy.lease),
@@ -420,6 +422,7 @@ impl<S: Store> Inner<S> {
                     tracing::warn!(key = %address.key.digest(), %error, "renewing the lease failed");
                 }
             }
+            tick.as_mut().reset(next_tick(fired, every, Instant::now()));
         }
     }
 
@@ -472,6 +475,15 @@ impl<S: Store> Inner<S> {
             }
         }
     }
+}
+
+/// The first tick of the schedule `fired + k × every` after `now`: a tick missed while a
+/// renewal hung is skipped, and the schedule stays where it was.
+fn next_tick(fired: Instant, every: Duration, now: Instant) -> Instant {
+    let late = now.saturating_duration_since(fired);
+    let missed = late.as_nanos() / every.as_nanos().max(1);
+    let ticks = u32::try_from(missed + 1).unwrap_or(u32::MAX);
+    fired + every.saturating_mul(ticks)
 }
 
 #[cfg(test)]

@@ -839,3 +839,14 @@ async fn waiters_beyond_the_limit_are_in_flight_at_once_and_leaving_frees_their_
     assert_eq!(engine.inner.waiters.waiting(), 0);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+#[test]
+fn the_next_renewal_keeps_the_schedule_and_skips_the_ticks_a_hung_one_missed() {
+    let fired = tokio::time::Instant::now();
+    let every = Duration::from_secs(10);
+    let at = |secs| fired + Duration::from_secs(secs);
+    assert_eq!(super::next_tick(fired, every, fired), at(10));
+    assert_eq!(super::next_tick(fired, every, at(1)), at(10));
+    assert_eq!(super::next_tick(fired, every, at(10)), at(20));
+    assert_eq!(super::next_tick(fired, every, at(25)), at(30));
+}

@@ -9,12 +9,19 @@
 //! `scripts/faults` runs the full form, 10,000.
 //!
 //! The brokers are the tests' own, so that restarting them disturbs no other test: a
-//! `nats-server -js` on a free port with its own store, and a second RabbitMQ node on free
-//! ports with its own data directory.
+//! `nats-server -js` on a free port with its own store, a second RabbitMQ node on free ports
+//! with its own data directory, a tansu broker on a free port (the `kafka` feature) and a FIFO
+//! queue on moto's SQS server (the `sqs` feature). tansu's memory storage and moto do not keep
+//! their data across a restart: those two are taken away for a while instead, through a TCP
+//! proxy of the test's own.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 mod harness;
+#[cfg(feature = "kafka")]
+mod kafka;
 mod ledger;
 mod nats;
 mod rabbitmq;
+#[cfg(feature = "sqs")]
+mod sqs;

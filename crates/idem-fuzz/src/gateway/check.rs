@@ -154,7 +154,7 @@ fn check_answer(
     let label = reply
         .key
         .as_ref()
-        .map(|key| (key.digest.clone(), key.scope.is_anonymous()));
+        .map(|key| (key.digest(), key.scope().is_anonymous()));
     let expected_label = address.map(|address| (address.key.digest(), address.tenant.is_none()));
     if label != expected_label {
         return Err(format!("labelled {label:?}, not {expected_label:?}"));

@@ -61,6 +61,17 @@ pub struct ServeArgs {
           default_value_t = HumanDuration(config::DEFAULT_UPSTREAM_TIMEOUT))]
     pub upstream_timeout: HumanDuration,
 
+    /// The most connections to the upstream kept open, idle, for the next request (0: none, a
+    /// connection per request); a connection released beyond them is closed.
+    #[arg(long, env = "IDEM_UPSTREAM_MAX_IDLE", value_name = "N",
+          default_value_t = config::DEFAULT_UPSTREAM_MAX_IDLE)]
+    pub upstream_max_idle: usize,
+
+    /// How long a connection to the upstream is kept idle before it is closed.
+    #[arg(long, env = "IDEM_UPSTREAM_IDLE_TIMEOUT", value_name = "DURATION",
+          default_value_t = HumanDuration(config::DEFAULT_UPSTREAM_IDLE_TIMEOUT))]
+    pub upstream_idle_timeout: HumanDuration,
+
     /// Where the admin endpoints listen (/healthz, /readyz, /metrics, /v1/keys).
     #[arg(long, env = "IDEM_ADMIN_LISTEN", value_name = "ADDR", default_value_t = config::DEFAULT_ADMIN_LISTEN)]
     pub admin_listen: SocketAddr,
@@ -311,6 +322,8 @@ impl TryFrom<&ServeArgs> for Config {
             upstream_h2c: args.upstream_h2c,
             connect_timeout: args.connect_timeout.0,
             upstream_timeout: args.upstream_timeout.0,
+            upstream_max_idle: args.upstream_max_idle,
+            upstream_idle_timeout: args.upstream_idle_timeout.0,
             store: args.store.clone(),
             encryption: args
                 .encryption_key_file
@@ -511,9 +524,13 @@ mod tests {
             idle-timeout = "5s"
             body-timeout = "2s"
             max-buffered = "8MiB"
+            upstream-max-idle = 16
+            upstream-idle-timeout = "10s"
         "#;
         let config = config_with_file(file, &[]).unwrap();
         assert_eq!(config.max_connections, 100);
+        assert_eq!(config.upstream_max_idle, 16);
+        assert_eq!(config.upstream_idle_timeout, Duration::from_secs(10));
         assert_eq!(config.idle_timeout, Duration::from_secs(5));
         assert_eq!(config.body_timeout, Duration::from_secs(2));
         assert_eq!(config.max_buffered, 8 << 20);
@@ -522,6 +539,8 @@ mod tests {
         assert_eq!(defaults.idle_timeout, Duration::from_secs(60));
         assert_eq!(defaults.body_timeout, Duration::from_secs(30));
         assert_eq!(defaults.max_buffered, 256 << 20);
+        assert_eq!(defaults.upstream_max_idle, 1024);
+        assert_eq!(defaults.upstream_idle_timeout, Duration::from_secs(90));
         let error = config_with_file("", &["--upstream", "http://a", "--max-connections", "0"]);
         assert!(matches!(error, Err(Error::Config(ConfigError::Cli(_)))));
     }

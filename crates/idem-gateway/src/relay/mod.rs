@@ -1,4 +1,5 @@
-//! `idem relay`: publishes the messages of a PostgreSQL outbox to a broker, each confirmed by
+//! `idem relay`: publishes the messages of an outbox (PostgreSQL or SQLite) to a broker, each
+//! confirmed by
 //! the broker before it is marked sent, until SIGTERM or SIGINT; with an admin listener for
 //! `/healthz` and `/metrics`.
 //!
@@ -26,7 +27,7 @@ mod process;
 
 use std::future::IntoFuture as _;
 
-use idem_messaging::OutboxOptions;
+use idem_messaging::{BoxPublisher, OutboxDatabase, OutboxOptions, Relay};
 use tokio_util::sync::CancellationToken;
 
 pub use process::RelayProcess;
@@ -71,28 +72,23 @@ pub async fn run(args: RelayArgs) -> Result<(), Error> {
             .into_future(),
     );
 
-    let outbox = OutboxOptions::new()
-        .schema(args.outbox_schema)
-        .table(args.outbox_table);
-    let relayed = RelayProcess::new(args.store, args.broker)
+    let mut outbox = OutboxOptions::new().table(args.outbox_table.clone());
+    if let Some(schema) = args.outbox_schema.clone() {
+        outbox = outbox.schema(schema);
+    }
+    let store = args.store.clone();
+    let broker = args.broker.clone();
+    let (migrate, progress_interval) = (args.migrate, args.progress_interval.0);
+    let args = std::sync::Arc::new(args);
+    let relayed = RelayProcess::new(store, broker)
         .outbox(outbox)
-        .migrate(args.migrate)
-        .progress_interval(args.progress_interval.0)
-        .relay(move |relay| {
-            let relay = relay
-                .batch_size(args.batch_size)
-                .lease(args.lease.0)
-                .publish_timeout(args.publish_timeout.0)
-                .poll_interval(args.poll_interval.0)
-                .max_attempts(args.max_attempts)
-                .backoff(args.backoff.0, args.max_backoff.0)
-                .ordering(args.ordering)
-                .shutdown_grace(args.shutdown_timeout.0);
-            match args.relay_name {
-                Some(name) => relay.name(name),
-                None => relay,
-            }
+        .migrate(migrate)
+        .progress_interval(progress_interval)
+        .relay({
+            let args = std::sync::Arc::clone(&args);
+            move |relay| configure(relay, &args)
         })
+        .sqlite_relay(move |relay| configure(relay, &args))
         .run(shutdown.clone().cancelled_owned())
         .await;
     shutdown.cancel();
@@ -100,4 +96,24 @@ pub async fn run(args: RelayArgs) -> Result<(), Error> {
         tracing::warn!(%error, "the admin listener failed");
     }
     Ok(relayed.map_err(StartupError::Relay)?)
+}
+
+/// The relay's settings from the command line, on either database.
+fn configure<DB: OutboxDatabase>(
+    relay: Relay<BoxPublisher, DB>,
+    args: &RelayArgs,
+) -> Relay<BoxPublisher, DB> {
+    let relay = relay
+        .batch_size(args.batch_size)
+        .lease(args.lease.0)
+        .publish_timeout(args.publish_timeout.0)
+        .poll_interval(args.poll_interval.0)
+        .max_attempts(args.max_attempts)
+        .backoff(args.backoff.0, args.max_backoff.0)
+        .ordering(args.ordering)
+        .shutdown_grace(args.shutdown_timeout.0);
+    match &args.relay_name {
+        Some(name) => relay.name(name.clone()),
+        None => relay,
+    }
 }

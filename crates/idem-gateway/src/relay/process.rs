@@ -3,6 +3,7 @@
 use std::{
     fmt,
     future::Future,
+    str::FromStr,
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -11,20 +12,25 @@ use std::{
 };
 
 use idem_messaging::{
-    BoxPublisher, BrokerUrl, Confirmations, Envelope, Error, Outbox, OutboxOptions, Publisher,
-    Relay, metrics,
+    BoxPublisher, BrokerUrl, Confirmations, Envelope, Error, Outbox, OutboxDatabase, OutboxOptions,
+    Publisher, Relay, metrics,
 };
-use sqlx::{PgPool, postgres::PgPoolOptions};
+use sqlx::{
+    Pool, Postgres, Sqlite,
+    postgres::PgPoolOptions,
+    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions},
+};
 use tokio_util::sync::CancellationToken;
 
 /// How long a statement waits for a connection; at start, how long the database may take to
 /// answer before the process gives up.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
-type Configure = Box<dyn FnOnce(Relay<BoxPublisher>) -> Relay<BoxPublisher> + Send>;
+type Configure<DB> = Box<dyn FnOnce(Relay<BoxPublisher, DB>) -> Relay<BoxPublisher, DB> + Send>;
 type Wrap = Box<dyn FnOnce(BoxPublisher) -> BoxPublisher + Send>;
 
-/// A relay run as a process: connects to PostgreSQL, optionally migrates the outbox, publishes
+/// A relay run as a process: connects to the database (PostgreSQL, or an SQLite file), optionally
+/// migrates the outbox, publishes
 /// to the broker of a [`BrokerUrl`] until shut down, and reports its progress in the logs
 /// (`tracing`, every 10 s by default) and in the metrics (the relay's counters, and the gauge
 /// `idem_outbox_pending`). What `idem relay` runs.
@@ -51,14 +57,17 @@ pub struct RelayProcess {
     migrate: bool,
     max_connections: u32,
     progress_interval: Duration,
-    configure: Option<Configure>,
+    configure: Option<Configure<Postgres>>,
+    configure_sqlite: Option<Configure<Sqlite>>,
     wrap: Option<Wrap>,
 }
 
 impl RelayProcess {
-    /// A relay of the outbox in the PostgreSQL database at `store` (`postgres://…`) to
-    /// `broker`: the outbox `public.idem_outbox`, not migrated, a pool of 4 connections, progress
-    /// every 10 s, and [`Relay`]'s defaults.
+    /// A relay of the outbox in the database at `store` to `broker`: a PostgreSQL database
+    /// (`postgres://…`), or an SQLite file (`sqlite://PATH`, relative, or
+    /// `sqlite:///ABSOLUTE/PATH`, opened in WAL mode, as the service that enqueues should open
+    /// it too). The outbox `idem_outbox` in the database's default schema, not migrated, a pool
+    /// of 4 connections, progress every 10 s, and [`Relay`]'s defaults.
     pub fn new(store: impl Into<String>, broker: BrokerUrl) -> Self {
         Self {
             store: store.into(),
@@ -68,6 +77,7 @@ impl RelayProcess {
             max_connections: 4,
             progress_interval: Duration::from_secs(10),
             configure: None,
+            configure_sqlite: None,
             wrap: None,
         }
     }
@@ -103,14 +113,27 @@ impl RelayProcess {
         self
     }
 
-    /// Sets the relay's settings: `configure` gets the relay with its defaults and returns it
-    /// with the setters applied.
+    /// Sets the relay's settings on PostgreSQL: `configure` gets the relay with its defaults and
+    /// returns it with the setters applied. A store on SQLite takes
+    /// [`sqlite_relay`](Self::sqlite_relay)'s instead.
     #[must_use]
     pub fn relay(
         mut self,
         configure: impl FnOnce(Relay<BoxPublisher>) -> Relay<BoxPublisher> + Send + 'static,
     ) -> Self {
         self.configure = Some(Box::new(configure));
+        self
+    }
+
+    /// Sets the relay's settings on SQLite, as [`relay`](Self::relay) does on PostgreSQL.
+    #[must_use]
+    pub fn sqlite_relay(
+        mut self,
+        configure: impl FnOnce(Relay<BoxPublisher, Sqlite>) -> Relay<BoxPublisher, Sqlite>
+        + Send
+        + 'static,
+    ) -> Self {
+        self.configure_sqlite = Some(Box::new(configure));
         self
     }
 
@@ -129,19 +152,45 @@ impl RelayProcess {
     /// [`shutdown_signal()`](crate::shutdown_signal) for SIGTERM and SIGINT); then finishes the
     /// batch in flight (within the relay's shutdown grace) and returns.
     ///
-    /// Fails when the database cannot be reached at start (within 5 s), or the migration fails.
-    /// Once running, failures of the database or the broker are logged and retried, never
-    /// returned.
+    /// Fails when the store URL is invalid, the database cannot be reached at start (within
+    /// 5 s; an SQLite file that does not exist, unless it is to be migrated), or the migration
+    /// fails. Once running, failures of the database or the broker are logged and retried,
+    /// never returned.
     pub async fn run(
-        self,
+        mut self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), Error> {
-        let pool = PgPoolOptions::new()
-            .max_connections(self.max_connections)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect(&self.store)
-            .await?;
-        let outbox = Outbox::new(self.outbox);
+        if self.store.starts_with("sqlite:") {
+            let options = SqliteConnectOptions::from_str(&self.store)?
+                .create_if_missing(self.migrate)
+                .journal_mode(SqliteJournalMode::Wal)
+                .busy_timeout(ACQUIRE_TIMEOUT);
+            let pool = SqlitePoolOptions::new()
+                .max_connections(self.max_connections)
+                .acquire_timeout(ACQUIRE_TIMEOUT)
+                .connect_with(options)
+                .await?;
+            let configure = self.configure_sqlite.take();
+            self.relay_on(pool, configure, shutdown).await
+        } else {
+            let pool = PgPoolOptions::new()
+                .max_connections(self.max_connections)
+                .acquire_timeout(ACQUIRE_TIMEOUT)
+                .connect(&self.store)
+                .await?;
+            let configure = self.configure.take();
+            self.relay_on(pool, configure, shutdown).await
+        }
+    }
+
+    /// Migrates if asked, and relays on `pool` until `shutdown` completes.
+    async fn relay_on<DB: OutboxDatabase>(
+        self,
+        pool: Pool<DB>,
+        configure: Option<Configure<DB>>,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), Error> {
+        let outbox = Outbox::<DB>::new(self.outbox);
         if self.migrate {
             outbox.migrate(&pool).await?;
         }
@@ -155,7 +204,7 @@ impl RelayProcess {
             confirmed: Arc::clone(&confirmed),
         });
         let mut relay = Relay::new(pool.clone(), outbox.clone(), publisher);
-        if let Some(configure) = self.configure {
+        if let Some(configure) = configure {
             relay = configure(relay);
         }
         let location = metrics::outbox_label(&outbox);
@@ -223,7 +272,12 @@ impl Publisher for Counting {
 
 /// Logs, every `interval`, how many messages were confirmed since the last time and how many
 /// are pending, and sets the pending gauge.
-async fn progress(pool: PgPool, outbox: Outbox, confirmed: Arc<AtomicU64>, interval: Duration) {
+async fn progress<DB: OutboxDatabase>(
+    pool: Pool<DB>,
+    outbox: Outbox<DB>,
+    confirmed: Arc<AtomicU64>,
+    interval: Duration,
+) {
     let location = metrics::outbox_label(&outbox);
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -10,9 +10,8 @@ use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
     server::conn::auto,
 };
-use idem_core::IdempotencyKey;
-use idem_http::{Idempotency, Outcome, RequestKey};
-use tokio::{net::TcpListener, time::Instant};
+use idem_http::Idempotency;
+use tokio::net::TcpListener;
 use tower::{Service, ServiceExt};
 
 use crate::{
@@ -20,7 +19,7 @@ use crate::{
     connections::{Activity, Connections},
     error::UpstreamError,
     logging::RequestLine,
-    proxy::{self, ClientAddr},
+    proxy,
 };
 
 /// The most requests at once on one HTTP/2 client connection.
@@ -80,16 +79,18 @@ pub(super) async fn until_shutdown(
         };
         // Responses are written whole; waiting to fill a segment only adds latency.
         let _ = stream.set_nodelay(true);
-        let service = service.clone();
+        // The proxy of this connection names its client in `X-Forwarded-For`.
+        let mut service = service.clone();
+        *service.get_mut() = service.get_ref().for_client(peer);
         let key_header = key_header.clone();
         let activity = Activity::new();
         let requests = Arc::clone(&activity);
         let per_request = hyper::service::service_fn(move |request: Request<Incoming>| {
             let busy = requests.track();
-            let mut request = request.map(Body::new);
-            request.extensions_mut().insert(ClientAddr(peer));
-            let answered = answer(service.clone(), key_header.clone(), request);
-            async move { Ok::<_, Infallible>(answered.await?.map(|body| busy.body(body))) }
+            let request = request.map(Body::new);
+            let line = RequestLine::begin(&request, &key_header);
+            let answered = answer(service.clone(), request, line);
+            async move { Ok::<_, Infallible>(busy.response(answered.await?)) }
         });
         let connection = builder
             .serve_connection(TokioIo::new(stream), per_request)
@@ -99,54 +100,33 @@ pub(super) async fn until_shutdown(
 }
 
 /// Answers one request: the response, or a 502/504 problem when the upstream gave none; then
-/// its log line.
+/// its log `line`, if request lines are logged.
 async fn answer<S, B>(
     service: S,
-    key_header: HeaderName,
     request: Request<Body>,
+    line: Option<RequestLine>,
 ) -> Result<Response<Body>, Infallible>
 where
     S: Service<Request<Body>, Response = Response<B>, Error = UpstreamError>,
     B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let start = Instant::now();
     let method = request.method().clone();
-    let path = request.uri().path().to_owned();
-    // The layer labels the responses it returns; a failed forward returns none, so its line
-    // names the key from the header (by digest).
-    let mut key_values = request.headers().get_all(&key_header).iter();
-    let key_value = match (key_values.next(), key_values.next()) {
-        (Some(value), None) => Some(value.clone()),
-        _ => None,
-    };
-    let (response, fallback_digest) = match service.oneshot(request).await {
-        Ok(response) => (response.map(Body::new), None),
+    let uri = request.uri().clone();
+    let (response, forwarded) = match service.oneshot(request).await {
+        Ok(response) => (response.map(Body::new), true),
         Err(error) => {
             tracing::warn!(
                 %method,
-                path,
+                path = uri.path(),
                 error = &error as &(dyn std::error::Error + 'static),
                 "forwarding failed"
             );
-            let digest = key_value
-                .and_then(|value| IdempotencyKey::parse_header(value.as_bytes()).ok())
-                .map(|key| key.digest());
-            (proxy::error_response(&error), digest)
+            (proxy::error_response(&error), false)
         }
     };
-    let key = response.extensions().get::<RequestKey>();
-    RequestLine {
-        method: &method,
-        path: &path,
-        status: response.status(),
-        latency: start.elapsed(),
-        outcome: response.extensions().get::<Outcome>(),
-        key_digest: key
-            .map(|k| k.digest.as_str())
-            .or(fallback_digest.as_deref()),
-        scope: key.map(|k| k.scope),
+    if let Some(line) = line {
+        line.log(&method, uri.path(), &response, forwarded);
     }
-    .log();
     Ok(response)
 }

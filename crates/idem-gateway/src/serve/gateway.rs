@@ -122,7 +122,8 @@ impl Gateway {
             config.upstream_h2c,
             config.connect_timeout,
             config.upstream_timeout,
-        );
+        )
+        .idle_connections(config.upstream_max_idle, config.upstream_idle_timeout);
         let service = ServiceBuilder::new().layer(layer).service(proxy);
 
         let background = CancellationToken::new();

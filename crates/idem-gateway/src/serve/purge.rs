@@ -6,9 +6,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::GatewayStore;
 
-/// How often expired records are purged, and how many at most per store call.
+/// How often expired records are purged, how many at most per store call, and the share of a
+/// round's time its store calls may take: a backlog (a million records after an outage, or
+/// after the TTL was shortened) is deleted at a quarter of the store's speed, leaving it to
+/// live traffic three quarters of the time.
 const PURGE_EVERY: Duration = Duration::from_secs(60);
 const PURGE_BATCH: usize = 1000;
+const PURGE_SHARE: f64 = 0.25;
 
 /// Removes expired records at start and then every minute, in batches, each store call limited
 /// to `limit`, until cancelled.
@@ -16,6 +20,7 @@ pub(super) async fn purge_expired(store: GatewayStore, limit: Duration, cancel: 
     idem_sql::PurgeLoop::new(store, "expired records")
         .every(PURGE_EVERY)
         .batch(PURGE_BATCH)
+        .pace(PURGE_SHARE)
         .time_limit(limit)
         .run(cancel)
         .await;

@@ -81,6 +81,17 @@ fn bad_command_lines_fail_with_one_line() {
         "{unreachable}"
     );
     assert_eq!(
+        fails(&with(&["--store", "sqlite://idem.db?max_batch=0"]), 2),
+        "error: invalid value 'sqlite://idem.db?max_batch=0' for '--store <URL>': invalid store \
+         URL `sqlite://idem.db?max_batch=0`: `max_batch=0`: expected 1 or more"
+    );
+    assert_eq!(
+        fails(&with(&["--store", "sqlite://idem.db?journal=off"]), 2),
+        "error: invalid value 'sqlite://idem.db?journal=off' for '--store <URL>': invalid store \
+         URL `sqlite://idem.db?journal=off`: unknown parameter `journal` (idem takes synchronous, \
+         pool_size, max_batch, queue, busy_timeout)"
+    );
+    assert_eq!(
         fails(&["frobnicate"], 2),
         "error: unrecognized subcommand 'frobnicate'"
     );

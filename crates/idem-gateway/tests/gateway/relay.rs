@@ -8,7 +8,7 @@ use std::{process::Stdio, time::Duration};
 use async_nats::jetstream::consumer::{AckPolicy, pull};
 use futures_util::StreamExt;
 use idem_gateway::relay::RelayProcess;
-use idem_messaging::{Error, Incoming, Outbox, OutboxMessage, OutboxOptions};
+use idem_messaging::{Error, Incoming, OutboxMessage, OutboxOptions, PgOutbox, SqliteOutbox};
 use idem_test_support::{NatsStream, PgSchema, Server, require};
 use tokio_util::sync::CancellationToken;
 
@@ -35,7 +35,45 @@ fn a_bad_broker_url_is_one_line_and_exit_2() {
     assert_eq!(
         output.stderr.trim_end(),
         "error: invalid value 'ftp://example' for '--broker <URL>': a broker URL starts with \
-         amqp://, amqps://, nats://, tls:// or kafka://; got \"ftp://example\""
+         amqp://, amqps://, nats://, tls://, kafka:// or sqs://; got \"ftp://example\""
+    );
+}
+
+#[cfg(not(feature = "sqs"))]
+#[test]
+fn sqs_without_its_feature_is_one_line_naming_the_feature_and_exit_2() {
+    let output = idem(&[
+        "relay",
+        "--store",
+        "postgres://postgres@127.0.0.1:9/none",
+        "--broker",
+        "sqs://eu-west-1",
+    ]);
+    assert_eq!(output.code, Some(2), "{}", output.stderr);
+    assert_eq!(output.stdout, "");
+    assert_eq!(
+        output.stderr.trim_end(),
+        "error: invalid value 'sqs://eu-west-1' for '--broker <URL>': sqs:// needs idem's `sqs` \
+         feature, which this build lacks: cargo install --path crates/idem-gateway --features sqs"
+    );
+}
+
+#[cfg(feature = "sqs")]
+#[test]
+fn a_bad_sqs_url_is_one_line_and_exit_2() {
+    let output = idem(&[
+        "relay",
+        "--store",
+        "postgres://postgres@127.0.0.1:9/none",
+        "--broker",
+        "sqs://eu-west-1?endpoint=localhost:9324",
+    ]);
+    assert_eq!(output.code, Some(2), "{}", output.stderr);
+    assert_eq!(output.stdout, "");
+    assert_eq!(
+        output.stderr.trim_end(),
+        "error: invalid value 'sqs://eu-west-1?endpoint=localhost:9324' for '--broker <URL>': the \
+         broker URL's `endpoint`: an http:// or https:// URL"
     );
 }
 
@@ -306,7 +344,7 @@ async fn a_relay_process_migrates_publishes_and_stops_on_shutdown() {
     let task = tokio::spawn(process.run(shutdown.clone().cancelled_owned()));
 
     // The process created the outbox: wait for it, then enqueue.
-    let outbox = Outbox::new(options());
+    let outbox = PgOutbox::new(options());
     let ids = tokio::time::timeout(EVENTUALLY, async {
         loop {
             let mut tx = pool.begin().await.unwrap();
@@ -364,6 +402,107 @@ async fn a_relay_process_migrates_publishes_and_stops_on_shutdown() {
     }
 }
 
+/// `idem relay --broker sqs://…` as a process: its credentials from the AWS environment
+/// variables, its requests to the test's SQS-compatible server; each message lands in the queue
+/// its destination names, with its outbox id as the `message-id` attribute.
+#[cfg(feature = "sqs")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_process_publishes_to_sqs_with_credentials_from_the_environment() {
+    use idem_messaging::sqs::{
+        SqsConsumer,
+        aws_sdk_sqs::{
+            Client, Config,
+            config::{BehaviorVersion, Credentials, Region},
+        },
+        http_client,
+    };
+
+    let postgres = require!(Postgres);
+    let sqs = require!(Sqs);
+    let schema = PgSchema::create(&postgres).await;
+    let pool = sqlx::PgPool::connect(&postgres).await.unwrap();
+    let client = Client::from_conf(
+        Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .endpoint_url(&sqs)
+            .credentials_provider(Credentials::new("test", "test", None, None, "idem-tests"))
+            .http_client(http_client())
+            .build(),
+    );
+    let queue = idem_test_support::unique_name("idem-test-");
+    let created = client
+        .create_queue()
+        .queue_name(&queue)
+        .send()
+        .await
+        .unwrap();
+    let queue_url = created.queue_url().unwrap().to_owned();
+    let outbox = PgOutbox::new(OutboxOptions::new().schema(schema.name().parse().unwrap()));
+    outbox.migrate(&pool).await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let message = OutboxMessage::new(queue.clone(), n.to_string());
+        ids.push(outbox.enqueue(&mut tx, message).await.unwrap());
+    }
+    tx.commit().await.unwrap();
+
+    let broker = format!("sqs://us-east-1?endpoint={sqs}");
+    let mut relay = idem_command()
+        .args(["relay", "--store", &postgres, "--broker", &broker])
+        .args(["--outbox-schema", schema.name(), "--poll-interval", "100ms"])
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        // Nothing from the machine's own AWS configuration.
+        .env("AWS_CONFIG_FILE", "/nonexistent/idem-test/config")
+        .env(
+            "AWS_SHARED_CREDENTIALS_FILE",
+            "/nonexistent/idem-test/credentials",
+        )
+        .env_remove("AWS_PROFILE")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+
+    let consumer_client = client.clone();
+    let consumer = SqsConsumer::new(client, queue_url).wait_time(Duration::from_secs(1));
+    let mut received = Vec::new();
+    let deadline = std::time::Instant::now() + EVENTUALLY;
+    while received.len() < 3 && std::time::Instant::now() < deadline {
+        for message in consumer.receive().await.unwrap() {
+            received.push((
+                message.message_id().unwrap().to_owned(),
+                String::from_utf8(message.payload().to_vec()).unwrap(),
+            ));
+            message.ack().await.unwrap();
+        }
+    }
+    // Confirmed, then marked sent.
+    while outbox.pending(&pool).await.unwrap() > 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = relay.kill();
+    let _ = relay.wait();
+    received.sort_by(|a, b| a.1.cmp(&b.1));
+    let expected: Vec<(String, String)> = ids
+        .iter()
+        .enumerate()
+        .map(|(n, id)| (id.as_str().to_owned(), n.to_string()))
+        .collect();
+    assert_eq!(received, expected);
+    assert_eq!(outbox.pending(&pool).await.unwrap(), 0);
+    consumer_client
+        .delete_queue()
+        .queue_url(consumer.queue_url())
+        .send()
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn a_relay_process_fails_fast_when_the_database_is_unreachable() {
     let nats = require!(Nats);
@@ -373,6 +512,123 @@ async fn a_relay_process_fails_fast_when_the_database_is_unreachable() {
     );
     let outcome = process.run(std::future::pending()).await;
     assert!(matches!(outcome, Err(Error::Database(_))), "{outcome:?}");
+}
+
+#[tokio::test]
+async fn a_relay_process_on_sqlite_migrates_publishes_and_stops_on_shutdown() {
+    let nats = require!(Nats);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("service.db");
+    let stream = NatsStream::create(&nats, Duration::from_secs(120)).await;
+
+    let shutdown = CancellationToken::new();
+    let process = RelayProcess::new(
+        format!("sqlite://{}", path.display()),
+        nats.parse().unwrap(),
+    )
+    .migrate(true)
+    .sqlite_relay(|relay| relay.poll_interval(Duration::from_millis(50)));
+    let task = tokio::spawn(process.run(shutdown.clone().cancelled_owned()));
+
+    // The process created the file and the outbox: wait for them, then enqueue.
+    let outbox = SqliteOutbox::new(OutboxOptions::new());
+    let (pool, ids) = tokio::time::timeout(EVENTUALLY, async {
+        loop {
+            if let Ok(pool) =
+                sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display())).await
+            {
+                let mut tx = pool.begin().await.unwrap();
+                let mut ids = Vec::new();
+                for n in 0..3 {
+                    let message = OutboxMessage::new(stream.subject().to_owned(), n.to_string());
+                    match outbox.enqueue(&mut tx, message).await {
+                        Ok(id) => ids.push(id),
+                        Err(_) => break,
+                    }
+                }
+                if ids.len() == 3 {
+                    tx.commit().await.unwrap();
+                    return (pool, ids);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap();
+    tokio::time::timeout(EVENTUALLY, async {
+        while stream.stored().await < 3 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap();
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+
+    assert_eq!(stream.stored().await, 3);
+    assert_eq!(outbox.pending(&pool).await.unwrap(), 0);
+    let consumer = stream
+        .jetstream()
+        .get_stream(stream.name())
+        .await
+        .unwrap()
+        .create_consumer(pull::Config {
+            durable_name: Some("ledger".into()),
+            ack_policy: AckPolicy::Explicit,
+            ack_wait: Duration::from_secs(30),
+            ..pull::Config::default()
+        })
+        .await
+        .unwrap();
+    let mut messages = consumer.messages().await.unwrap();
+    for id in ids {
+        let message = tokio::time::timeout(EVENTUALLY, messages.next())
+            .await
+            .expect("a message within a minute")
+            .expect("the stream goes on")
+            .expect("a message, not an error");
+        assert_eq!(message.message_id(), Some(id.as_str()));
+    }
+}
+
+#[tokio::test]
+async fn a_relay_process_on_a_missing_sqlite_file_fails_fast_without_migrate() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("absent.db");
+    // Neither the broker nor the file is reached for: the process stops at the database.
+    let process = RelayProcess::new(
+        format!("sqlite://{}", path.display()),
+        "nats://127.0.0.1:9".parse().unwrap(),
+    );
+    let outcome = process.run(std::future::pending()).await;
+    assert!(matches!(outcome, Err(Error::Database(_))), "{outcome:?}");
+    assert!(!path.exists());
+}
+
+#[test]
+fn a_relay_on_a_missing_sqlite_file_is_one_line_and_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}", dir.path().join("absent.db").display());
+    let output = idem(&[
+        "relay",
+        "--store",
+        &store,
+        "--broker",
+        "nats://127.0.0.1:9",
+        "--admin-listen",
+        &format!("127.0.0.1:{}", free_port()),
+        "--log-level",
+        "off",
+    ]);
+    assert_eq!(output.code, Some(1), "{}", output.stderr);
+    assert_eq!(output.stdout, "");
+    assert_eq!(output.stderr.lines().count(), 1, "{}", output.stderr);
+    assert_eq!(
+        output.stderr.trim_end(),
+        "error: the database failed: error returned from database: (code: 14) unable to open \
+         database file"
+    );
 }
 
 /// A GET of `path` with an optional bearer token, over a plain TCP connection: the whole

@@ -26,8 +26,19 @@ fn server_store_urls_that_cannot_be_used_fail_with_one_line() {
         fails(&serve("postgresql://db/pay?shema=pay"), 2),
         "error: invalid value 'postgresql://db/pay?shema=pay' for '--store <URL>': invalid \
          store URL `postgresql://db/pay?shema=pay`: unknown parameter `shema` (idem takes \
-         schema, table, pool_size; the others go to PostgreSQL's driver: sslmode, sslrootcert, \
-         sslcert, sslkey, application_name, options, …)"
+         schema, table, pool_size, batch_size, batches_in_flight, queue; the others go to \
+         PostgreSQL's driver: sslmode, sslrootcert, sslcert, sslkey, application_name, options, \
+         …)"
+    );
+    assert_eq!(
+        fails(&serve("postgres://db/pay?batch_size=0"), 2),
+        "error: invalid value 'postgres://db/pay?batch_size=0' for '--store <URL>': invalid \
+         store URL `postgres://db/pay?batch_size=0`: `batch_size=0`: expected 1 or more"
+    );
+    assert_eq!(
+        fails(&serve("redis://cache?queue=many"), 2),
+        "error: invalid value 'redis://cache?queue=many' for '--store <URL>': invalid store URL \
+         `redis://cache?queue=many`: `queue=many`: expected a whole number"
     );
     assert_eq!(
         fails(&serve("redis://cache?prefix=a*"), 2),

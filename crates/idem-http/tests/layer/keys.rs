@@ -127,7 +127,7 @@ async fn a_255_character_key_is_accepted_and_quoted_and_bare_forms_are_one_key()
     assert_eq!(reply.status, StatusCode::CREATED);
     assert_eq!(reply.outcome, Some(Outcome::Executed));
     let digest = longest.parse::<IdempotencyKey>().unwrap().digest();
-    assert_eq!(reply.key.unwrap().digest, digest);
+    assert_eq!(reply.key.unwrap().digest(), digest);
 
     let bare = send(&app, keyed("/charges", "abc", "{}")).await;
     let quoted = send(&app, keyed("/charges", "\"abc\"", "{}")).await;

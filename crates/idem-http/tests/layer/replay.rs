@@ -53,10 +53,10 @@ async fn the_first_request_executes_and_a_retry_replays_status_headers_and_body(
 
     let key = retry.key.unwrap();
     assert_eq!(
-        key.digest,
+        key.digest(),
         "pay-1".parse::<IdempotencyKey>().unwrap().digest()
     );
-    assert_eq!(key.scope, Scope::ANONYMOUS);
+    assert_eq!(key.scope(), Scope::ANONYMOUS);
     assert_eq!(f.calls.get(), 1);
 }
 
@@ -165,7 +165,7 @@ async fn tenants_that_pick_the_same_key_are_isolated_by_authorization() {
     assert_eq!(alice_again.outcome, Some(Outcome::Replayed));
     assert_eq!(alice_again.header("x-charge"), Some("ch_1"));
 
-    let (alice_scope, bob_scope) = (alice.key.unwrap().scope, bob.key.unwrap().scope);
+    let (alice_scope, bob_scope) = (alice.key.unwrap().scope(), bob.key.unwrap().scope());
     assert_ne!(alice_scope, bob_scope);
     assert_ne!(alice_scope, Scope::ANONYMOUS);
     assert_eq!(f.calls.get(), 2);
@@ -179,7 +179,7 @@ async fn with_scoping_off_every_caller_shares_the_key() {
     let bob = send(&app, charge_as("Bearer bob")).await;
     assert_eq!(bob.outcome, Some(Outcome::Replayed));
     assert_eq!(bob.body, alice.body);
-    assert_eq!(bob.key.unwrap().scope, Scope::ANONYMOUS);
+    assert_eq!(bob.key.unwrap().scope(), Scope::ANONYMOUS);
     assert_eq!(f.calls.get(), 1);
 }
 

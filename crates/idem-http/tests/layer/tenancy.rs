@@ -144,7 +144,7 @@ async fn with_scoping_off_replays_carry_no_cookies() {
     assert_eq!(bob.outcome, Some(Outcome::Replayed));
     assert_eq!(bob.headers.get_all("set-cookie").iter().count(), 0);
     assert_eq!(bob.header("x-charge"), Some("ch_1"));
-    assert_eq!(bob.key.unwrap().scope, Scope::ANONYMOUS);
+    assert_eq!(bob.key.unwrap().scope(), Scope::ANONYMOUS);
 }
 
 #[tokio::test]

@@ -4,7 +4,8 @@
 //! Each broker implements them in its own module, behind its own cargo feature: `amqp`
 //! (RabbitMQ, `amqp::AmqpPublisher` and `lapin`'s `Delivery`), `nats` (NATS JetStream,
 //! `nats::NatsPublisher` and `async_nats::jetstream::Message`), `kafka` (Kafka,
-//! `kafka::KafkaPublisher` and `kafka::KafkaMessage`).
+//! `kafka::KafkaPublisher` and `kafka::KafkaMessage`), `sqs` (Amazon SQS, `sqs::SqsPublisher`
+//! and `sqs::SqsMessage`).
 //!
 //! # Examples
 //!

@@ -6,17 +6,11 @@ use sqlx::{AssertSqlSafe, Pool, Postgres, Sqlite, migrate::Migrator};
 
 use crate::Error;
 
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for sqlx::Postgres {}
-    impl Sealed for sqlx::Sqlite {}
-}
-
 /// A database an [`Inbox`](crate::Inbox) can live in: [`sqlx::Postgres`] or [`sqlx::Sqlite`].
 ///
 /// Sealed: the inbox's guarantees rest on each database's exact locking behaviour, described on
 /// [`Inbox::process`](crate::Inbox::process).
-pub trait InboxDatabase: sqlx::Database + sealed::Sealed {
+pub trait InboxDatabase: sqlx::Database + crate::sql::Sealed {
     #[doc(hidden)]
     const DEFAULT_SCHEMA: &'static str;
     #[doc(hidden)]

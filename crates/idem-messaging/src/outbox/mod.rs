@@ -8,7 +8,12 @@
 //! publishes the rows with the broker's confirmation, at least once, each under a stable id that
 //! the consumers' [`Inbox`](crate::Inbox) deduplicates on.
 //!
+//! The outbox lives in PostgreSQL ([`PgOutbox`]) or in an SQLite file ([`SqliteOutbox`]), with
+//! the same API: the database is the pool's and the transaction's.
+//!
 //! # Examples
+//!
+//! On PostgreSQL:
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -28,191 +33,194 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! On SQLite, with a relay in the same process publishing to a broker that prints:
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use idem_messaging::{
+//!     Confirmations, Envelope, OutboxMessage, OutboxOptions, Publisher, Relay, SqliteOutbox,
+//! };
+//! use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+//!
+//! struct Print;
+//!
+//! impl Publisher for Print {
+//!     async fn publish_batch(&self, batch: &[Envelope]) -> Confirmations {
+//!         batch
+//!             .iter()
+//!             .map(|envelope| {
+//!                 println!("{} to {}", envelope.id(), envelope.message().destination);
+//!                 Ok(())
+//!             })
+//!             .collect()
+//!     }
+//! }
+//!
+//! let dir = tempfile::tempdir()?;
+//! let pool = SqlitePoolOptions::new()
+//!     .connect_with(
+//!         SqliteConnectOptions::new()
+//!             .filename(dir.path().join("shop.db"))
+//!             .create_if_missing(true)
+//!             .journal_mode(SqliteJournalMode::Wal),
+//!     )
+//!     .await?;
+//! sqlx::query("CREATE TABLE orders (id INTEGER PRIMARY KEY, state TEXT NOT NULL)")
+//!     .execute(&pool)
+//!     .await?;
+//! let outbox = SqliteOutbox::new(OutboxOptions::new()); // main.idem_outbox
+//! outbox.migrate(&pool).await?;
+//!
+//! let mut tx = pool.begin().await?;
+//! sqlx::query("INSERT INTO orders (id, state) VALUES (42, 'paid')").execute(&mut *tx).await?;
+//! outbox.enqueue(&mut tx, OutboxMessage::new("orders.paid", r#"{"order":42}"#)).await?;
+//! tx.commit().await?;
+//!
+//! let relay = Relay::new(pool.clone(), outbox.clone(), Print);
+//! let report = relay.run_once().await?;
+//! assert_eq!((report.claimed, report.published), (1, 1));
+//! assert_eq!(outbox.pending(&pool).await?, 0);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
 
+mod database;
 mod dead_letter;
 mod message;
 mod options;
+mod report;
 
-use std::{
-    fmt,
-    sync::Arc,
-    time::{Duration, SystemTime},
-};
+use std::{fmt, marker::PhantomData, sync::Arc};
 
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::{Pool, Postgres, Sqlite};
 use uuid::Uuid;
-
-use idem_sql::MigrationFile;
 
 use crate::{
     Error, MessageId,
-    sql::{self, Location, migrate_postgres, query_text},
+    sql::{self, Location},
 };
 
+pub use database::OutboxDatabase;
 pub use dead_letter::DeadLetter;
 pub use message::{Envelope, OutboxMessage};
 pub use options::OutboxOptions;
+pub use report::BatchReport;
 
-/// The migrations, in order.
-const MIGRATIONS: &[MigrationFile] = &[
-    MigrationFile::new(
-        1,
-        "idem outbox",
-        include_str!("../../migrations/postgres/0001_outbox.sql"),
-    ),
-    MigrationFile::new(
-        2,
-        "idem outbox: claims held as transactions",
-        include_str!("../../migrations/postgres/0002_outbox_held_claims.sql"),
-    ),
-];
+/// An outbox in PostgreSQL.
+pub type PgOutbox = Outbox<Postgres>;
+/// An outbox in SQLite.
+pub type SqliteOutbox = Outbox<Sqlite>;
 
-/// An outbox in one PostgreSQL table: [`enqueue`](Self::enqueue) in the business transaction,
-/// and a [`Relay`](crate::Relay) publishes.
+/// An outbox in one table: [`enqueue`](Self::enqueue) in the business transaction, and a
+/// [`Relay`](crate::Relay) publishes.
 ///
-/// Holds no connection; clones share the rendered statements.
-#[derive(Clone)]
-pub struct Outbox {
+/// `DB` is [`Postgres`] ([`PgOutbox`], the default) or [`Sqlite`] ([`SqliteOutbox`]): the
+/// database is the pool's and the transaction's. Holds no connection; clones share the rendered
+/// statements.
+pub struct Outbox<DB: OutboxDatabase = Postgres> {
     inner: Arc<Inner>,
+    database: PhantomData<fn() -> DB>,
 }
 
 pub(crate) struct Inner {
     pub(crate) location: Location,
     pub(crate) channel: String,
-    enqueue: Arc<str>,
+    pub(crate) enqueue: Arc<str>,
     pub(crate) claim: Arc<str>,
     pub(crate) claim_ordered: Arc<str>,
     pub(crate) mark_sent: Arc<str>,
     pub(crate) fail: Arc<str>,
-    dead_letters: Arc<str>,
-    revive: Arc<str>,
-    pending: Arc<str>,
+    /// Gives back what a claim holds and did not settle; `None` where ending the claim's
+    /// transaction does (PostgreSQL).
+    pub(crate) release: Option<Arc<str>>,
+    pub(crate) dead_letters: Arc<str>,
+    pub(crate) revive: Arc<str>,
+    pub(crate) pending: Arc<str>,
 }
 
-impl Outbox {
+impl<DB: OutboxDatabase> Outbox<DB> {
     /// The outbox in the table `options` name. Does no I/O: run [`migrate`](Self::migrate) once
     /// before using it.
     pub fn new(options: OutboxOptions) -> Self {
-        let location = Location::new(options.schema, options.table);
-        let claim = |ordering: &str| {
-            sql::statement(
-                &location,
-                &include_str!("../../sql/postgres/outbox_claim.sql")
-                    .replace("{ordering}", ordering.trim_end()),
-            )
-        };
+        let location = Location::new(
+            options
+                .schema
+                .unwrap_or_else(|| crate::SchemaName::from_static(DB::DEFAULT_SCHEMA)),
+            options.table,
+        );
+        let render = |template: &str| sql::statement(&location, template);
+        let claim = |ordering: &str| render(&DB::CLAIM.replace("{ordering}", ordering.trim_end()));
         Self {
             inner: Arc::new(Inner {
                 channel: sql::channel(&location),
-                enqueue: sql::statement(
-                    &location,
-                    include_str!("../../sql/postgres/outbox_enqueue.sql"),
-                ),
+                enqueue: render(DB::ENQUEUE),
                 claim: claim(""),
-                claim_ordered: claim(include_str!("../../sql/postgres/outbox_ordering.sql")),
-                mark_sent: sql::statement(
-                    &location,
-                    include_str!("../../sql/postgres/outbox_mark_sent.sql"),
-                ),
-                fail: sql::statement(
-                    &location,
-                    include_str!("../../sql/postgres/outbox_fail.sql"),
-                ),
-                dead_letters: sql::statement(
-                    &location,
-                    include_str!("../../sql/postgres/outbox_dead_letters.sql"),
-                ),
-                revive: sql::statement(
-                    &location,
-                    include_str!("../../sql/postgres/outbox_revive.sql"),
-                ),
-                pending: sql::statement(
-                    &location,
-                    include_str!("../../sql/postgres/outbox_pending.sql"),
-                ),
+                claim_ordered: claim(DB::ORDERING),
+                mark_sent: render(DB::MARK_SENT),
+                fail: render(DB::FAIL),
+                release: DB::RELEASE.map(render),
+                dead_letters: render(DB::DEAD_LETTERS),
+                revive: render(DB::REVIVE),
+                pending: render(DB::PENDING),
                 location,
             }),
+            database: PhantomData,
         }
     }
 
-    /// Creates the schema (when missing), the table and its sequence, or brings them up to date.
-    /// Applied migrations are recorded in `<table>_migrations`; running it again, or from several
-    /// processes at once, is safe.
-    pub async fn migrate(&self, pool: &PgPool) -> Result<(), Error> {
-        let migrator = sql::migrator(&self.inner.location, MIGRATIONS, true);
-        migrate_postgres(pool, &migrator).await
+    /// Creates the table (on PostgreSQL its schema when missing, and its sequence), or brings
+    /// it up to date. Applied migrations are recorded in `<table>_migrations`; running it again, or
+    /// from several processes at once, is safe.
+    pub async fn migrate(&self, pool: &Pool<DB>) -> Result<(), Error> {
+        let migrator = sql::migrator(&self.inner.location, DB::MIGRATIONS, DB::CREATE_SCHEMA);
+        DB::migrate(pool, &migrator).await
     }
 
-    /// Adds `message` to the outbox in the caller's transaction (pass `&mut tx`) and returns its
-    /// id, a new UUIDv7: the message is published if and only if the transaction commits.
+    /// Adds `message` to the outbox in the caller's transaction (pass `&mut *tx`, or `&mut tx`
+    /// where the database is known) and returns its id, a new UUIDv7: the message is published
+    /// if and only if the transaction commits.
     ///
-    /// The relays are notified (`NOTIFY`) when the transaction commits, once however many
-    /// messages it enqueued. The id is the message id the consumers see; keep it if the
-    /// service must tell which event a consumer processed.
+    /// On PostgreSQL the relays are notified (`NOTIFY`) when the transaction commits, once
+    /// however many messages it enqueued; on SQLite they find it when they poll. The id is the
+    /// message id the consumers see; keep it if the service must tell which event a consumer
+    /// processed.
     pub async fn enqueue(
         &self,
-        connection: &mut PgConnection,
+        connection: &mut DB::Connection,
         message: OutboxMessage,
     ) -> Result<MessageId, Error> {
         let (uuid, id) = MessageId::new_v7();
-        let (names, values): (Vec<String>, Vec<String>) = message.headers.into_iter().unzip();
-        sqlx::query(query_text(&self.inner.enqueue))
-            .bind(uuid)
-            .bind(message.destination)
-            .bind(message.ordering_key)
-            .bind(names)
-            .bind(values)
-            .bind(message.payload.as_ref())
-            .execute(connection)
-            .await?;
+        DB::enqueue(connection, self, uuid, message).await?;
         Ok(id)
     }
 
     /// How many messages wait to be published, claimed or not (dead letters excluded).
-    pub async fn pending(&self, pool: &PgPool) -> Result<u64, Error> {
-        let count: i64 = sqlx::query_scalar(query_text(&self.inner.pending))
-            .fetch_one(pool)
-            .await?;
+    pub async fn pending(&self, pool: &Pool<DB>) -> Result<u64, Error> {
+        let count = DB::pending(pool, self).await?;
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
     /// Up to `limit` dead letters, the oldest first.
-    pub async fn dead_letters(&self, pool: &PgPool, limit: u32) -> Result<Vec<DeadLetter>, Error> {
-        let rows = sqlx::query(query_text(&self.inner.dead_letters))
-            .bind(i64::from(limit))
-            .fetch_all(pool)
-            .await?;
-        rows.iter()
-            .map(|row| {
-                let dead_at: i64 = row.try_get("dead_at_millis")?;
-                Ok(DeadLetter {
-                    id: MessageId::from(row.try_get::<Uuid, _>("id")?),
-                    message: message_from_row(row)?,
-                    attempts: u32::try_from(row.try_get::<i32, _>("attempts")?).unwrap_or(0),
-                    dead_at: SystemTime::UNIX_EPOCH
-                        + Duration::from_millis(u64::try_from(dead_at).unwrap_or(0)),
-                    last_error: row.try_get("last_error")?,
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(Error::Database)
+    pub async fn dead_letters(
+        &self,
+        pool: &Pool<DB>,
+        limit: u32,
+    ) -> Result<Vec<DeadLetter>, Error> {
+        Ok(DB::dead_letters(pool, self, limit).await?)
     }
 
     /// Puts the dead letter `id` back in line with its attempts reset; `false` when `id` is not
     /// a dead letter of this outbox. It is published again, under the same id.
-    pub async fn revive(&self, pool: &PgPool, id: &MessageId) -> Result<bool, Error> {
+    pub async fn revive(&self, pool: &Pool<DB>, id: &MessageId) -> Result<bool, Error> {
         let Ok(uuid) = Uuid::parse_str(id.as_str()) else {
             return Ok(false);
         };
-        let done = sqlx::query(query_text(&self.inner.revive))
-            .bind(uuid)
-            .execute(pool)
-            .await?;
-        Ok(done.rows_affected() == 1)
+        Ok(DB::revive(pool, self, uuid).await?)
     }
 
     /// The `LISTEN`/`NOTIFY` channel relays listen on: `idem_outbox_` and 16 hex digits of a
-    /// hash of the schema and table names.
+    /// hash of the schema and table names. Only PostgreSQL has one; relays on SQLite poll.
     pub fn channel(&self) -> &str {
         &self.inner.channel
     }
@@ -222,20 +230,16 @@ impl Outbox {
     }
 }
 
-/// The message columns of a claimed or dead row.
-pub(crate) fn message_from_row(row: &sqlx::postgres::PgRow) -> Result<OutboxMessage, sqlx::Error> {
-    let names: Vec<String> = row.try_get("header_names")?;
-    let values: Vec<String> = row.try_get("header_values")?;
-    let payload: Vec<u8> = row.try_get("payload")?;
-    Ok(OutboxMessage {
-        destination: row.try_get("destination")?,
-        ordering_key: row.try_get("ordering_key")?,
-        headers: names.into_iter().zip(values).collect(),
-        payload: payload.into(),
-    })
+impl<DB: OutboxDatabase> Clone for Outbox<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            database: PhantomData,
+        }
+    }
 }
 
-impl fmt::Debug for Outbox {
+impl<DB: OutboxDatabase> fmt::Debug for Outbox<DB> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Outbox")
             .field("table", &self.inner.location.qualified())
@@ -250,12 +254,13 @@ mod tests {
 
     #[test]
     fn every_placeholder_is_filled() {
-        let outbox = Outbox::new(
+        let outbox = PgOutbox::new(
             OutboxOptions::new()
                 .schema("billing".parse().unwrap())
                 .table("events".parse().unwrap()),
         );
         let inner = outbox.inner();
+        assert!(inner.release.is_none());
         for statement in [
             &inner.enqueue,
             &inner.claim,
@@ -283,5 +288,29 @@ mod tests {
             .find(|line| line.contains("AND (o.ordering_key IS NULL"))
             .unwrap();
         assert!(!line.trim_start().starts_with("--"));
+    }
+
+    #[test]
+    fn every_placeholder_is_filled_on_sqlite() {
+        let outbox = SqliteOutbox::new(OutboxOptions::new().table("events".parse().unwrap()));
+        let inner = outbox.inner();
+        let release = inner.release.as_ref().unwrap();
+        for statement in [
+            &inner.enqueue,
+            &inner.claim,
+            &inner.claim_ordered,
+            &inner.mark_sent,
+            &inner.fail,
+            release,
+            &inner.dead_letters,
+            &inner.revive,
+            &inner.pending,
+        ] {
+            assert!(!statement.contains('{'), "{statement}");
+            assert!(statement.contains(r#""main"."events""#), "{statement}");
+        }
+        assert!(!inner.enqueue.contains("pg_notify"));
+        assert!(inner.claim_ordered.contains("earlier.seq < o.seq"));
+        assert!(!inner.claim.contains("earlier.seq"));
     }
 }

@@ -2,7 +2,8 @@
 
 use crate::{SchemaName, TableName};
 
-/// Where an [`Outbox`](crate::Outbox) keeps its messages: `public.idem_outbox` by default.
+/// Where an [`Outbox`](crate::Outbox) keeps its messages: `public.idem_outbox` on PostgreSQL and
+/// `main.idem_outbox` on SQLite by default.
 ///
 /// # Examples
 ///
@@ -17,28 +18,30 @@ use crate::{SchemaName, TableName};
 /// ```
 #[derive(Debug, Clone)]
 pub struct OutboxOptions {
-    pub(crate) schema: SchemaName,
+    pub(crate) schema: Option<SchemaName>,
     pub(crate) table: TableName,
 }
 
 impl OutboxOptions {
-    /// `public.idem_outbox`.
+    /// `idem_outbox` in the database's default schema: `public` on PostgreSQL, `main` (the
+    /// database file itself) on SQLite.
     pub fn new() -> Self {
         Self {
-            schema: SchemaName::from_static("public"),
+            schema: None,
             table: TableName::from_static("idem_outbox"),
         }
     }
 
-    /// Sets the schema. [`Outbox::migrate`](crate::Outbox::migrate) creates it when missing.
+    /// Sets the schema. On PostgreSQL, [`Outbox::migrate`](crate::Outbox::migrate) creates it
+    /// when missing; on SQLite it is the name of an attached database.
     #[must_use]
     pub fn schema(mut self, schema: SchemaName) -> Self {
-        self.schema = schema;
+        self.schema = Some(schema);
         self
     }
 
-    /// Sets the table. Its migrations are tracked in `<table>_migrations`, its sequence is
-    /// `<table>_seq`, in the same schema.
+    /// Sets the table. Its migrations are tracked in `<table>_migrations`, and on PostgreSQL its
+    /// sequence is `<table>_seq`, in the same schema.
     #[must_use]
     pub fn table(mut self, table: TableName) -> Self {
         self.table = table;

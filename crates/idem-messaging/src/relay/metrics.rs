@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use sqlx::PgPool;
+use sqlx::Pool;
 
-use crate::{BatchReport, Error, Outbox};
+use crate::{BatchReport, Error, Outbox, OutboxDatabase};
 
 /// Counter: messages the broker confirmed.
 pub const PUBLISHED: &str = "idem_outbox_published_total";
@@ -23,7 +23,7 @@ pub const PENDING: &str = "idem_outbox_pending";
 pub const BATCH_SECONDS: &str = "idem_outbox_batch_seconds";
 
 /// The `outbox` label of these metrics: the outbox table's qualified name, `"schema"."table"`.
-pub fn outbox_label(outbox: &Outbox) -> String {
+pub fn outbox_label<DB: OutboxDatabase>(outbox: &Outbox<DB>) -> String {
     outbox.inner().location.qualified()
 }
 
@@ -42,7 +42,10 @@ pub fn outbox_label(outbox: &Outbox) -> String {
 /// # Ok(())
 /// # }
 /// ```
-pub async fn record_pending(outbox: &Outbox, pool: &PgPool) -> Result<u64, Error> {
+pub async fn record_pending<DB: OutboxDatabase>(
+    outbox: &Outbox<DB>,
+    pool: &Pool<DB>,
+) -> Result<u64, Error> {
     let pending = outbox.pending(pool).await?;
     metrics::gauge!(PENDING, "outbox" => outbox_label(outbox)).set(pending as f64);
     Ok(pending)

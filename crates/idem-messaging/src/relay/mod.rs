@@ -29,6 +29,18 @@
 //! Between batches the relay sleeps until a `NOTIFY` from an enqueue, or the poll interval,
 //! whichever comes first.
 //!
+//! # On SQLite
+//!
+//! The same relay runs on an outbox in an SQLite file ([`SqliteOutbox`](crate::SqliteOutbox)),
+//! in the process that enqueues or in others on the same file. SQLite has no row locks to hold,
+//! so a claim is written on the rows instead: under the write lock (`BEGIN IMMEDIATE`), one
+//! `UPDATE … RETURNING` takes the due messages and writes the claim's token on them, with the
+//! end of its lease as their next due time. The marks (sent, failed, given back) come in one
+//! transaction at the end of the batch, each fenced on the token: a relay whose lease ran out
+//! and whose messages another relay claimed marks none of them, and they are published again.
+//! A relay that dies holds its messages until its lease ends. SQLite has no notifications:
+//! relays on it poll, every poll interval.
+//!
 //! # Metrics
 //!
 //! Through the `metrics` facade, labelled `outbox="\"schema\".\"table\""`: the counters
@@ -66,7 +78,6 @@
 mod claim;
 mod listener;
 pub mod metrics;
-mod report;
 
 use std::{
     any::Any,
@@ -77,15 +88,15 @@ use std::{
 };
 
 use futures_util::FutureExt;
-use sqlx::PgPool;
+use sqlx::{Pool, Postgres};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Confirmations, Envelope, Error, Outbox, PublishError, Publisher};
-use claim::{Backoff, Claim, ClaimRequest, Settled, Verdicts};
+use crate::{
+    BatchReport, Confirmations, Envelope, Error, Outbox, OutboxDatabase, PublishError, Publisher,
+};
+use claim::{Backoff, Claim, ClaimRequest, Verdicts};
 use listener::Listener;
-
-pub use report::BatchReport;
 
 /// The relay's own pause after a database error or an unavailable broker: doubled each time,
 /// up to the cap, reset by a good batch.
@@ -94,11 +105,14 @@ const PAUSE: (Duration, Duration) = (Duration::from_millis(100), Duration::from_
 /// Publishes the messages of one [`Outbox`] with one [`Publisher`]. Several relays (threads,
 /// processes, hosts) may run on one outbox at once.
 ///
+/// `DB` is the outbox's database, [`Postgres`] (the default) or [`Sqlite`](sqlx::Sqlite), the
+/// pool's.
+///
 /// Build it with [`Relay::new`] and the setters, then [`run`](Self::run) it until shutdown, or
 /// drive it one cycle at a time with [`run_once`](Self::run_once).
-pub struct Relay<P> {
-    pool: PgPool,
-    outbox: Outbox,
+pub struct Relay<P, DB: OutboxDatabase = Postgres> {
+    pool: Pool<DB>,
+    outbox: Outbox<DB>,
     publisher: P,
     name: String,
     batch_size: u32,
@@ -112,12 +126,12 @@ pub struct Relay<P> {
     shutdown_grace: Duration,
 }
 
-impl<P: Publisher> Relay<P> {
+impl<P: Publisher, DB: OutboxDatabase> Relay<P, DB> {
     /// A relay of `outbox`, on `pool`, publishing with `publisher`: batches of 100, a lease of
     /// 30 s, a publish timeout of 10 s, a poll interval of 1 s, 10 attempts with a backoff from
     /// 1 s doubling up to 5 min, ordering off, a shutdown grace of 10 s, named
     /// `idem-relay-<pid>`.
-    pub fn new(pool: PgPool, outbox: Outbox, publisher: P) -> Self {
+    pub fn new(pool: Pool<DB>, outbox: Outbox<DB>, publisher: P) -> Self {
         Self {
             pool,
             outbox,
@@ -156,6 +170,9 @@ impl<P: Publisher> Relay<P> {
     /// relay publishes the same messages again: a duplicate publish, which the consumers' inbox
     /// absorbs, never a loss. A relay that dies holds nothing: its connection closes and the
     /// database releases its messages at once.
+    ///
+    /// On SQLite the lease is written on the claimed messages: another relay takes them once it
+    /// ends, whatever became of this one, and a relay that dies holds them until then.
     #[must_use]
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
@@ -238,14 +255,10 @@ impl<P: Publisher> Relay<P> {
     /// Outside a Tokio runtime.
     pub async fn run(&self, shutdown: CancellationToken) {
         let wake = Arc::new(Notify::new());
-        let _listener = Listener::spawn(
-            &self.pool,
-            self.outbox.channel().to_owned(),
-            Arc::clone(&wake),
-        );
+        let _listener = Listener::spawn(&self.pool, &self.outbox, Arc::clone(&wake));
         let mut pause = Duration::ZERO;
         // Behind a backlog, the next batch is claimed while this one is published.
-        let mut prefetched: Option<Result<Batch, Error>> = None;
+        let mut prefetched: Option<Result<Batch<DB>, Error>> = None;
         while !shutdown.is_cancelled() {
             let claimed = match prefetched.take() {
                 Some(claimed) => claimed,
@@ -302,9 +315,10 @@ impl<P: Publisher> Relay<P> {
     }
 
     /// Claims a batch of due messages.
-    async fn claim(&self) -> Result<Batch, Error> {
+    async fn claim(&self) -> Result<Batch<DB>, Error> {
         let started = Instant::now();
         let request = ClaimRequest {
+            name: &self.name,
             lease: self.lease,
             batch: self.batch_size,
             ordering: self.ordering,
@@ -316,7 +330,7 @@ impl<P: Publisher> Relay<P> {
     /// Publishes a claimed batch and settles it according to the broker's confirmations.
     async fn deliver(
         &self,
-        batch: Batch,
+        batch: Batch<DB>,
         shutdown: &CancellationToken,
     ) -> Result<BatchReport, Error> {
         let Batch { started, claim } = batch;
@@ -325,7 +339,7 @@ impl<P: Publisher> Relay<P> {
             ..BatchReport::default()
         };
         if claim.envelopes.is_empty() {
-            claim.give_back().await?;
+            claim.give_back(&self.outbox).await?;
             return Ok(report);
         }
         let confirmations = self.publish(&claim.envelopes, shutdown).await;
@@ -336,18 +350,18 @@ impl<P: Publisher> Relay<P> {
             base: self.backoff,
             cap: self.max_backoff,
         };
-        match claim.settle(&self.outbox, verdicts, &backoff).await? {
-            Settled::Committed { dead } => report.dead_lettered = dead,
-            Settled::LeaseRanOut => {
-                report.taken_over = sent;
-                report.failed = 0;
-                tracing::info!(
-                    relay = self.name,
-                    published = sent,
-                    "a batch's lease ran out before it was marked; its messages will be \
-                     published again and skipped by the consumers' inbox"
-                );
-            }
+        let settled = claim.settle(&self.outbox, verdicts, &backoff).await?;
+        report.taken_over = settled.taken_over;
+        report.failed = settled.failed;
+        report.dead_lettered = settled.dead_lettered;
+        if settled.taken_over > 0 {
+            tracing::info!(
+                relay = self.name,
+                published = sent,
+                taken_over = settled.taken_over,
+                "a batch's lease ran out before it was marked; its messages will be \
+                 published again and skipped by the consumers' inbox"
+            );
         }
         metrics::record(
             &metrics::outbox_label(&self.outbox),
@@ -358,13 +372,14 @@ impl<P: Publisher> Relay<P> {
     }
 
     /// Gives back a prefetched batch that will not be published, without counting an attempt.
-    async fn give_back(&self, prefetched: Option<Result<Batch, Error>>) {
+    async fn give_back(&self, prefetched: Option<Result<Batch<DB>, Error>>) {
         let Some(Ok(batch)) = prefetched else { return };
-        if let Err(error) = batch.claim.give_back().await {
+        if let Err(error) = batch.claim.give_back(&self.outbox).await {
             tracing::warn!(
                 relay = self.name,
                 error = &error as &dyn std::error::Error,
-                "cannot roll back a claimed batch; closing its connection releases it"
+                "cannot give back a claimed batch; it is released when its claim ends (its \
+                 connection closes, or its lease runs out)"
             );
         }
     }
@@ -473,19 +488,19 @@ fn panic_message(panic: &(dyn Any + Send)) -> &str {
 }
 
 /// A claimed batch, not yet published.
-struct Batch {
+struct Batch<DB: OutboxDatabase> {
     started: Instant,
-    claim: Claim,
+    claim: Claim<DB>,
 }
 
-impl Batch {
+impl<DB: OutboxDatabase> Batch<DB> {
     /// Whether the claim took all it could: more messages are probably due.
     fn is_full(&self, batch_size: u32) -> bool {
         self.claim.envelopes.len() >= batch_size as usize
     }
 }
 
-impl<P> fmt::Debug for Relay<P> {
+impl<P, DB: OutboxDatabase> fmt::Debug for Relay<P, DB> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Relay")
             .field("outbox", &self.outbox)

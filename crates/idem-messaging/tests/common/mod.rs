@@ -140,3 +140,5 @@ impl<P: Publisher> Publisher for Gated<P> {
         self.inner.publish_batch(batch).await
     }
 }
+
+pub mod suite;

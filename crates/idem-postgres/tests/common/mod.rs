@@ -5,12 +5,17 @@
 
 pub mod round_trips;
 
-use std::time::Duration;
+use std::{str::FromStr, time::Duration};
 
 use idem_core::{Acquisition, Address, Fingerprint, Lease, ManualClock, Store, Terms};
 use idem_postgres::{PostgresOptions, PostgresStore};
 use idem_test_support::PgSchema;
-use sqlx::{PgPool, postgres::PgPoolOptions};
+use sqlx::{
+    PgPool,
+    postgres::{PgConnectOptions, PgPoolOptions},
+};
+
+use round_trips::RoundTripCounter;
 
 /// A schema of the test's own, with a random name, dropped when this is.
 pub struct TestSchema {
@@ -51,6 +56,58 @@ impl TestSchema {
             .await
             .expect("migrate");
         PostgresStore::open(pool, options).await.expect("open")
+    }
+
+    /// Migrates the schema and opens a store whose connections, its pool's (one) and its own, go
+    /// through a proxy that counts their round trips.
+    pub async fn counted_store(
+        &self,
+        options: PostgresOptions,
+    ) -> (PostgresStore, RoundTripCounter) {
+        PostgresStore::migrate(&self.pool().await, &options)
+            .await
+            .expect("migrate");
+        let direct = PgConnectOptions::from_str(&self.url).expect("a valid URL");
+        let upstream = tokio::net::lookup_host((direct.get_host(), direct.get_port()))
+            .await
+            .expect("the server's address")
+            .next()
+            .expect("an address");
+        let counter = RoundTripCounter::start(upstream).await;
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .test_before_acquire(false)
+            .connect_with(direct.host("127.0.0.1").port(counter.address.port()))
+            .await
+            .expect("connect through the proxy");
+        let store = PostgresStore::open(pool, options).await.expect("open");
+        (store, counter)
+    }
+
+    /// Migrates the schema and opens a store on a pool of `connections` whose connections, and
+    /// the store's own, show as `name` in `pg_stat_activity`; and a pool of the test's own to
+    /// find them with.
+    pub async fn named_store(
+        &self,
+        name: &str,
+        connections: u32,
+        options: PostgresOptions,
+    ) -> (PostgresStore, PgPool) {
+        let observer = self.pool().await;
+        PostgresStore::migrate(&observer, &options)
+            .await
+            .expect("migrate");
+        let pool = PgPoolOptions::new()
+            .max_connections(connections)
+            .connect_with(
+                PgConnectOptions::from_str(&self.url)
+                    .expect("a valid URL")
+                    .application_name(name),
+            )
+            .await
+            .expect("connect to the test server");
+        let store = PostgresStore::open(pool, options).await.expect("open");
+        (store, observer)
     }
 
     /// A store on the server's clock.

@@ -150,13 +150,18 @@ pub fn wait_until_ready(url: &str) {
 /// pings. (The statistics also count the commands that scripts run inside Redis, which are not
 /// round trips.)
 pub fn round_trips(redis: &mut redis::Connection) -> u64 {
-    const SENT: [&str; 4] = ["evalsha", "eval", "script|load", "ping"];
+    calls(redis, &["evalsha", "eval", "script|load", "ping"])
+}
+
+/// How many times the server has run the `commands` (lower case, as `INFO commandstats` names
+/// them), those that scripts run included.
+pub fn calls(redis: &mut redis::Connection, commands: &[&str]) -> u64 {
     let stats: String = redis::cmd("INFO").arg("commandstats").query(redis).unwrap();
     stats
         .lines()
         .filter_map(|line| {
             let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            SENT.contains(&name).then_some(fields)
+            commands.contains(&name).then_some(fields)
         })
         .filter_map(|fields| {
             fields
@@ -167,6 +172,19 @@ pub fn round_trips(redis: &mut redis::Connection) -> u64 {
                 .ok()
         })
         .sum()
+}
+
+/// As the engine waits on `store`: interest in `address` first, then an acquire that finds it in
+/// flight (which marks the record watched: only then is its change announced). The interest's
+/// future.
+pub async fn watch(store: &RedisStore, address: &Address) -> BoxFuture<'static, ()> {
+    let changed = store.changed(address).boxed();
+    let found = store
+        .acquire(address, &fingerprint(1), TERMS)
+        .await
+        .unwrap();
+    assert!(matches!(found, Acquisition::InFlight { .. }), "{found:?}");
+    changed
 }
 
 /// Runs `calls` to the end, polling them in turn each time, so that the first poll of each

@@ -4,8 +4,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use idem_core::Terms;
 use redis::{Script, Value, aio::ConnectionManager};
+
+use super::{TERMS, response};
 
 /// The store's script, built as `src/scripts.rs` builds it.
 fn script() -> Script {
@@ -23,28 +24,22 @@ fn script() -> Script {
 }
 
 /// What the baseline sends for a new key: an acquire, then a complete, each an `EVALSHA` of
-/// its own.
+/// its own, with the same terms and response as the store's keys.
 pub(crate) struct Baseline {
     connection: ConnectionManager,
     script: Script,
-    terms: Terms,
     encoded: Vec<u8>,
     prefix: String,
 }
 
 impl Baseline {
-    /// Keys under `prefix`, completed with `encoded` (an encoded outcome).
-    pub(crate) fn new(
-        connection: ConnectionManager,
-        terms: Terms,
-        encoded: Vec<u8>,
-        prefix: &str,
-    ) -> Self {
+    /// Keys under `prefix` on a connection of its own to the server at `url`.
+    pub(crate) async fn connect(url: &str, prefix: &str) -> Self {
+        let client = redis::Client::open(url).expect("client");
         Self {
-            connection,
+            connection: ConnectionManager::new(client).await.expect("connection"),
             script: script(),
-            terms,
-            encoded,
+            encoded: response().encode(),
             prefix: prefix.to_owned(),
         }
     }
@@ -66,8 +61,8 @@ impl Baseline {
             .arg("a")
             .arg("")
             .arg([7u8; 32].as_slice())
-            .arg(self.terms.lease.as_millis() as u64)
-            .arg(self.terms.ttl.as_millis() as u64)
+            .arg(TERMS.lease.as_millis() as u64)
+            .arg(TERMS.ttl.as_millis() as u64)
             .invoke_async(&mut connection)
             .await
             .expect("acquire");
@@ -84,7 +79,7 @@ impl Baseline {
             .arg("c")
             .arg("")
             .arg(*token)
-            .arg(self.terms.ttl.as_millis() as u64)
+            .arg(TERMS.ttl.as_millis() as u64)
             .arg(&self.encoded)
             .arg(format!("{record}:changed"))
             .invoke_async(&mut connection)

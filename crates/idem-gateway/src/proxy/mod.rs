@@ -2,13 +2,18 @@
 //!
 //! The request URI is rewritten to the upstream's authority with the path and query kept;
 //! hop-by-hop headers are removed both ways; `X-Forwarded-For` gets the client's address
-//! appended, `X-Forwarded-Proto` and `X-Forwarded-Host` are set, and `Host` becomes the
-//! upstream's authority. Connections are pooled; HTTP/1.1, or h2c with prior knowledge.
+//! appended ([`Proxy::for_client`]), `X-Forwarded-Proto` and `X-Forwarded-Host` are set, and `Host` becomes the
+//! upstream's authority. Connections are pooled ([`pool`]); HTTP/1.1, or h2c with prior
+//! knowledge.
+
+mod body;
+mod pool;
 
 use std::{
     future::Future,
     net::SocketAddr,
     pin::Pin,
+    sync::Arc,
     task::{Context, Poll},
     time::Duration,
 };
@@ -16,30 +21,23 @@ use std::{
 use axum::body::Body;
 use http::{
     HeaderMap, HeaderName, HeaderValue, Request, Response, Version,
-    header::{HOST, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE},
-};
-use hyper_util::{
-    client::legacy::{Client, connect::HttpConnector},
-    rt::{TokioExecutor, TokioTimer},
+    header::{Entry, HOST, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE},
 };
 use idem_http::{Delivery, hop_by_hop};
 use metrics::Histogram;
 use tokio::time::Instant;
 
+pub use self::body::UpstreamBody;
+use self::pool::Pool;
 use crate::{
     Upstream,
-    deadline::DeadlineBody,
+    config::{DEFAULT_UPSTREAM_IDLE_TIMEOUT, DEFAULT_UPSTREAM_MAX_IDLE},
     error::UpstreamError as Error,
     problem::{Problem, UpstreamRejection},
 };
 
 /// The histogram of upstream latencies: from forwarding a request to its response head.
 pub const UPSTREAM_DURATION: &str = "idem_upstream_duration_seconds";
-
-/// The client's address, set by the server on every request it receives (for
-/// `X-Forwarded-For`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientAddr(pub SocketAddr);
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -50,6 +48,9 @@ static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host"
 /// Its errors are [`Error::UpstreamConnect`] (nothing was sent), [`Error::Upstream`] and
 /// [`Error::UpstreamTimeout`] (the request may have been sent); [`delivery`] tells them apart
 /// for the idempotency layer, and [`error_response`] turns them into 502 or 504 problems.
+///
+/// Clones share the connections to the upstream. [`Proxy::for_client`] makes the proxy of one
+/// client connection, which names the client in `X-Forwarded-For`.
 ///
 /// # Examples
 ///
@@ -64,14 +65,23 @@ static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host"
 ///     Duration::from_secs(5),
 ///     Duration::from_secs(60),
 /// );
-/// # drop(proxy);
-/// # Ok::<(), idem_gateway::Error>(())
+/// let for_one_client = proxy.for_client("192.0.2.1:5555".parse()?);
+/// # drop(for_one_client);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # }).unwrap();
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Proxy {
-    client: Client<HttpConnector, Body>,
+    shared: Arc<Shared>,
+    /// The client's address as `X-Forwarded-For` names it, rendered once per connection.
+    client: Option<HeaderValue>,
+}
+
+struct Shared {
+    pool: Pool,
     upstream: Upstream,
+    /// The upstream's authority as a `Host` value, made once.
+    host: HeaderValue,
     h2c: bool,
     timeout: Duration,
     /// [`UPSTREAM_DURATION`], registered once in the recorder installed when the proxy is made.
@@ -82,83 +92,131 @@ impl Proxy {
     /// A proxy to `upstream`, over HTTP/1.1 or (with `h2c`) HTTP/2 with prior knowledge, giving
     /// up on connecting after `connect_timeout`, and on the whole exchange (the response head,
     /// then its body) after `timeout`: a body still streaming then ends in
-    /// [`Error::UpstreamTimeout`].
+    /// [`Error::UpstreamTimeout`]. Up to [`DEFAULT_UPSTREAM_MAX_IDLE`] connections wait idle
+    /// for the next request, each for at most [`DEFAULT_UPSTREAM_IDLE_TIMEOUT`] (see
+    /// [`Proxy::idle_connections`]).
     pub fn new(
         upstream: Upstream,
         h2c: bool,
         connect_timeout: Duration,
         timeout: Duration,
     ) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(connect_timeout));
-        connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            .http2_only(h2c)
-            .timer(TokioTimer::new())
-            .pool_timer(TokioTimer::new())
-            .build(connector);
-        Self {
-            client,
-            upstream,
+        let pool = Pool::new(
+            upstream.clone(),
             h2c,
-            timeout,
-            latency: metrics::histogram!(UPSTREAM_DURATION),
+            connect_timeout,
+            DEFAULT_UPSTREAM_MAX_IDLE,
+            DEFAULT_UPSTREAM_IDLE_TIMEOUT,
+        );
+        Self::with_pool(upstream, h2c, timeout, pool)
+    }
+
+    fn with_pool(upstream: Upstream, h2c: bool, timeout: Duration, pool: Pool) -> Self {
+        let host = HeaderValue::from_str(upstream.authority().as_str())
+            .expect("an authority is a valid header value");
+        Self {
+            shared: Arc::new(Shared {
+                pool,
+                upstream,
+                host,
+                h2c,
+                timeout,
+                latency: metrics::histogram!(UPSTREAM_DURATION),
+            }),
+            client: None,
+        }
+    }
+
+    /// Keeps at most `max` HTTP/1.1 connections to the upstream idle, each for at most
+    /// `timeout`; a connection released beyond them, or idle for longer, is closed.
+    #[must_use]
+    pub fn idle_connections(self, max: usize, timeout: Duration) -> Self {
+        let shared = &self.shared;
+        let pool = shared.pool.clone().idle_limits(max, timeout);
+        Self::with_pool(shared.upstream.clone(), shared.h2c, shared.timeout, pool)
+    }
+
+    /// The proxy of one client connection: its requests get `client`'s address appended to
+    /// `X-Forwarded-For`. It shares the connections to the upstream.
+    #[must_use]
+    pub fn for_client(&self, client: SocketAddr) -> Self {
+        let ip = HeaderValue::from_str(&client.ip().to_string())
+            .expect("an IP address is a valid header value");
+        Self {
+            shared: Arc::clone(&self.shared),
+            client: Some(ip),
         }
     }
 
     /// Rewrites a client's request for the upstream.
     fn upstream_request(&self, request: Request<Body>) -> Request<Body> {
+        let shared = &*self.shared;
         let (mut parts, body) = request.into_parts();
-        let original_host = parts.headers.get(HOST).cloned().or_else(|| {
+        let headers = &mut parts.headers;
+        // Taken before the hop-by-hop headers go: a `Connection` header may name it.
+        let client_host = headers.remove(HOST).or_else(|| {
             parts
                 .uri
                 .authority()
                 .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
         });
-        let headers = &mut parts.headers;
         remove_hop_by_hop(headers, true);
 
-        if let Some(ClientAddr(client)) = parts.extensions.get::<ClientAddr>() {
-            let prior: Vec<&[u8]> = headers
-                .get_all(&X_FORWARDED_FOR)
-                .iter()
-                .map(HeaderValue::as_bytes)
-                .collect();
-            let ip = client.ip().to_string();
-            let value = if prior.is_empty() {
-                ip.into_bytes()
-            } else {
-                [prior.join(&b", "[..]), ip.into_bytes()].join(&b", "[..])
-            };
-            if let Ok(value) = HeaderValue::from_bytes(&value) {
-                headers.insert(&X_FORWARDED_FOR, value);
+        if let Some(client) = &self.client {
+            match headers.entry(&X_FORWARDED_FOR) {
+                Entry::Vacant(entry) => {
+                    entry.insert(client.clone());
+                }
+                Entry::Occupied(mut entry) => {
+                    let mut value = Vec::new();
+                    for prior in entry.iter() {
+                        value.extend_from_slice(prior.as_bytes());
+                        value.extend_from_slice(b", ");
+                    }
+                    value.extend_from_slice(client.as_bytes());
+                    if let Ok(value) = HeaderValue::from_bytes(&value) {
+                        entry.insert(value);
+                    }
+                }
             }
         }
         headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));
-        match original_host {
+        match client_host {
             Some(host) => headers.insert(&X_FORWARDED_HOST, host),
             None => headers.remove(&X_FORWARDED_HOST),
         };
 
-        parts.uri = self.upstream.uri_for(parts.uri.path_and_query());
-        if self.h2c {
+        if shared.h2c {
             // HTTP/2 carries the authority in the URI (`:authority`), not in `Host`.
+            parts.uri = shared.upstream.uri_for(parts.uri.path_and_query());
             parts.version = Version::HTTP_2;
-            headers.remove(HOST);
         } else {
+            // HTTP/1.1 sends the path and query alone (origin form), the authority in `Host`.
+            parts.uri = shared.upstream.origin_form(parts.uri.path_and_query());
             parts.version = Version::HTTP_11;
-            let authority = HeaderValue::from_str(self.upstream.authority().as_str())
-                .expect("an authority is a valid header value");
-            headers.insert(HOST, authority);
+            headers.insert(HOST, shared.host.clone());
         }
         Request::from_parts(parts, body)
     }
 }
 
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shared = &*self.shared;
+        f.debug_struct("Proxy")
+            .field("upstream", &shared.upstream)
+            .field("h2c", &shared.h2c)
+            .field("timeout", &shared.timeout)
+            .field("pool", &shared.pool)
+            .field("client", &self.client)
+            .finish_non_exhaustive()
+    }
+}
+
 impl tower::Service<Request<Body>> for Proxy {
-    type Response = Response<Body>;
+    type Response = Response<UpstreamBody>;
     type Error = Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Error>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, Error>> + Send>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         Poll::Ready(Ok(()))
@@ -166,22 +224,19 @@ impl tower::Service<Request<Body>> for Proxy {
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
         let request = self.upstream_request(request);
-        let client = self.client.clone();
-        let timeout = self.timeout;
-        let latency = self.latency.clone();
+        let shared = Arc::clone(&self.shared);
         Box::pin(async move {
+            let timeout = shared.timeout;
             let start = Instant::now();
             let deadline = start + timeout;
-            let result = tokio::time::timeout_at(deadline, client.request(request)).await;
-            latency.record(start.elapsed().as_secs_f64());
-            let mut response = match result {
-                Ok(Ok(response)) => response,
-                Ok(Err(error)) if error.is_connect() => return Err(Error::UpstreamConnect(error)),
-                Ok(Err(error)) => return Err(Error::Upstream(error)),
+            let result = tokio::time::timeout_at(deadline, shared.pool.send(request)).await;
+            shared.latency.record(start.elapsed().as_secs_f64());
+            let (mut response, connection) = match result {
+                Ok(sent) => sent?,
                 Err(_) => return Err(Error::UpstreamTimeout(timeout)),
             };
             remove_hop_by_hop(response.headers_mut(), false);
-            Ok(response.map(|body| Body::new(DeadlineBody::new(body, deadline, timeout))))
+            Ok(response.map(|body| UpstreamBody::new(body, connection, deadline, timeout)))
         })
     }
 }
@@ -210,6 +265,13 @@ pub fn error_response(error: &Error) -> Response<Body> {
 /// authentication ones, which concern the next hop only. A request keeps `TE: trailers` (gRPC
 /// needs it; it is the only value HTTP/2 allows).
 fn remove_hop_by_hop(headers: &mut HeaderMap, request: bool) {
+    // Most messages have none: one pass over the names finds that.
+    let found = headers.keys().any(|name| {
+        hop_by_hop::is_fixed(name) || name == PROXY_AUTHENTICATE || name == PROXY_AUTHORIZATION
+    });
+    if !found {
+        return;
+    }
     let keeps_trailers = request
         && headers
             .get_all(TE)
@@ -239,7 +301,7 @@ mod tests {
     }
 
     fn request() -> Request<Body> {
-        let mut request = Request::post("/v1/charges?expand=x")
+        Request::post("/v1/charges?expand=x")
             .header(HOST, "api.example.com")
             .header(CONNECTION, "keep-alive, x-hop")
             .header("x-hop", "1")
@@ -249,17 +311,14 @@ mod tests {
             .header(&X_FORWARDED_HOST, "spoofed")
             .header("idempotency-key", "k1")
             .body(Body::empty())
-            .unwrap();
-        request
-            .extensions_mut()
-            .insert(ClientAddr("192.0.2.1:5555".parse().unwrap()));
-        request
+            .unwrap()
     }
 
     #[tokio::test]
     async fn rewrites_the_request_for_an_http1_upstream() {
-        let forwarded = proxy(false).upstream_request(request());
-        assert_eq!(forwarded.uri(), "http://10.0.0.7:3000/v1/charges?expand=x");
+        let client = "192.0.2.1:5555".parse().unwrap();
+        let forwarded = proxy(false).for_client(client).upstream_request(request());
+        assert_eq!(forwarded.uri(), "/v1/charges?expand=x");
         assert_eq!(forwarded.version(), Version::HTTP_11);
         let headers = forwarded.headers();
         assert_eq!(headers[HOST], "10.0.0.7:3000");
@@ -271,6 +330,28 @@ mod tests {
         for gone in ["connection", "x-hop", "keep-alive"] {
             assert!(!headers.contains_key(gone), "{gone}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_request_without_forwarding_headers_gets_them() {
+        let request = Request::post("/v1/charges")
+            .header(HOST, "api.example.com")
+            .header("content-type", "application/json")
+            .body(Body::empty())
+            .unwrap();
+        let client = "[2001:db8::7]:4444".parse().unwrap();
+        let forwarded = proxy(false).for_client(client).upstream_request(request);
+        let headers = forwarded.headers();
+        assert_eq!(headers[HOST], "10.0.0.7:3000");
+        assert_eq!(headers[&X_FORWARDED_FOR], "2001:db8::7");
+        assert_eq!(headers[&X_FORWARDED_PROTO], "http");
+        assert_eq!(headers[&X_FORWARDED_HOST], "api.example.com");
+        assert_eq!(headers["content-type"], "application/json");
+        assert_eq!(headers.len(), 5);
+        // Without a client (an in-process proxy), `X-Forwarded-For` is left as it came.
+        let anonymous = proxy(false).upstream_request(Request::new(Body::empty()));
+        assert!(!anonymous.headers().contains_key(&X_FORWARDED_FOR));
+        assert_eq!(anonymous.uri(), "/");
     }
 
     #[tokio::test]

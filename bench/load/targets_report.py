@@ -1,0 +1,122 @@
+"""The report of `scripts/load` (targets): the configurations' figures, where each request's CPU
+went, and every target's ratio round by round, as markdown.
+
+Usage: targets_report.py RESULTS CPU FSYNCS DURATION CONNECTIONS CLK_TCK
+
+RESULTS has one line per wrk run, "name requests/s p50_ms p99_ms", in the order of the runs; CPU
+one per measured run, "name requests machine_busy machine_total gateway upstream store wrk" in
+clock ticks; FSYNCS one per SQLite run, "flushes requests".
+"""
+
+import datetime
+import statistics
+import sys
+
+results, cpu_file, fsyncs_file, duration, connections, clk_tck = sys.argv[1:7]
+tick_us = 1e6 / float(clk_tck)
+
+runs = {}  # name -> [(rps, p50, p99)], one per round
+for line in open(results):
+    name, rps, p50, p99 = line.split()
+    runs.setdefault(name, []).append((float(rps), float(p50), float(p99)))
+cpu = {}  # name -> [[requests, busy, total, gateway, upstream, store, wrk]], one per round
+for line in open(cpu_file):
+    name, *values = line.split()
+    cpu.setdefault(name, []).append([float(v) for v in values])
+fsyncs = [tuple(map(float, line.split())) for line in open(fsyncs_file)]
+rounds = len(runs["plain_proxy"])
+
+
+def median(name, column):
+    return statistics.median(run[column] for run in runs[name])
+
+
+def each_round(f, *names):
+    """f over each round's figures of `names`, in round order."""
+    return [f(*figures) for figures in zip(*(runs[name] for name in names))]
+
+
+LABELS = [
+    ("direct", "upstream direct"),
+    ("nginx", "nginx, plain reverse proxy"),
+    ("plain_proxy", "gateway, plain proxy (no key)"),
+    ("memory_new_keys", "gateway + memory, new key per request"),
+    ("replays", "gateway + memory, replays only"),
+    ("sealed_new_keys", "gateway + memory, sealed records, new keys"),
+    ("sqlite_new_keys", "gateway + SQLite, new key per request"),
+    ("postgres_new_keys", "gateway + PostgreSQL, new key per request"),
+    ("redis_new_keys", "gateway + Redis, new key per request"),
+    ("baseline_plain_proxy", "`BASELINE` gateway, plain proxy"),
+    ("baseline_new_keys", "`BASELINE` gateway + memory, new keys"),
+]
+
+print(
+    f"`scripts/load`, {datetime.date.today().isoformat()}: {connections} connections, {duration} "
+    f"per configuration, wrk with 2 threads; medians of {rounds} rounds.\n"
+)
+print(
+    "| configuration | requests/s | p50 | p99 | vs. plain proxy | CPU per request: "
+    "proxy or gateway | store server | upstream | wrk | machine busy |"
+)
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+proxy = median("plain_proxy", 0)
+for key, label in LABELS:
+    if key not in runs:
+        continue
+    rps, p50, p99 = (median(key, c) for c in range(3))
+    cells = ["—"] * 5
+    if key in cpu:
+        per_request = lambda col: statistics.median(
+            r[col] * tick_us / r[0] for r in cpu[key]
+        )
+        busy = statistics.median(r[1] / r[2] for r in cpu[key])
+        cells = [
+            f"{per_request(3):.0f} µs" if key != "direct" else "—",
+            f"{per_request(5):.0f} µs" if key in ("postgres_new_keys", "redis_new_keys") else "—",
+            f"{per_request(4):.0f} µs",
+            f"{per_request(6):.0f} µs",
+            f"{busy:.0%}",
+        ]
+    print(
+        f"| {label} | {rps:,.0f} | {p50:.2f} ms | {p99:.2f} ms | {rps / proxy:.2f}× | "
+        + " | ".join(cells)
+        + " |"
+    )
+print()
+
+x = lambda v: f"{v:.2f}×"
+ms = lambda v: f"{v:.3f} ms"
+per_key = lambda v: f"{v:.2f}"
+targets = [
+    ("gateway plain proxy / nginx", ("nginx", "plain_proxy"), lambda n, p: p[0] / n[0], x, "≥ 0.8×", lambda v: v >= 0.8),
+    ("memory store, new keys / plain proxy", ("plain_proxy", "memory_new_keys"), lambda p, m: m[0] / p[0], x, "≥ 0.9×", lambda v: v >= 0.9),
+    ("replays / plain proxy", ("plain_proxy", "replays"), lambda p, r: r[0] / p[0], x, "≥ 1.5×", lambda v: v >= 1.5),
+    ("added p50 latency, memory store, 1 connection", ("direct_latency", "memory_latency"), lambda d, m: m[1] - d[1], ms, "≤ 0.1 ms", lambda v: v <= 0.1),
+    ("SQLite (synchronous=FULL), new keys / memory store", ("memory_new_keys", "sqlite_new_keys"), lambda m, s: s[0] / m[0], x, "≥ 0.5×", lambda v: v >= 0.5),
+    ("SQLite p99 / memory store p99", ("memory_new_keys", "sqlite_new_keys"), lambda m, s: s[2] / m[2], x, "≤ 5×", lambda v: v <= 5),
+    ("PostgreSQL, new keys / plain proxy", ("plain_proxy", "postgres_new_keys"), lambda p, g: g[0] / p[0], x, "≥ 0.3×", lambda v: v >= 0.3),
+    ("Redis, new keys / plain proxy", ("plain_proxy", "redis_new_keys"), lambda p, r: r[0] / p[0], x, "≥ 0.6×", lambda v: v >= 0.6),
+    ("memory store, new keys: sealed / not sealed", ("memory_new_keys", "sealed_new_keys"), lambda m, s: s[0] / m[0], x, "≥ 0.9×", lambda v: v >= 0.9),
+    ("plain proxy: this build / `BASELINE`", ("baseline_plain_proxy", "plain_proxy"), lambda b, p: p[0] / b[0], x, "(reported)", None),
+    ("memory new keys: this build / `BASELINE`", ("baseline_new_keys", "memory_new_keys"), lambda b, m: m[0] / b[0], x, "(reported)", None),
+]
+print(f"| target | median of {rounds} rounds (range) | each round | goal | met |")
+print("| --- | --- | --- | --- | --- |")
+for label, names, f, fmt, goal, met in targets:
+    if not all(name in runs for name in names):
+        continue
+    values = each_round(f, *names)
+    m = statistics.median(values)
+    spread = f" ({fmt(min(values))}–{fmt(max(values))})" if rounds > 1 else ""
+    verdict = "—" if met is None else ("yes" if met(m) else "**no**")
+    print(
+        f"| {label} | **{fmt(m)}**{spread} | {', '.join(fmt(v) for v in values)} | {goal} | {verdict} |"
+    )
+if fsyncs:
+    values = [flushes / requests for flushes, requests in fsyncs]
+    m = statistics.median(values)
+    print(
+        f"| SQLite: fsync + fdatasync per new key (perf stat, the gateway) | **{per_key(m)}** "
+        f"({per_key(min(values))}–{per_key(max(values))}) | {', '.join(per_key(v) for v in values)} "
+        f"| ≤ 0.25 | {'yes' if m <= 0.25 else '**no**'} |"
+    )

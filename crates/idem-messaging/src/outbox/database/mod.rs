@@ -1,0 +1,151 @@
+//! [`OutboxDatabase`]: the databases an outbox can live in, PostgreSQL and SQLite, and how a
+//! relay claims, settles and gives back its messages in each.
+
+mod postgres;
+mod sqlite;
+
+use std::{sync::Arc, time::Duration};
+
+use futures_util::future::BoxFuture;
+use idem_sql::MigrationFile;
+use sqlx::{Pool, migrate::Migrator};
+use tokio::{sync::Notify, task::JoinHandle};
+use uuid::Uuid;
+
+use crate::{BatchReport, DeadLetter, Envelope, Error, Outbox, OutboxMessage};
+
+/// A database an [`Outbox`] and its [`Relay`](crate::Relay) can live in: [`sqlx::Postgres`] or
+/// [`sqlx::Sqlite`].
+///
+/// Sealed: the relay's guarantees rest on each database's exact locking behaviour. On PostgreSQL
+/// a claim is a transaction holding its rows locked (`FOR UPDATE SKIP LOCKED`); on SQLite it is a
+/// token and a lease written on the rows under the write lock (`BEGIN IMMEDIATE`), and every mark
+/// is fenced on that token.
+pub trait OutboxDatabase: sqlx::Database + crate::sql::Sealed {
+    #[doc(hidden)]
+    const DEFAULT_SCHEMA: &'static str;
+    #[doc(hidden)]
+    const CREATE_SCHEMA: bool;
+    #[doc(hidden)]
+    const MIGRATIONS: &'static [MigrationFile];
+    #[doc(hidden)]
+    const ENQUEUE: &'static str;
+    #[doc(hidden)]
+    const CLAIM: &'static str;
+    #[doc(hidden)]
+    const ORDERING: &'static str;
+    #[doc(hidden)]
+    const MARK_SENT: &'static str;
+    #[doc(hidden)]
+    const FAIL: &'static str;
+    #[doc(hidden)]
+    const RELEASE: Option<&'static str>;
+    #[doc(hidden)]
+    const DEAD_LETTERS: &'static str;
+    #[doc(hidden)]
+    const REVIVE: &'static str;
+    #[doc(hidden)]
+    const PENDING: &'static str;
+
+    /// What holds a claimed batch until it is settled or given back.
+    #[doc(hidden)]
+    type Held: Send + 'static;
+
+    /// Applies the missing migrations.
+    #[doc(hidden)]
+    fn migrate<'c>(
+        pool: &'c Pool<Self>,
+        migrator: &'c Migrator,
+    ) -> BoxFuture<'c, Result<(), Error>>;
+
+    /// Inserts `message` under `id` on the caller's connection.
+    #[doc(hidden)]
+    fn enqueue<'c>(
+        connection: &'c mut Self::Connection,
+        outbox: &'c Outbox<Self>,
+        id: Uuid,
+        message: OutboxMessage,
+    ) -> BoxFuture<'c, Result<(), sqlx::Error>>;
+
+    /// Counts the pending messages.
+    #[doc(hidden)]
+    fn pending<'c>(
+        pool: &'c Pool<Self>,
+        outbox: &'c Outbox<Self>,
+    ) -> BoxFuture<'c, Result<i64, sqlx::Error>>;
+
+    /// Up to `limit` dead letters, the oldest first.
+    #[doc(hidden)]
+    fn dead_letters<'c>(
+        pool: &'c Pool<Self>,
+        outbox: &'c Outbox<Self>,
+        limit: u32,
+    ) -> BoxFuture<'c, Result<Vec<DeadLetter>, sqlx::Error>>;
+
+    /// Puts the dead letter `id` back in line: whether it was one.
+    #[doc(hidden)]
+    fn revive<'c>(
+        pool: &'c Pool<Self>,
+        outbox: &'c Outbox<Self>,
+        id: Uuid,
+    ) -> BoxFuture<'c, Result<bool, sqlx::Error>>;
+
+    /// Claims up to `batch` due messages for `lease`, in the name of the relay `name`, keeping
+    /// back those whose key has an earlier pending message if `ordering`: the claim, and the
+    /// messages in enqueue order.
+    #[doc(hidden)]
+    fn claim<'c>(
+        pool: &'c Pool<Self>,
+        outbox: &'c Outbox<Self>,
+        name: &'c str,
+        lease: Duration,
+        batch: u32,
+        ordering: bool,
+    ) -> BoxFuture<'c, Result<Claimed<Self::Held>, sqlx::Error>>;
+
+    /// Deletes the confirmed messages (`sent`, positions in the claim), records a failed attempt
+    /// of the `refused` ones (with the broker's reason) after `backoff` (max attempts, base,
+    /// cap), and gives the others back. Returns what it did as a report's `taken_over`, `failed`
+    /// and `dead_lettered`.
+    #[doc(hidden)]
+    fn settle<'c>(
+        held: Self::Held,
+        outbox: &'c Outbox<Self>,
+        sent: Vec<usize>,
+        refused: Vec<(usize, String)>,
+        backoff: (u32, Duration, Duration),
+    ) -> BoxFuture<'c, Result<BatchReport, sqlx::Error>>;
+
+    /// Gives the whole claim back untried.
+    #[doc(hidden)]
+    fn give_back<'c>(
+        held: Self::Held,
+        outbox: &'c Outbox<Self>,
+    ) -> BoxFuture<'c, Result<(), sqlx::Error>>;
+
+    /// Starts waking `wake` when messages are enqueued, where the database can tell: the task
+    /// to abort when the relay stops.
+    #[doc(hidden)]
+    fn listen(
+        pool: &Pool<Self>,
+        outbox: &Outbox<Self>,
+        wake: Arc<Notify>,
+    ) -> Option<JoinHandle<()>>;
+}
+
+/// A claim: what holds it, and its messages in enqueue order.
+type Claimed<Held> = (Held, Vec<Envelope>);
+
+/// A duration in whole milliseconds, as the statements take it.
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Logs a message that failed its last attempt.
+fn dead_lettered(outbox: &Outbox<impl OutboxDatabase>, id: &str) {
+    tracing::warn!(
+        outbox = %outbox.inner().location.qualified(),
+        message_id = id,
+        "an outbox message failed its last attempt and is now a dead letter"
+    );
+}

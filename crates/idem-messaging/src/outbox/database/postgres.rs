@@ -1,0 +1,282 @@
+//! The outbox on PostgreSQL. A claim is a transaction that locks a batch of due messages
+//! (`FOR UPDATE SKIP LOCKED`), stays open while they are published, then deletes the confirmed
+//! ones, records the refused ones' failed attempts and commits. What it did not settle is
+//! released untouched by the commit, or by a rollback if the relay gives the batch back or dies.
+//! Its lease is the transaction's idle timeout.
+
+use std::{
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use futures_util::future::BoxFuture;
+use idem_sql::MigrationFile;
+use sqlx::{
+    PgPool, Pool, Postgres, Row, Transaction, error::DatabaseError, migrate::Migrator,
+    postgres::PgRow,
+};
+use tokio::{sync::Notify, task::JoinHandle};
+use uuid::Uuid;
+
+use super::{Claimed, OutboxDatabase, dead_lettered, millis};
+use crate::{
+    BatchReport, DeadLetter, Envelope, Error, MessageId, Outbox, OutboxMessage, sql::query_text,
+};
+
+/// SQLSTATE `idle_in_transaction_session_timeout`: the server ended a claim held longer than its
+/// lease.
+const LEASE_RAN_OUT: &str = "25P03";
+
+/// How the listener's connection shows in `pg_stat_activity`, and in logs.
+const LISTENER_NAME: &str = "idem-relay-listener";
+
+impl OutboxDatabase for Postgres {
+    const DEFAULT_SCHEMA: &'static str = "public";
+    const CREATE_SCHEMA: bool = true;
+    const MIGRATIONS: &'static [MigrationFile] = &[
+        MigrationFile::new(
+            1,
+            "idem outbox",
+            include_str!("../../../migrations/postgres/0001_outbox.sql"),
+        ),
+        MigrationFile::new(
+            2,
+            "idem outbox: claims held as transactions",
+            include_str!("../../../migrations/postgres/0002_outbox_held_claims.sql"),
+        ),
+    ];
+    const ENQUEUE: &'static str = include_str!("../../../sql/postgres/outbox_enqueue.sql");
+    const CLAIM: &'static str = include_str!("../../../sql/postgres/outbox_claim.sql");
+    const ORDERING: &'static str = include_str!("../../../sql/postgres/outbox_ordering.sql");
+    const MARK_SENT: &'static str = include_str!("../../../sql/postgres/outbox_mark_sent.sql");
+    const FAIL: &'static str = include_str!("../../../sql/postgres/outbox_fail.sql");
+    const RELEASE: Option<&'static str> = None;
+    const DEAD_LETTERS: &'static str =
+        include_str!("../../../sql/postgres/outbox_dead_letters.sql");
+    const REVIVE: &'static str = include_str!("../../../sql/postgres/outbox_revive.sql");
+    const PENDING: &'static str = include_str!("../../../sql/postgres/outbox_pending.sql");
+
+    /// The claim's transaction, and the messages' row addresses (`ctid`) in the claim's order:
+    /// stable while the transaction holds the rows locked, and the cheapest way back to them.
+    type Held = (Transaction<'static, Postgres>, Vec<String>);
+
+    fn migrate<'c>(
+        pool: &'c Pool<Self>,
+        migrator: &'c Migrator,
+    ) -> BoxFuture<'c, Result<(), Error>> {
+        Box::pin(crate::sql::migrate_postgres(pool, migrator))
+    }
+
+    fn enqueue<'c>(
+        connection: &'c mut Self::Connection,
+        outbox: &'c Outbox<Self>,
+        id: Uuid,
+        message: OutboxMessage,
+    ) -> BoxFuture<'c, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            let (names, values): (Vec<String>, Vec<String>) = message.headers.into_iter().unzip();
+            sqlx::query(query_text(&outbox.inner().enqueue))
+                .bind(id)
+                .bind(message.destination)
+                .bind(message.ordering_key)
+                .bind(names)
+                .bind(values)
+                .bind(message.payload.as_ref())
+                .execute(connection)
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn pending<'c>(
+        pool: &'c Pool<Self>,
+        outbox: &'c Outbox<Self>,
+    ) -> BoxFuture<'c, Result<i64, sqlx::Error>> {
+        Box::pin(sqlx::query_scalar(query_text(&outbox.inner().pending)).fetch_one(pool))
+    }
+
+    fn dead_letters<'c>(
+        pool: &'c Pool<Self>,
+        outbox: &'c Outbox<Self>,
+        limit: u32,
+    ) -> BoxFuture<'c, Result<Vec<DeadLetter>, sqlx::Error>> {
+        Box::pin(async move {
+            let rows = sqlx::query(query_text(&outbox.inner().dead_letters))
+                .bind(i64::from(limit))
+                .fetch_all(pool)
+                .await?;
+            rows.iter()
+                .map(|row| {
+                    let dead_at: i64 = row.try_get("dead_at_millis")?;
+                    Ok(DeadLetter {
+                        id: MessageId::from(row.try_get::<Uuid, _>("id")?),
+                        message: message_from_row(row)?,
+                        attempts: u32::try_from(row.try_get::<i32, _>("attempts")?).unwrap_or(0),
+                        dead_at: SystemTime::UNIX_EPOCH
+                            + Duration::from_millis(u64::try_from(dead_at).unwrap_or(0)),
+                        last_error: row.try_get("last_error")?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn revive<'c>(
+        pool: &'c Pool<Self>,
+        outbox: &'c Outbox<Self>,
+        id: Uuid,
+    ) -> BoxFuture<'c, Result<bool, sqlx::Error>> {
+        Box::pin(async move {
+            let done = sqlx::query(query_text(&outbox.inner().revive))
+                .bind(id)
+                .execute(pool)
+                .await?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+
+    fn claim<'c>(
+        pool: &'c Pool<Self>,
+        outbox: &'c Outbox<Self>,
+        _name: &'c str,
+        lease: Duration,
+        batch: u32,
+        ordering: bool,
+    ) -> BoxFuture<'c, Result<Claimed<Self::Held>, sqlx::Error>> {
+        Box::pin(async move {
+            let statements = outbox.inner();
+            let statement = if ordering {
+                &statements.claim_ordered
+            } else {
+                &statements.claim
+            };
+            let mut transaction = pool.begin().await?;
+            let rows = sqlx::query(query_text(statement))
+                .bind(lease_millis(lease))
+                .bind(i64::from(batch))
+                .fetch_all(&mut *transaction)
+                .await?;
+            let mut claimed = rows
+                .iter()
+                .map(|row| {
+                    let attempts: i32 = row.try_get("attempts")?;
+                    let envelope = Envelope::new(
+                        MessageId::from(row.try_get::<Uuid, _>("id")?),
+                        message_from_row(row)?,
+                        u32::try_from(attempts).unwrap_or(0).saturating_add(1),
+                    );
+                    Ok((row.try_get::<i64, _>("seq")?, row.try_get("row")?, envelope))
+                })
+                .collect::<Result<Vec<(i64, String, Envelope)>, sqlx::Error>>()?;
+            // The claim takes the due messages by due time; publish them in enqueue order.
+            claimed.sort_unstable_by_key(|(seq, ..)| *seq);
+            let (rows, envelopes) = claimed.into_iter().map(|(_, row, e)| (row, e)).unzip();
+            Ok(((transaction, rows), envelopes))
+        })
+    }
+
+    fn settle<'c>(
+        (mut transaction, rows): Self::Held,
+        outbox: &'c Outbox<Self>,
+        sent: Vec<usize>,
+        refused: Vec<(usize, String)>,
+        (max_attempts, base, cap): (u32, Duration, Duration),
+    ) -> BoxFuture<'c, Result<BatchReport, sqlx::Error>> {
+        Box::pin(async move {
+            let statements = outbox.inner();
+            let outcome = async {
+                if !sent.is_empty() {
+                    let rows: Vec<&str> = sent.iter().map(|&i| &*rows[i]).collect();
+                    sqlx::query(query_text(&statements.mark_sent))
+                        .bind(rows)
+                        .execute(&mut *transaction)
+                        .await?;
+                }
+                let mut dead = Vec::new();
+                if !refused.is_empty() {
+                    let (rows, errors): (Vec<&str>, Vec<&str>) = refused
+                        .iter()
+                        .map(|(i, error)| (&*rows[*i], error.as_str()))
+                        .unzip();
+                    let failed = sqlx::query(query_text(&statements.fail))
+                        .bind(rows)
+                        .bind(errors)
+                        .bind(i64::from(max_attempts))
+                        .bind(millis(base))
+                        .bind(millis(cap))
+                        .fetch_all(&mut *transaction)
+                        .await?;
+                    for row in &failed {
+                        if row.try_get::<bool, _>("dead")? {
+                            dead.push(MessageId::from(row.try_get::<Uuid, _>("id")?));
+                        }
+                    }
+                }
+                transaction.commit().await?;
+                Ok(dead)
+            };
+            match outcome.await {
+                Ok(dead) => {
+                    for id in &dead {
+                        dead_lettered(outbox, id.as_str());
+                    }
+                    Ok(BatchReport {
+                        failed: refused.len(),
+                        dead_lettered: dead.len(),
+                        ..BatchReport::default()
+                    })
+                }
+                // The server ended the claim's transaction: nothing was marked, and its messages
+                // are due again (another relay may hold them already).
+                Err(sqlx::Error::Database(error)) if lease_ran_out(&*error) => Ok(BatchReport {
+                    taken_over: sent.len(),
+                    ..BatchReport::default()
+                }),
+                Err(error) => Err(error),
+            }
+        })
+    }
+
+    fn give_back<'c>(
+        (transaction, _): Self::Held,
+        _outbox: &'c Outbox<Self>,
+    ) -> BoxFuture<'c, Result<(), sqlx::Error>> {
+        // If the rollback fails, the connection is closed, which rolls it back too.
+        Box::pin(transaction.rollback())
+    }
+
+    fn listen(pool: &PgPool, outbox: &Outbox<Self>, wake: Arc<Notify>) -> Option<JoinHandle<()>> {
+        // A connection of its own, made with the pool's settings, so that the relay's pool keeps
+        // all its connections.
+        let listener = idem_sql::listener::Listener::new(
+            (*pool.connect_options()).clone(),
+            LISTENER_NAME,
+            outbox.channel().to_owned(),
+        );
+        // A permit is stored until taken, so a burst of notifications wakes the relay once.
+        Some(tokio::spawn(listener.run(move |_| wake.notify_one())))
+    }
+}
+
+/// The message columns of a claimed or dead row.
+fn message_from_row(row: &PgRow) -> Result<OutboxMessage, sqlx::Error> {
+    let names: Vec<String> = row.try_get("header_names")?;
+    let values: Vec<String> = row.try_get("header_values")?;
+    let payload: Vec<u8> = row.try_get("payload")?;
+    Ok(OutboxMessage {
+        destination: row.try_get("destination")?,
+        ordering_key: row.try_get("ordering_key")?,
+        headers: names.into_iter().zip(values).collect(),
+        payload: payload.into(),
+    })
+}
+
+fn lease_ran_out(error: &dyn DatabaseError) -> bool {
+    error.code().as_deref() == Some(LEASE_RAN_OUT)
+}
+
+/// The lease as `idle_in_transaction_session_timeout` takes it: whole milliseconds, at least 1
+/// (0 would turn the timeout off) and at most `i32::MAX`.
+fn lease_millis(lease: Duration) -> i64 {
+    millis(lease).clamp(1, i64::from(i32::MAX))
+}
