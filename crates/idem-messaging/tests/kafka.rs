@@ -32,6 +32,7 @@ use rdkafka::{
     message::Headers,
     mocking::MockCluster,
     producer::{FutureProducer, FutureRecord},
+    types::{RDKafkaApiKey, RDKafkaRespErr},
 };
 use tokio_util::sync::CancellationToken;
 
@@ -397,6 +398,46 @@ async fn an_unreachable_cluster_makes_the_broker_unavailable() {
         matches!(outcome, Err(PublishError::Unavailable(_))),
         "{outcome:?}"
     );
+}
+
+/// An idempotent producer that loses track of its sequence numbers (the broker says it missed
+/// some, as after messages timed out while it was away) fails with librdkafka's fatal error, and
+/// every message after it would fail too: the publisher makes a new producer for the next batch.
+#[tokio::test]
+async fn a_producer_that_failed_for_good_is_replaced() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("payments", 1, 1).unwrap();
+    let servers = cluster.bootstrap_servers();
+    let publisher = KafkaPublisher::new(&servers).delivery_timeout(Duration::from_secs(5));
+    let publish = async |id: &'static str| {
+        publisher
+            .publish(&envelope(id, OutboxMessage::new("payments", id)))
+            .await
+    };
+
+    publish("m-1").await.unwrap();
+    cluster.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER],
+    );
+    match publish("m-2").await {
+        Err(PublishError::Unavailable(error)) => {
+            assert!(
+                error.to_string().contains("OutOfOrderSequenceNumber"),
+                "{error}"
+            );
+        }
+        other => panic!("expected the fatal error, got {other:?}"),
+    }
+    publish("m-3").await.unwrap();
+    publish("m-4").await.unwrap();
+
+    let consumer = subscribe(&servers, "payments", &unique_name("ledger-"));
+    let mut ids = Vec::new();
+    while ids.last().map(String::as_str) != Some("m-4") {
+        ids.push(next(&consumer).await.message_id().unwrap().to_owned());
+    }
+    assert_eq!(ids, ["m-1", "m-3", "m-4"]);
 }
 
 /// The consumer's handler: one ledger row per message, keyed by its id, holding its payload.

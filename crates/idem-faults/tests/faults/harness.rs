@@ -197,12 +197,15 @@ impl RelayChild {
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         tokio::spawn({
             let (halted, confirmed) = (Arc::clone(&halted), Arc::clone(confirmed));
+            let name = name.to_owned();
             async move {
                 while let Ok(Some(line)) = lines.next_line().await {
                     if let Some(count) = line.strip_prefix("confirmed ") {
                         confirmed.fetch_add(count.parse().unwrap(), Ordering::SeqCst);
                     } else if line == "halted" {
                         halted.notify_one();
+                    } else {
+                        eprintln!("{name}: {line}");
                     }
                 }
             }

@@ -1,14 +1,17 @@
 //! [`KafkaPublisher`]: produces with `acks=all` and waits for each message's delivery report.
 
-use std::{fmt, time::Duration};
+use std::{
+    fmt,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
 
 use rdkafka::{
     ClientConfig,
     error::{KafkaError, RDKafkaErrorCode},
     message::{Header, OwnedHeaders},
-    producer::{DeliveryFuture, FutureProducer, FutureRecord},
+    producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer as _},
 };
-use tokio::sync::OnceCell;
 
 use super::MESSAGE_ID_HEADER;
 use crate::{Confirmations, Envelope, PublishError, Publisher};
@@ -44,7 +47,8 @@ use crate::{Confirmations, Envelope, PublishError, Publisher};
 /// ```
 pub struct KafkaPublisher {
     config: ClientConfig,
-    producer: OnceCell<FutureProducer>,
+    /// Created on the first batch; replaced after librdkafka's fatal error.
+    producer: Mutex<Option<Arc<FutureProducer>>>,
 }
 
 impl KafkaPublisher {
@@ -66,7 +70,7 @@ impl KafkaPublisher {
         }
         Self {
             config,
-            producer: OnceCell::new(),
+            producer: Mutex::new(None),
         }
     }
 
@@ -79,10 +83,30 @@ impl KafkaPublisher {
         self
     }
 
-    async fn producer(&self) -> Result<&FutureProducer, PublishError> {
-        self.producer
-            .get_or_try_init(|| async { self.config.create().map_err(PublishError::unavailable) })
-            .await
+    /// The producer, created on first use, and again in place of one that hit a fatal error:
+    /// an idempotent producer that cannot keep its guarantees (its producer id refused, a
+    /// sequence gap after messages timed out while the broker was away) fails every message
+    /// from then on, so it is not worth keeping.
+    fn producer(&self) -> Result<Arc<FutureProducer>, PublishError> {
+        let mut slot = self.producer.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(producer) = slot.as_ref() {
+            let Some((code, reason)) = producer.client().fatal_error() else {
+                return Ok(Arc::clone(producer));
+            };
+            tracing::warn!(
+                error = %code,
+                reason,
+                "the Kafka producer failed for good; a new one takes its place"
+            );
+        }
+        let producer = Arc::new(self.config.create().map_err(PublishError::unavailable)?);
+        let failed = slot.replace(Arc::clone(&producer));
+        drop(slot);
+        if let Some(failed) = failed {
+            // Destroying a client joins its threads: off the runtime's.
+            tokio::task::spawn_blocking(move || drop(failed));
+        }
+        Ok(producer)
     }
 
     /// Hands one message to librdkafka; its delivery report comes later.
@@ -151,7 +175,7 @@ fn classify(error: KafkaError) -> PublishError {
 
 impl Publisher for KafkaPublisher {
     async fn publish_batch(&self, batch: &[Envelope]) -> Confirmations {
-        let producer = match self.producer().await {
+        let producer = match self.producer() {
             Ok(producer) => producer,
             Err(error) => {
                 tracing::warn!(
@@ -171,7 +195,7 @@ impl Publisher for KafkaPublisher {
         };
         let pending: Vec<_> = batch
             .iter()
-            .map(|envelope| Self::send(producer, envelope))
+            .map(|envelope| Self::send(&producer, envelope))
             .collect();
         let mut confirmations = Vec::with_capacity(batch.len());
         for sent in pending {
@@ -193,7 +217,14 @@ impl fmt::Debug for KafkaPublisher {
         // The configuration may hold credentials.
         f.debug_struct("KafkaPublisher")
             .field("bootstrap_servers", &self.config.get("bootstrap.servers"))
-            .field("created", &self.producer.initialized())
+            .field(
+                "created",
+                &self
+                    .producer
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .is_some(),
+            )
             .finish_non_exhaustive()
     }
 }

@@ -448,6 +448,8 @@ impl<P: Publisher, DB: OutboxDatabase> Relay<P, DB> {
     fn verdicts(&self, confirmations: Confirmations, report: &mut BatchReport) -> Verdicts {
         let mut verdicts = Verdicts::default();
         let mut confirmations = confirmations.into_iter();
+        // Why the broker could not take the batch's untried messages (the first reason given).
+        let mut unavailable = None;
         for position in 0..report.claimed {
             match confirmations.next() {
                 Some(Ok(())) => verdicts.sent.push(position),
@@ -455,15 +457,23 @@ impl<P: Publisher, DB: OutboxDatabase> Relay<P, DB> {
                     verdicts.refused.push((position, reason));
                 }
                 Some(Err(error)) => {
-                    tracing::debug!(
-                        relay = self.name,
-                        error = &error as &dyn std::error::Error,
-                        "an outbox message could not be tried"
-                    );
+                    unavailable.get_or_insert(error);
                     report.released += 1;
                 }
                 None => report.released += 1,
             }
+        }
+        if report.released > 0 {
+            // The relay pauses (doubling up to 30 s) and tries again: said once per batch, so
+            // that a broker that stays away is visible in the log.
+            tracing::warn!(
+                relay = self.name,
+                untried = report.released,
+                error = unavailable
+                    .as_ref()
+                    .map(|error| error as &dyn std::error::Error),
+                "the broker did not take a batch's messages; they are due again after a pause"
+            );
         }
         report.published = verdicts.sent.len();
         report.failed = verdicts.refused.len();
