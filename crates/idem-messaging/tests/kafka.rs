@@ -405,6 +405,27 @@ async fn an_unreachable_cluster_makes_the_broker_unavailable() {
 /// every message after it would fail too: the publisher makes a new producer for the next batch.
 #[tokio::test]
 async fn a_producer_that_failed_for_good_is_replaced() {
+    a_producer_refused_is_replaced(
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+        "OutOfOrderSequenceNumber",
+    )
+    .await;
+}
+
+/// A producer the broker fences (its epoch superseded, as tansu answers after an outage) gets
+/// the same refusal for every message after: it is replaced too.
+#[tokio::test]
+async fn a_fenced_producer_is_replaced() {
+    a_producer_refused_is_replaced(
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_PRODUCER_FENCED,
+        "ProducerFenced",
+    )
+    .await;
+}
+
+/// Publishes m-1, has the mock broker refuse the next produce request with `refusal`, then
+/// publishes m-2 (refused, its error naming `name`), m-3 and m-4, which must land.
+async fn a_producer_refused_is_replaced(refusal: RDKafkaRespErr, name: &str) {
     let cluster = MockCluster::new(1).unwrap();
     cluster.create_topic("payments", 1, 1).unwrap();
     let servers = cluster.bootstrap_servers();
@@ -416,18 +437,12 @@ async fn a_producer_that_failed_for_good_is_replaced() {
     };
 
     publish("m-1").await.unwrap();
-    cluster.request_errors(
-        RDKafkaApiKey::Produce,
-        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER],
-    );
+    cluster.request_errors(RDKafkaApiKey::Produce, &[refusal]);
     match publish("m-2").await {
         Err(PublishError::Unavailable(error)) => {
-            assert!(
-                error.to_string().contains("OutOfOrderSequenceNumber"),
-                "{error}"
-            );
+            assert!(error.to_string().contains(name), "{error}");
         }
-        other => panic!("expected the fatal error, got {other:?}"),
+        other => panic!("expected the refusal, got {other:?}"),
     }
     publish("m-3").await.unwrap();
     publish("m-4").await.unwrap();

@@ -83,30 +83,33 @@ impl KafkaPublisher {
         self
     }
 
-    /// The producer, created on first use, and again in place of one that hit a fatal error:
-    /// an idempotent producer that cannot keep its guarantees (its producer id refused, a
-    /// sequence gap after messages timed out while the broker was away) fails every message
-    /// from then on, so it is not worth keeping.
+    /// The producer, created on first use and again after one was retired.
     fn producer(&self) -> Result<Arc<FutureProducer>, PublishError> {
         let mut slot = self.producer.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(producer) = slot.as_ref() {
-            let Some((code, reason)) = producer.client().fatal_error() else {
-                return Ok(Arc::clone(producer));
-            };
-            tracing::warn!(
-                error = %code,
-                reason,
-                "the Kafka producer failed for good; a new one takes its place"
-            );
+            return Ok(Arc::clone(producer));
         }
         let producer = Arc::new(self.config.create().map_err(PublishError::unavailable)?);
-        let failed = slot.replace(Arc::clone(&producer));
-        drop(slot);
-        if let Some(failed) = failed {
-            // Destroying a client joins its threads: off the runtime's.
-            tokio::task::spawn_blocking(move || drop(failed));
-        }
+        *slot = Some(Arc::clone(&producer));
         Ok(producer)
+    }
+
+    /// Retires `producer`, which can no longer produce: the next batch makes a new one.
+    fn retire(&self, producer: Arc<FutureProducer>, reason: &str) {
+        let mut slot = self.producer.lock().unwrap_or_else(PoisonError::into_inner);
+        if slot
+            .as_ref()
+            .is_some_and(|current| Arc::ptr_eq(current, &producer))
+        {
+            *slot = None;
+            tracing::warn!(
+                reason,
+                "the Kafka producer can no longer produce; a new one takes its place"
+            );
+        }
+        drop(slot);
+        // Destroying a client joins its threads: off the runtime's.
+        tokio::task::spawn_blocking(move || drop(producer));
     }
 
     /// Hands one message to librdkafka; its delivery report comes later.
@@ -173,6 +176,24 @@ fn classify(error: KafkaError) -> PublishError {
     }
 }
 
+/// Whether a delivery error says the producer itself is done: librdkafka's fatal error (an
+/// idempotent producer that cannot keep its guarantees, as after a sequence gap when messages
+/// timed out while the broker was away), or the broker no longer accepting its producer id or
+/// epoch. Every later message of that producer would fail the same way.
+fn ends_the_producer(error: &KafkaError) -> bool {
+    use RDKafkaErrorCode as Code;
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            Code::Fatal
+                | Code::ProducerFenced
+                | Code::InvalidProducerEpoch
+                | Code::UnknownProducerId
+                | Code::InvalidProducerIdMapping
+        )
+    )
+}
+
 impl Publisher for KafkaPublisher {
     async fn publish_batch(&self, batch: &[Envelope]) -> Confirmations {
         let producer = match self.producer() {
@@ -198,15 +219,28 @@ impl Publisher for KafkaPublisher {
             .map(|envelope| Self::send(&producer, envelope))
             .collect();
         let mut confirmations = Vec::with_capacity(batch.len());
+        let mut retire = None;
         for sent in pending {
             confirmations.push(match sent {
                 Ok(delivery) => match delivery.await {
                     Ok(Ok(_)) => Ok(()),
-                    Ok(Err((error, _))) => Err(classify(error)),
+                    Ok(Err((error, _))) => {
+                        if retire.is_none() && ends_the_producer(&error) {
+                            retire = Some(error.to_string());
+                        }
+                        Err(classify(error))
+                    }
                     Err(canceled) => Err(PublishError::unavailable(canceled)),
                 },
                 Err(error) => Err(error),
             });
+        }
+        let fatal = producer
+            .client()
+            .fatal_error()
+            .map(|(code, reason)| format!("{code}: {reason}"));
+        if let Some(reason) = fatal.or(retire) {
+            self.retire(producer, &reason);
         }
         confirmations
     }
@@ -256,6 +290,29 @@ mod tests {
             produced(RDKafkaErrorCode::AllBrokersDown),
             PublishError::Unavailable(_)
         ));
+    }
+
+    #[test]
+    fn a_fenced_or_failed_producer_is_done_and_a_timeout_says_nothing_about_it() {
+        let delivered = |code| ends_the_producer(&KafkaError::MessageProduction(code));
+        for code in [
+            RDKafkaErrorCode::Fatal,
+            RDKafkaErrorCode::ProducerFenced,
+            RDKafkaErrorCode::InvalidProducerEpoch,
+            RDKafkaErrorCode::UnknownProducerId,
+            RDKafkaErrorCode::InvalidProducerIdMapping,
+        ] {
+            assert!(delivered(code), "{code:?}");
+        }
+        for code in [
+            RDKafkaErrorCode::MessageTimedOut,
+            RDKafkaErrorCode::QueueFull,
+            RDKafkaErrorCode::AllBrokersDown,
+            RDKafkaErrorCode::MessageSizeTooLarge,
+            RDKafkaErrorCode::OutOfOrderSequenceNumber,
+        ] {
+            assert!(!delivered(code), "{code:?}");
+        }
     }
 
     #[test]
