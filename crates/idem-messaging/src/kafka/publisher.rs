@@ -47,7 +47,8 @@ use crate::{Confirmations, Envelope, PublishError, Publisher};
 /// ```
 pub struct KafkaPublisher {
     config: ClientConfig,
-    /// Created on the first batch; replaced after librdkafka's fatal error.
+    /// Created on the first batch; retired after a batch that showed it can no longer produce
+    /// (librdkafka's fatal error, or [`ends_the_producer`]), and made again on the next.
     producer: Mutex<Option<Arc<FutureProducer>>>,
 }
 

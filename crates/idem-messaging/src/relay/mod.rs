@@ -448,7 +448,7 @@ impl<P: Publisher, DB: OutboxDatabase> Relay<P, DB> {
     fn verdicts(&self, confirmations: Confirmations, report: &mut BatchReport) -> Verdicts {
         let mut verdicts = Verdicts::default();
         let mut confirmations = confirmations.into_iter();
-        // Why the broker could not take the batch's untried messages (the first reason given).
+        // Why the batch's messages went untried (the first reason given).
         let mut unavailable = None;
         for position in 0..report.claimed {
             match confirmations.next() {
@@ -464,15 +464,15 @@ impl<P: Publisher, DB: OutboxDatabase> Relay<P, DB> {
             }
         }
         if report.released > 0 {
-            // The relay pauses (doubling up to 30 s) and tries again: said once per batch, so
-            // that a broker that stays away is visible in the log.
+            // Said once per batch, so that a broker that stays away is visible in the log.
             tracing::warn!(
                 relay = self.name,
                 untried = report.released,
                 error = unavailable
                     .as_ref()
                     .map(|error| error as &dyn std::error::Error),
-                "the broker did not take a batch's messages; they are due again after a pause"
+                "messages of a batch went untried (broker unavailable, publish timeout or \
+                 shutdown); they are due again"
             );
         }
         report.published = verdicts.sent.len();
