@@ -16,11 +16,52 @@ pub(crate) use idem_sql::{Location, query_text};
 pub(crate) use sealed::Sealed;
 
 /// The databases the inbox and the outbox live in, and no other: their traits are sealed by this
-/// one, since their guarantees rest on each database's exact locking behaviour.
+/// one, since their guarantees rest on each database's exact locking behaviour. It also holds
+/// what both do alike on each database: where their tables go by default, and how their
+/// migrations run.
 mod sealed {
-    pub trait Sealed {}
-    impl Sealed for sqlx::Postgres {}
-    impl Sealed for sqlx::Sqlite {}
+    use futures_util::future::BoxFuture;
+    use sqlx::{Pool, Postgres, Sqlite, migrate::Migrator};
+
+    use crate::Error;
+
+    pub trait Sealed: sqlx::Database {
+        /// The schema of a table whose location names none.
+        const DEFAULT_SCHEMA: &'static str;
+        /// Whether a migration creates the schema first (PostgreSQL; SQLite's schemas are
+        /// attached databases).
+        const CREATE_SCHEMA: bool;
+
+        /// Applies the missing migrations.
+        fn migrate<'c>(
+            pool: &'c Pool<Self>,
+            migrator: &'c Migrator,
+        ) -> BoxFuture<'c, Result<(), Error>>;
+    }
+
+    impl Sealed for Postgres {
+        const DEFAULT_SCHEMA: &'static str = "public";
+        const CREATE_SCHEMA: bool = true;
+
+        fn migrate<'c>(
+            pool: &'c Pool<Self>,
+            migrator: &'c Migrator,
+        ) -> BoxFuture<'c, Result<(), Error>> {
+            Box::pin(super::migrate_postgres(pool, migrator))
+        }
+    }
+
+    impl Sealed for Sqlite {
+        const DEFAULT_SCHEMA: &'static str = "main";
+        const CREATE_SCHEMA: bool = false;
+
+        fn migrate<'c>(
+            pool: &'c Pool<Self>,
+            migrator: &'c Migrator,
+        ) -> BoxFuture<'c, Result<(), Error>> {
+            Box::pin(async move { migrator.run(pool).await.map_err(Error::Migrate) })
+        }
+    }
 }
 
 /// `template` with the names and the channel filled in, shared.

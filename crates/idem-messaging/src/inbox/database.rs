@@ -2,19 +2,13 @@
 
 use futures_util::future::BoxFuture;
 use idem_sql::MigrationFile;
-use sqlx::{AssertSqlSafe, Pool, Postgres, Sqlite, migrate::Migrator};
-
-use crate::Error;
+use sqlx::{AssertSqlSafe, Pool, Postgres, Sqlite};
 
 /// A database an [`Inbox`](crate::Inbox) can live in: [`sqlx::Postgres`] or [`sqlx::Sqlite`].
 ///
 /// Sealed: the inbox's guarantees rest on each database's exact locking behaviour, described on
 /// [`Inbox::process`](crate::Inbox::process).
 pub trait InboxDatabase: sqlx::Database + crate::sql::Sealed {
-    #[doc(hidden)]
-    const DEFAULT_SCHEMA: &'static str;
-    #[doc(hidden)]
-    const CREATE_SCHEMA: bool;
     #[doc(hidden)]
     const MIGRATIONS: &'static [MigrationFile];
     #[doc(hidden)]
@@ -39,18 +33,9 @@ pub trait InboxDatabase: sqlx::Database + crate::sql::Sealed {
         window_millis: i64,
         batch: i64,
     ) -> BoxFuture<'c, Result<u64, sqlx::Error>>;
-
-    /// Applies the missing migrations.
-    #[doc(hidden)]
-    fn migrate<'c>(
-        pool: &'c Pool<Self>,
-        migrator: &'c Migrator,
-    ) -> BoxFuture<'c, Result<(), Error>>;
 }
 
 impl InboxDatabase for Postgres {
-    const DEFAULT_SCHEMA: &'static str = "public";
-    const CREATE_SCHEMA: bool = true;
     const MIGRATIONS: &'static [MigrationFile] = &[MigrationFile::new(
         1,
         "idem inbox",
@@ -90,18 +75,9 @@ impl InboxDatabase for Postgres {
             Ok(done.rows_affected())
         })
     }
-
-    fn migrate<'c>(
-        pool: &'c Pool<Self>,
-        migrator: &'c Migrator,
-    ) -> BoxFuture<'c, Result<(), Error>> {
-        Box::pin(crate::sql::migrate_postgres(pool, migrator))
-    }
 }
 
 impl InboxDatabase for Sqlite {
-    const DEFAULT_SCHEMA: &'static str = "main";
-    const CREATE_SCHEMA: bool = false;
     const MIGRATIONS: &'static [MigrationFile] = &[MigrationFile::new(
         1,
         "idem inbox",
@@ -140,12 +116,5 @@ impl InboxDatabase for Sqlite {
                 .await?;
             Ok(done.rows_affected())
         })
-    }
-
-    fn migrate<'c>(
-        pool: &'c Pool<Self>,
-        migrator: &'c Migrator,
-    ) -> BoxFuture<'c, Result<(), Error>> {
-        Box::pin(async move { migrator.run(pool).await.map_err(Error::Migrate) })
     }
 }

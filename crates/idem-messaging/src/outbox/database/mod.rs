@@ -8,11 +8,11 @@ use std::{sync::Arc, time::Duration};
 
 use futures_util::future::BoxFuture;
 use idem_sql::MigrationFile;
-use sqlx::{Pool, migrate::Migrator};
+use sqlx::Pool;
 use tokio::{sync::Notify, task::JoinHandle};
 use uuid::Uuid;
 
-use crate::{BatchReport, DeadLetter, Envelope, Error, Outbox, OutboxMessage};
+use crate::{BatchReport, DeadLetter, Envelope, Outbox, OutboxMessage};
 
 /// A database an [`Outbox`] and its [`Relay`](crate::Relay) can live in: [`sqlx::Postgres`] or
 /// [`sqlx::Sqlite`].
@@ -22,10 +22,6 @@ use crate::{BatchReport, DeadLetter, Envelope, Error, Outbox, OutboxMessage};
 /// token and a lease written on the rows under the write lock (`BEGIN IMMEDIATE`), and every mark
 /// is fenced on that token.
 pub trait OutboxDatabase: sqlx::Database + crate::sql::Sealed {
-    #[doc(hidden)]
-    const DEFAULT_SCHEMA: &'static str;
-    #[doc(hidden)]
-    const CREATE_SCHEMA: bool;
     #[doc(hidden)]
     const MIGRATIONS: &'static [MigrationFile];
     #[doc(hidden)]
@@ -50,13 +46,6 @@ pub trait OutboxDatabase: sqlx::Database + crate::sql::Sealed {
     /// What holds a claimed batch until it is settled or given back.
     #[doc(hidden)]
     type Held: Send + 'static;
-
-    /// Applies the missing migrations.
-    #[doc(hidden)]
-    fn migrate<'c>(
-        pool: &'c Pool<Self>,
-        migrator: &'c Migrator,
-    ) -> BoxFuture<'c, Result<(), Error>>;
 
     /// Inserts `message` under `id` on the caller's connection.
     #[doc(hidden)]

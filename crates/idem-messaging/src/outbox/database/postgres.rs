@@ -11,17 +11,12 @@ use std::{
 
 use futures_util::future::BoxFuture;
 use idem_sql::MigrationFile;
-use sqlx::{
-    PgPool, Pool, Postgres, Row, Transaction, error::DatabaseError, migrate::Migrator,
-    postgres::PgRow,
-};
+use sqlx::{PgPool, Pool, Postgres, Row, Transaction, error::DatabaseError, postgres::PgRow};
 use tokio::{sync::Notify, task::JoinHandle};
 use uuid::Uuid;
 
 use super::{Claimed, OutboxDatabase, dead_lettered, millis};
-use crate::{
-    BatchReport, DeadLetter, Envelope, Error, MessageId, Outbox, OutboxMessage, sql::query_text,
-};
+use crate::{BatchReport, DeadLetter, Envelope, MessageId, Outbox, OutboxMessage, sql::query_text};
 
 /// SQLSTATE `idle_in_transaction_session_timeout`: the server ended a claim held longer than its
 /// lease.
@@ -31,8 +26,6 @@ const LEASE_RAN_OUT: &str = "25P03";
 const LISTENER_NAME: &str = "idem-relay-listener";
 
 impl OutboxDatabase for Postgres {
-    const DEFAULT_SCHEMA: &'static str = "public";
-    const CREATE_SCHEMA: bool = true;
     const MIGRATIONS: &'static [MigrationFile] = &[
         MigrationFile::new(
             1,
@@ -59,13 +52,6 @@ impl OutboxDatabase for Postgres {
     /// The claim's transaction, and the messages' row addresses (`ctid`) in the claim's order:
     /// stable while the transaction holds the rows locked, and the cheapest way back to them.
     type Held = (Transaction<'static, Postgres>, Vec<String>);
-
-    fn migrate<'c>(
-        pool: &'c Pool<Self>,
-        migrator: &'c Migrator,
-    ) -> BoxFuture<'c, Result<(), Error>> {
-        Box::pin(crate::sql::migrate_postgres(pool, migrator))
-    }
 
     fn enqueue<'c>(
         connection: &'c mut Self::Connection,

@@ -12,18 +12,14 @@ use std::{
 
 use futures_util::future::BoxFuture;
 use idem_sql::MigrationFile;
-use sqlx::{Pool, Row, Sqlite, migrate::Migrator, sqlite::SqliteRow};
+use sqlx::{Pool, Row, Sqlite, sqlite::SqliteRow};
 use tokio::{sync::Notify, task::JoinHandle};
 use uuid::Uuid;
 
 use super::{Claimed, OutboxDatabase, dead_lettered, millis};
-use crate::{
-    BatchReport, DeadLetter, Envelope, Error, MessageId, Outbox, OutboxMessage, sql::query_text,
-};
+use crate::{BatchReport, DeadLetter, Envelope, MessageId, Outbox, OutboxMessage, sql::query_text};
 
 impl OutboxDatabase for Sqlite {
-    const DEFAULT_SCHEMA: &'static str = "main";
-    const CREATE_SCHEMA: bool = false;
     const MIGRATIONS: &'static [MigrationFile] = &[MigrationFile::new(
         1,
         "idem outbox",
@@ -42,13 +38,6 @@ impl OutboxDatabase for Sqlite {
 
     /// The pool, the claim's token, and the messages' ids in the claim's order.
     type Held = (Pool<Sqlite>, String, Vec<String>);
-
-    fn migrate<'c>(
-        pool: &'c Pool<Self>,
-        migrator: &'c Migrator,
-    ) -> BoxFuture<'c, Result<(), Error>> {
-        Box::pin(async move { migrator.run(pool).await.map_err(Error::Migrate) })
-    }
 
     fn enqueue<'c>(
         connection: &'c mut Self::Connection,
