@@ -138,6 +138,9 @@ pub struct Config {
     pub max_stored_response: usize,
     /// Whether to forward requests without idempotency while the store is unreachable.
     pub on_store_error: OnStoreError,
+    /// The header that carries each keyed request's fencing token to the upstream; `None` sends
+    /// none.
+    pub fencing_header: Option<HeaderName>,
     /// The longest one store call may take; `None`: the lease divided by
     /// [`Policy::STORE_TIMEOUT_LEASE_FRACTION`].
     pub store_timeout: Option<Duration>,
@@ -193,6 +196,7 @@ impl Config {
             max_buffered: DEFAULT_MAX_BUFFERED,
             max_stored_response: idem_http::DEFAULT_MAX_STORED_RESPONSE,
             on_store_error: OnStoreError::default(),
+            fencing_header: None,
             store_timeout: policy.store_timeout,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
         }

@@ -3,6 +3,7 @@
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
+use http::HeaderName;
 use idem_core::StoreError;
 
 /// A failure of the gateway: bad configuration, a store that cannot be opened, a socket that
@@ -63,7 +64,11 @@ impl Error {
     /// refused before start-up (an admin token or listener, incompatible options), 1 otherwise.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::Config(ConfigError::Cli(_) | ConfigError::AnonymousWithoutScope)
+            Error::Config(
+                ConfigError::Cli(_)
+                | ConfigError::AnonymousWithoutScope
+                | ConfigError::FencingHeaderTaken { .. },
+            )
             | Error::AdminToken(_) => 2,
             _ => 1,
         }
@@ -118,6 +123,18 @@ pub enum ConfigError {
          request with a key would be refused"
     )]
     AnonymousWithoutScope,
+    /// `--fencing-header` names a header the gateway reads from clients: it would be removed
+    /// from every request.
+    #[error(
+        "--fencing-header {name} is also {role}: the gateway removes the fencing header from \
+         every request before it sets its own, so it needs a header of its own"
+    )]
+    FencingHeaderTaken {
+        /// The header.
+        name: HeaderName,
+        /// What else it is: the key header or a scope header.
+        role: &'static str,
+    },
     /// The config file could not be read.
     #[error("cannot read the config file {}", path.display())]
     ReadConfig {

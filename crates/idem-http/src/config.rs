@@ -91,6 +91,7 @@ pub(crate) struct Config {
     pub(crate) max_stored_response: usize,
     pub(crate) on_store_error: OnStoreError,
     pub(crate) classify_error: Classifier,
+    pub(crate) fencing_header: Option<HeaderName>,
 }
 
 impl Default for Config {
@@ -116,6 +117,7 @@ impl Default for Config {
             max_stored_response: DEFAULT_MAX_STORED_RESPONSE,
             on_store_error: OnStoreError::Reject,
             classify_error: Arc::new(|_| Delivery::MaybeSent),
+            fencing_header: None,
         }
     }
 }
@@ -135,6 +137,7 @@ impl fmt::Debug for Config {
             .field("max_buffered", &self.max_buffered)
             .field("max_stored_response", &self.max_stored_response)
             .field("on_store_error", &self.on_store_error)
+            .field("fencing_header", &self.fencing_header)
             .finish_non_exhaustive()
     }
 }

@@ -247,6 +247,22 @@ impl<St: Store + Clone> IdempotencyLayer<St> {
     ) -> Self {
         self.configure(|config| config.classify_error = Arc::new(f))
     }
+
+    /// Sends each executed request's fencing token to the inner service in the header `name`
+    /// (for example `Idempotency-Token`), as a decimal number. The token grows with every new
+    /// holder of a key: a request that executes after another's lease ran out carries a larger
+    /// one than the request it took over from. An inner service that keeps the largest token it
+    /// has seen for a key and refuses a write that carries a smaller one cannot be written to
+    /// late by a request whose lease was taken over (docs/http.md, Fencing tokens).
+    ///
+    /// A header of that name sent by the client is removed from every request, keyed or not, so
+    /// that the inner service sees only tokens the layer issued. Use a name of its own: not the
+    /// key header nor a scope header. Default: no header. Whatever this setting, an executed
+    /// request carries its token in its extensions, as an [`idem_core::FencingToken`].
+    #[must_use]
+    pub fn fencing_header(self, name: HeaderName) -> Self {
+        self.configure(|config| config.fencing_header = Some(name))
+    }
 }
 
 impl<S, St: Store + Clone> Layer<S> for IdempotencyLayer<St> {

@@ -41,8 +41,10 @@ use std::{
 };
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode};
-use idem_core::{Address, Ambiguous, Engine, Execution, RunOutcome, Store, StoreError};
+use http::{HeaderValue, Request, Response, StatusCode};
+use idem_core::{
+    Address, Ambiguous, Engine, Execution, FencingToken, Lease, RunOutcome, Store, StoreError,
+};
 use tower::Service;
 
 use crate::{
@@ -160,10 +162,14 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
         // The ready service goes with this request; the clone waits for the next poll_ready.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
+        if let Some(name) = &self.shared.config.fencing_header {
+            // Only the layer issues fencing tokens: a client's never reaches the inner service.
+            request.headers_mut().remove(name);
+        }
         if passes_through(&self.shared.config, &request) {
             return ResponseFuture::new(pass_through(Arc::clone(&self.shared), inner, request));
         }
@@ -311,9 +317,9 @@ where
     let work = {
         let slot = Arc::clone(&slot);
         let shared = Arc::clone(shared);
-        move |_lease| {
+        move |lease: Lease| {
             let (inner, request, held) = take(&slot).expect("the engine starts the work once");
-            execute(shared, inner, request, held, anonymous)
+            execute(shared, inner, request, held, anonymous, lease.token)
         }
     };
     match shared
@@ -393,15 +399,18 @@ where
         .map(|response| response.map(ResponseBody::new))
 }
 
-/// The engine's work: calls the inner service, reads its response for the store (without its
-/// cookies when the request is `anonymous`), and says how final the outcome is. The request
-/// body's bytes count in the budget (`held`) until the inner service has answered.
+/// The engine's work: calls the inner service with the attempt's fencing `token` (in the
+/// request's extensions, and in the fencing header when there is one), reads its response for
+/// the store (without its cookies when the request is `anonymous`), and says how final the
+/// outcome is. The request body's bytes count in the budget (`held`) until the inner service has
+/// answered.
 async fn execute<S, St, ReqBody, ResBody>(
     shared: Arc<Shared<St>>,
     mut inner: S,
-    request: Request<ReqBody>,
+    mut request: Request<ReqBody>,
     held: Option<Reservation>,
     anonymous: bool,
+    token: FencingToken,
 ) -> Execution<Answer<ResBody, S::Error>>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
@@ -411,6 +420,12 @@ where
     ResBody::Error: Into<BoxError>,
 {
     let ambiguous = shared.engine.policy().ambiguous;
+    if let Some(name) = &shared.config.fencing_header {
+        request
+            .headers_mut()
+            .insert(name.clone(), HeaderValue::from(token.get()));
+    }
+    request.extensions_mut().insert(token);
     let called = inner.call(request).await;
     drop(held);
     let response = match called {

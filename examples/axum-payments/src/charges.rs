@@ -84,7 +84,7 @@ pub(crate) async fn charge(
 }
 
 /// The key in the caller's scope (a hash of its `Authorization` header).
-fn address(headers: &HeaderMap) -> Result<Address, AppError> {
+pub(crate) fn address(headers: &HeaderMap) -> Result<Address, AppError> {
     let mut keys = headers.get_all(IDEMPOTENCY_KEY).iter();
     let (Some(key), None) = (keys.next(), keys.next()) else {
         return Err(AppError::Key(None));
@@ -97,7 +97,7 @@ fn address(headers: &HeaderMap) -> Result<Address, AppError> {
 
 /// Debits the account and records the charge, or says why not; the answer is final either way,
 /// so it is what the key keeps.
-async fn debit(
+pub(crate) async fn debit(
     tx: &mut PgConnection,
     account: &str,
     amount: NonZeroU32,
@@ -145,7 +145,7 @@ async fn debit(
 }
 
 /// The response, as first sent or replayed.
-fn respond(stored: StoredResponse, replayed: bool) -> Response {
+pub(crate) fn respond(stored: StoredResponse, replayed: bool) -> Response {
     let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = (status, stored.body).into_response();
     let headers = response.headers_mut();

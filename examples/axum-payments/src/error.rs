@@ -15,6 +15,9 @@ pub enum AppError {
     /// The `Idempotency-Key` header is missing or invalid.
     #[error("a valid Idempotency-Key header is required")]
     Key(#[source] Option<KeyError>),
+    /// The fencing header is missing, repeated or not a number (`POST /accounts/{id}/payments`).
+    #[error("one Idempotency-Token header with the request's fencing token is required")]
+    Token,
     /// The request body is not the expected JSON.
     #[error("the request body is invalid")]
     Body(#[source] serde_json::Error),
@@ -41,7 +44,7 @@ impl From<Step> for AppError {
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let status = match &self {
-            AppError::Key(_) | AppError::Body(_) => StatusCode::BAD_REQUEST,
+            AppError::Key(_) | AppError::Token | AppError::Body(_) => StatusCode::BAD_REQUEST,
             AppError::Store(StoreError::Unavailable(_)) => StatusCode::SERVICE_UNAVAILABLE,
             AppError::Pattern(error) if error.is_retry() => StatusCode::SERVICE_UNAVAILABLE,
             AppError::Database(_)

@@ -21,6 +21,12 @@
 //! `succeeded` to `refunded` (already applied: 409), whose credit commits only with the
 //! transition that applied.
 //!
+//! `POST /accounts/{id}/payments` is the same charge for a service that sits **behind an idem
+//! gateway** (or the tower layer) instead of using the store itself: the gateway sends each
+//! request's fencing token (`idem serve --fencing-header Idempotency-Token`), and the payment
+//! keeps the largest token seen per key and refuses a smaller one, so that a request whose
+//! gateway froze past its lease cannot write after the retry that took its key over.
+//!
 //! [`Insert::once`]: idem_postgres::patterns::Insert::once
 //! [`Transition`]: idem_postgres::patterns::Transition
 //!
@@ -44,9 +50,11 @@ mod app;
 mod charges;
 mod error;
 mod faults;
+mod payments;
 mod refunds;
 mod routes;
 
 pub use app::App;
 pub use error::AppError;
-pub use faults::{Faults, Step};
+pub use faults::{Faults, Held, Step};
+pub use payments::FENCING_HEADER;

@@ -177,6 +177,11 @@ pub struct ServeArgs {
           default_value_t = ByteSize(idem_http::DEFAULT_MAX_STORED_RESPONSE))]
     pub max_stored_response: ByteSize,
 
+    /// Send each keyed request's fencing token to the upstream in this header (e.g.
+    /// Idempotency-Token); a client's header of that name is removed [default: none].
+    #[arg(long, env = "IDEM_FENCING_HEADER", value_name = "NAME")]
+    pub fencing_header: Option<HeaderName>,
+
     /// When the store is unreachable: answer 503 (fail closed) or forward without idempotency.
     #[arg(long, env = "IDEM_ON_STORE_ERROR", value_enum, default_value_t = StoreErrorMode::from(OnStoreError::default()))]
     pub on_store_error: StoreErrorMode,
@@ -307,6 +312,19 @@ impl TryFrom<&ServeArgs> for Config {
         if anonymous == Anonymous::Reject && scope_headers.is_empty() {
             return Err(ConfigError::AnonymousWithoutScope.into());
         }
+        if let Some(name) = &args.fencing_header {
+            let role = if *name == args.key_header {
+                Some("the key header")
+            } else if scope_headers.contains(name) {
+                Some("a scope header")
+            } else {
+                None
+            };
+            if let Some(role) = role {
+                let name = name.clone();
+                return Err(ConfigError::FencingHeaderTaken { name, role }.into());
+            }
+        }
         let admin_token = args
             .admin_token_file
             .as_deref()
@@ -351,6 +369,7 @@ impl TryFrom<&ServeArgs> for Config {
             max_buffered: args.max_buffered.0,
             max_stored_response: args.max_stored_response.0,
             on_store_error: args.on_store_error.into(),
+            fencing_header: args.fencing_header.clone(),
             store_timeout: args.store_timeout.map(|timeout| timeout.0),
             shutdown_timeout: args.shutdown_timeout.0,
         })
@@ -448,6 +467,36 @@ mod tests {
         assert_eq!(config.scope_headers, ["x-tenant", "x-user"]);
         let config = config_with_file("", &["--upstream", "http://a", "--scope-header="]).unwrap();
         assert!(config.scope_headers.is_empty());
+    }
+
+    #[test]
+    fn the_fencing_header_is_off_by_default_and_needs_a_header_of_its_own() {
+        let config = config_with_file("", &["--upstream", "http://a"]).unwrap();
+        assert_eq!(config.fencing_header, None);
+        let config = config_with_file(
+            "fencing-header = \"Idempotency-Token\"",
+            &["--upstream", "http://a"],
+        )
+        .unwrap();
+        assert_eq!(
+            config.fencing_header,
+            Some(HeaderName::from_static("idempotency-token"))
+        );
+        for (flags, message) in [
+            (
+                ["--fencing-header", "Idempotency-Key"],
+                "--fencing-header idempotency-key is also the key header",
+            ),
+            (
+                ["--fencing-header", "authorization"],
+                "--fencing-header authorization is also a scope header",
+            ),
+        ] {
+            let error = config_with_file("", &[&["--upstream", "http://a"][..], &flags].concat())
+                .unwrap_err();
+            assert!(error.to_string().starts_with(message), "{error}");
+            assert_eq!(error.exit_code(), 2);
+        }
     }
 
     #[test]

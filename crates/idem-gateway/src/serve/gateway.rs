@@ -202,7 +202,7 @@ impl Gateway {
 
 /// The idempotency layer, configured as `config` says.
 fn idempotency_layer(config: &Config, store: GatewayStore) -> IdempotencyLayer<GatewayStore> {
-    IdempotencyLayer::new(store)
+    let layer = IdempotencyLayer::new(store)
         .key_header(config.key_header.clone())
         .methods(config.methods.iter().cloned())
         .require_key(config.require_key)
@@ -220,5 +220,9 @@ fn idempotency_layer(config: &Config, store: GatewayStore) -> IdempotencyLayer<G
         .on_store_error(config.on_store_error)
         .max_waiters(config.max_waiters)
         .store_timeout(config.store_call_limit())
-        .classify_error(proxy::delivery)
+        .classify_error(proxy::delivery);
+    match &config.fencing_header {
+        Some(name) => layer.fencing_header(name.clone()),
+        None => layer,
+    }
 }

@@ -343,3 +343,93 @@ async fn a_refused_upstream_connection_releases_the_key_with_502() {
         "urn:idem:problem:upstream-unreachable"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_fencing_header_the_upstream_gets_each_holders_token_and_never_a_clients() {
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(
+        &upstream.url(),
+        &[
+            "--store",
+            "memory://",
+            "--fencing-header",
+            "Idempotency-Token",
+        ],
+    );
+    let client = Client::new();
+    let echo = |key: Option<&str>| {
+        let mut request = Request::post(gateway.url("/echo")).header("idempotency-token", "999");
+        if let Some(key) = key {
+            request = request.header("idempotency-key", key);
+        }
+        request.body(Body::from("{}")).unwrap()
+    };
+    let record_token = |record: serde_json::Value| record["token"].as_u64().unwrap();
+
+    let first = client.send(echo(Some("fence-1"))).await;
+    assert_eq!(first.status, 200);
+    let shown = client
+        .send(
+            Request::get(gateway.admin_url("/v1/keys/fence-1"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    let first_token = record_token(shown.json());
+    assert_eq!(
+        first.json()["headers"]["idempotency-token"],
+        serde_json::json!([first_token.to_string()])
+    );
+
+    // A new holder of the same key (the record forgotten, the request sent again) gets a larger
+    // token.
+    let forgotten = client
+        .send(
+            Request::delete(gateway.admin_url("/v1/keys/fence-1"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(forgotten.status, 204);
+    let again = client.send(echo(Some("fence-1"))).await;
+    assert!(!again.replayed());
+    let shown = client
+        .send(
+            Request::get(gateway.admin_url("/v1/keys/fence-1"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    let second_token = record_token(shown.json());
+    assert!(
+        second_token > first_token,
+        "{second_token} after {first_token}"
+    );
+    assert_eq!(
+        again.json()["headers"]["idempotency-token"],
+        serde_json::json!([second_token.to_string()])
+    );
+
+    // Without a key the request passes through, without the client's token.
+    let unkeyed = client.send(echo(None)).await;
+    assert_eq!(unkeyed.status, 200);
+    assert_eq!(unkeyed.json()["headers"].get("idempotency-token"), None);
+    assert_eq!(upstream.hits("echo"), 3);
+}
+
+#[test]
+fn a_fencing_header_that_is_the_key_header_is_refused_with_one_line() {
+    let output = crate::support::idem(&[
+        "serve",
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--fencing-header",
+        "Idempotency-Key",
+    ]);
+    assert_eq!(output.code, Some(2));
+    assert_eq!(
+        output.stderr.trim_end(),
+        "error: --fencing-header idempotency-key is also the key header: the gateway removes the \
+         fencing header from every request before it sets its own, so it needs a header of its own"
+    );
+}

@@ -7,6 +7,7 @@ mod ambiguous;
 mod bounds;
 mod common;
 mod concurrency;
+mod fencing;
 mod grpc;
 mod keys;
 mod limits;
