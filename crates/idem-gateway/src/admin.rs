@@ -7,10 +7,11 @@
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /v1/keys/{key}?scope=HEX` | the record as JSON ([`RecordView`]); 404 when there is none |
 //! | `DELETE /v1/keys/{key}?scope=HEX&force=true` | 204: the record is forgotten; 404 when there was none; 409 when a request holds the key, unless `force=true` |
+//! | `GET /openapi.json` | the OpenAPI 3.1 document of these routes ([`admin_openapi`](crate::admin_openapi)) |
 //!
 //! `scope` is the scope hash in hex, as the logs show it; without it, the anonymous scope. A bad
 //! key, scope or `force` is a 400. Errors are problem+json. With an admin token, every route but
-//! the probes needs it ([`AdminToken`](crate::AdminToken)).
+//! the probes and the document needs it ([`AdminToken`](crate::AdminToken)).
 
 use std::{
     sync::{
@@ -22,19 +23,21 @@ use std::{
 
 use axum::{
     Json, Router,
-    extract::{Path, Query, State},
+    extract::{Path, Query, State, rejection::PathRejection},
     response::{IntoResponse, Response},
     routing::get,
 };
-use http::{HeaderValue, StatusCode, header::CONTENT_TYPE};
+use http::{HeaderValue, StatusCode, Uri, header::CONTENT_TYPE};
 use idem_core::{Address, IdempotencyKey, Scope, Store};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
+use utoipa::IntoParams;
 
 use idem_core::time_limit::within;
 
 use crate::{
     AdminToken, GatewayStore, RecordView, admin_auth,
+    admin_openapi::{self, ForgetKeyProblems, MetricsProblems, ShowKeyProblems},
     forget::{Forgotten, forget},
     problem::AdminRejection,
 };
@@ -53,18 +56,42 @@ pub(crate) struct AdminState {
     pub(crate) store_timeout: Duration,
 }
 
-/// The admin routes; with a token, all but the probes need it.
+/// The admin routes; with a token, all but the probes and the OpenAPI document need it.
 pub(crate) fn router(state: AdminState, token: Option<AdminToken>) -> Router {
     let protected = Router::new()
         .route("/metrics", get(metrics))
         .route("/v1/keys/{key}", get(show_key).delete(forget_key));
     admin_auth::protect(protected, token)
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/openapi.json", get(openapi_json))
         .with_state(state)
 }
 
-async fn readyz(State(state): State<AdminState>) -> Response {
+/// Liveness: the process is up.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "probes",
+    responses((status = 200, description = "The process is up.", body = String, content_type = "text/plain", example = "ok\n"))
+)]
+pub(crate) async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Readiness: the store answers a ping.
+///
+/// A load balancer's readiness check: the gateway takes requests while this is 200.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "probes",
+    responses(
+        (status = 200, description = "The store answered a ping.", body = String, content_type = "text/plain", example = "ready\n"),
+        (status = 503, description = "The store did not answer (`store unreachable`), or the gateway is shutting down (`shutting down`).", body = String, content_type = "text/plain", example = "store unreachable\n"),
+    )
+)]
+pub(crate) async fn readyz(State(state): State<AdminState>) -> Response {
     if state.draining.load(Ordering::SeqCst) {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
     }
@@ -81,7 +108,18 @@ async fn readyz(State(state): State<AdminState>) -> Response {
     }
 }
 
-async fn metrics(State(state): State<AdminState>) -> Response {
+/// The gateway's metrics, in Prometheus' text format.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "metrics",
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "Prometheus text exposition format 0.0.4.", body = String, content_type = "text/plain"),
+        MetricsProblems,
+    )
+)]
+pub(crate) async fn metrics(State(state): State<AdminState>) -> Response {
     let mut response = state.metrics.render().into_response();
     response.headers_mut().insert(
         CONTENT_TYPE,
@@ -90,22 +128,88 @@ async fn metrics(State(state): State<AdminState>) -> Response {
     response
 }
 
+/// A query string as its name–value pairs. Extracting it never fails, so that a malformed
+/// query (a parameter given twice) is answered with the API's own problem, not axum's plain
+/// text.
+type Pairs = Query<Vec<(String, String)>>;
+
+/// The value of the query parameter `name`, or `repeated` when it is given more than once.
+/// Other parameters are ignored.
+fn single(
+    pairs: &[(String, String)],
+    name: &str,
+    repeated: AdminRejection,
+) -> Result<Option<String>, AdminRejection> {
+    let mut values = pairs.iter().filter(|(n, _)| n == name).map(|(_, v)| v);
+    match (values.next(), values.next()) {
+        (first, None) => Ok(first.cloned()),
+        (_, Some(_)) => Err(repeated),
+    }
+}
+
+/// The `{key}` of `/v1/keys/{key}`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct KeyPath {
+    /// The idempotency key, as the client sent it in its header (percent-encoded).
+    #[param(min_length = 1, example = "order-42")]
+    key: String,
+}
+
 /// The `?scope=HEX` query.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ScopeQuery {
+    /// The scope hash, as the logs show it: 64 hexadecimal digits. Without it, the anonymous
+    /// scope.
+    #[param(pattern = "^[0-9a-fA-F]{64}$")]
     scope: Option<String>,
 }
 
-/// The `?force=true` of `DELETE`.
-#[derive(Debug, Deserialize)]
-pub(crate) struct ForceQuery {
-    force: Option<String>,
+impl ScopeQuery {
+    fn from_pairs(pairs: &[(String, String)]) -> Result<Self, AdminRejection> {
+        let scope = single(pairs, "scope", AdminRejection::InvalidScope)?;
+        Ok(Self { scope })
+    }
 }
 
-/// The address named by a key path segment and an optional scope.
-fn address(key: &str, query: &ScopeQuery) -> Result<Address, AdminRejection> {
-    let key = IdempotencyKey::parse_header(key.as_bytes()).map_err(AdminRejection::InvalidKey)?;
-    let scope = match &query.scope {
+/// The `?force=true` of `DELETE`.
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ForceQuery {
+    /// `true` forgets a key that a request holds; `false`, the default, refuses it with 409.
+    force: Option<bool>,
+}
+
+impl ForceQuery {
+    fn from_pairs(pairs: &[(String, String)]) -> Result<Self, AdminRejection> {
+        let force = match single(pairs, "force", AdminRejection::InvalidForce)?.as_deref() {
+            None => None,
+            Some("false") => Some(false),
+            Some("true") => Some(true),
+            Some(_) => return Err(AdminRejection::InvalidForce),
+        };
+        Ok(Self { force })
+    }
+}
+
+/// The bytes of the `{key}` segment. axum's `Path` refuses one that is not UTF-8 once
+/// percent-decoded, with plain text; its bytes, taken from the URI, go to the key parser
+/// instead, which names the byte in an `invalid-key` problem.
+fn key_bytes(path: Result<Path<KeyPath>, PathRejection>, uri: &Uri) -> Vec<u8> {
+    match path {
+        Ok(Path(KeyPath { key })) => key.into_bytes(),
+        Err(_) => {
+            let segment = uri.path().rsplit('/').next().unwrap_or_default();
+            percent_encoding::percent_decode_str(segment).collect()
+        }
+    }
+}
+
+/// The address named by a key path segment and the query's scope.
+fn address(key: &[u8], pairs: &[(String, String)]) -> Result<Address, AdminRejection> {
+    let key = IdempotencyKey::parse_header(key).map_err(AdminRejection::InvalidKey)?;
+    let scope = match ScopeQuery::from_pairs(pairs)?.scope {
         None => Scope::ANONYMOUS,
         Some(hex) => hex.parse().map_err(|_| AdminRejection::InvalidScope)?,
     };
@@ -124,12 +228,25 @@ fn store_failed(error: &idem_core::StoreError) -> Response {
     .into_response()
 }
 
-async fn show_key(
+/// The record of one key in one scope.
+#[utoipa::path(
+    get,
+    path = "/v1/keys/{key}",
+    tag = "keys",
+    params(KeyPath, ScopeQuery),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The live record under this key and scope.", body = RecordView),
+        ShowKeyProblems,
+    )
+)]
+pub(crate) async fn show_key(
     State(state): State<AdminState>,
-    Path(key): Path<String>,
-    Query(query): Query<ScopeQuery>,
+    path: Result<Path<KeyPath>, PathRejection>,
+    uri: Uri,
+    Query(pairs): Pairs,
 ) -> Response {
-    let address = match address(&key, &query) {
+    let address = match address(&key_bytes(path, &uri), &pairs) {
         Ok(address) => address,
         Err(bad) => return bad.into_response(),
     };
@@ -140,20 +257,35 @@ async fn show_key(
     }
 }
 
-async fn forget_key(
+/// Forgets one key in one scope, so that its next request executes.
+///
+/// A completed key is forgotten at once. A key that a request holds is refused with 409 unless
+/// `force=true` is given: the running request's late result is then discarded, and the next
+/// request executes, possibly while the first still runs.
+#[utoipa::path(
+    delete,
+    path = "/v1/keys/{key}",
+    tag = "keys",
+    params(KeyPath, ScopeQuery, ForceQuery),
+    security(("admin_token" = [])),
+    responses(
+        (status = 204, description = "The record is forgotten."),
+        ForgetKeyProblems,
+    )
+)]
+pub(crate) async fn forget_key(
     State(state): State<AdminState>,
-    Path(key): Path<String>,
-    Query(query): Query<ScopeQuery>,
-    Query(force): Query<ForceQuery>,
+    path: Result<Path<KeyPath>, PathRejection>,
+    uri: Uri,
+    Query(pairs): Pairs,
 ) -> Response {
-    let address = match address(&key, &query) {
+    let address = match address(&key_bytes(path, &uri), &pairs) {
         Ok(address) => address,
         Err(bad) => return bad.into_response(),
     };
-    let force = match force.force.as_deref() {
-        None | Some("false") => false,
-        Some("true") => true,
-        Some(_) => return AdminRejection::InvalidForce.into_response(),
+    let force = match ForceQuery::from_pairs(&pairs) {
+        Ok(query) => query.force.unwrap_or(false),
+        Err(bad) => return bad.into_response(),
     };
     match within(state.store_timeout, forget(&state.store, &address, force)).await {
         Ok(Forgotten::Removed) => {
@@ -164,4 +296,22 @@ async fn forget_key(
         Ok(Forgotten::Processing) => AdminRejection::KeyProcessing.into_response(),
         Err(error) => store_failed(&error),
     }
+}
+
+/// This document: the OpenAPI 3.1 description of the admin routes.
+///
+/// Open without the admin token: it describes the routes, the same for every gateway of this
+/// version, and reveals no record, metric or setting.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "meta",
+    responses((status = 200, description = "The OpenAPI 3.1 document of the admin API.", body = Object, content_type = "application/json"))
+)]
+pub(crate) async fn openapi_json() -> Response {
+    (
+        [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        admin_openapi::document(),
+    )
+        .into_response()
 }

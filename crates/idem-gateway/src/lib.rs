@@ -26,6 +26,7 @@
 
 mod admin;
 mod admin_auth;
+mod admin_openapi;
 pub mod cli;
 pub mod config;
 mod connections;

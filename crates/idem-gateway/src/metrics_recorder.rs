@@ -59,6 +59,14 @@ fn describe() {
         "idem_requests_total",
         "Requests by outcome: executed, replayed, conflict, mismatch, invalid, passthrough, too_large, store_error, overloaded."
     );
+    metrics::describe_counter!(
+        "idem_outcome_unknown_total",
+        "Requests answered 500 outcome-unknown (--ambiguous reject): recorded now, or replayed."
+    );
+    metrics::describe_counter!(
+        "idem_store_full_total",
+        "New keys refused with 503 store-full: the store holds as much as it may."
+    );
     metrics::describe_histogram!(
         UPSTREAM_DURATION,
         metrics::Unit::Seconds,

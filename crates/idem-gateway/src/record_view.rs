@@ -3,6 +3,10 @@
 use idem_core::{Address, Outcome, Record, RecordState, Timestamp};
 use idem_http::problem::{Problem, Rejection};
 use serde::Serialize;
+use utoipa::{
+    ToSchema,
+    openapi::{Object, ObjectBuilder, Type},
+};
 
 /// A record as JSON: the key's digest (never the key), the scope in hex, the state's name, the
 /// token, RFC 3339 timestamps, and the stored status once completed.
@@ -30,29 +34,51 @@ use serde::Serialize;
 /// assert!(json.get("status").is_none());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
+// The schema's description, in the admin API's OpenAPI document, is the first paragraph alone.
+#[schema(
+    description = "A record: the key's digest (never the key), the scope in hex, the \
+    state's name, the token, RFC 3339 timestamps, and the stored status once completed."
+)]
 pub struct RecordView {
     /// The key's digest, as the logs show it.
+    #[schema(pattern = "^[0-9a-f]{16}$")]
     pub key_digest: String,
     /// The scope in hex.
+    #[schema(pattern = "^[0-9a-f]{64}$")]
     pub scope: String,
     /// `processing` or `completed`.
+    #[schema(schema_with = state_schema)]
     pub state: &'static str,
     /// The fencing token of the worker that holds or completed the record.
     pub token: u64,
     /// When the current operation was acquired.
+    #[schema(format = DateTime)]
     pub created_at: String,
     /// When the record stops counting.
+    #[schema(format = DateTime)]
     pub expires_at: String,
     /// When the lease runs out, while processing.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime, nullable = false)]
     pub lease_until: Option<String>,
     /// When it was completed.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime, nullable = false)]
     pub completed_at: Option<String>,
     /// The stored response's status.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 100, maximum = 599, nullable = false)]
     pub status: Option<u16>,
+}
+
+/// The schema of [`RecordView::state`]: the names of [`RecordState`]'s variants.
+fn state_schema() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(["processing", "completed"]))
+        .description(Some("`processing` or `completed`."))
+        .build()
 }
 
 impl RecordView {

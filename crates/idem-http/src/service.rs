@@ -63,6 +63,8 @@ type BoxError = Box<dyn Error + Send + Sync>;
 const REQUESTS_METRIC: &str = "idem_requests_total";
 /// The counter of new keys refused because the store was full.
 const STORE_FULL_METRIC: &str = "idem_store_full_total";
+/// The counter of requests answered `500` outcome-unknown.
+const OUTCOME_UNKNOWN_METRIC: &str = "idem_outcome_unknown_total";
 
 /// What every service made by one configured layer shares: its settings and its engine.
 pub(crate) struct Shared<St> {
@@ -73,21 +75,35 @@ pub(crate) struct Shared<St> {
     pub(crate) requests: RequestCounters,
 }
 
-/// The `idem_requests_total` counter of each [`Outcome`], registered once, in the recorder
-/// installed when the layer made its first service: a request increments its outcome's without
-/// looking it up by name and label.
-pub(crate) struct RequestCounters([metrics::Counter; Outcome::ALL.len()]);
+/// The `idem_requests_total` counter of each [`Outcome`], and the `idem_outcome_unknown_total`
+/// and `idem_store_full_total` counters, registered once, in the recorder installed when the
+/// layer made its first service: a request increments its counters without looking them up by
+/// name and label, and each is exported (at 0) before it first counts, so that rules over them
+/// see a series from the start.
+pub(crate) struct RequestCounters {
+    by_outcome: [metrics::Counter; Outcome::ALL.len()],
+    outcome_unknown: metrics::Counter,
+    store_full: metrics::Counter,
+}
 
 impl RequestCounters {
     pub(crate) fn register() -> Self {
-        Self(
-            Outcome::ALL
+        Self {
+            by_outcome: Outcome::ALL
                 .map(|outcome| metrics::counter!(REQUESTS_METRIC, "outcome" => outcome.as_str())),
-        )
+            outcome_unknown: metrics::counter!(OUTCOME_UNKNOWN_METRIC),
+            store_full: metrics::counter!(STORE_FULL_METRIC),
+        }
     }
 
     fn count(&self, outcome: Outcome) {
-        self.0[outcome as usize].increment(1);
+        self.by_outcome[outcome as usize].increment(1);
+    }
+
+    /// A request answered `500` outcome-unknown: recorded now (its answer was lost, or it took
+    /// over a lease that ran out without a result) or replayed.
+    fn count_outcome_unknown(&self) {
+        self.outcome_unknown.increment(1);
     }
 }
 
@@ -329,9 +345,11 @@ where
     {
         Ok(RunOutcome::Executed(answer)) => (Outcome::Executed, answer),
         Ok(RunOutcome::Replayed(mut stored)) => {
-            // Records stored before cookies were dropped at store time may still hold some.
-            if let (true, idem_core::Outcome::Response(stored)) = (anonymous, &mut stored) {
-                drop_cookies(stored);
+            match &mut stored {
+                // Records stored before cookies were dropped at store time may still hold some.
+                idem_core::Outcome::Response(stored) if anonymous => drop_cookies(stored),
+                idem_core::Outcome::Response(_) => {}
+                idem_core::Outcome::Unknown => shared.requests.count_outcome_unknown(),
             }
             (Outcome::Replayed, Ok(replay_outcome(stored)))
         }
@@ -357,7 +375,7 @@ where
                 (Outcome::Passthrough, answer)
             }
             (_, StoreError::Full { .. }, _) => {
-                metrics::counter!(STORE_FULL_METRIC).increment(1);
+                shared.requests.store_full.increment(1);
                 tracing::warn!(
                     key = %digest(),
                     error = &error as &(dyn Error + 'static),
@@ -440,6 +458,7 @@ where
                         "the service failed after the request may have taken effect; \
                          its outcome is recorded as unknown"
                     );
+                    shared.requests.count_outcome_unknown();
                     let unknown = Rejection::OutcomeUnknown.into_response();
                     Execution::Lost { value: Ok(unknown) }
                 }
@@ -472,7 +491,10 @@ where
             );
             let answer = match ambiguous {
                 Ambiguous::Retry => Rejection::UpstreamFailed(error).into_response(),
-                Ambiguous::Reject => Rejection::OutcomeUnknown.into_response(),
+                Ambiguous::Reject => {
+                    shared.requests.count_outcome_unknown();
+                    Rejection::OutcomeUnknown.into_response()
+                }
             };
             Execution::Lost { value: Ok(answer) }
         }

@@ -72,7 +72,7 @@ pub struct ServeArgs {
           default_value_t = HumanDuration(config::DEFAULT_UPSTREAM_IDLE_TIMEOUT))]
     pub upstream_idle_timeout: HumanDuration,
 
-    /// Where the admin endpoints listen (/healthz, /readyz, /metrics, /v1/keys).
+    /// Where the admin endpoints listen (/healthz, /readyz, /metrics, /v1/keys, /openapi.json).
     #[arg(long, env = "IDEM_ADMIN_LISTEN", value_name = "ADDR", default_value_t = config::DEFAULT_ADMIN_LISTEN)]
     pub admin_listen: SocketAddr,
 

@@ -166,9 +166,41 @@ async fn bad_keys_and_scopes_are_400() {
     assert_eq!(bad_scope.status, 400);
     assert_eq!(bad_scope.json()["type"], "urn:idem:problem:invalid-scope");
 
+    // A parameter given twice is the API's problem too, not a plain-text rejection.
+    let anonymous = Scope::ANONYMOUS.to_string();
+    let twice = format!("/v1/keys/k?scope={anonymous}&scope={anonymous}");
+    let repeated_scope = get(&client, gateway.admin_url(&twice)).await;
+    assert_eq!(repeated_scope.status, 400);
+    assert_eq!(
+        repeated_scope.header("content-type"),
+        "application/problem+json"
+    );
+    assert_eq!(
+        repeated_scope.json()["type"],
+        "urn:idem:problem:invalid-scope"
+    );
+    let repeated_force = delete(
+        &client,
+        gateway.admin_url("/v1/keys/k?force=true&force=true"),
+    )
+    .await;
+    assert_eq!(repeated_force.status, 400);
+    assert_eq!(
+        repeated_force.json()["type"],
+        "urn:idem:problem:invalid-force"
+    );
+
     let bad_key = get(&client, gateway.admin_url("/v1/keys/a%20b")).await;
     assert_eq!(bad_key.status, 400);
     assert_eq!(bad_key.json()["type"], "urn:idem:problem:invalid-key");
+    // Not UTF-8 once percent-decoded: the key parser's problem too, naming the byte.
+    let not_utf8 = get(&client, gateway.admin_url("/v1/keys/ab%FF")).await;
+    assert_eq!(not_utf8.status, 400);
+    assert_eq!(not_utf8.json()["type"], "urn:idem:problem:invalid-key");
+    assert_eq!(
+        not_utf8.json()["detail"],
+        "the idempotency key has a character that is not allowed (byte 0xff at position 2)"
+    );
 
     let too_long = get(
         &client,
@@ -182,7 +214,7 @@ async fn bad_keys_and_scopes_are_400() {
 }
 
 /// A file holding `token` and a newline, in a directory removed when dropped.
-fn token_file(token: &str) -> (tempfile::TempDir, String) {
+pub(crate) fn token_file(token: &str) -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("admin-token");
     std::fs::write(&path, format!("{token}\n")).unwrap();
@@ -190,7 +222,12 @@ fn token_file(token: &str) -> (tempfile::TempDir, String) {
     (dir, path)
 }
 
-async fn send_with(client: &Client, method: &str, url: String, token: Option<&str>) -> Reply {
+pub(crate) async fn send_with(
+    client: &Client,
+    method: &str,
+    url: String,
+    token: Option<&str>,
+) -> Reply {
     let mut request = Request::builder().method(method).uri(url);
     if let Some(token) = token {
         request = request.header("authorization", format!("Bearer {token}"));

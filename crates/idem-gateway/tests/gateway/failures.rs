@@ -78,6 +78,20 @@ async fn with_ambiguous_reject_a_5xx_is_replayed_and_a_timeout_is_outcome_unknow
         assert_eq!(reply.replayed(), replayed);
     }
     assert_eq!(upstream.hits("slow"), 1);
+
+    // Both answers count: the one recorded and its replay; the 503s do not.
+    let metrics = client
+        .send(
+            Request::get(gateway.admin_url("/metrics"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    let text = metrics.text();
+    assert!(
+        text.lines().any(|l| l == "idem_outcome_unknown_total 2"),
+        "no `idem_outcome_unknown_total 2` in:\n{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
