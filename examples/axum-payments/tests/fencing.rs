@@ -3,7 +3,9 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use std::{str::FromStr, time::Duration};
+mod common;
+
+use std::time::Duration;
 
 use axum::{
     Router,
@@ -15,12 +17,9 @@ use http_body_util::BodyExt;
 use idem_core::{ManualClock, Timestamp};
 use idem_http::IdempotencyLayer;
 use idem_postgres::{PostgresOptions, PostgresStore};
-use idem_test_support::{PgSchema, Server};
+use idem_test_support::PgSchema;
 use serde_json::{Value, json};
-use sqlx::{
-    PgPool,
-    postgres::{PgConnectOptions, PgPoolOptions},
-};
+use sqlx::PgPool;
 use tower::ServiceExt;
 
 const AUTHORIZATION: &str = "Bearer sk_test_alice";
@@ -35,21 +34,10 @@ struct Service {
 }
 
 impl Service {
-    /// `None` after saying why, when no server is configured.
+    /// `None` after saying why, when no server is configured. Alice's account holds 1,000.
     async fn start() -> Option<Self> {
-        let url = Server::Postgres.url()?;
-        let schema = PgSchema::create(&url).await;
-        let connect = PgConnectOptions::from_str(&url)
-            .unwrap()
-            .options([("search_path", schema.name())]);
-        let pool = PgPoolOptions::new()
-            .max_connections(20)
-            .test_before_acquire(false)
-            .connect_with(connect)
-            .await
-            .unwrap();
+        let common::Started { app, pool, schema } = common::start().await?;
         let options = PostgresOptions::new().schema(schema.name().parse().unwrap());
-        let app = App::new(pool.clone(), options.clone()).await.unwrap();
         let opened = app
             .router()
             .oneshot(

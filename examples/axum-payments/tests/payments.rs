@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use std::str::FromStr;
+mod common;
 
 use axum::{
     Router,
@@ -13,13 +13,9 @@ use axum::{
 use axum_payments::{App, Step};
 use http_body_util::BodyExt;
 use idem_core::{Address, Outcome, RecordState, Scope, Store, StoredResponse};
-use idem_postgres::PostgresOptions;
-use idem_test_support::{PgSchema, Server};
+use idem_test_support::PgSchema;
 use serde_json::{Value, json};
-use sqlx::{
-    AssertSqlSafe, PgPool,
-    postgres::{PgConnectOptions, PgPoolOptions},
-};
+use sqlx::{AssertSqlSafe, PgPool};
 use tower::ServiceExt;
 
 const AUTHORIZATION: &str = "Bearer sk_test_alice";
@@ -34,19 +30,7 @@ struct Service {
 impl Service {
     /// `None` after saying why, when no server is configured.
     async fn start() -> Option<Self> {
-        let url = Server::Postgres.url()?;
-        let schema = PgSchema::create(&url).await;
-        let connect = PgConnectOptions::from_str(&url)
-            .unwrap()
-            .options([("search_path", schema.name())]);
-        let pool = PgPoolOptions::new()
-            .max_connections(20)
-            .test_before_acquire(false)
-            .connect_with(connect)
-            .await
-            .unwrap();
-        let options = PostgresOptions::new().schema(schema.name().parse().unwrap());
-        let app = App::new(pool.clone(), options).await.unwrap();
+        let common::Started { app, pool, schema } = common::start().await?;
         Some(Self { app, pool, schema })
     }
 

@@ -357,6 +357,7 @@ async fn with_a_fencing_header_the_upstream_gets_each_holders_token_and_never_a_
         ],
     );
     let client = Client::new();
+    // A POST to /echo (which answers with the request it got) with a token of the client's own.
     let echo = |key: Option<&str>| {
         let mut request = Request::post(gateway.url("/echo")).header("idempotency-token", "999");
         if let Some(key) = key {
@@ -364,51 +365,33 @@ async fn with_a_fencing_header_the_upstream_gets_each_holders_token_and_never_a_
         }
         request.body(Body::from("{}")).unwrap()
     };
-    let record_token = |record: serde_json::Value| record["token"].as_u64().unwrap();
+    let admin = |method: &str| {
+        Request::builder()
+            .method(method)
+            .uri(gateway.admin_url("/v1/keys/fence-1"))
+            .body(Body::empty())
+            .unwrap()
+    };
 
-    let first = client.send(echo(Some("fence-1"))).await;
-    assert_eq!(first.status, 200);
-    let shown = client
-        .send(
-            Request::get(gateway.admin_url("/v1/keys/fence-1"))
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await;
-    let first_token = record_token(shown.json());
-    assert_eq!(
-        first.json()["headers"]["idempotency-token"],
-        serde_json::json!([first_token.to_string()])
-    );
-
-    // A new holder of the same key (the record forgotten, the request sent again) gets a larger
-    // token.
-    let forgotten = client
-        .send(
-            Request::delete(gateway.admin_url("/v1/keys/fence-1"))
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await;
-    assert_eq!(forgotten.status, 204);
-    let again = client.send(echo(Some("fence-1"))).await;
-    assert!(!again.replayed());
-    let shown = client
-        .send(
-            Request::get(gateway.admin_url("/v1/keys/fence-1"))
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await;
-    let second_token = record_token(shown.json());
-    assert!(
-        second_token > first_token,
-        "{second_token} after {first_token}"
-    );
-    assert_eq!(
-        again.json()["headers"]["idempotency-token"],
-        serde_json::json!([second_token.to_string()])
-    );
+    // Each holder of the key: the upstream gets the token its record shows, not the client's.
+    let mut tokens = Vec::new();
+    for holder in 1..=2 {
+        let forwarded = client.send(echo(Some("fence-1"))).await;
+        assert_eq!(forwarded.status, 200);
+        assert!(!forwarded.replayed());
+        let token = client.send(admin("GET")).await.json()["token"]
+            .as_u64()
+            .unwrap();
+        assert_eq!(
+            forwarded.json()["headers"]["idempotency-token"],
+            serde_json::json!([token.to_string()]),
+            "holder {holder}"
+        );
+        tokens.push(token);
+        // Forgotten, the key's next request is a new holder.
+        assert_eq!(client.send(admin("DELETE")).await.status, 204);
+    }
+    assert!(tokens[1] > tokens[0], "{tokens:?}");
 
     // Without a key the request passes through, without the client's token.
     let unkeyed = client.send(echo(None)).await;
