@@ -26,7 +26,6 @@
 
 mod admin;
 mod admin_auth;
-mod admin_openapi;
 pub mod cli;
 pub mod config;
 mod connections;

@@ -7,11 +7,13 @@
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /v1/keys/{key}?scope=HEX` | the record as JSON ([`RecordView`]); 404 when there is none |
 //! | `DELETE /v1/keys/{key}?scope=HEX&force=true` | 204: the record is forgotten; 404 when there was none; 409 when a request holds the key, unless `force=true` |
-//! | `GET /openapi.json` | the OpenAPI 3.1 document of these routes ([`admin_openapi`](crate::admin_openapi)) |
+//! | `GET /openapi.json` | the OpenAPI 3.1 document of these routes ([`openapi`]) |
 //!
 //! `scope` is the scope hash in hex, as the logs show it; without it, the anonymous scope. A bad
 //! key, scope or `force` is a 400. Errors are problem+json. With an admin token, every route but
 //! the probes and the document needs it ([`AdminToken`](crate::AdminToken)).
+
+mod openapi;
 
 use std::{
     sync::{
@@ -35,9 +37,9 @@ use utoipa::IntoParams;
 
 use idem_core::time_limit::within;
 
+use self::openapi::{ForgetKeyProblems, MetricsProblems, ShowKeyProblems};
 use crate::{
     AdminToken, GatewayStore, RecordView, admin_auth,
-    admin_openapi::{self, ForgetKeyProblems, MetricsProblems, ShowKeyProblems},
     forget::{Forgotten, forget},
     problem::AdminRejection,
 };
@@ -311,7 +313,7 @@ pub(crate) async fn forget_key(
 pub(crate) async fn openapi_json() -> Response {
     (
         [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
-        admin_openapi::document(),
+        openapi::document(),
     )
         .into_response()
 }

@@ -2,7 +2,7 @@
 //! `docs/admin-openapi.json`.
 //!
 //! It is derived from the code: the routes and their parameters from the handlers of
-//! [`admin`](crate::admin), the record from [`RecordView`], and each route's problems from the
+//! [`admin`](super), the record from [`RecordView`], and each route's problems from the
 //! [`AdminRejection`]s it answers with, rendered as the API renders them (status, headers and
 //! body examples).
 
@@ -22,7 +22,7 @@ use utoipa::{
 };
 
 use crate::{
-    RecordView, admin,
+    RecordView,
     problem::{AdminRejection, Problem},
 };
 
@@ -42,12 +42,12 @@ const PROBLEM: &str = "Problem";
             (RFC 9457)."
     ),
     paths(
-        admin::healthz,
-        admin::readyz,
-        admin::metrics,
-        admin::show_key,
-        admin::forget_key,
-        admin::openapi_json
+        super::healthz,
+        super::readyz,
+        super::metrics,
+        super::show_key,
+        super::forget_key,
+        super::openapi_json
     ),
     components(schemas(RecordView)),
     modifiers(&SharedComponents),
