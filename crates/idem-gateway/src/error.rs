@@ -123,8 +123,8 @@ pub enum ConfigError {
          request with a key would be refused"
     )]
     AnonymousWithoutScope,
-    /// `--fencing-header` names a header the gateway reads from clients: it would be removed
-    /// from every request.
+    /// `--fencing-header` names a header that is not its own (the key, a scope header, or one the
+    /// exchange itself uses): the gateway would overwrite it on every request.
     #[error(
         "--fencing-header {name} is also {role}: the gateway removes the fencing header from \
          every request before it sets its own, so it needs a header of its own"
@@ -132,7 +132,7 @@ pub enum ConfigError {
     FencingHeaderTaken {
         /// The header.
         name: HeaderName,
-        /// What else it is: the key header or a scope header.
+        /// What else it is: the key header, a scope header or a header of the exchange.
         role: &'static str,
     },
     /// The config file could not be read.

@@ -312,18 +312,11 @@ impl TryFrom<&ServeArgs> for Config {
         if anonymous == Anonymous::Reject && scope_headers.is_empty() {
             return Err(ConfigError::AnonymousWithoutScope.into());
         }
-        if let Some(name) = &args.fencing_header {
-            let role = if *name == args.key_header {
-                Some("the key header")
-            } else if scope_headers.contains(name) {
-                Some("a scope header")
-            } else {
-                None
-            };
-            if let Some(role) = role {
-                let name = name.clone();
-                return Err(ConfigError::FencingHeaderTaken { name, role }.into());
-            }
+        if let Some(name) = &args.fencing_header
+            && let Some(role) = fencing_header_taken(name, &args.key_header, &scope_headers)
+        {
+            let name = name.clone();
+            return Err(ConfigError::FencingHeaderTaken { name, role }.into());
         }
         let admin_token = args
             .admin_token_file
@@ -373,6 +366,38 @@ impl TryFrom<&ServeArgs> for Config {
             store_timeout: args.store_timeout.map(|timeout| timeout.0),
             shutdown_timeout: args.shutdown_timeout.0,
         })
+    }
+}
+
+/// What else the header `name` is, if anything: the gateway overwrites the fencing header on
+/// every request, so it must not be the key, a scope header, or a header that the exchange
+/// itself depends on (its framing, its target, its credentials, what the proxy adds).
+fn fencing_header_taken(
+    name: &HeaderName,
+    key_header: &HeaderName,
+    scope_headers: &[HeaderName],
+) -> Option<&'static str> {
+    const EXCHANGE: [&str; 11] = [
+        "host",
+        "content-length",
+        "content-type",
+        "content-encoding",
+        "authorization",
+        "cookie",
+        "expect",
+        "forwarded",
+        "x-forwarded-for",
+        "x-forwarded-proto",
+        "x-forwarded-host",
+    ];
+    if name == key_header {
+        Some("the key header")
+    } else if scope_headers.contains(name) {
+        Some("a scope header")
+    } else if idem_http::hop_by_hop::is_fixed(name) || EXCHANGE.contains(&name.as_str()) {
+        Some("a header of the HTTP exchange itself")
+    } else {
+        None
     }
 }
 
@@ -490,6 +515,18 @@ mod tests {
             (
                 ["--fencing-header", "authorization"],
                 "--fencing-header authorization is also a scope header",
+            ),
+            (
+                ["--fencing-header", "Content-Length"],
+                "--fencing-header content-length is also a header of the HTTP exchange itself",
+            ),
+            (
+                ["--fencing-header", "connection"],
+                "--fencing-header connection is also a header of the HTTP exchange itself",
+            ),
+            (
+                ["--fencing-header", "X-Forwarded-Host"],
+                "--fencing-header x-forwarded-host is also a header of the HTTP exchange itself",
             ),
         ] {
             let error = config_with_file("", &[&["--upstream", "http://a"][..], &flags].concat())
