@@ -258,8 +258,9 @@ impl<St: Store + Clone> IdempotencyLayer<St> {
     /// A header of that name sent by the client is removed from every request, keyed or not, so
     /// that the inner service sees only tokens the layer issued. Use a name of its own: not the
     /// key header, a scope header, or a header the exchange itself uses (`Host`,
-    /// `Content-Length`, `Authorization`, hop-by-hop headers…), which it would overwrite. Default: no header. Whatever this setting, an executed
-    /// request carries its token in its extensions, as an [`idem_core::FencingToken`].
+    /// `Content-Length`, `Authorization`, hop-by-hop headers…), which it would overwrite.
+    /// Default: no header. Whatever this setting, an executed request carries its token in its
+    /// extensions, as an [`idem_core::FencingToken`].
     #[must_use]
     pub fn fencing_header(self, name: HeaderName) -> Self {
         self.configure(|config| config.fencing_header = Some(name))
