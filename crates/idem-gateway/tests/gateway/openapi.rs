@@ -65,8 +65,8 @@ async fn the_served_document_is_the_committed_one() {
     }
 }
 
-/// Each operation of `document`, by path and method name: its method, path, the statuses it declares, and whether it
-/// needs the admin token.
+/// Each operation of `document`, in the document's order: its method, its path, the statuses
+/// it declares, and whether it needs the admin token.
 fn operations(document: &Value) -> Vec<(String, String, Vec<String>, bool)> {
     let mut operations = Vec::new();
     for (path, item) in document["paths"].as_object().unwrap() {
