@@ -10,8 +10,9 @@ use std::{
 
 use bytes::Bytes;
 use idem_core::{
-    Acquisition, Address, FencingToken, Fingerprint, IdempotencyKey, Lease, Outcome, RecordState,
-    Scope, Store, StoreError, StoredResponse, Terms,
+    Acquisition, Address, Census, FencingToken, Fingerprint, IdempotencyKey, Lease, ListCursor,
+    ListQuery, Listed, Outcome, RecordState, Scope, StateFilter, Store, StoreError, StoredResponse,
+    Terms, Timestamp,
 };
 
 use crate::Subject;
@@ -557,4 +558,219 @@ where
     let next = acquired(&store, &busy, &fingerprint(2)).await;
     assert!(next.took_over);
     assert!(next.token > held.token);
+}
+
+/// Every page of `query`, in order, until the last.
+async fn pages<S: Store>(store: &S, query: ListQuery) -> Vec<Vec<Listed>> {
+    let mut pages = Vec::new();
+    let mut query = query;
+    loop {
+        let page = store.list(&query).await.expect("store is up");
+        assert!(
+            page.records.len() <= query.limit,
+            "a page holds at most `limit` records"
+        );
+        pages.push(page.records);
+        match page.next {
+            Some(next) => query.cursor = Some(next),
+            None => return pages,
+        }
+        assert!(pages.len() <= 100, "the listing never ends");
+    }
+}
+
+/// The addresses of `listed`, as (scope, key digest).
+fn identities(listed: &[Listed]) -> Vec<(Scope, [u8; 32])> {
+    listed.iter().map(|l| (l.scope, l.key_sha256)).collect()
+}
+
+fn identity(address: &Address) -> (Scope, [u8; 32]) {
+    (address.scope, address.key.sha256())
+}
+
+/// Whether `records` are newest first.
+fn is_newest_first(records: &[Listed]) -> bool {
+    records
+        .windows(2)
+        .all(|pair| Listed::newest_first(&pair[0], &pair[1]).is_lt())
+}
+
+/// Acquires `count` keys named `{prefix}-{i}` in `scope`, `step` apart, completing the even ones.
+async fn populate(
+    subject: &impl Subject,
+    scope: Scope,
+    prefix: &str,
+    count: usize,
+    step: Duration,
+) -> Vec<Address> {
+    let store = subject.store();
+    let mut addresses = Vec::new();
+    for i in 0..count {
+        let address = Address::new(scope, format!("{prefix}-{i}").parse().unwrap());
+        let lease = acquired(&store, &address, &fingerprint(i as u8)).await;
+        if i % 2 == 0 {
+            store
+                .complete(&address, lease.token, &response(i as u16).into(), TTL)
+                .await
+                .unwrap();
+        }
+        addresses.push(address);
+        subject.advance(step).await;
+    }
+    addresses
+}
+
+/// Item 11: Listing pages through every live record once, newest first, each record as `get`
+/// reads it and named by its scope and its key's SHA-256; a cursor from another kind of store is
+/// refused.
+pub async fn listing_pages_through_every_record_newest_first(subject: &impl Subject) {
+    let store = subject.store();
+    assert_eq!(
+        store.list(&ListQuery::new(10)).await.unwrap().records,
+        Vec::new()
+    );
+    let alice = Scope::from_identity([b"alice".as_slice()]);
+    let mut addresses = populate(subject, alice, "a", 4, Duration::from_millis(5)).await;
+    addresses.extend(populate(subject, Scope::ANONYMOUS, "b", 3, Duration::from_millis(5)).await);
+
+    let pages = pages(&store, ListQuery::new(3)).await;
+    let listed: Vec<Listed> = pages.iter().flatten().cloned().collect();
+    let mut found = identities(&listed);
+    found.sort();
+    let mut expected: Vec<_> = addresses.iter().map(identity).collect();
+    expected.sort();
+    assert_eq!(found, expected, "every record exactly once");
+    for page in &pages {
+        assert!(is_newest_first(page), "each page is newest first");
+    }
+    if subject.lists_in_global_order() {
+        assert!(is_newest_first(&listed), "newest first across pages");
+        assert_eq!(pages.iter().map(Vec::len).collect::<Vec<_>>(), [3, 3, 1]);
+    }
+    for address in &addresses {
+        let record = store.get(address).await.unwrap().expect("record");
+        let shown = listed
+            .iter()
+            .find(|l| (l.scope, l.key_sha256) == identity(address))
+            .expect("listed");
+        assert_eq!(shown.record, record, "{address:?} as `get` reads it");
+    }
+
+    let foreign = if subject.lists_in_global_order() {
+        ListCursor::Scan {
+            shard: 0,
+            cursor: 7,
+            skip: 0,
+        }
+    } else {
+        listed[0].position()
+    };
+    let refused = store.list(&ListQuery::new(3).after(foreign)).await;
+    assert!(
+        matches!(refused, Err(StoreError::InvalidCursor)),
+        "expected InvalidCursor, got {refused:?}"
+    );
+}
+
+/// Item 12: Listing filters by state, by age (by the store's clock) and by scope, together, and
+/// leaves expired records out.
+pub async fn listing_filters_by_state_age_and_scope(subject: &impl Subject) {
+    let store = subject.store();
+    let alice = Scope::from_identity([b"alice".as_slice()]);
+    // a-0 and a-2 completed, a-1 and a-3 processing.
+    let old = populate(subject, alice, "a", 4, Duration::ZERO).await;
+    // One that expires: completed with a TTL of one second.
+    let short = address("short");
+    let lease = acquired(&store, &short, &fingerprint(9)).await;
+    store
+        .complete(
+            &short,
+            lease.token,
+            &response(9).into(),
+            Duration::from_secs(1),
+        )
+        .await
+        .unwrap();
+    subject.advance(Duration::from_millis(1500)).await;
+    let new = populate(subject, Scope::ANONYMOUS, "b", 2, Duration::ZERO).await;
+
+    let listed = |query: ListQuery| {
+        let store = store.clone();
+        async move {
+            let mut found = identities(&pages(&store, query).await.concat());
+            found.sort();
+            found
+        }
+    };
+    let of = |addresses: &[&Address]| {
+        let mut expected: Vec<_> = addresses.iter().map(|a| identity(a)).collect();
+        expected.sort();
+        expected
+    };
+    let query = || ListQuery::new(2);
+    assert_eq!(
+        listed(query()).await,
+        of(&[&old[0], &old[1], &old[2], &old[3], &new[0], &new[1]]),
+        "the expired record is not listed"
+    );
+    assert_eq!(
+        listed(query().state(StateFilter::Processing)).await,
+        of(&[&old[1], &old[3], &new[1]])
+    );
+    assert_eq!(
+        listed(query().state(StateFilter::Completed)).await,
+        of(&[&old[0], &old[2], &new[0]])
+    );
+    assert_eq!(
+        listed(query().older_than(Duration::from_secs(1))).await,
+        of(&[&old[0], &old[1], &old[2], &old[3]])
+    );
+    assert_eq!(
+        listed(query().scope(Scope::ANONYMOUS)).await,
+        of(&[&new[0], &new[1]])
+    );
+    assert_eq!(
+        listed(
+            query()
+                .scope(alice)
+                .state(StateFilter::Processing)
+                .older_than(Duration::from_secs(1))
+        )
+        .await,
+        of(&[&old[1], &old[3]])
+    );
+    assert_eq!(
+        listed(query().older_than(Duration::from_secs(3600))).await,
+        Vec::new()
+    );
+}
+
+/// Item 13: The census counts live records by state and names the oldest processing one;
+/// expired, released and forgotten records do not count.
+pub async fn census_counts_live_records_by_state(subject: &impl Subject) {
+    let store = subject.store();
+    assert_eq!(store.census().await.unwrap(), Census::default());
+
+    // c-0 and c-2 completed, c-1 and c-3 processing.
+    let addresses = populate(subject, Scope::ANONYMOUS, "c", 4, Duration::from_millis(5)).await;
+    let released = address("released");
+    let lease = acquired(&store, &released, &fingerprint(7)).await;
+    store.release(&released, lease.token).await.unwrap();
+    let forgotten = address("forgotten");
+    acquired(&store, &forgotten, &fingerprint(8)).await;
+    assert!(store.forget(&forgotten).await.unwrap());
+
+    let oldest: Timestamp = store.get(&addresses[1]).await.unwrap().unwrap().created_at;
+    assert_eq!(
+        store.census().await.unwrap(),
+        Census {
+            processing: 2,
+            completed: 2,
+            oldest_processing: Some(oldest),
+        }
+    );
+
+    // Past the TTL every record has expired, purged or not.
+    subject.advance(TTL + LEASE).await;
+    assert_eq!(store.census().await.unwrap(), Census::default());
 }

@@ -21,6 +21,12 @@ pub trait Subject: Send + Sync + 'static {
     fn tolerance(&self) -> Duration {
         Duration::ZERO
     }
+
+    /// Whether the store lists records newest first across pages (an index on time), rather
+    /// than newest first within each page of its own iteration (Redis' `SCAN`).
+    fn lists_in_global_order(&self) -> bool {
+        true
+    }
 }
 
 /// A [`Subject`] for stores that read time from an injected [`ManualClock`].

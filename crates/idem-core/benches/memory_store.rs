@@ -1,5 +1,6 @@
 //! MemoryStore acquire + complete on new keys, against a bare concurrent map (DashMap) doing the
-//! same insert-then-update, on 1 and 2 threads.
+//! same insert-then-update, on 1 and 2 threads; and the operators' calls over a million records
+//! (a page of the listing, the census) against one pass over a map of as many entries.
 //!
 //! `cargo bench -p idem-core --bench memory_store`
 //!
@@ -19,8 +20,8 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use dashmap::DashMap;
 use futures_util::FutureExt;
 use idem_core::{
-    Acquisition, Address, Fingerprint, MemoryStore, Outcome, Policy, Scope, Store, StoredResponse,
-    Terms,
+    Acquisition, Address, Fingerprint, ListQuery, MemoryStore, Outcome, Policy, Scope, StateFilter,
+    Store, StoredResponse, Terms,
 };
 
 const FP: Fingerprint = Fingerprint::from_bytes([9; 32]);
@@ -140,5 +141,40 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+/// Records in the store for the operators' calls: one in ten processing.
+const RECORDS: u64 = 1_000_000;
+
+fn operators(c: &mut Criterion) {
+    let terms = Terms::from(&Policy::default());
+    let store = MemoryStore::new().max_keys(2 * RECORDS as usize);
+    let response = Outcome::from(response());
+    let mut baseline = std::collections::HashMap::with_capacity(RECORDS as usize);
+    for (n, address) in addresses(0, 1, RECORDS).remove(0).into_iter().enumerate() {
+        let Some(Ok(Acquisition::Acquired(lease))) =
+            store.acquire(&address, &FP, terms).now_or_never()
+        else {
+            unreachable!("new keys are acquired at once");
+        };
+        if n % 10 != 0 {
+            let completed = store.complete(&address, lease.token, &response, terms.ttl);
+            completed.now_or_never().unwrap().unwrap();
+        }
+        baseline.insert(address, n as u64);
+    }
+    let mut group = c.benchmark_group("operators_1m_records");
+    group.sample_size(10);
+    group.bench_function("hashmap_pass_baseline", |b| {
+        b.iter(|| black_box(baseline.values().filter(|n| *n % 10 == 0).count()))
+    });
+    group.bench_function("list_100_processing", |b| {
+        let query = ListQuery::new(100).state(StateFilter::Processing);
+        b.iter(|| black_box(store.list(&query).now_or_never().unwrap().unwrap()))
+    });
+    group.bench_function("census", |b| {
+        b.iter(|| black_box(store.census().now_or_never().unwrap().unwrap()))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench, operators);
 criterion_main!(benches);

@@ -5,8 +5,8 @@ use std::{future::Future, sync::Arc, time::Duration};
 use futures_util::future::BoxFuture;
 
 use crate::{
-    Acquisition, Address, FencingToken, Fingerprint, Outcome, Record, Store, StoreError, Terms,
-    Timestamp,
+    Acquisition, Address, Census, FencingToken, Fingerprint, ListPage, ListQuery, Outcome, Record,
+    Store, StoreError, Terms, Timestamp,
 };
 
 /// A type-erased [`Store`]: the gateway picks a backend from a URL and hands this to the engine.
@@ -67,6 +67,8 @@ trait ErasedStore: Send + Sync {
     fn forget<'a>(&'a self, address: &'a Address) -> BoxFuture<'a, Result<bool, StoreError>>;
     fn purge_expired(&self, limit: usize) -> BoxFuture<'_, Result<usize, StoreError>>;
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>>;
+    fn list<'a>(&'a self, query: &'a ListQuery) -> BoxFuture<'a, Result<ListPage, StoreError>>;
+    fn census(&self) -> BoxFuture<'_, Result<Census, StoreError>>;
     fn changed(&self, address: &Address) -> BoxFuture<'static, ()>;
 }
 
@@ -126,6 +128,14 @@ impl<S: Store> ErasedStore for S {
         Box::pin(Store::ping(self))
     }
 
+    fn list<'a>(&'a self, query: &'a ListQuery) -> BoxFuture<'a, Result<ListPage, StoreError>> {
+        Box::pin(Store::list(self, query))
+    }
+
+    fn census(&self) -> BoxFuture<'_, Result<Census, StoreError>> {
+        Box::pin(Store::census(self))
+    }
+
     fn changed(&self, address: &Address) -> BoxFuture<'static, ()> {
         Box::pin(Store::changed(self, address))
     }
@@ -178,6 +188,14 @@ impl Store for DynStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         self.0.ping().await
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<ListPage, StoreError> {
+        self.0.list(query).await
+    }
+
+    async fn census(&self) -> Result<Census, StoreError> {
+        self.0.census().await
     }
 
     fn changed(&self, address: &Address) -> impl Future<Output = ()> + Send + 'static {

@@ -33,6 +33,16 @@ pub enum StoreError {
         #[source]
         source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
+    /// The store does not implement this operation (the operators' listing and counting, on a
+    /// store written before they existed).
+    #[error("the store does not support {operation}")]
+    Unsupported {
+        /// What was asked, e.g. `listing records`.
+        operation: &'static str,
+    },
+    /// A listing cursor this store did not issue (from another store, or altered).
+    #[error("the listing cursor was not issued by this store")]
+    InvalidCursor,
 }
 
 impl StoreError {

@@ -118,6 +118,13 @@ impl IdempotencyKey {
         &self.0
     }
 
+    /// SHA-256 of the key's text: how stores that do not keep keys in clear (SQLite, PostgreSQL)
+    /// address a record, and how a listed record ([`Listed`](crate::Listed)) names its key.
+    pub fn sha256(&self) -> [u8; 32] {
+        use sha2::Digest;
+        sha2::Sha256::digest(self.0.as_bytes()).into()
+    }
+
     /// A short, stable, non-reversible digest of the key, for logs (keys are never logged in clear).
     ///
     /// Keyed by the process's [`DigestKey`](crate::DigestKey) when one is installed.

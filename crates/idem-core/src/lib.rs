@@ -45,6 +45,7 @@ mod error;
 mod fingerprint;
 mod key;
 mod lease;
+mod listing;
 mod log_digest;
 mod memory;
 mod policy;
@@ -66,6 +67,10 @@ pub use error::StoreError;
 pub use fingerprint::{Fingerprint, FingerprintBuilder, FingerprintMode, InvalidFingerprint};
 pub use key::{IdempotencyKey, KEY_HEADER, KeyError, MAX_KEY_LEN};
 pub use lease::{FencingToken, Lease};
+pub use listing::{
+    Census, InvalidCursor, InvalidStateFilter, ListCursor, ListPage, ListQuery, Listed, Newest,
+    StateFilter,
+};
 pub use log_digest::{DIGEST_KEY_LEN, DigestKey, DigestKeyInstalled};
 pub use memory::MemoryStore;
 pub use policy::{Ambiguous, InFlight, Policy};

@@ -3,7 +3,8 @@
 use std::{future::Future, sync::Arc, time::Duration};
 
 use crate::{
-    Address, FencingToken, Fingerprint, Lease, Outcome, Policy, Record, StoreError, Timestamp,
+    Address, Census, FencingToken, Fingerprint, Lease, ListPage, ListQuery, Outcome, Policy,
+    Record, StoreError, Timestamp,
 };
 
 /// The durations an acquisition is granted.
@@ -125,6 +126,31 @@ pub trait Store: Send + Sync + 'static {
     /// Checks that the store can be reached.
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// One page of the live records that pass `query`'s filters, newest first (by acquisition
+    /// time, then scope and key digest), starting after `query.cursor`, with the cursor of the
+    /// next page. Paging through to the end lists every record that was live and matching during
+    /// the whole walk exactly once; records acquired meanwhile may or may not appear. For
+    /// operators: its cost grows with the records it must look at, which each store documents.
+    /// A cursor this store did not issue is [`StoreError::InvalidCursor`].
+    ///
+    /// The default answers [`StoreError::Unsupported`].
+    fn list(&self, query: &ListQuery) -> impl Future<Output = Result<ListPage, StoreError>> + Send {
+        let _ = query;
+        std::future::ready(Err(StoreError::Unsupported {
+            operation: "listing records",
+        }))
+    }
+
+    /// Counts the live records by state and finds the oldest processing one. For operators: it
+    /// may read every record, as each store documents; callers space their calls accordingly.
+    ///
+    /// The default answers [`StoreError::Unsupported`].
+    fn census(&self) -> impl Future<Output = Result<Census, StoreError>> + Send {
+        std::future::ready(Err(StoreError::Unsupported {
+            operation: "counting records",
+        }))
+    }
+
     /// Resolves when the record at `address` may have been completed, released or forgotten by
     /// another process sharing the store (Postgres `LISTEN/NOTIFY`, Redis pub/sub), so that
     /// waiters on other instances wake up at once. Interest is registered when this method is
@@ -197,6 +223,14 @@ impl<S: Store> Store for Arc<S> {
 
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).ping()
+    }
+
+    fn list(&self, query: &ListQuery) -> impl Future<Output = Result<ListPage, StoreError>> + Send {
+        (**self).list(query)
+    }
+
+    fn census(&self) -> impl Future<Output = Result<Census, StoreError>> + Send {
+        (**self).census()
     }
 
     fn changed(&self, address: &Address) -> impl Future<Output = ()> + Send + 'static {

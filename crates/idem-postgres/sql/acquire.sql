@@ -71,7 +71,9 @@ taken AS (
     WHERE p.plan = 'take_over' AND p.first
         AND r.scope = p.scope AND r.key = p.key
         -- The same acquisition, still processing, its lease still over, the record still live.
-        AND r.token = p.token AND r.state = 'processing'
+        -- `IS TRUE` keeps the state out of the index conditions: the record is found by primary
+        -- key, never by walking the listing's index on (state, created_at).
+        AND r.token = p.token AND (r.state = 'processing') IS TRUE
         AND r.lease_until <= p.now AND p.now < r.expires_at
     RETURNING r.scope, r.key, r.token, r.lease_until
 ),
@@ -81,8 +83,9 @@ watching AS (
     FROM plan AS p
     WHERE p.plan = 'in_flight' AND NOT p.watched
         AND r.scope = p.scope AND r.key = p.key
-        -- The same acquisition, still processing (a renewal only moves its lease further).
-        AND r.token = p.token AND r.state = 'processing'
+        -- The same acquisition, still processing (a renewal only moves its lease further; `IS
+        -- TRUE`: see `taken`).
+        AND r.token = p.token AND (r.state = 'processing') IS TRUE
     RETURNING r.scope, r.key
 ),
 written AS (

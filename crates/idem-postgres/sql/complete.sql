@@ -20,7 +20,9 @@ completed AS (
         response = b.response
     FROM clock AS c, batch AS b
     WHERE r.scope = b.scope AND r.key = b.key
-        AND r.token = b.token AND r.state = 'processing' AND c.now < r.expires_at
+        -- `IS TRUE` keeps the state out of the index conditions: the record is found by primary
+        -- key, never by walking the listing's index on (state, created_at).
+        AND r.token = b.token AND (r.state = 'processing') IS TRUE AND c.now < r.expires_at
     RETURNING b.n, r.scope, r.key, r.watched
 )
 -- Only a record that somebody found in flight (see acquire.sql) is worth a NOTIFY.

@@ -15,5 +15,7 @@ SET lease_until = c.now + b.lease * interval '1 millisecond',
     expires_at = greatest(r.expires_at, c.now + b.lease * interval '1 millisecond')
 FROM clock AS c, batch AS b
 WHERE r.scope = b.scope AND r.key = b.key
-    AND r.token = b.token AND r.state = 'processing' AND c.now < r.expires_at
+    -- `IS TRUE` keeps the state out of the index conditions: the record is found by primary key,
+    -- never by walking the listing's index on (state, created_at).
+    AND r.token = b.token AND (r.state = 'processing') IS TRUE AND c.now < r.expires_at
 RETURNING b.n, (extract(epoch FROM r.lease_until) * 1000)::bigint AS lease_until

@@ -12,9 +12,12 @@
 //! the first execution: on a new table, or one whose statistics are stale (autovacuum off, or
 //! behind), PostgreSQL believes the table tiny and plans to read all of it (a sequential scan and
 //! a hash join for `acquire`, every live record through the `expires_at` index for the others),
-//! work that then grows with the table at every batch. Every statement of the store finds its
-//! records by primary key, so these connections rule the other ways out ([`PLANNER`]): the plans
-//! are index lookups by `(scope, key)` in nested loops, whatever the statistics say.
+//! work that then grows with the table at every batch. Every statement on given records finds
+//! them by primary key, so these connections rule the other ways out ([`PLANNER`]): the plans
+//! are index lookups by `(scope, key)` in nested loops, whatever the statistics say. (The writes
+//! check a record's state in a form no index serves, so that the operators' index on
+//! `(state, created_at)` is no other way either.) The operators' listing walks that index, with
+//! no sort: its plan cannot depend on the statistics either.
 
 use std::ops::{Deref, DerefMut};
 
@@ -230,6 +233,51 @@ mod tests {
                 lines.join("\n")
             );
         }
+        drop(connection);
+        connections.close();
+    }
+
+    #[tokio::test]
+    async fn listing_processing_records_walks_the_state_index_backwards_from_the_page_bound() {
+        let url = require!(Postgres);
+        let schema = PgSchema::new(&url);
+        let options = PostgresOptions::new().schema(schema.name().parse().unwrap());
+        let pool = PgPool::connect(&url).await.unwrap();
+        PostgresStore::migrate(&pool, &options).await.unwrap();
+        pool.close().await;
+        let sql = Sql::new(&options.schema, &options.table);
+        let connections = Connections::new(url.parse().unwrap(), 1, Duration::from_secs(5));
+        let mut connection = connections.get(&sql.table).await.unwrap();
+        let types = [
+            "bigint", "text[]", "bigint", "bytea", "bigint", "bytea", "bytea", "bigint",
+        ];
+        let lines = plan(&mut connection, sql.text(Statement::List), &types).await;
+        let scans: Vec<&str> = lines
+            .iter()
+            .map(|line| line.trim_start_matches([' ', '-', '>']))
+            .filter(|line| line.contains("Scan") && line.contains(" on idem_records"))
+            .collect();
+        // No sort: the walk yields the records newest first, and stops at the limit.
+        assert_eq!(
+            (scans, lines.iter().any(|line| line.contains("Sort"))),
+            (
+                vec!["Index Scan Backward using idem_records_state_created on idem_records r"],
+                false
+            ),
+            "{}",
+            lines.join("\n")
+        );
+        // It starts at the page's bound (the row comparison, as far as the index holds it).
+        let start = lines
+            .iter()
+            .map(|line| line.trim())
+            .find(|line| line.starts_with("Index Cond:"))
+            .unwrap();
+        assert!(
+            start.starts_with("Index Cond: ((state = s.state) AND (created_at <= LEAST("),
+            "{}",
+            lines.join("\n")
+        );
         drop(connection);
         connections.close();
     }

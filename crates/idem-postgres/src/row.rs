@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use idem_core::{
-    Acquisition, FencingToken, Fingerprint, Lease, Outcome, Record, RecordState, StoreError,
-    Timestamp,
+    Acquisition, Census, FencingToken, Fingerprint, Lease, Listed, Outcome, Record, RecordState,
+    Scope, StateFilter, StoreError, Timestamp,
 };
 use sqlx::{Decode, Postgres, Row, Type, postgres::PgRow};
 
@@ -13,6 +13,14 @@ use crate::{Error, error::store_error};
 /// The `state` column.
 const PROCESSING: &str = "processing";
 const COMPLETED: &str = "completed";
+
+/// The `state` column of records in `state`.
+pub(crate) fn state_column(state: StateFilter) -> &'static str {
+    match state {
+        StateFilter::Processing => PROCESSING,
+        StateFilter::Completed => COMPLETED,
+    }
+}
 
 /// What `sql/acquire.sql` decided.
 #[derive(Debug)]
@@ -120,6 +128,35 @@ impl Columns<'_> {
             state,
         })
     }
+
+    /// The columns of `sql/list.sql`: a record as [`record`](Self::record) reads it, with its
+    /// scope and key digest.
+    pub(crate) fn listed(&self) -> Result<Listed, StoreError> {
+        Ok(Listed {
+            scope: Scope::from_bytes(self.digest("scope")?),
+            key_sha256: self.digest("key")?,
+            record: self.record()?,
+        })
+    }
+
+    /// The columns of `sql/census.sql`.
+    pub(crate) fn census(&self) -> Result<Census, StoreError> {
+        let count = |name| {
+            self.get::<i64>(name)
+                .map(|count| u64::try_from(count).unwrap_or(0))
+        };
+        Ok(Census {
+            processing: count("processing")?,
+            completed: count("completed")?,
+            oldest_processing: self.get::<Option<i64>>("oldest_processing")?.map(timestamp),
+        })
+    }
+
+    /// A 32-byte column: the scope, or the key's digest.
+    fn digest(&self, name: &str) -> Result<[u8; 32], StoreError> {
+        let bytes: &[u8] = self.get(name)?;
+        <[u8; 32]>::try_from(bytes).map_err(StoreError::corrupted)
+    }
 }
 
 /// Milliseconds since the epoch from the database; the store writes none before 1970.
@@ -138,6 +175,12 @@ pub(crate) fn sql_token(token: FencingToken) -> i64 {
 pub(crate) fn sql_millis(duration: Duration) -> i64 {
     const MAX: u128 = 1_000 * 366 * 24 * 3_600 * 1_000;
     i64::try_from(duration.as_millis().min(MAX)).expect("a thousand years of milliseconds fit")
+}
+
+/// A time as the statements take it: milliseconds since the epoch, at most a thousand years after
+/// it (as [`sql_millis`]), so that the server's date arithmetic cannot overflow.
+pub(crate) fn sql_time(at: Timestamp) -> i64 {
+    sql_millis(Duration::from_millis(at.as_millis()))
 }
 
 /// The test clock's "now" as `$1` takes it; `None` makes the statement read the server's clock.

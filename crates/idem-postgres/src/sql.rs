@@ -25,6 +25,11 @@ const MIGRATIONS: &[MigrationFile] = &[
         "key digest",
         include_str!("../migrations/0002_key_digest.sql"),
     ),
+    MigrationFile::new(
+        3,
+        "state created",
+        include_str!("../migrations/0003_state_created.sql"),
+    ),
 ];
 
 /// A statement the store runs, to read its SQL with [`PostgresStore::sql`](crate::PostgresStore::sql).
@@ -47,6 +52,11 @@ pub enum Statement {
     Forget,
     /// [`Store::purge_expired`](idem_core::Store::purge_expired).
     PurgeExpired,
+    /// [`Store::list`](idem_core::Store::list): `$2` is an array of states; of each, `$8` records
+    /// and the others of the last one's millisecond.
+    List,
+    /// [`Store::census`](idem_core::Store::census).
+    Census,
 }
 
 /// Every statement of one store, rendered. Cloning a statement's text is cheap (an `Arc`).
@@ -59,6 +69,8 @@ pub(crate) struct Sql {
     pub(crate) get: Arc<str>,
     pub(crate) forget: Arc<str>,
     pub(crate) purge_expired: Arc<str>,
+    pub(crate) list: Arc<str>,
+    pub(crate) census: Arc<str>,
     pub(crate) applied_migrations: Arc<str>,
     /// The `LISTEN`/`NOTIFY` channel.
     pub(crate) channel: String,
@@ -82,6 +94,8 @@ impl Sql {
             get: render(include_str!("../sql/get.sql")),
             forget: render(include_str!("../sql/forget.sql")),
             purge_expired: render(include_str!("../sql/purge_expired.sql")),
+            list: render(include_str!("../sql/list.sql")),
+            census: render(include_str!("../sql/census.sql")),
             applied_migrations: render(include_str!("../sql/applied_migrations.sql")),
             schema: location.quoted_schema(),
             table: location.qualified(),
@@ -100,6 +114,8 @@ impl Sql {
             Statement::Get => &self.get,
             Statement::Forget => &self.forget,
             Statement::PurgeExpired => &self.purge_expired,
+            Statement::List => &self.list,
+            Statement::Census => &self.census,
         }
     }
 
@@ -149,6 +165,8 @@ mod tests {
             Statement::Get,
             Statement::Forget,
             Statement::PurgeExpired,
+            Statement::List,
+            Statement::Census,
         ];
         for statement in all {
             let text = sql.text(statement);

@@ -3,8 +3,8 @@
 use std::{fmt, future::Future, sync::Arc, time::Duration};
 
 use idem_core::{
-    Acquisition, Address, FencingToken, Fingerprint, Outcome, Record, Store, StoreError, Terms,
-    Timestamp,
+    Acquisition, Address, Census, FencingToken, Fingerprint, ListPage, ListQuery, Newest, Outcome,
+    Record, StateFilter, Store, StoreError, Terms, Timestamp,
 };
 use idem_sql::{PurgeLoop, query_text};
 use sqlx::{
@@ -20,7 +20,7 @@ use crate::{
     connections::{Checkout, Connections},
     error::store_error,
     key_digest::key_digest,
-    row::Columns,
+    row::{Columns, sql_millis, sql_time, state_column},
     schema,
     shared::Shared,
     sql::Sql,
@@ -36,7 +36,9 @@ use crate::{
 /// batch, each operation with its own answer ([group commit](PostgresOptions::batch_size)).
 /// Time is the database server's (`statement_timestamp()`), so instances with skewed clocks agree. Fencing tokens come from a
 /// sequence. Completing, releasing or forgetting a record that a request found in flight notifies
-/// the other instances through `LISTEN`/`NOTIFY` ([`Store::changed`]).
+/// the other instances through `LISTEN`/`NOTIFY` ([`Store::changed`]). For operators,
+/// [`list`](Store::list) and [`census`](Store::census) read an index on `(state, created_at)`
+/// rather than every record.
 ///
 /// Beyond the [`Store`] trait, [`acquire_in`](Self::acquire_in) and
 /// [`complete_in`](Self::complete_in) run in the caller's own transaction, so that business rows
@@ -389,6 +391,64 @@ impl Store for PostgresStore {
             .await
             .map(drop)
             .map_err(|e| self.error(e))
+    }
+
+    /// One statement on the store's own connections, on the server's clock: for each state asked
+    /// for, a backward walk of the index on `(state, created_at)` from where the page starts
+    /// (see `sql/list.sql`). A page reads its records and those it passes over that are expired
+    /// or of another scope, whatever the size of the table; a scope filter reads the other
+    /// scopes' records of the same state and age on its way.
+    async fn list(&self, query: &ListQuery) -> Result<ListPage, StoreError> {
+        let mut newest = Newest::new(query)?;
+        let cursor = query.resume_after()?;
+        let both = [StateFilter::Processing, StateFilter::Completed];
+        let states = query.state.as_ref().map_or(&both[..], std::slice::from_ref);
+        let states: Vec<&str> = states.iter().map(|&state| state_column(state)).collect();
+        // One record more than a page from each state: whether a next page exists.
+        let limit = i64::try_from(query.page_size() + 1).expect("a page is at most 1001 records");
+        let mut connection = self.connection().await?;
+        let rows = sqlx::query(query_text(&self.inner.shared.sql.list))
+            .bind(self.inner.shared.now())
+            .bind(states)
+            .bind(query.older_than.map(sql_millis))
+            .bind(
+                query
+                    .scope
+                    .as_ref()
+                    .map(|scope| scope.as_bytes().as_slice()),
+            )
+            .bind(cursor.map(|(created_at, ..)| sql_time(created_at)))
+            .bind(
+                cursor
+                    .as_ref()
+                    .map(|(_, scope, _)| scope.as_bytes().as_slice()),
+            )
+            .bind(cursor.as_ref().map(|(_, _, key)| key.as_slice()))
+            .bind(limit)
+            .fetch_all(&mut *connection)
+            .await
+            .map_err(|e| self.error(e));
+        for row in &connection.keep(rows)? {
+            newest.offer(self.columns(row).listed()?);
+        }
+        Ok(newest.finish())
+    }
+
+    /// One statement on the store's own connections, on the server's clock, without decoding a
+    /// record: the processing records are counted from their range of the index on
+    /// `(state, created_at)` (reading each one's expiry from the table), every live record from
+    /// the index on `expires_at` (the completed ones are the others; see `sql/census.sql`). The
+    /// second count reads an index entry per live record, and the table's pages that vacuum has
+    /// not yet marked all-visible: at 10 million records, about 0.8 s when it has marked them
+    /// all, 2 s when it has marked none.
+    async fn census(&self) -> Result<Census, StoreError> {
+        let mut connection = self.connection().await?;
+        let row = sqlx::query(query_text(&self.inner.shared.sql.census))
+            .bind(self.inner.shared.now())
+            .fetch_one(&mut *connection)
+            .await
+            .map_err(|e| self.error(e));
+        self.columns(&connection.keep(row)?).census()
     }
 
     fn changed(&self, address: &Address) -> impl Future<Output = ()> + Send + 'static {

@@ -76,6 +76,9 @@ server_clock_checks!(
     forget_removes_any_record_and_fences_its_holder,
     settled_records_refuse_every_token,
     record_timestamps_follow_the_terms,
+    listing_pages_through_every_record_newest_first,
+    listing_filters_by_state_age_and_scope,
+    census_counts_live_records_by_state,
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,4 +1,4 @@
--- acquire: KEYS record, fence; ARGV fingerprint, lease ms, ttl ms.
+-- acquire: KEYS record, fence; ARGV fingerprint, lease ms, ttl ms, scope, key's SHA-256.
 -- Returns {1, token, lease_until, took_over} | {2, response} | {3, retry_after ms} | {4}.
 local function acquire(k, a)
   local record, fence = KEYS[k], KEYS[k + 1]
@@ -36,7 +36,7 @@ local function acquire(k, a)
     redis.call('DEL', record)
   end
   redis.call('HSET', record, 's', PROCESSING, 'f', fingerprint, 't', int(token), 'c', int(now),
-    'e', int(expires_at), 'l', int(lease_until))
+    'e', int(expires_at), 'l', int(lease_until), 'a', ARGV[a + 3], 'k', ARGV[a + 4])
   expire_at(record, expires_at)
   return {1, token, lease_until, 0}
 end

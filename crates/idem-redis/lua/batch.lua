@@ -8,7 +8,7 @@
 
 -- Each operation's function, and how many keys and arguments it takes.
 local OPERATIONS = {
-  a = {acquire, 2, 3},
+  a = {acquire, 2, 5},
   c = {complete, 1, 4},
   r = {release, 2, 2},
   n = {renew, 1, 2},

@@ -1,20 +1,8 @@
--- The start of the idem script: the record's encoding, the clock, expiry and fencing.
---
--- A record is a hash under its record key:
---   s  state: 1 processing, 2 completed     f  fingerprint (32 bytes)
---   t  fencing token (decimal)              c  created_at (ms since the epoch)
---   e  expires_at (ms)                      l  lease_until (ms; read while processing only)
---   d  completed_at (ms, completed only)    r  encoded response (completed only)
---   w  1 once an acquire answered "in flight": someone may wait for the record to change
--- A completion leaves `l` in place (removing it would cost a command per key): nothing reads it
--- once the record is completed.
--- A record whose expires_at has passed is absent for every operation, whether or not Redis has
--- removed the key yet.
+-- What the operations share: the clock, expiry and fencing.
 --
 -- Each operation is a function of `k` and `a`, the positions of its first key in KEYS and of its
 -- first argument in ARGV, and returns its reply.
 
-local PROCESSING, COMPLETED = '1', '2'
 -- Under a test clock, keys outlive their record's expiry by this much real time, so that Redis
 -- never removes a record that the test's clock still sees live.
 local TEST_EXPIRY_MARGIN = 60000
@@ -28,26 +16,12 @@ local PUBLISH = ARGV[1]
 local function set_clock(override)
   if override == '' then
     if not server_now then
-      local time = redis.call('TIME')
-      server_now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+      server_now = server_time()
     end
     now, test_clock = server_now, false
   else
     now, test_clock = tonumber(override), true
   end
-end
-
--- Integers as decimal text: `tostring` would print 1.8e+15 for a token.
-local function int(n)
-  return string.format('%d', n)
-end
-
-local function num(value, field)
-  local n = tonumber(value)
-  if not n then
-    error({err = 'IDEMCORRUPT the record field ' .. field .. ' is not a number'})
-  end
-  return n
 end
 
 -- Gives a key the expiry of its record, so that Redis removes it then by itself.

@@ -33,7 +33,7 @@ use std::{
 
 use futures_util::future::{BoxFuture, join_all};
 use idem_core::StoreError;
-use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value};
 use tokio::{
     runtime::Handle,
     sync::{Semaphore, oneshot},
@@ -258,7 +258,10 @@ fn by_slot(batch: Vec<Call>) -> impl Iterator<Item = Vec<Call>> {
 /// Sends `calls` as one script call and hands each caller its reply.
 async fn execute(connection: &Connection, calls: Vec<Call>) {
     let command = script_call(connection, &calls);
-    let replies = match exchange(connection, &command).await {
+    let replies = match connection
+        .run_script(&scripts::SCRIPT, &command, None)
+        .await
+    {
         Ok(Value::Array(replies)) if replies.len() == calls.len() => replies,
         Ok(_) => {
             let error = RedisError::from((ErrorKind::UnexpectedReturnType, "a batch's replies"));
@@ -295,16 +298,4 @@ fn script_call(connection: &Connection, calls: &[Call]) -> Cmd {
         command.arg(call.operation.args());
     }
     command
-}
-
-/// Sends `command`, loading the script first when the server lacks it (after a restart or a
-/// failover).
-async fn exchange(connection: &Connection, command: &Cmd) -> RedisResult<Value> {
-    match connection.send(command).await {
-        Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            connection.load(&scripts::SCRIPT).await?;
-            connection.send(command).await
-        }
-        result => result,
-    }
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use redis::{
     Client, Cmd, ErrorKind, IntoConnectionInfo, ProtocolVersion, RedisError, RedisResult, Script,
-    Value,
+    ServerErrorKind, Value,
     aio::{AsyncPushSender, ConnectionLike as _, ConnectionManager, ConnectionManagerConfig},
     cluster::{ClusterClient, ClusterClientBuilder},
     cluster_async::ClusterConnection,
@@ -85,51 +85,81 @@ impl Connection {
         }
     }
 
-    /// Every hash key matching `pattern`, on the server or on every master of a cluster.
-    pub(crate) async fn scan(&self, pattern: &str) -> RedisResult<Vec<String>> {
-        let mut keys = Vec::new();
+    /// The servers that hold records, in a stable order: the server, or every master of a
+    /// cluster by address (`CLUSTER SLOTS`).
+    pub(crate) async fn shards(&self) -> RedisResult<Vec<Shard>> {
         match self {
-            Self::Single(connection) => {
-                let mut connection = connection.clone();
-                let mut cursor = 0;
-                loop {
-                    let (next, found): (u64, Vec<String>) = scan_command(cursor, pattern)
-                        .query_async(&mut connection)
-                        .await?;
-                    keys.extend(found);
-                    cursor = next;
-                    if cursor == 0 {
-                        return Ok(keys);
-                    }
-                }
-            }
-            Self::Cluster(connection) => {
-                let mut connection = connection.clone();
-                for (host, port) in masters(&mut connection).await? {
-                    let mut cursor = 0;
-                    loop {
-                        let node = SingleNodeRoutingInfo::ByAddress {
-                            host: host.clone(),
-                            port,
-                        };
-                        let page = connection
-                            .route_command(
-                                scan_command(cursor, pattern),
-                                RoutingInfo::SingleNode(node),
-                            )
-                            .await?;
-                        let (next, found): (u64, Vec<String>) = from_redis_value(page)?;
-                        keys.extend(found);
-                        cursor = next;
-                        if cursor == 0 {
-                            break;
-                        }
-                    }
-                }
-                Ok(keys)
-            }
+            Self::Single(_) => Ok(vec![Shard::Server]),
+            Self::Cluster(connection) => Ok(masters(&mut connection.clone())
+                .await?
+                .into_iter()
+                .map(|(host, port)| Shard::Master { host, port })
+                .collect()),
         }
     }
+
+    /// One `SCAN` step on `shard` from `cursor`: the next cursor (0 at the end) and the hash
+    /// keys found that match `pattern`.
+    pub(crate) async fn scan_step(
+        &self,
+        shard: &Shard,
+        cursor: u64,
+        pattern: &str,
+    ) -> RedisResult<(u64, Vec<String>)> {
+        let reply = self.send_to(shard, &scan_command(cursor, pattern)).await?;
+        Ok(from_redis_value(reply)?)
+    }
+
+    /// Sends `command` to `shard` (a command without keys, or whose keys it holds), and returns
+    /// its reply as [`send`](Self::send) does.
+    pub(crate) async fn send_to(&self, shard: &Shard, command: &Cmd) -> RedisResult<Value> {
+        let reply = match (self, shard) {
+            (Self::Cluster(connection), Shard::Master { host, port }) => {
+                let node = SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port: *port,
+                };
+                connection
+                    .clone()
+                    .route_command(command.clone(), RoutingInfo::SingleNode(node))
+                    .await?
+            }
+            _ => return self.send(command).await,
+        };
+        match reply {
+            Value::ServerError(error) => Err(error.into()),
+            reply => Ok(reply),
+        }
+    }
+
+    /// Sends `command`, an `EVALSHA` of `script`, to `shard`, or where its first key lives
+    /// (`None`), loading the script first when the server lacks it (after a restart or a
+    /// failover).
+    pub(crate) async fn run_script(
+        &self,
+        script: &Script,
+        command: &Cmd,
+        shard: Option<&Shard>,
+    ) -> RedisResult<Value> {
+        let send = async || match shard {
+            Some(shard) => self.send_to(shard, command).await,
+            None => self.send(command).await,
+        };
+        match send().await {
+            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.load(script).await?;
+                send().await
+            }
+            result => result,
+        }
+    }
+}
+
+/// A server that holds records: the one server, or a master of a cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Shard {
+    Server,
+    Master { host: String, port: u16 },
 }
 
 fn scan_command(cursor: u64, pattern: &str) -> Cmd {

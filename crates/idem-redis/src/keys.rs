@@ -4,6 +4,9 @@ use idem_core::Address;
 
 use crate::KeyPrefix;
 
+/// The length of the hex digest in a record key.
+const DIGEST_HEX_LEN: usize = 64;
+
 /// An address's record key, `{prefix:hex}`: the hex of a keyed hash of the scope and key, never
 /// the key in clear. The fence key and the channel add a suffix after the braces, so all three
 /// share the hash tag and live in one Cluster slot, as Lua scripts require.
@@ -19,6 +22,7 @@ impl Keys {
         hasher.update(address.scope.as_bytes());
         hasher.update(address.key.as_str().as_bytes());
         let digest = hasher.finalize().to_hex();
+        debug_assert_eq!(digest.len(), DIGEST_HEX_LEN);
         Self {
             record: format!("{{{prefix}:{digest}}}"),
         }
@@ -50,9 +54,10 @@ impl Keys {
     }
 }
 
-/// The `SCAN` pattern matching every record key of `prefix` (and no fence key).
+/// The `SCAN` pattern matching every record key of `prefix`: no fence key, and no record key of
+/// a longer prefix that starts with this one and a colon (`idem:payments` for `idem`).
 pub(crate) fn record_pattern(prefix: &KeyPrefix) -> String {
-    format!("{{{prefix}:*}}")
+    format!("{{{prefix}:{}}}", "?".repeat(DIGEST_HEX_LEN))
 }
 
 #[cfg(test)]
@@ -86,6 +91,16 @@ mod tests {
 
     #[test]
     fn the_pattern_matches_record_keys_only() {
-        assert_eq!(record_pattern(&KeyPrefix::default()), "{idem:*}");
+        let pattern = record_pattern(&KeyPrefix::default());
+        assert_eq!(pattern, format!("{{idem:{}}}", "?".repeat(64)));
+        let record = Keys::new(
+            &KeyPrefix::default(),
+            &Address::anonymous("k".parse().unwrap()),
+        );
+        assert_eq!(
+            record.record().len(),
+            pattern.len(),
+            "one `?` per character"
+        );
     }
 }

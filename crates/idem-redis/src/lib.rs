@@ -33,6 +33,7 @@ mod changes;
 mod connection;
 mod error;
 mod keys;
+mod listing;
 mod operation;
 mod options;
 mod prefix;
@@ -40,6 +41,7 @@ mod reply;
 mod scripts;
 mod store;
 mod url;
+mod walk;
 
 pub use error::Error;
 pub use options::RedisOptions;

@@ -51,7 +51,7 @@ impl Operation {
     pub(crate) fn new(kind: Kind, keys: &Keys, now: &str) -> Self {
         let mut operation = Self {
             keys: vec![keys.record().as_bytes().to_vec()],
-            args: Vec::with_capacity(6),
+            args: Vec::with_capacity(7),
         };
         if kind.fenced() {
             operation.keys.push(keys.fence().into_bytes());

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use idem_core::{
-    Acquisition, FencingToken, Fingerprint, Lease, Outcome, Record, RecordState, StoreError,
-    Timestamp,
+    Acquisition, Census, FencingToken, Fingerprint, Lease, Listed, Outcome, Record, RecordState,
+    Scope, StateFilter, StoreError, Timestamp,
 };
 use redis::Value;
 
@@ -110,11 +110,15 @@ pub(crate) fn flag(reply: &Value) -> Result<bool, StoreError> {
 
 /// The reply of `lua/get.lua`: nil, or the fields s, f, t, c, e, l, d, r.
 pub(crate) fn record(reply: &Value) -> Result<Option<Record>, StoreError> {
-    let fields = match reply {
-        Value::Nil => return Ok(None),
-        Value::Array(fields) => fields.as_slice(),
-        _ => return Err(unexpected()),
-    };
+    match reply {
+        Value::Nil => Ok(None),
+        Value::Array(fields) => fields_of(fields).map(Some),
+        _ => Err(unexpected()),
+    }
+}
+
+/// A record from its fields s, f, t, c, e, l, d, r.
+fn fields_of(fields: &[Value]) -> Result<Record, StoreError> {
     let [s, f, t, c, e, l, d, r] = fields else {
         return Err(unexpected());
     };
@@ -140,12 +144,90 @@ pub(crate) fn record(reply: &Value) -> Result<Option<Record>, StoreError> {
     };
     let fingerprint = Fingerprint::try_from(required(f, state.name(), "f")?)
         .map_err(|_| StoreError::corrupted(Error::InvalidField("f")))?;
-    Ok(Some(Record {
+    Ok(Record {
         fingerprint,
         created_at: Timestamp::from_millis(number(c, state.name(), "c")?),
         expires_at: Timestamp::from_millis(number(e, state.name(), "e")?),
         state,
-    }))
+    })
+}
+
+/// The code of a state in the `s` field, as a listing filters on it.
+pub(crate) fn state_code(state: StateFilter) -> &'static [u8] {
+    match state {
+        StateFilter::Processing => PROCESSING,
+        StateFilter::Completed => COMPLETED,
+    }
+}
+
+/// What `lua/list.lua` read in one `SCAN` step.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Found {
+    /// The time of the server that read them (or of the manual clock).
+    pub(crate) now: Timestamp,
+    /// How many of the step's records the listing admits.
+    pub(crate) admitted: u64,
+    /// The admitted records asked for.
+    pub(crate) records: Vec<Listed>,
+}
+
+/// The reply of `lua/list.lua`: now, how many records were admitted, then the fields s, f, t,
+/// c, e, l, d, r, a, k of each one returned.
+pub(crate) fn found(reply: &Value) -> Result<Found, StoreError> {
+    let Value::Array(items) = reply else {
+        return Err(unexpected());
+    };
+    let [now, admitted, records @ ..] = items.as_slice() else {
+        return Err(unexpected());
+    };
+    let records = records
+        .iter()
+        .map(|fields| {
+            let Value::Array(fields) = fields else {
+                return Err(unexpected());
+            };
+            let [record @ .., a, k] = fields.as_slice() else {
+                return Err(unexpected());
+            };
+            let record = fields_of(record)?;
+            Ok(Listed {
+                scope: Scope::from_bytes(digest(a, record.state.name(), "a")?),
+                key_sha256: digest(k, record.state.name(), "k")?,
+                record,
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Found {
+        now: Timestamp::from_millis(uint(now)?),
+        admitted: uint(admitted)?,
+        records,
+    })
+}
+
+/// A 32-byte field.
+fn digest(value: &Value, state: &'static str, field: &'static str) -> Result<[u8; 32], StoreError> {
+    required(value, state, field)?
+        .try_into()
+        .map_err(|_| StoreError::corrupted(Error::InvalidField(field)))
+}
+
+/// The reply of `lua/census.lua`: the processing and completed records of one `SCAN` step, and
+/// the oldest processing one's `created_at` (nil when there is none).
+pub(crate) fn census(reply: &Value) -> Result<Census, StoreError> {
+    let Value::Array(items) = reply else {
+        return Err(unexpected());
+    };
+    let [processing, completed, oldest] = items.as_slice() else {
+        return Err(unexpected());
+    };
+    Ok(Census {
+        processing: uint(processing)?,
+        completed: uint(completed)?,
+        oldest_processing: match oldest {
+            Value::Nil => None,
+            oldest => Some(Timestamp::from_millis(uint(oldest)?)),
+        },
+    })
 }
 
 #[cfg(test)]
@@ -277,6 +359,58 @@ mod tests {
             matches!(source.downcast_ref(), Some(Error::InvalidField("e"))),
             "{source:?}"
         );
+    }
+
+    #[test]
+    fn listed_records_carry_their_scope_and_key_digest() {
+        let stored = StoredResponse::new(200).body("ok");
+        let listed = |a: Value| {
+            let mut fields = completed_fields(bulk(stored.encode()));
+            fields.extend([a, bulk([9; 32])]);
+            found(&Value::Array(vec![
+                Value::Int(5000),
+                Value::Int(3),
+                Value::Array(fields),
+            ]))
+        };
+        let reply = listed(bulk([4; 32])).unwrap();
+        assert_eq!(
+            (reply.now, reply.admitted),
+            (Timestamp::from_millis(5000), 3)
+        );
+        let [record] = reply.records.as_slice() else {
+            panic!("one record: {reply:?}");
+        };
+        assert_eq!(
+            (record.scope, record.key_sha256, record.record.created_at),
+            (
+                Scope::from_bytes([4; 32]),
+                [9; 32],
+                Timestamp::from_millis(1000)
+            )
+        );
+        for bad in [bulk([4; 31]), Value::Nil] {
+            let error = listed(bad.clone()).unwrap_err();
+            assert!(
+                matches!(error, StoreError::Corrupted(_)),
+                "{bad:?}: {error:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn census_replies_count_and_name_the_oldest() {
+        let counted = |oldest| census(&Value::Array(vec![Value::Int(2), Value::Int(5), oldest]));
+        assert_eq!(
+            counted(Value::Int(1234)).unwrap(),
+            Census {
+                processing: 2,
+                completed: 5,
+                oldest_processing: Some(Timestamp::from_millis(1234)),
+            }
+        );
+        assert_eq!(counted(Value::Nil).unwrap().oldest_processing, None);
+        assert!(census(&Value::Int(1)).is_err());
     }
 
     #[test]

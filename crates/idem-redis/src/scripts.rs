@@ -1,5 +1,6 @@
-//! The Lua script: `lua/common.lua`, one function per operation, and `lua/batch.lua`, which runs a
-//! batch of operations and returns each one's reply.
+//! The Lua scripts: `lua/record.lua` (a record's encoding) first in each, then the store's
+//! operations (`lua/common.lua`, one function per operation, and `lua/batch.lua`, which runs a
+//! batch of them), or one of the operators' read-only scripts.
 
 use std::sync::LazyLock;
 
@@ -8,6 +9,7 @@ use redis::Script;
 /// The one script every store operation goes through, alone or in a batch.
 pub(crate) static SCRIPT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        include_str!("../lua/record.lua"),
         include_str!("../lua/common.lua"),
         include_str!("../lua/acquire.lua"),
         include_str!("../lua/complete.lua"),
@@ -17,5 +19,23 @@ pub(crate) static SCRIPT: LazyLock<Script> = LazyLock::new(|| {
         include_str!("../lua/forget.lua"),
         include_str!("../lua/purge.lua"),
         include_str!("../lua/batch.lua"),
+    ))
+});
+
+/// Reads the records of one `SCAN` step that a listing admits.
+pub(crate) static LIST: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/read_only.lua"),
+        include_str!("../lua/record.lua"),
+        include_str!("../lua/list.lua"),
+    ))
+});
+
+/// Counts the live records of one `SCAN` step.
+pub(crate) static CENSUS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/read_only.lua"),
+        include_str!("../lua/record.lua"),
+        include_str!("../lua/census.lua"),
     ))
 });

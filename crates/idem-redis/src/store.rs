@@ -3,8 +3,8 @@
 use std::{fmt, future::Future, sync::Arc, time::Duration};
 
 use idem_core::{
-    Acquisition, Address, Clock, FencingToken, Fingerprint, ManualClock, Outcome, Record, Store,
-    StoreError, Terms, Timestamp,
+    Acquisition, Address, Census, Clock, FencingToken, Fingerprint, ListPage, ListQuery,
+    ManualClock, Outcome, Record, Store, StoreError, Terms, Timestamp,
 };
 use redis::Value;
 
@@ -15,8 +15,10 @@ use crate::{
     connection::Connection,
     error::store_error,
     keys::{Keys, record_pattern},
+    listing,
     operation::{Kind, Operation},
     reply, scripts,
+    walk::Walk,
 };
 
 /// The longest duration sent to Redis, about 1,000 years: times stay exact in Lua's doubles
@@ -144,14 +146,17 @@ impl RedisStore {
         Keys::new(&self.inner.prefix, address)
     }
 
-    /// `kind` on `keys`, at the manual clock's time, or the server's (an empty override).
+    /// `kind` on `keys`, at [`now`](Self::now).
     fn operation(&self, kind: Kind, keys: &Keys) -> Operation {
-        let now = self
-            .inner
+        Operation::new(kind, keys, &self.now())
+    }
+
+    /// The time the scripts take: the manual clock's in ms, or empty for the server's own.
+    fn now(&self) -> String {
+        self.inner
             .clock
             .as_ref()
-            .map_or_else(String::new, |clock| clock.now().as_millis().to_string());
-        Operation::new(kind, keys, &now)
+            .map_or_else(String::new, |clock| clock.now().as_millis().to_string())
     }
 
     async fn run(&self, operation: Operation) -> Result<Value, StoreError> {
@@ -159,7 +164,8 @@ impl RedisStore {
     }
 }
 
-fn millis(duration: Duration) -> u64 {
+/// `duration` in ms, at most [`MAX_MILLIS`].
+pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).map_or(MAX_MILLIS, |ms| ms.min(MAX_MILLIS))
 }
 
@@ -188,7 +194,9 @@ impl Store for RedisStore {
             .operation(Kind::Acquire, &self.keys(address))
             .arg(fingerprint.as_bytes().as_slice())
             .arg(millis(terms.lease))
-            .arg(millis(terms.ttl));
+            .arg(millis(terms.ttl))
+            .arg(address.scope.as_bytes().as_slice())
+            .arg(address.key.sha256().as_slice());
         reply::acquisition(&self.run(operation).await?)
     }
 
@@ -250,20 +258,19 @@ impl Store for RedisStore {
             return Ok(0);
         }
         let pattern = record_pattern(&self.inner.prefix);
-        let found = self
-            .inner
-            .connection
-            .scan(&pattern)
+        let mut walk = Walk::new(&self.inner.connection, &pattern, (0, 0))
             .await
             .map_err(store_error)?;
         let mut purged = 0;
-        for record in found {
-            if purged == limit {
-                break;
-            }
-            let operation = self.operation(Kind::Purge, &Keys::from_record(record));
-            if reply::flag(&self.run(operation).await?)? {
-                purged += 1;
+        while let Some(step) = walk.step().await.map_err(store_error)? {
+            for record in step.keys {
+                if purged == limit {
+                    return Ok(purged);
+                }
+                let operation = self.operation(Kind::Purge, &Keys::from_record(record));
+                if reply::flag(&self.run(operation).await?)? {
+                    purged += 1;
+                }
             }
         }
         Ok(purged)
@@ -276,6 +283,52 @@ impl Store for RedisStore {
             .await
             .map(drop)
             .map_err(store_error)
+    }
+
+    /// Walks the prefix's keys with `SCAN` (on every master of a cluster, one after the other,
+    /// in the order of their addresses), about 1,000 keys per step, and reads each step's
+    /// records with one read-only script call on the server that holds them, which returns only
+    /// the records the query admits. A page takes at most 10 steps, so its cost is bounded
+    /// however few records match: at most 20 round trips (one more for the masters' addresses
+    /// on a cluster) and about 35 ms of the server's time, in calls of a few milliseconds (on
+    /// the test machine). Such a page may hold fewer than `limit` records, even none, and a
+    /// cursor.
+    ///
+    /// - **Order**: each page is newest first; across pages the order is `SCAN`'s, not time.
+    ///   Cursors are [`ListCursor::Scan`](idem_core::ListCursor::Scan): a shard, its `SCAN`
+    ///   cursor, and how many of the admitted records of that step (in key order) earlier
+    ///   pages took. Any other cursor is [`StoreError::InvalidCursor`].
+    /// - **Completeness**: paging to the end lists every record that was live and matching
+    ///   during the whole walk, as `SCAN` promises, and each one once, except that: a step
+    ///   holding more admitted records than a page is split across pages, and a record of it
+    ///   that appears, goes, or starts or stops matching between those pages shifts the
+    ///   others, so that one of them may be missed or listed twice; a key may be found twice
+    ///   if Redis resizes its key table during the walk; and a cluster that reshards or fails
+    ///   over during the walk may do either.
+    /// - **Older records**: a record is listed with its scope and key digest, which the `a` and
+    ///   `k` fields of its hash hold. A record written by a version of idem without listing
+    ///   lacks them and is never listed; it goes within its TTL, and
+    ///   [`census`](Store::census) counts it meanwhile.
+    ///
+    /// A record that cannot be read fails the page with [`StoreError::Corrupted`], as it fails
+    /// every operation on it.
+    async fn list(&self, query: &ListQuery) -> Result<ListPage, StoreError> {
+        let pattern = record_pattern(&self.inner.prefix);
+        listing::list(&self.inner.connection, &pattern, &self.now(), query).await
+    }
+
+    /// Reads the state and times of every record of the prefix, records without the listing's
+    /// fields included: `SCAN` over the server's whole keyspace (every master's, on a cluster),
+    /// about 1,000 keys per step, and one read-only script call per step that counts its
+    /// records. Its cost is O(keys in Redis): two round trips per 1,000 keys, and about 2 µs of
+    /// the server's time per key walked plus 4 µs per record counted (on the test machine:
+    /// 0.6 s for 100,000 records), in calls of a few milliseconds each. Call it seldom on a
+    /// large store. A key that `SCAN` finds twice (when Redis resizes its key table meanwhile)
+    /// counts twice, and a record that cannot be read fails the census with
+    /// [`StoreError::Corrupted`].
+    async fn census(&self) -> Result<Census, StoreError> {
+        let pattern = record_pattern(&self.inner.prefix);
+        listing::census(&self.inner.connection, &pattern, &self.now()).await
     }
 
     fn changed(&self, address: &Address) -> impl Future<Output = ()> + Send + 'static {

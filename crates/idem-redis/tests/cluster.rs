@@ -21,15 +21,15 @@ use std::{
     time::{Duration, Instant},
 };
 
-use idem_conformance::{
-    ManualSubject,
-    checks::{TERMS, TTL, acquired, address, fingerprint, response},
+use idem_conformance::checks::{TERMS, TTL, acquired, address, fingerprint, response};
+use idem_core::{
+    Acquisition, Census, Clock, ListCursor, ListQuery, Listed, ManualClock, StateFilter, Store,
 };
-use idem_core::{Acquisition, ManualClock, Store};
 use idem_redis::{KeyPrefix, RedisOptions, RedisStore};
 
 use support::{
-    Server, free_port, fresh_prefix, inspect, operations_on_one_key_keep_their_order, watch,
+    RedisSubject, Server, free_port, fresh_prefix, inspect, operations_on_one_key_keep_their_order,
+    watch,
 };
 
 /// The seed URLs of the cluster, started on first use.
@@ -116,15 +116,8 @@ async fn open(prefix: &KeyPrefix) -> RedisStore {
         .expect("open the store")
 }
 
-async fn subject() -> ManualSubject<RedisStore> {
-    let clock = ManualClock::default();
-    let options = RedisOptions::cluster(cluster())
-        .prefix(fresh_prefix())
-        .manual_clock(clock.clone());
-    let store = RedisStore::open_with(options)
-        .await
-        .expect("open the store");
-    ManualSubject { store, clock }
+async fn subject() -> RedisSubject {
+    RedisSubject::open(RedisOptions::cluster(cluster())).await
 }
 
 idem_conformance::conformance_tests!(subject(), if idem_test_support::Server::Redis.url().is_some());
@@ -151,6 +144,63 @@ async fn records_spread_over_the_masters() {
     assert_eq!(per_node.values().sum::<usize>(), ADDRESSES, "{per_node:?}");
     let holding = per_node.values().filter(|&&n| n > 0).count();
     assert!(holding >= 2, "records on {holding} node(s): {per_node:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn listing_and_census_walk_every_master() {
+    const ADDRESSES: usize = 64;
+    if idem_test_support::Server::Redis.url().is_none() {
+        return;
+    }
+    let subject = RedisSubject::open(RedisOptions::cluster(cluster())).await;
+    let store = &subject.store;
+    let mut expected = Vec::new();
+    for n in 0..ADDRESSES {
+        let at = address(&format!("listed-{n}"));
+        let lease = acquired(store, &at, &fingerprint(1)).await;
+        if n % 2 == 0 {
+            store
+                .complete(&at, lease.token, &response(1).into(), TTL)
+                .await
+                .unwrap();
+        }
+        expected.push((at.scope, at.key.sha256()));
+    }
+    expected.sort_unstable();
+
+    let mut query = ListQuery::new(5);
+    let (mut listed, mut shards) = (Vec::<Listed>::new(), Vec::new());
+    loop {
+        let page = store.list(&query).await.unwrap();
+        assert!(page.records.len() <= 5);
+        listed.extend(page.records);
+        match page.next {
+            Some(next @ ListCursor::Scan { shard, .. }) => {
+                shards.push(shard);
+                query.cursor = Some(next);
+            }
+            Some(other) => panic!("a Redis cursor is a SCAN cursor: {other:?}"),
+            None => break,
+        }
+    }
+    let mut found: Vec<_> = listed.iter().map(|l| (l.scope, l.key_sha256)).collect();
+    found.sort_unstable();
+    assert_eq!(found, expected, "every record once");
+    assert!(shards.iter().any(|&shard| shard > 0), "{shards:?}");
+
+    let processing = store
+        .list(&ListQuery::new(100).state(StateFilter::Processing))
+        .await
+        .unwrap();
+    assert_eq!(processing.records.len(), ADDRESSES / 2);
+    assert_eq!(
+        store.census().await.unwrap(),
+        Census {
+            processing: ADDRESSES as u64 / 2,
+            completed: ADDRESSES as u64 / 2,
+            oldest_processing: Some(subject.clock.now()),
+        }
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

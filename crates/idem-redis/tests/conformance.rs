@@ -8,17 +8,14 @@ mod support;
 
 use std::time::Duration;
 
-use idem_conformance::{ManualSubject, Subject, checks};
-use idem_core::ManualClock;
+use idem_conformance::{Subject, checks};
 use idem_redis::{RedisOptions, RedisStore};
 use idem_test_support::Server;
 
-use support::{fresh_prefix, manual_store, redis_url};
+use support::{RedisSubject, fresh_prefix, redis_url};
 
-async fn subject() -> ManualSubject<RedisStore> {
-    let clock = ManualClock::default();
-    let store = manual_store(redis_url(), &clock).await;
-    ManualSubject { store, clock }
+async fn subject() -> RedisSubject {
+    RedisSubject::open(RedisOptions::new(redis_url())).await
 }
 
 idem_conformance::conformance_tests!(subject(), if Server::Redis.url().is_some());
@@ -43,6 +40,10 @@ impl Subject for ServerClockSubject {
     fn tolerance(&self) -> Duration {
         // Round trips and scheduling on a loaded machine, in a check that sleeps seconds.
         Duration::from_millis(250)
+    }
+
+    fn lists_in_global_order(&self) -> bool {
+        false
     }
 }
 
@@ -83,5 +84,8 @@ mod server_clock {
         completed_key_expires_after_its_ttl,
         forget_removes_any_record_and_fences_its_holder,
         record_timestamps_follow_the_terms,
+        listing_pages_through_every_record_newest_first,
+        listing_filters_by_state_age_and_scope,
+        census_counts_live_records_by_state,
     );
 }

@@ -10,6 +10,7 @@
 mod support;
 
 use std::{
+    collections::HashMap,
     sync::{
         Arc,
         atomic::{AtomicUsize, Ordering},
@@ -18,20 +19,17 @@ use std::{
 };
 
 use futures_util::FutureExt as _;
-use idem_conformance::{
-    ManualSubject,
-    checks::{self, TERMS, TTL, acquired, address, fingerprint, response},
-};
+use idem_conformance::checks::{self, TERMS, TTL, acquired, address, fingerprint, response};
 use idem_core::{
-    Acquisition, Address, Clock, DecodeError, Engine, Execution, FencingToken, Fingerprint,
-    InFlight, ManualClock, Outcome, Policy, RecordState, RunOutcome, Store, StoreError,
-    StoredResponse,
+    Acquisition, Address, Census, Clock, DecodeError, Engine, Execution, FencingToken, Fingerprint,
+    InFlight, ListCursor, ListPage, ListQuery, Listed, ManualClock, Outcome, Policy, RecordState,
+    RunOutcome, Scope, StateFilter, Store, StoreError, StoredResponse, Timestamp,
 };
 use idem_redis::{Error, KeyPrefix, RedisOptions, RedisStore};
 use redis::Commands;
 
 use support::{
-    Server, calls, free_port, fresh_prefix, in_order, inspect, manual_store,
+    RedisSubject, Server, calls, free_port, fresh_prefix, in_order, inspect,
     operations_on_one_key_keep_their_order, redis_url, round_trips, watch,
 };
 use tokio::time::timeout;
@@ -183,13 +181,8 @@ async fn records_survive_a_restart_with_appendfsync_always() {
     let dir = tempfile::tempdir().unwrap();
     let args = ["--appendonly", "yes", "--appendfsync", "always"];
     let mut server = Server::start(dir.path(), free_port(), &args);
-    let clock = ManualClock::default();
-    let store = manual_store(server.url(), &clock).await;
-    let prefix = store.prefix().clone();
-    let subject = ManualSubject {
-        store,
-        clock: clock.clone(),
-    };
+    let subject = RedisSubject::open(RedisOptions::new(server.url())).await;
+    let (prefix, clock) = (subject.store.prefix().clone(), subject.clock.clone());
     let server = &mut server; // not moved in: dropping it would stop the server
     checks::records_survive_a_restart(&subject, |store| async move {
         server.kill(); // as a crash would: no save on shutdown
@@ -662,6 +655,174 @@ async fn batches_load_the_script_again_after_a_script_flush() {
         .query(&mut inspect(&server.url()))
         .unwrap();
     operations_on_one_key_keep_their_order(&store, "after-flush", 5).await;
+}
+
+/// Every page of a listing of `store`, from `query`'s first page to the last.
+async fn pages(store: &RedisStore, mut query: ListQuery) -> Vec<ListPage> {
+    let mut pages = Vec::new();
+    loop {
+        let page = store.list(&query).await.unwrap();
+        let next = page.next;
+        pages.push(page);
+        match next {
+            Some(next) => query.cursor = Some(next),
+            None => return pages,
+        }
+    }
+}
+
+/// The scope and key digest of each listed record, sorted.
+fn identities<'a>(listed: impl IntoIterator<Item = &'a Listed>) -> Vec<(Scope, [u8; 32])> {
+    let mut found: Vec<_> = listed
+        .into_iter()
+        .map(|l| (l.scope, l.key_sha256))
+        .collect();
+    found.sort_unstable();
+    found
+}
+
+fn identity(address: &Address) -> (Scope, [u8; 32]) {
+    (address.scope, address.key.sha256())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn records_keep_their_scope_and_key_digest_and_older_ones_are_counted_but_not_listed() {
+    if idem_test_support::Server::Redis.url().is_none() {
+        return;
+    }
+    let subject = RedisSubject::open(RedisOptions::new(redis_url())).await;
+    let (store, clock) = (&subject.store, &subject.clock);
+    let mut redis = inspect(&redis_url());
+    let alice = Scope::from_identity([b"alice".as_slice()]);
+    let new = Address::new(alice, "new".parse().unwrap());
+    let lease = acquired(store, &new, &fingerprint(1)).await;
+    let fields: HashMap<String, Vec<u8>> = redis.hgetall(store.record_key(&new)).unwrap();
+    assert_eq!(fields["a"], alice.as_bytes());
+    assert_eq!(fields["k"], new.key.sha256());
+
+    // A record as a version without listing wrote it: no `a`, no `k`; acquired before `new`.
+    let old = address("old");
+    let now = clock.now().as_millis();
+    let () = redis
+        .hset_multiple(
+            store.record_key(&old),
+            &[
+                ("s", b"1".to_vec()),
+                ("f", [2; 32].to_vec()),
+                ("t", b"7".to_vec()),
+                ("c", (now - 1_000).to_string().into_bytes()),
+                ("e", (now + 9_000).to_string().into_bytes()),
+                ("l", (now + 1_000).to_string().into_bytes()),
+            ],
+        )
+        .unwrap();
+    let () = redis.pexpire(store.record_key(&old), 60_000).unwrap();
+    assert_eq!(
+        store
+            .get(&old)
+            .await
+            .unwrap()
+            .map(|r| r.created_at.as_millis()),
+        Some(now - 1_000),
+        "the other operations read it"
+    );
+
+    // A store whose prefix extends this one's with a colon is not walked.
+    let longer: KeyPrefix = format!("{}:more", store.prefix()).parse().unwrap();
+    let other = open(&redis_url(), &longer).await;
+    acquired(&other, &address("other"), &fingerprint(3)).await;
+
+    let page = store.list(&ListQuery::new(10)).await.unwrap();
+    assert_eq!(page.next, None);
+    assert_eq!(identities(&page.records), [identity(&new)]);
+    assert_eq!(
+        page.records[0].record.state,
+        RecordState::Processing {
+            token: lease.token,
+            lease_until: lease.until
+        }
+    );
+    assert_eq!(
+        store.census().await.unwrap(),
+        Census {
+            processing: 2,
+            completed: 0,
+            oldest_processing: Some(Timestamp::from_millis(now - 1_000)),
+        }
+    );
+
+    let beyond = ListCursor::Scan {
+        shard: 1,
+        cursor: 0,
+        skip: 0,
+    };
+    let refused = store.list(&ListQuery::new(10).after(beyond)).await;
+    assert!(
+        matches!(refused, Err(StoreError::InvalidCursor)),
+        "a single server has one shard: {refused:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn listing_splits_large_scan_steps_and_lists_each_record_once() {
+    const RECORDS: usize = 2_500;
+    if idem_test_support::Server::Redis.url().is_none() {
+        return;
+    }
+    let subject = RedisSubject::open(RedisOptions::new(redis_url())).await;
+    let store = &subject.store;
+    let addresses: Vec<Address> = (0..RECORDS)
+        .map(|n| address(&format!("many-{n}")))
+        .collect();
+    let tasks = addresses.iter().enumerate().map(|(n, at)| async move {
+        let lease = acquired(store, at, &fingerprint(1)).await;
+        if n % 3 == 0 {
+            store
+                .complete(at, lease.token, &response(1).into(), TTL)
+                .await
+                .unwrap();
+        }
+    });
+    futures_util::future::join_all(tasks).await;
+
+    for (query, expected) in [
+        (ListQuery::new(300), addresses.iter().collect::<Vec<_>>()),
+        (
+            ListQuery::new(7).state(StateFilter::Completed),
+            addresses.iter().step_by(3).collect(),
+        ),
+    ] {
+        let pages = pages(store, query.clone()).await;
+        for page in &pages {
+            assert!(page.records.len() <= query.limit);
+            assert!(
+                page.records
+                    .windows(2)
+                    .all(|pair| Listed::newest_first(&pair[0], &pair[1]).is_lt()),
+                "each page is newest first"
+            );
+        }
+        let mut wanted: Vec<_> = expected.into_iter().map(identity).collect();
+        wanted.sort_unstable();
+        assert_eq!(
+            identities(pages.iter().flat_map(|page| &page.records)),
+            wanted,
+            "every record once, for {query:?}"
+        );
+        let split = pages
+            .iter()
+            .filter(|page| matches!(page.next, Some(ListCursor::Scan { skip, .. }) if skip > 0))
+            .count();
+        assert!(split > 0, "some step is taken over several pages");
+    }
+    assert_eq!(
+        store.census().await.unwrap(),
+        Census {
+            processing: (RECORDS - RECORDS.div_ceil(3)) as u64,
+            completed: RECORDS.div_ceil(3) as u64,
+            oldest_processing: Some(subject.clock.now()),
+        }
+    );
 }
 
 /// The `no_run` examples of the crate docs and of `RedisStore`, on the test server.

@@ -31,6 +31,7 @@
 
 mod error;
 mod key_digest;
+mod listing;
 mod migrations;
 mod options;
 pub mod patterns;

@@ -14,7 +14,7 @@ use sqlx::{
 
 /// Each file of `migrations/`: its version, its description (from its name, as sqlx reads it)
 /// and its SQL.
-const FILES: [(i64, &str, &str); 2] = [
+const FILES: [(i64, &str, &str); 3] = [
     (
         1,
         "idem records",
@@ -24,6 +24,11 @@ const FILES: [(i64, &str, &str); 2] = [
         2,
         "key digest",
         include_str!("../migrations/0002_key_digest.sql"),
+    ),
+    (
+        3,
+        "state created",
+        include_str!("../migrations/0003_state_created.sql"),
     ),
 ];
 
@@ -68,6 +73,9 @@ mod tests {
     fn the_migrations_are_the_files_as_sqlx_migrate_reads_them() {
         let embedded: Migrator = sqlx::migrate!();
         assert_eq!(identities(&MIGRATOR), identities(&embedded));
-        assert_eq!(MIGRATOR.iter().count(), 2);
+        assert_eq!(
+            MIGRATOR.iter().map(|m| m.version).collect::<Vec<_>>(),
+            [1, 2, 3]
+        );
     }
 }

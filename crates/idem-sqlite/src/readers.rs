@@ -16,6 +16,10 @@
 //! restart), and, up to the busy timeout, in the rare moments SQLite makes a reader wait for
 //! another connection (one recovering the log after a crash).
 //!
+//! The operators' reads, a listing or a census ([`Readers::read_apart`]), walk an index over many
+//! records, up to every record of the file: they run on one of Tokio's blocking threads instead,
+//! on a connection of the same pool.
+//!
 //! [`SqliteOptions::pool_size`]: crate::SqliteOptions::pool_size
 
 use std::{
@@ -61,14 +65,37 @@ impl Readers {
         &self,
         read: impl FnOnce(&Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let _permit = self.pool.permits.acquire().await.map_err(|_| closed())?;
+        let lent = self.lend().await?;
+        read(lent.connection())
+    }
+
+    /// Runs `read`, which may take long, on a free connection, once one is free, on a blocking
+    /// thread: the caller's thread goes on with its other tasks meanwhile. A read whose caller
+    /// gave up runs to its end, then gives its connection back.
+    pub(crate) async fn read_apart<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let lent = self.lend().await?;
+        match tokio::task::spawn_blocking(move || read(lent.connection())).await {
+            Ok(result) => result,
+            Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
+            // The runtime is shutting down.
+            Err(_) => Err(closed()),
+        }
+    }
+
+    /// A free connection, once one is.
+    async fn lend(&self) -> Result<Lent, StoreError> {
+        let permit = self.pool.permits.acquire().await.map_err(|_| closed())?;
         // Empty only if the store was closed since the permit was taken.
         let connection = self.pool.idle().pop().ok_or_else(closed)?;
-        let lent = Lent {
+        // Given back by the connection's `Lent` when it is dropped, after the connection.
+        permit.forget();
+        Ok(Lent {
             connection: Some(connection),
-            pool: &self.pool,
-        };
-        read(lent.connection())
+            pool: Arc::clone(&self.pool),
+        })
     }
 
     /// Closes the connections: those in use are closed when their read ends. Later reads fail.
@@ -87,12 +114,12 @@ impl Pool {
 
 /// A connection taken from the pool, given back when dropped (after its read, or if it panics),
 /// before its permit is released.
-struct Lent<'a> {
+struct Lent {
     connection: Option<Connection>,
-    pool: &'a Pool,
+    pool: Arc<Pool>,
 }
 
-impl Lent<'_> {
+impl Lent {
     fn connection(&self) -> &Connection {
         self.connection
             .as_ref()
@@ -100,16 +127,16 @@ impl Lent<'_> {
     }
 }
 
-impl Drop for Lent<'_> {
+impl Drop for Lent {
     fn drop(&mut self) {
-        let Some(connection) = self.connection.take() else {
-            return;
-        };
-        let mut idle = self.pool.idle();
-        // Checked under the lock that `close` clears the stack with.
-        if !self.pool.permits.is_closed() {
-            idle.push(connection);
+        if let Some(connection) = self.connection.take() {
+            let mut idle = self.pool.idle();
+            // Checked under the lock that `close` clears the stack with.
+            if !self.pool.permits.is_closed() {
+                idle.push(connection);
+            }
         }
+        self.pool.permits.add_permits(1);
     }
 }
 
@@ -244,6 +271,47 @@ mod tests {
         assert!(panicked.unwrap_err().is_panic());
         let one: i64 = readers
             .read(|connection| {
+                Ok(connection
+                    .query_row("SELECT 1", [], |row| row.get(0))
+                    .unwrap())
+            })
+            .await
+            .unwrap();
+        assert_eq!(one, 1);
+    }
+
+    #[tokio::test]
+    async fn a_read_apart_gives_its_connection_back_after_a_panic_and_after_its_caller_gave_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, readers) = readers(dir.path(), 1).await;
+        let panicking = readers.clone();
+        let panicked = tokio::spawn(async move {
+            panicking
+                .read_apart(|_| -> Result<(), StoreError> { panic!("a bug in a read") })
+                .await
+        })
+        .await;
+        assert!(panicked.unwrap_err().is_panic());
+
+        let (started, has_started) = tokio::sync::oneshot::channel();
+        let (go, may_go) = std::sync::mpsc::channel::<()>();
+        let abandoned = readers.clone();
+        let caller = tokio::spawn(async move {
+            abandoned
+                .read_apart(move |_| {
+                    started.send(()).unwrap();
+                    may_go.recv().unwrap();
+                    Ok(())
+                })
+                .await
+        });
+        has_started.await.unwrap();
+        caller.abort();
+        assert!(caller.await.unwrap_err().is_cancelled());
+        go.send(()).unwrap();
+        // The only connection, back once the abandoned read ended.
+        let one: i64 = readers
+            .read_apart(|connection| {
                 Ok(connection
                     .query_row("SELECT 1", [], |row| row.get(0))
                     .unwrap())

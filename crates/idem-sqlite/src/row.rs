@@ -1,8 +1,8 @@
 //! The storage edge: how a record's parts map to the columns of `idem_records`.
 
 use idem_core::{
-    FencingToken, Fingerprint, Outcome, Record, RecordState, StoreError, Timestamp,
-    transition::RecordView,
+    FencingToken, Fingerprint, Listed, Outcome, Record, RecordState, Scope, StateFilter,
+    StoreError, Timestamp, transition::RecordView,
 };
 use rusqlite::{Connection, Params, Row, types::FromSql};
 
@@ -39,6 +39,15 @@ impl StateCode {
             1 => Ok(Self::Processing),
             2 => Ok(Self::Completed),
             code => Err(StoreError::corrupted(Error::UnknownState(code))),
+        }
+    }
+}
+
+impl From<StateFilter> for StateCode {
+    fn from(state: StateFilter) -> Self {
+        match state {
+            StateFilter::Processing => Self::Processing,
+            StateFilter::Completed => Self::Completed,
         }
     }
 }
@@ -107,6 +116,15 @@ pub(crate) fn record(row: &Row<'_>) -> Result<Record, StoreError> {
     })
 }
 
+/// The columns of `sql/list.sql`: a record as [`record`] reads it, with its scope and key digest.
+pub(crate) fn listed(row: &Row<'_>) -> Result<Listed, StoreError> {
+    Ok(Listed {
+        scope: Scope::from_bytes(digest(row, "scope")?),
+        key_sha256: digest(row, "key")?,
+        record: record(row)?,
+    })
+}
+
 /// The outcome in the `response` column of a completed record.
 pub(crate) fn outcome(row: &Row<'_>) -> Result<Outcome, StoreError> {
     let response = blob(row, "response")?.ok_or_else(|| missing("completed", "response"))?;
@@ -117,6 +135,13 @@ fn fingerprint(row: &Row<'_>) -> Result<Fingerprint, StoreError> {
     // NULL is no bytes: a fingerprint of the wrong length, corrupted.
     let bytes = blob(row, "fingerprint")?.unwrap_or_default();
     Fingerprint::try_from(bytes).map_err(StoreError::corrupted)
+}
+
+/// A 32-byte column: the scope, or the key's digest.
+fn digest(row: &Row<'_>, name: &str) -> Result<[u8; 32], StoreError> {
+    // NULL is no bytes: the wrong length, corrupted.
+    let bytes = blob(row, name)?.unwrap_or_default();
+    <[u8; 32]>::try_from(bytes).map_err(StoreError::corrupted)
 }
 
 fn timestamp(millis: u64) -> Timestamp {

@@ -3,15 +3,15 @@
 use std::{fmt, path::Path, sync::Arc, time::Duration};
 
 use idem_core::{
-    Acquisition, Address, Clock, FencingToken, Fingerprint, Outcome, Record, Store, StoreError,
-    Terms, Timestamp,
+    Acquisition, Address, Census, Clock, FencingToken, Fingerprint, ListPage, ListQuery, Outcome,
+    Record, Store, StoreError, Terms, Timestamp,
 };
 use sqlx::Connection;
 
 use crate::{
     Error, SqliteOptions,
     error::{closed, sqlite_error},
-    key_digest,
+    key_digest, listing,
     migrations::MIGRATOR,
     readers::Readers,
     row::{self, sql_int},
@@ -30,7 +30,9 @@ use crate::{
 /// concurrent callers, in this process or in others, behave as if they ran one after the other.
 /// Reads (`get`, and an `acquire` that finds the key completed or in flight) run in place, on
 /// the caller's thread, on one of a pool of reader connections, and never wait for the writer.
-/// Time comes from the injected [`Clock`] only; processes sharing a file must agree on it.
+/// The operators' [`list`](Store::list) and [`census`](Store::census) read on those connections
+/// too, on a blocking thread, through an index on `(state, created_at)`. Time comes from the
+/// injected [`Clock`] only; processes sharing a file must agree on it.
 ///
 /// Clones share the writer and the readers.
 ///
@@ -240,6 +242,31 @@ impl Store for SqliteStore {
             })
             .await
     }
+
+    /// Walks the index on `(state, created_at)` downwards from where the page starts, once per
+    /// state asked for, in one snapshot, on a reader connection and a blocking thread: a page
+    /// reads its records and the expired records and other scopes' it passes over, whatever the
+    /// size of the file (about a millisecond at 10 million records). A scope filter reads the
+    /// other scopes' records of the same state and age on its way.
+    async fn list(&self, query: &ListQuery) -> Result<ListPage, StoreError> {
+        let now = self.clock.now();
+        let query = query.clone();
+        self.readers
+            .read_apart(move |reader| listing::list(reader, &query, now))
+            .await
+    }
+
+    /// Counts on a reader connection and a blocking thread, without decoding a record: the
+    /// processing records from their range of the index on `(state, created_at)` (reading each
+    /// one's expiry), every live record from the index on `expires_at` alone (the completed
+    /// ones are the others). The second count reads an index entry per live record: about a
+    /// third of a second at 10 million records, in the operating system's cache.
+    async fn census(&self) -> Result<Census, StoreError> {
+        let now = self.clock.now();
+        self.readers
+            .read_apart(move |reader| listing::census(reader, now))
+            .await
+    }
 }
 
 #[cfg(test)]
@@ -308,14 +335,86 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("new.db");
         let store = open(&path).await;
-        assert_eq!(applied_migrations(&store).await, [(1, true), (2, true)]);
+        assert_eq!(
+            applied_migrations(&store).await,
+            [(1, true), (2, true), (3, true)]
+        );
         let lease = acquired(&store, &address("kept")).await;
         store.close().await;
 
         let store = open(&path).await;
-        assert_eq!(applied_migrations(&store).await, [(1, true), (2, true)]);
+        assert_eq!(
+            applied_migrations(&store).await,
+            [(1, true), (2, true), (3, true)]
+        );
         let record = store.get(&address("kept")).await.unwrap().unwrap();
         assert_eq!(record.state.token(), lease.token);
+    }
+
+    /// The plan of `sql` on a reader of `store`, its parameters NULL: its lines.
+    async fn query_plan(store: &SqliteStore, sql: &str) -> Vec<String> {
+        let explain = format!("EXPLAIN QUERY PLAN {sql}");
+        let read = |reader: &rusqlite::Connection| {
+            let mut statement = reader.prepare(&explain)?;
+            let nulls = vec![rusqlite::types::Null; statement.parameter_count()];
+            let lines =
+                statement.query_map(rusqlite::params_from_iter(nulls), |row| row.get("detail"))?;
+            lines.collect::<Result<Vec<_>, _>>()
+        };
+        store
+            .readers
+            .read(|reader| read(reader).map_err(sqlite_error))
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn listing_processing_records_walks_the_state_index_from_the_page_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir.path().join("plan.db")).await;
+        assert_eq!(
+            query_plan(&store, include_str!("../sql/list.sql")).await,
+            [
+                "SEARCH idem_records USING INDEX idem_records_state_created (state=? AND created_at<?)",
+                // Records of one millisecond, sorted apart by scope and key.
+                "USE TEMP B-TREE FOR LAST 2 TERMS OF ORDER BY",
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn the_census_reads_indexes_only_but_for_the_processing_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir.path().join("plan.db")).await;
+        assert_eq!(
+            query_plan(&store, include_str!("../sql/census.sql")).await,
+            [
+                "CO-ROUTINE p",
+                "SEARCH idem_records USING INDEX idem_records_state_created (state=?)",
+                "SCAN p",
+                "SCALAR SUBQUERY 1",
+                "SEARCH idem_records USING COVERING INDEX idem_records_expires_at (expires_at>?)",
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn statements_on_one_record_find_it_by_primary_key_not_by_the_state_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir.path().join("plan.db")).await;
+        let by_key =
+            ["SEARCH idem_records USING INDEX sqlite_autoindex_idem_records_1 (scope=? AND key=?)"];
+        for sql in [
+            include_str!("../sql/acquire_peek.sql"),
+            include_str!("../sql/get.sql"),
+            include_str!("../sql/take_over.sql"),
+            include_str!("../sql/complete.sql"),
+            include_str!("../sql/renew.sql"),
+            include_str!("../sql/release.sql"),
+            include_str!("../sql/forget.sql"),
+        ] {
+            assert_eq!(query_plan(&store, sql).await, by_key, "{sql}");
+        }
     }
 
     #[tokio::test]
@@ -359,7 +458,10 @@ mod tests {
         connection.close().await.unwrap();
 
         let store = open(&path).await;
-        assert_eq!(applied_migrations(&store).await, [(1, true), (2, true)]);
+        assert_eq!(
+            applied_migrations(&store).await,
+            [(1, true), (2, true), (3, true)]
+        );
         for i in [0, 499, 500, 599] {
             let replay = store
                 .acquire(&address(&format!("legacy-{i}")), &FP, terms())
@@ -436,7 +538,10 @@ mod tests {
             .collect();
         for store in opens {
             let store = store.await.unwrap();
-            assert_eq!(applied_migrations(&store).await, [(1, true), (2, true)]);
+            assert_eq!(
+                applied_migrations(&store).await,
+                [(1, true), (2, true), (3, true)]
+            );
         }
     }
 

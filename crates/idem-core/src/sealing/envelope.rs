@@ -71,8 +71,9 @@ pub enum SealingError {
     Plaintext,
 }
 
-/// Whether `response` is in the sealed form (written by a sealing store).
-pub(crate) fn is_sealed(response: &StoredResponse) -> bool {
+/// Whether `response` is in the sealed form (written by a sealing store): what a listing shows
+/// of a record under [`Sealed`](crate::sealing::Sealed), whose outcome opens only with its key.
+pub fn is_sealed(response: &StoredResponse) -> bool {
     response.status == STATUS
         && response.headers.is_empty()
         && response.trailers.is_none()

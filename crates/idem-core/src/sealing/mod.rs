@@ -23,6 +23,6 @@ mod sealed;
 #[cfg(test)]
 mod tests;
 
-pub use envelope::SealingError;
+pub use envelope::{SealingError, is_sealed};
 pub use key_ring::{KEY_LEN, KeyRing, KeyRingError, MAX_KEY_ID_LEN};
 pub use sealed::Sealed;

@@ -3,8 +3,8 @@
 use std::{future::Future, time::Duration};
 
 use crate::{
-    Acquisition, Address, FencingToken, Fingerprint, Outcome, Record, RecordState, Store,
-    StoreError, Terms, Timestamp,
+    Acquisition, Address, Census, FencingToken, Fingerprint, ListPage, ListQuery, Outcome, Record,
+    RecordState, Store, StoreError, Terms, Timestamp,
     sealing::{
         KeyRing, SealingError,
         envelope::{self, is_sealed},
@@ -186,6 +186,17 @@ impl<S: Store> Store for Sealed<S> {
 
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.inner.ping()
+    }
+
+    /// The inner store's page: completed records keep their sealed outcomes, which open only
+    /// with the key in clear, so a listing shows no status for them
+    /// ([`is_sealed`](crate::sealing::is_sealed) tells).
+    fn list(&self, query: &ListQuery) -> impl Future<Output = Result<ListPage, StoreError>> + Send {
+        self.inner.list(query)
+    }
+
+    fn census(&self) -> impl Future<Output = Result<Census, StoreError>> + Send {
+        self.inner.census()
     }
 
     fn changed(&self, address: &Address) -> impl Future<Output = ()> + Send + 'static {

@@ -11,6 +11,7 @@ use super::{TERMS, response};
 /// The store's script, built as `src/scripts.rs` builds it.
 fn script() -> Script {
     Script::new(concat!(
+        include_str!("../../lua/record.lua"),
         include_str!("../../lua/common.lua"),
         include_str!("../../lua/acquire.lua"),
         include_str!("../../lua/complete.lua"),
@@ -63,6 +64,8 @@ impl Baseline {
             .arg([7u8; 32].as_slice())
             .arg(TERMS.lease.as_millis() as u64)
             .arg(TERMS.ttl.as_millis() as u64)
+            .arg([0u8; 32].as_slice())
+            .arg([9u8; 32].as_slice())
             .invoke_async(&mut connection)
             .await
             .expect("acquire");

@@ -17,7 +17,10 @@ use std::{
 };
 
 use futures_util::{FutureExt as _, future::BoxFuture};
-use idem_conformance::checks::{TERMS, address, fingerprint};
+use idem_conformance::{
+    Subject,
+    checks::{TERMS, address, fingerprint},
+};
 use idem_core::{Acquisition, Address, ManualClock, Record, RecordState, Store};
 use idem_redis::{KeyPrefix, RedisOptions, RedisStore};
 use idem_test_support::unique_name;
@@ -34,14 +37,39 @@ pub fn fresh_prefix() -> KeyPrefix {
     unique_name("idem-test:").parse().expect("valid prefix")
 }
 
-/// A store on the test server under a fresh prefix, on `clock`.
-pub async fn manual_store(url: impl Into<String>, clock: &ManualClock) -> RedisStore {
-    let options = RedisOptions::new(url)
-        .prefix(fresh_prefix())
-        .manual_clock(clock.clone());
-    RedisStore::open_with(options)
-        .await
-        .expect("open the store")
+/// The store contract's subject: a store on a manual clock, which lists records in `SCAN`'s
+/// order across pages.
+pub struct RedisSubject {
+    pub store: RedisStore,
+    pub clock: ManualClock,
+}
+
+impl RedisSubject {
+    /// A subject on a fresh prefix of the store `options` open, on a new manual clock.
+    pub async fn open(options: RedisOptions) -> Self {
+        let clock = ManualClock::default();
+        let options = options.prefix(fresh_prefix()).manual_clock(clock.clone());
+        let store = RedisStore::open_with(options)
+            .await
+            .expect("open the store");
+        Self { store, clock }
+    }
+}
+
+impl Subject for RedisSubject {
+    type Store = RedisStore;
+
+    fn store(&self) -> RedisStore {
+        self.store.clone()
+    }
+
+    async fn advance(&self, by: Duration) {
+        self.clock.advance(by);
+    }
+
+    fn lists_in_global_order(&self) -> bool {
+        false
+    }
 }
 
 /// A plain (synchronous) connection for looking at what the store wrote.

@@ -1,0 +1,172 @@
+//! The operators' listing and census: a [`Walk`] over the prefix's record keys, each `SCAN`
+//! step's records read by one call of a read-only script on the server that holds them.
+
+use idem_core::{Census, ListCursor, ListPage, ListQuery, Listed, StoreError};
+use redis::Cmd;
+
+use crate::{
+    connection::Connection,
+    error::store_error,
+    reply, scripts,
+    store::millis,
+    walk::{Step, Walk},
+};
+
+/// The most `SCAN` steps one page takes (each asks for about 1,000 keys), so that a page's cost
+/// is bounded however few records pass the filters: a page may end short, or empty, with the
+/// cursor of the rest.
+const PAGE_STEPS: usize = 10;
+
+/// One page of `query`, walking the keys that match `pattern`, at the time `now` (a manual
+/// clock's, or empty for each server's own).
+///
+/// A page takes the admitted records of `SCAN` steps, each step's in key order, until it is full
+/// or has taken [`PAGE_STEPS`] steps. A step that does not fit whole is left to the next page,
+/// unless the page is empty: then the page takes what fits, and its cursor says how many of the
+/// step's admitted records to skip.
+pub(crate) async fn list(
+    connection: &Connection,
+    pattern: &str,
+    now: &str,
+    query: &ListQuery,
+) -> Result<ListPage, StoreError> {
+    let (from, mut taken) = match query.cursor {
+        None => ((0, 0), 0),
+        Some(ListCursor::Scan {
+            shard,
+            cursor,
+            skip,
+        }) => ((shard, cursor), skip),
+        Some(_) => return Err(StoreError::InvalidCursor),
+    };
+    let mut walk = Walk::new(connection, pattern, from)
+        .await
+        .map_err(store_error)?;
+    if query.cursor.is_some() && walk.position().is_none() {
+        return Err(StoreError::InvalidCursor);
+    }
+    let limit = query.page_size();
+    let mut records = Vec::with_capacity(limit);
+    for _ in 0..PAGE_STEPS {
+        let Some(step) = walk.step().await.map_err(store_error)? else {
+            break;
+        };
+        // The cursor's skip counts records of its own step only.
+        let skip = std::mem::take(&mut taken);
+        if step.keys.is_empty() {
+            continue;
+        }
+        let room = limit - records.len();
+        let whole = !records.is_empty();
+        let command = list_command(now, query, &step, skip, room, whole);
+        let found = connection
+            .run_script(&scripts::LIST, &command, Some(&step.shard))
+            .await
+            .map_err(store_error)?;
+        let found = reply::found(&found)?;
+        let fits = found.admitted.saturating_sub(skip) <= room as u64;
+        if !fits && whole {
+            return Ok(page(records, Some(at(step.at, 0))));
+        }
+        let now = found.now;
+        records.extend(
+            found
+                .records
+                .into_iter()
+                .filter(|listed| query.admits(listed, now)),
+        );
+        if !fits {
+            return Ok(page(records, Some(at(step.at, skip + room as u64))));
+        }
+        if records.len() == limit {
+            break;
+        }
+    }
+    let next = walk.position().map(|position| at(position, 0));
+    Ok(page(records, next))
+}
+
+/// Counts the live records whose keys match `pattern`, at the time `now` (a manual clock's, or
+/// empty for each server's own): one `SCAN` step and one script call per 1,000 keys or so.
+pub(crate) async fn census(
+    connection: &Connection,
+    pattern: &str,
+    now: &str,
+) -> Result<Census, StoreError> {
+    let mut walk = Walk::new(connection, pattern, (0, 0))
+        .await
+        .map_err(store_error)?;
+    let mut census = Census::default();
+    while let Some(step) = walk.step().await.map_err(store_error)? {
+        if step.keys.is_empty() {
+            continue;
+        }
+        let mut command = redis::cmd("EVALSHA");
+        command
+            .arg(scripts::CENSUS.get_hash())
+            .arg(0)
+            .arg(now)
+            .arg(&step.keys);
+        let counted = connection
+            .run_script(&scripts::CENSUS, &command, Some(&step.shard))
+            .await
+            .map_err(store_error)?;
+        let counted = reply::census(&counted)?;
+        census.processing += counted.processing;
+        census.completed += counted.completed;
+        census.oldest_processing = census
+            .oldest_processing
+            .into_iter()
+            .chain(counted.oldest_processing)
+            .min();
+    }
+    Ok(census)
+}
+
+/// The call of `lua/list.lua` on `step`'s keys.
+fn list_command(
+    now: &str,
+    query: &ListQuery,
+    step: &Step,
+    skip: u64,
+    room: usize,
+    whole: bool,
+) -> Cmd {
+    let mut command = redis::cmd("EVALSHA");
+    command
+        .arg(scripts::LIST.get_hash())
+        .arg(0)
+        .arg(now)
+        .arg(query.state.map_or(&[][..], reply::state_code))
+        .arg(
+            query
+                .scope
+                .as_ref()
+                .map_or(&[][..], |scope| scope.as_bytes()),
+        )
+        .arg(
+            query
+                .older_than
+                .map_or_else(String::new, |age| millis(age).to_string()),
+        )
+        .arg(skip)
+        .arg(room)
+        .arg(if whole { "1" } else { "" })
+        .arg(&step.keys);
+    command
+}
+
+fn at((shard, cursor): (u64, u64), skip: u64) -> ListCursor {
+    ListCursor::Scan {
+        shard,
+        cursor,
+        skip,
+    }
+}
+
+/// The page of `records`, newest first, each record once (a full walk may find a key twice).
+fn page(mut records: Vec<Listed>, next: Option<ListCursor>) -> ListPage {
+    records.sort_by(Listed::newest_first);
+    records.dedup_by_key(|listed| listed.sort_key());
+    ListPage { records, next }
+}
