@@ -106,7 +106,7 @@ pub use inbox::{
     Delivery, Handled, Inbox, InboxDatabase, InboxOptions, PgInbox, Purger, SqliteInbox,
 };
 pub use outbox::{
-    BatchReport, DeadLetter, Envelope, Outbox, OutboxDatabase, OutboxMessage, OutboxOptions,
-    PgOutbox, SqliteOutbox,
+    BatchReport, DeadLetter, Envelope, Outbox, OutboxCounts, OutboxDatabase, OutboxMessage,
+    OutboxOptions, PgOutbox, SqliteOutbox,
 };
 pub use relay::{Relay, metrics};

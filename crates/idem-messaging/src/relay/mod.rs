@@ -241,6 +241,16 @@ impl<P: Publisher, DB: OutboxDatabase> Relay<P, DB> {
         self
     }
 
+    /// The pool the relay runs on.
+    pub fn pool(&self) -> &Pool<DB> {
+        &self.pool
+    }
+
+    /// The outbox the relay publishes: for its [`counts`](Outbox::counts), say.
+    pub fn outbox(&self) -> &Outbox<DB> {
+        &self.outbox
+    }
+
     /// Runs cycles until `shutdown` is cancelled, then finishes the batch in flight (within the
     /// shutdown grace) and returns. Failures are logged and retried after a pause; nothing but
     /// `shutdown` ends it.

@@ -4,7 +4,10 @@
 mod postgres;
 mod sqlite;
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
 
 use futures_util::future::BoxFuture;
 use idem_sql::MigrationFile;
@@ -12,7 +15,7 @@ use sqlx::Pool;
 use tokio::{sync::Notify, task::JoinHandle};
 use uuid::Uuid;
 
-use crate::{BatchReport, DeadLetter, Envelope, Outbox, OutboxMessage};
+use crate::{BatchReport, DeadLetter, Envelope, Outbox, OutboxCounts, OutboxMessage};
 
 /// A database an [`Outbox`] and its [`Relay`](crate::Relay) can live in: [`sqlx::Postgres`] or
 /// [`sqlx::Sqlite`].
@@ -42,6 +45,8 @@ pub trait OutboxDatabase: sqlx::Database + crate::sql::Sealed {
     const REVIVE: &'static str;
     #[doc(hidden)]
     const PENDING: &'static str;
+    #[doc(hidden)]
+    const COUNTS: &'static str;
 
     /// What holds a claimed batch until it is settled or given back.
     #[doc(hidden)]
@@ -56,12 +61,19 @@ pub trait OutboxDatabase: sqlx::Database + crate::sql::Sealed {
         message: OutboxMessage,
     ) -> BoxFuture<'c, Result<(), sqlx::Error>>;
 
-    /// Counts the pending messages.
+    /// Counts the pending messages, from an index alone.
     #[doc(hidden)]
     fn pending<'c>(
         pool: &'c Pool<Self>,
         outbox: &'c Outbox<Self>,
     ) -> BoxFuture<'c, Result<i64, sqlx::Error>>;
+
+    /// Counts the messages due, in flight, pending and dead, in one statement.
+    #[doc(hidden)]
+    fn counts<'c>(
+        pool: &'c Pool<Self>,
+        outbox: &'c Outbox<Self>,
+    ) -> BoxFuture<'c, Result<OutboxCounts, sqlx::Error>>;
 
     /// Up to `limit` dead letters, the oldest first.
     #[doc(hidden)]
@@ -128,6 +140,27 @@ type Claimed<Held> = (Held, Vec<Envelope>);
 /// A duration in whole milliseconds, as the statements take it.
 fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The counts statement's row: `bigint` counts, never negative, and the oldest due time in
+/// milliseconds since the Unix epoch.
+fn counts_from_row<R: sqlx::Row>(row: &R) -> Result<OutboxCounts, sqlx::Error>
+where
+    i64: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    &'static str: sqlx::ColumnIndex<R>,
+{
+    let count =
+        |column| Ok::<_, sqlx::Error>(u64::try_from(row.try_get::<i64, _>(column)?).unwrap_or(0));
+    let oldest_due: Option<i64> = row.try_get("oldest_due_millis")?;
+    Ok(OutboxCounts {
+        due: count("due")?,
+        in_flight: count("in_flight")?,
+        dead_letters: count("dead_letters")?,
+        pending: count("pending")?,
+        oldest_due: oldest_due.map(|millis| {
+            SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(millis).unwrap_or(0))
+        }),
+    })
 }
 
 /// Logs a message that failed its last attempt.

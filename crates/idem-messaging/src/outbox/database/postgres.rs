@@ -15,8 +15,11 @@ use sqlx::{PgPool, Pool, Postgres, Row, Transaction, error::DatabaseError, postg
 use tokio::{sync::Notify, task::JoinHandle};
 use uuid::Uuid;
 
-use super::{Claimed, OutboxDatabase, dead_lettered, millis};
-use crate::{BatchReport, DeadLetter, Envelope, MessageId, Outbox, OutboxMessage, sql::query_text};
+use super::{Claimed, OutboxDatabase, counts_from_row, dead_lettered, millis};
+use crate::{
+    BatchReport, DeadLetter, Envelope, MessageId, Outbox, OutboxCounts, OutboxMessage,
+    sql::query_text,
+};
 
 /// SQLSTATE `idle_in_transaction_session_timeout`: the server ended a claim held longer than its
 /// lease.
@@ -48,6 +51,7 @@ impl OutboxDatabase for Postgres {
         include_str!("../../../sql/postgres/outbox_dead_letters.sql");
     const REVIVE: &'static str = include_str!("../../../sql/postgres/outbox_revive.sql");
     const PENDING: &'static str = include_str!("../../../sql/postgres/outbox_pending.sql");
+    const COUNTS: &'static str = include_str!("../../../sql/postgres/outbox_counts.sql");
 
     /// The claim's transaction, and the messages' row addresses (`ctid`) in the claim's order:
     /// stable while the transaction holds the rows locked, and the cheapest way back to them.
@@ -79,6 +83,18 @@ impl OutboxDatabase for Postgres {
         outbox: &'c Outbox<Self>,
     ) -> BoxFuture<'c, Result<i64, sqlx::Error>> {
         Box::pin(sqlx::query_scalar(query_text(&outbox.inner().pending)).fetch_one(pool))
+    }
+
+    fn counts<'c>(
+        pool: &'c Pool<Self>,
+        outbox: &'c Outbox<Self>,
+    ) -> BoxFuture<'c, Result<OutboxCounts, sqlx::Error>> {
+        Box::pin(async move {
+            let row = sqlx::query(query_text(&outbox.inner().counts))
+                .fetch_one(pool)
+                .await?;
+            counts_from_row(&row)
+        })
     }
 
     fn dead_letters<'c>(

@@ -16,8 +16,11 @@ use sqlx::{Pool, Row, Sqlite, sqlite::SqliteRow};
 use tokio::{sync::Notify, task::JoinHandle};
 use uuid::Uuid;
 
-use super::{Claimed, OutboxDatabase, dead_lettered, millis};
-use crate::{BatchReport, DeadLetter, Envelope, MessageId, Outbox, OutboxMessage, sql::query_text};
+use super::{Claimed, OutboxDatabase, counts_from_row, dead_lettered, millis};
+use crate::{
+    BatchReport, DeadLetter, Envelope, MessageId, Outbox, OutboxCounts, OutboxMessage,
+    sql::query_text,
+};
 
 impl OutboxDatabase for Sqlite {
     const MIGRATIONS: &'static [MigrationFile] = &[MigrationFile::new(
@@ -35,6 +38,7 @@ impl OutboxDatabase for Sqlite {
     const DEAD_LETTERS: &'static str = include_str!("../../../sql/sqlite/outbox_dead_letters.sql");
     const REVIVE: &'static str = include_str!("../../../sql/sqlite/outbox_revive.sql");
     const PENDING: &'static str = include_str!("../../../sql/sqlite/outbox_pending.sql");
+    const COUNTS: &'static str = include_str!("../../../sql/sqlite/outbox_counts.sql");
 
     /// The pool, the claim's token, and the messages' ids in the claim's order.
     type Held = (Pool<Sqlite>, String, Vec<String>);
@@ -63,6 +67,18 @@ impl OutboxDatabase for Sqlite {
         outbox: &'c Outbox<Self>,
     ) -> BoxFuture<'c, Result<i64, sqlx::Error>> {
         Box::pin(sqlx::query_scalar(query_text(&outbox.inner().pending)).fetch_one(pool))
+    }
+
+    fn counts<'c>(
+        pool: &'c Pool<Self>,
+        outbox: &'c Outbox<Self>,
+    ) -> BoxFuture<'c, Result<OutboxCounts, sqlx::Error>> {
+        Box::pin(async move {
+            let row = sqlx::query(query_text(&outbox.inner().counts))
+                .fetch_one(pool)
+                .await?;
+            counts_from_row(&row)
+        })
     }
 
     fn dead_letters<'c>(
