@@ -10,7 +10,7 @@ mod serve;
 use std::{ffi::OsString, net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, builder::BoolishValueParser};
-use idem_core::{IdempotencyKey, Scope};
+use idem_core::{IdempotencyKey, ListCursor, Scope, StateFilter};
 
 pub use self::{
     method_list::MethodList,
@@ -42,7 +42,7 @@ pub enum Command {
     Demo(crate::demo::DemoArgs),
     /// Run the reverse proxy that adds idempotency keys in front of an HTTP API.
     Serve(Box<ServeArgs>),
-    /// Show, forget or purge idempotency records.
+    /// List, show, forget or purge idempotency records.
     #[command(subcommand)]
     Keys(KeysCommand),
     /// Create the store's schema or bring it up to date.
@@ -55,6 +55,9 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 #[non_exhaustive]
 pub enum KeysCommand {
+    /// List live records, newest first, as a table or as JSON: the keys stuck processing, a
+    /// tenant's records.
+    List(ListArgs),
     /// Print a key's record as JSON.
     Show(KeyArgs),
     /// Remove a key's record so the next request executes (one that a request holds only with
@@ -76,6 +79,33 @@ pub struct KeyArgs {
     /// The key ring that opens sealed records (as `idem serve --encryption-key-file`).
     #[arg(long, env = "IDEM_ENCRYPTION_KEY_FILE", value_name = "PATH")]
     pub encryption_key_file: Option<PathBuf>,
+    /// The store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// `idem keys list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only records in this state: processing or completed [default: both].
+    #[arg(long, value_name = "STATE")]
+    pub state: Option<StateFilter>,
+    /// Only records acquired at least this long ago, by the store's clock (e.g. 5m).
+    #[arg(long, value_name = "DURATION")]
+    pub older_than: Option<HumanDuration>,
+    /// Only records of this scope: the scope hash in hex, as the logs show it without
+    /// --digest-key-file.
+    #[arg(long, value_name = "HEX")]
+    pub scope: Option<Scope>,
+    /// At most this many records, from 1 to 1000.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub limit: u16,
+    /// The page after this cursor, as the previous page printed it.
+    #[arg(long, value_name = "CURSOR")]
+    pub cursor: Option<ListCursor>,
+    /// Print the page as JSON (as `GET /v1/keys` answers it) instead of a table.
+    #[arg(long)]
+    pub json: bool,
     /// The store.
     #[command(flatten)]
     pub store: StoreArgs,

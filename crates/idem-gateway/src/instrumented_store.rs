@@ -3,11 +3,13 @@
 use std::{future::Future, sync::Arc, time::Duration};
 
 use idem_core::{
-    Acquisition, Address, DynStore, FencingToken, Fingerprint, Outcome, Record, Store, StoreError,
-    Terms, Timestamp,
+    Acquisition, Address, Census, DynStore, FencingToken, Fingerprint, ListPage, ListQuery,
+    Outcome, Record, Store, StoreError, Terms, Timestamp,
 };
 use metrics::Histogram;
 use tokio::time::Instant;
+
+use crate::latency_window::{LatencySnapshot, LatencyWindow};
 
 /// The histogram of store call latencies, labelled by `op`.
 pub const STORE_DURATION: &str = "idem_store_duration_seconds";
@@ -16,7 +18,9 @@ pub const STORE_DURATION: &str = "idem_store_duration_seconds";
 pub type GatewayStore = InstrumentedStore<DynStore>;
 
 /// Wraps a store and records each call's latency in the [`STORE_DURATION`] histogram, labelled
-/// `op="acquire"`, `"complete"`, … (failed calls too). [`Store::changed`] is passed through, so
+/// `op="acquire"`, `"complete"`, … (failed calls too). The calls of the request path (`acquire`,
+/// `complete`, `release`, `renew`, `get`) also count in the last minute's percentiles that
+/// `GET /v1/stats` shows. [`Store::changed`] is passed through, so
 /// that waiters wake up when another gateway completes their key.
 ///
 /// The histograms are registered once, in the `metrics` recorder installed when the store is
@@ -48,6 +52,10 @@ struct Latency {
     forget: Histogram,
     purge_expired: Histogram,
     ping: Histogram,
+    list: Histogram,
+    census: Histogram,
+    /// The request path's calls over the last minute.
+    window: LatencyWindow,
 }
 
 impl Latency {
@@ -62,6 +70,9 @@ impl Latency {
             forget: op("forget"),
             purge_expired: op("purge_expired"),
             ping: op("ping"),
+            list: op("list"),
+            census: op("census"),
+            window: LatencyWindow::new(),
         }
     }
 }
@@ -79,12 +90,32 @@ impl<S> InstrumentedStore<S> {
     pub fn inner(&self) -> &S {
         &self.inner
     }
+
+    /// The request path's store calls over the last minute.
+    pub(crate) fn last_minute(&self) -> LatencySnapshot {
+        self.latency.window.snapshot()
+    }
 }
 
 async fn timed<T>(histogram: &Histogram, call: impl Future<Output = T>) -> T {
     let start = Instant::now();
     let result = call.await;
     histogram.record(start.elapsed().as_secs_f64());
+    result
+}
+
+/// [`timed`], and counted in `window`: a lost lease is an answer, not a failure of the store.
+async fn windowed<T>(
+    histogram: &Histogram,
+    window: &LatencyWindow,
+    call: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    let start = Instant::now();
+    let result = call.await;
+    let elapsed = start.elapsed();
+    histogram.record(elapsed.as_secs_f64());
+    let failed = matches!(&result, Err(error) if !matches!(error, StoreError::LeaseLost));
+    window.record(elapsed, failed);
     result
 }
 
@@ -95,8 +126,9 @@ impl<S: Store> Store for InstrumentedStore<S> {
         fingerprint: &Fingerprint,
         terms: Terms,
     ) -> Result<Acquisition, StoreError> {
-        timed(
+        windowed(
             &self.latency.acquire,
+            &self.latency.window,
             self.inner.acquire(address, fingerprint, terms),
         )
         .await
@@ -109,15 +141,21 @@ impl<S: Store> Store for InstrumentedStore<S> {
         outcome: &Outcome,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        timed(
+        windowed(
             &self.latency.complete,
+            &self.latency.window,
             self.inner.complete(address, token, outcome, ttl),
         )
         .await
     }
 
     async fn release(&self, address: &Address, token: FencingToken) -> Result<(), StoreError> {
-        timed(&self.latency.release, self.inner.release(address, token)).await
+        windowed(
+            &self.latency.release,
+            &self.latency.window,
+            self.inner.release(address, token),
+        )
+        .await
     }
 
     async fn renew(
@@ -126,11 +164,21 @@ impl<S: Store> Store for InstrumentedStore<S> {
         token: FencingToken,
         lease: Duration,
     ) -> Result<Timestamp, StoreError> {
-        timed(&self.latency.renew, self.inner.renew(address, token, lease)).await
+        windowed(
+            &self.latency.renew,
+            &self.latency.window,
+            self.inner.renew(address, token, lease),
+        )
+        .await
     }
 
     async fn get(&self, address: &Address) -> Result<Option<Record>, StoreError> {
-        timed(&self.latency.get, self.inner.get(address)).await
+        windowed(
+            &self.latency.get,
+            &self.latency.window,
+            self.inner.get(address),
+        )
+        .await
     }
 
     async fn forget(&self, address: &Address) -> Result<bool, StoreError> {
@@ -143,6 +191,14 @@ impl<S: Store> Store for InstrumentedStore<S> {
 
     async fn ping(&self) -> Result<(), StoreError> {
         timed(&self.latency.ping, self.inner.ping()).await
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<ListPage, StoreError> {
+        timed(&self.latency.list, self.inner.list(query)).await
+    }
+
+    async fn census(&self) -> Result<Census, StoreError> {
+        timed(&self.latency.census, self.inner.census()).await
     }
 
     // Not timed: it resolves when another process changes the record, whenever that is.

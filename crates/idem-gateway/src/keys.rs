@@ -1,4 +1,5 @@
-//! `idem keys show|forget|purge`: an operator's view of the store, without a running gateway.
+//! `idem keys list|show|forget|purge`: an operator's view of the store, without a running
+//! gateway.
 //!
 //! # Examples
 //!
@@ -15,11 +16,13 @@
 //! # }).unwrap();
 //! ```
 
-use idem_core::{Address, Scope, Store};
+use std::{fmt::Write as _, time::SystemTime};
+
+use idem_core::{Address, ListPage, ListQuery, Listed, RecordState, Scope, Store, Timestamp};
 
 use crate::{
-    Error, RecordView, StoreUrl,
-    cli::{KeyArgs, KeysCommand},
+    Error, HumanDuration, KeyList, RecordView, StoreUrl,
+    cli::{KeyArgs, KeysCommand, ListArgs},
     error::KeysError,
     forget::{Forgotten, forget},
     key_files,
@@ -31,6 +34,15 @@ const PURGE_BATCH: usize = 1000;
 /// Runs a `keys` subcommand and returns what to print.
 pub async fn run(command: KeysCommand) -> Result<String, Error> {
     match command {
+        KeysCommand::List(args) => {
+            let store = args.store.store.open().await?;
+            let page = store.list(&list_query(&args)).await?;
+            Ok(if args.json {
+                serde_json::to_string_pretty(&KeyList::new(&page)).expect("a key list serializes")
+            } else {
+                table(&page, Timestamp::from_system_time(SystemTime::now()))
+            })
+        }
         KeysCommand::Show(args) => {
             let (store, address) = open(&args).await?;
             let record = store
@@ -77,6 +89,73 @@ pub async fn run(command: KeysCommand) -> Result<String, Error> {
             })
         }
     }
+}
+
+fn list_query(args: &ListArgs) -> ListQuery {
+    let mut query = ListQuery::new(usize::from(args.limit));
+    query.state = args.state;
+    query.older_than = args.older_than.map(|age| age.0);
+    query.scope = args.scope;
+    query.cursor = args.cursor;
+    query
+}
+
+/// The width of the digests in the table: enough to tell records apart; `--json` prints them
+/// whole.
+const SHORT_HEX: usize = 16;
+
+/// A page as a table, one record per line, ages counted to `now`; then the next page's cursor.
+fn table(page: &ListPage, now: Timestamp) -> String {
+    let mut out = format!(
+        "{:<10}  {:>6}  {:<24}  {:>8}  {:<6}  {:<w$}  {:<w$}\n",
+        "STATE",
+        "TOKEN",
+        "CREATED",
+        "AGE",
+        "STATUS",
+        "SCOPE",
+        "KEY SHA-256",
+        w = SHORT_HEX
+    );
+    for listed in &page.records {
+        let _ = writeln!(out, "{}", row(listed, now));
+    }
+    match page.next {
+        Some(cursor) => {
+            let _ = write!(
+                out,
+                "{} records; the next page: --cursor {cursor}",
+                page.records.len()
+            );
+        }
+        None => {
+            let _ = write!(out, "{} records; the last page", page.records.len());
+        }
+    }
+    out
+}
+
+fn row(listed: &Listed, now: Timestamp) -> String {
+    let view = crate::ListedView::new(listed);
+    let record = &listed.record;
+    let age = HumanDuration(std::time::Duration::from_secs(
+        now.saturating_since(record.created_at).as_secs(),
+    ));
+    let status = match (&record.state, view.fields.status) {
+        (RecordState::Processing { .. }, _) => "-".to_owned(),
+        (RecordState::Completed { .. }, Some(status)) => status.to_string(),
+        (RecordState::Completed { .. }, None) => "sealed".to_owned(),
+    };
+    format!(
+        "{:<10}  {:>6}  {:<24}  {:>8}  {:<6}  {}  {}",
+        view.fields.state,
+        view.fields.token,
+        view.fields.created_at,
+        age.to_string(),
+        status,
+        &view.scope[..SHORT_HEX],
+        &view.key_sha256[..SHORT_HEX],
+    )
 }
 
 async fn open(args: &KeyArgs) -> Result<(idem_core::DynStore, Address), Error> {

@@ -26,9 +26,11 @@
 
 mod admin;
 mod admin_auth;
+mod census;
 pub mod cli;
 pub mod config;
 mod connections;
+mod dashboard;
 pub mod demo;
 mod duration;
 mod error;
@@ -36,6 +38,7 @@ mod forget;
 mod instrumented_store;
 mod key_files;
 pub mod keys;
+mod latency_window;
 pub mod logging;
 mod metrics_recorder;
 pub mod migrate;
@@ -56,8 +59,11 @@ pub use error::{
     AdminTokenError, ConfigError, Error, KeyFileError, KeysError, StartupError, UpstreamError,
 };
 pub use instrumented_store::{GatewayStore, InstrumentedStore, STORE_DURATION};
-pub use proxy::{Proxy, UPSTREAM_DURATION, UpstreamBody, delivery, error_response};
-pub use record_view::RecordView;
+pub use proxy::{
+    Proxy, REQUEST_DURATION, REQUEST_OWN_DURATION, UPSTREAM_DURATION, UpstreamBody, delivery,
+    error_response,
+};
+pub use record_view::{KeyList, ListedView, RecordFields, RecordView};
 pub use serve::{Gateway, shutdown_signal};
 pub use size::ByteSize;
 pub use store_url::{MemoryUrl, StoreUrl};

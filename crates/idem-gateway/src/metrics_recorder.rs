@@ -6,7 +6,11 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::{instrumented_store::STORE_DURATION, proxy::UPSTREAM_DURATION};
+use crate::{
+    census::{LEASE, OLDEST_PROCESSING_AGE, RECORDS},
+    instrumented_store::STORE_DURATION,
+    proxy::{REQUEST_DURATION, REQUEST_OWN_DURATION, UPSTREAM_DURATION},
+};
 
 /// Latency buckets, in seconds: from half a millisecond (a memory store) to a minute (a slow
 /// upstream).
@@ -27,13 +31,18 @@ pub(crate) fn handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            let recorder = PrometheusBuilder::new()
-                .set_buckets_for_metric(Matcher::Full(UPSTREAM_DURATION.to_owned()), &BUCKETS)
-                .and_then(|b| {
-                    b.set_buckets_for_metric(Matcher::Full(STORE_DURATION.to_owned()), &BUCKETS)
-                })
-                .expect("the buckets are not empty")
-                .build_recorder();
+            let recorder = [
+                UPSTREAM_DURATION,
+                STORE_DURATION,
+                REQUEST_DURATION,
+                REQUEST_OWN_DURATION,
+            ]
+            .into_iter()
+            .try_fold(PrometheusBuilder::new(), |builder, name| {
+                builder.set_buckets_for_metric(Matcher::Full(name.to_owned()), &BUCKETS)
+            })
+            .expect("the buckets are not empty")
+            .build_recorder();
             let handle = recorder.handle();
             if metrics::set_global_recorder(recorder).is_err() {
                 tracing::warn!("another metrics recorder is installed; /metrics will be empty");
@@ -67,10 +76,34 @@ fn describe() {
         "idem_store_full_total",
         "New keys refused with 503 store-full: the store holds as much as it may."
     );
+    metrics::describe_gauge!(
+        RECORDS,
+        "Live records by state, at the last census (recounted in at most 5% of the store's time)."
+    );
+    metrics::describe_gauge!(
+        OLDEST_PROCESSING_AGE,
+        metrics::Unit::Seconds,
+        "Age of the oldest processing record at the last census; 0 when none."
+    );
+    metrics::describe_gauge!(
+        LEASE,
+        metrics::Unit::Seconds,
+        "The configured lease (--lease), for alerts on keys held longer than leases."
+    );
     metrics::describe_histogram!(
         UPSTREAM_DURATION,
         metrics::Unit::Seconds,
         "Time from forwarding a request to the upstream's response head."
+    );
+    metrics::describe_histogram!(
+        REQUEST_DURATION,
+        metrics::Unit::Seconds,
+        "Time from a request's arrival to its response head, whatever answered it."
+    );
+    metrics::describe_histogram!(
+        REQUEST_OWN_DURATION,
+        metrics::Unit::Seconds,
+        "The gateway's own share of idem_request_duration_seconds: without the wait on the upstream."
     );
     metrics::describe_histogram!(
         STORE_DURATION,

@@ -25,6 +25,12 @@ pub const KEY_PROCESSING: &str = "urn:idem:problem:key-processing";
 /// The admin API was given a `force` that is neither `true` nor `false` (400).
 pub const INVALID_FORCE: &str = "urn:idem:problem:invalid-force";
 
+/// The admin API's key listing was given a filter, a limit or a cursor it cannot read (400).
+pub const INVALID_QUERY: &str = "urn:idem:problem:invalid-query";
+
+/// `idem relay`'s admin listener cannot read the outbox's database (503).
+pub const OUTBOX_UNAVAILABLE: &str = "urn:idem:problem:outbox-unavailable";
+
 /// A forward to the upstream that ended without a response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -96,6 +102,10 @@ pub enum AdminRejection {
     /// `force` is neither `true` nor `false` (400, [`INVALID_FORCE`]).
     #[error("force is neither true nor false")]
     InvalidForce,
+    /// A listing's `state`, `older_than`, `limit` or `cursor` is not valid (400,
+    /// [`INVALID_QUERY`]); the text says which and what it takes.
+    #[error("the listing's query is invalid: {0}")]
+    InvalidQuery(&'static str),
     /// No live record under this key and scope (404, [`KEY_NOT_FOUND`]).
     #[error("no record under this key")]
     KeyNotFound,
@@ -108,6 +118,10 @@ pub enum AdminRejection {
     /// The store failed (503, [`STORE_UNAVAILABLE`]).
     #[error("the idempotency store is unavailable")]
     StoreUnavailable,
+    /// The relay's outbox database failed, did not answer in time, or was not reached yet (503,
+    /// [`OUTBOX_UNAVAILABLE`]).
+    #[error("the outbox's database is unavailable")]
+    OutboxUnavailable,
 }
 
 impl Problem for AdminRejection {
@@ -116,11 +130,14 @@ impl Problem for AdminRejection {
             AdminRejection::Unauthorized => StatusCode::UNAUTHORIZED,
             AdminRejection::InvalidKey(_)
             | AdminRejection::InvalidScope
-            | AdminRejection::InvalidForce => StatusCode::BAD_REQUEST,
+            | AdminRejection::InvalidForce
+            | AdminRejection::InvalidQuery(_) => StatusCode::BAD_REQUEST,
             AdminRejection::KeyNotFound => StatusCode::NOT_FOUND,
             AdminRejection::KeyProcessing => StatusCode::CONFLICT,
             AdminRejection::RecordCorrupted => StatusCode::INTERNAL_SERVER_ERROR,
-            AdminRejection::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            AdminRejection::StoreUnavailable | AdminRejection::OutboxUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 
@@ -130,10 +147,12 @@ impl Problem for AdminRejection {
             AdminRejection::InvalidKey(_) => INVALID_KEY,
             AdminRejection::InvalidScope => INVALID_SCOPE,
             AdminRejection::InvalidForce => INVALID_FORCE,
+            AdminRejection::InvalidQuery(_) => INVALID_QUERY,
             AdminRejection::KeyNotFound => KEY_NOT_FOUND,
             AdminRejection::KeyProcessing => KEY_PROCESSING,
             AdminRejection::RecordCorrupted => RECORD_CORRUPTED,
             AdminRejection::StoreUnavailable => STORE_UNAVAILABLE,
+            AdminRejection::OutboxUnavailable => OUTBOX_UNAVAILABLE,
         }
     }
 
@@ -143,10 +162,12 @@ impl Problem for AdminRejection {
             AdminRejection::InvalidKey(_) => "Invalid idempotency key",
             AdminRejection::InvalidScope => "Invalid scope",
             AdminRejection::InvalidForce => "Invalid force",
+            AdminRejection::InvalidQuery(_) => "Invalid listing query",
             AdminRejection::KeyNotFound => "Key not found",
             AdminRejection::KeyProcessing => "Key being processed",
             AdminRejection::RecordCorrupted => "Idempotency record unreadable",
             AdminRejection::StoreUnavailable => "Idempotency store unavailable",
+            AdminRejection::OutboxUnavailable => "Outbox database unavailable",
         }
     }
 
@@ -160,6 +181,7 @@ impl Problem for AdminRejection {
                 "The scope is the scope hash as the logs show it: 64 hexadecimal digits."
             }
             AdminRejection::InvalidForce => "force is `true` or `false`.",
+            AdminRejection::InvalidQuery(what) => what,
             AdminRejection::KeyNotFound => "There is no live record under this key in this scope.",
             AdminRejection::KeyProcessing => concat!(
                 "A request holds this key and may still be running; forgetting it would let a ",
@@ -170,6 +192,9 @@ impl Problem for AdminRejection {
                 "not in the key ring)."
             ),
             AdminRejection::StoreUnavailable => "The idempotency store cannot be reached.",
+            AdminRejection::OutboxUnavailable => {
+                "The outbox's database did not answer, or has not been reached yet."
+            }
         }
         .to_owned()
     }

@@ -1,6 +1,8 @@
 //! [`RecordView`]: a record as the admin API and `idem keys show` print it.
 
-use idem_core::{Address, Outcome, Record, RecordState, Timestamp};
+use idem_core::{
+    Address, ListPage, Listed, Outcome, Record, RecordState, Timestamp, sealing::is_sealed,
+};
 use idem_http::problem::{Problem, Rejection};
 use serde::Serialize;
 use utoipa::{
@@ -47,6 +49,56 @@ pub struct RecordView {
     /// The scope in hex.
     #[schema(pattern = "^[0-9a-f]{64}$")]
     pub scope: String,
+    /// The state, the token and the times.
+    #[serde(flatten)]
+    pub fields: RecordFields,
+}
+
+/// A record found by a listing, as JSON: the SHA-256 of its key (stores keep no more of it; the
+/// log digest needs the key), the scope in hex, and the same fields as [`RecordView`]. Under
+/// sealing, a completed record's status is sealed with its response, and not shown.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(
+    description = "A listed record: the SHA-256 of its key (stores keep no more of it), the \
+    scope in hex, the state's name, the token, RFC 3339 timestamps, and the stored status once \
+    completed (unless it is sealed)."
+)]
+pub struct ListedView {
+    /// SHA-256 of the key, in hex.
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    pub key_sha256: String,
+    /// The scope in hex.
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    pub scope: String,
+    /// The state, the token and the times.
+    #[serde(flatten)]
+    pub fields: RecordFields,
+}
+
+/// A page of a listing as JSON: what `GET /v1/keys` answers and `idem keys list --json` prints.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct KeyList {
+    /// The records, newest first (on Redis, newest first within the page).
+    pub records: Vec<ListedView>,
+    /// The cursor of the next page; absent on the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub next: Option<String>,
+}
+
+impl KeyList {
+    /// The view of `page`.
+    pub fn new(page: &ListPage) -> Self {
+        Self {
+            records: page.records.iter().map(ListedView::new).collect(),
+            next: page.next.map(|cursor| cursor.to_string()),
+        }
+    }
+}
+
+/// What [`RecordView`] and [`ListedView`] show of a record besides its address.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct RecordFields {
     /// `processing` or `completed`.
     #[schema(schema_with = state_schema)]
     pub state: &'static str,
@@ -72,7 +124,7 @@ pub struct RecordView {
     pub status: Option<u16>,
 }
 
-/// The schema of [`RecordView::state`]: the names of [`RecordState`]'s variants.
+/// The schema of [`RecordFields::state`]: the names of [`RecordState`]'s variants.
 fn state_schema() -> Object {
     ObjectBuilder::new()
         .schema_type(Type::String)
@@ -84,6 +136,28 @@ fn state_schema() -> Object {
 impl RecordView {
     /// The view of `record`, stored under `address`.
     pub fn new(address: &Address, record: &Record) -> Self {
+        Self {
+            key_digest: address.key.digest(),
+            scope: address.scope.to_string(),
+            fields: RecordFields::new(record),
+        }
+    }
+}
+
+impl ListedView {
+    /// The view of a listed record.
+    pub fn new(listed: &Listed) -> Self {
+        Self {
+            key_sha256: hex(&listed.key_sha256),
+            scope: listed.scope.to_string(),
+            fields: RecordFields::new(&listed.record),
+        }
+    }
+}
+
+impl RecordFields {
+    /// The fields of `record`.
+    pub fn new(record: &Record) -> Self {
         let (lease_until, completed_at, status) = match &record.state {
             RecordState::Processing { lease_until, .. } => {
                 (Some(rfc3339(*lease_until)), None, None)
@@ -94,15 +168,14 @@ impl RecordView {
                 ..
             } => {
                 let status = match outcome {
-                    Outcome::Response(response) => response.status,
-                    Outcome::Unknown => Rejection::OutcomeUnknown.status().as_u16(),
+                    Outcome::Response(response) if is_sealed(response) => None,
+                    Outcome::Response(response) => Some(response.status),
+                    Outcome::Unknown => Some(Rejection::OutcomeUnknown.status().as_u16()),
                 };
-                (None, Some(rfc3339(*completed_at)), Some(status))
+                (None, Some(rfc3339(*completed_at)), status)
             }
         };
         Self {
-            key_digest: address.key.digest(),
-            scope: address.scope.to_string(),
             state: record.state.name(),
             token: record.state.token().get(),
             created_at: rfc3339(record.created_at),
@@ -114,6 +187,11 @@ impl RecordView {
     }
 }
 
-fn rfc3339(time: Timestamp) -> String {
+/// `time` as RFC 3339 with milliseconds, in UTC.
+pub(crate) fn rfc3339(time: Timestamp) -> String {
     humantime::format_rfc3339_millis(time.to_system_time()).to_string()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

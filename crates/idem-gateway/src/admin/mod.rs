@@ -5,13 +5,17 @@
 //! | `GET /healthz` | 200: the process is up |
 //! | `GET /readyz` | 200 when the store answers a ping, 503 otherwise (and while shutting down) |
 //! | `GET /metrics` | Prometheus text |
+//! | `GET /v1/keys?state=…&older_than=…&scope=HEX&limit=…&cursor=…` | one page of live records, newest first ([`KeyList`]) |
 //! | `GET /v1/keys/{key}?scope=HEX` | the record as JSON ([`RecordView`]); 404 when there is none |
 //! | `DELETE /v1/keys/{key}?scope=HEX&force=true` | 204: the record is forgotten; 404 when there was none; 409 when a request holds the key, unless `force=true` |
+//! | `GET /v1/stats` | the last census of the records and the store's latency over the last minute ([`Stats`]) |
 //! | `GET /openapi.json` | the OpenAPI 3.1 document of these routes ([`openapi`]) |
+//! | `GET /`, `/dashboard.js`, `/dashboard.css`, `/favicon.png` | the live dashboard, which reads the routes above ([`dashboard`](crate::dashboard)) |
 //!
 //! `scope` is the scope hash in hex, as the logs show it; without it, the anonymous scope. A bad
 //! key, scope or `force` is a 400. Errors are problem+json. With an admin token, every route but
-//! the probes and the document needs it ([`AdminToken`](crate::AdminToken)).
+//! the probes, the document and the dashboard's static files needs it
+//! ([`AdminToken`](crate::AdminToken)).
 
 mod openapi;
 
@@ -30,18 +34,23 @@ use axum::{
     routing::get,
 };
 use http::{HeaderValue, StatusCode, Uri, header::CONTENT_TYPE};
-use idem_core::{Address, IdempotencyKey, Scope, Store};
+use idem_core::{
+    Address, IdempotencyKey, ListQuery, Scope, StateFilter, Store, StoreError, time_limit::within,
+};
 use metrics_exporter_prometheus::PrometheusHandle;
-use serde::Deserialize;
-use utoipa::IntoParams;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
-use idem_core::time_limit::within;
-
-use self::openapi::{ForgetKeyProblems, MetricsProblems, ShowKeyProblems};
+use self::openapi::{
+    ForgetKeyProblems, ListKeysProblems, MetricsProblems, ShowKeyProblems, StatsProblems,
+};
 use crate::{
-    AdminToken, GatewayStore, RecordView, admin_auth,
+    AdminToken, GatewayStore, HumanDuration, KeyList, RecordView, admin_auth,
+    census::CensusKeeper,
     forget::{Forgotten, forget},
+    latency_window::LatencyWindow,
     problem::AdminRejection,
+    record_view::rfc3339,
 };
 
 /// How long `/readyz` waits for the store's ping.
@@ -54,19 +63,24 @@ pub(crate) struct AdminState {
     pub(crate) metrics: PrometheusHandle,
     /// Set once the gateway stops taking requests.
     pub(crate) draining: Arc<AtomicBool>,
-    /// The time limit of the lookups and deletions.
+    /// The time limit of the lookups, listings and deletions.
     pub(crate) store_timeout: Duration,
+    /// The last census of the store's records.
+    pub(crate) census: Arc<CensusKeeper>,
 }
 
 /// The admin routes; with a token, all but the probes and the OpenAPI document need it.
 pub(crate) fn router(state: AdminState, token: Option<AdminToken>) -> Router {
     let protected = Router::new()
         .route("/metrics", get(metrics))
-        .route("/v1/keys/{key}", get(show_key).delete(forget_key));
+        .route("/v1/keys", get(list_keys))
+        .route("/v1/keys/{key}", get(show_key).delete(forget_key))
+        .route("/v1/stats", get(stats));
     admin_auth::protect(protected, token)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi_json))
+        .merge(crate::dashboard::gateway())
         .with_state(state)
 }
 
@@ -218,16 +232,218 @@ fn address(key: &[u8], pairs: &[(String, String)]) -> Result<Address, AdminRejec
     Ok(Address::new(scope, key))
 }
 
-fn store_failed(error: &idem_core::StoreError) -> Response {
+fn store_failed(error: &StoreError) -> Response {
     tracing::error!(
         error = error as &(dyn std::error::Error + 'static),
         "admin: the store failed"
     );
     match error {
-        idem_core::StoreError::Corrupted(_) => AdminRejection::RecordCorrupted,
+        StoreError::Corrupted(_) => AdminRejection::RecordCorrupted,
         _ => AdminRejection::StoreUnavailable,
     }
     .into_response()
+}
+
+/// The filters, page size and cursor of `GET /v1/keys`.
+#[derive(Debug, IntoParams)]
+#[expect(
+    dead_code,
+    reason = "the fields describe the query in the OpenAPI document; `query` reads the pairs"
+)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ListParams {
+    /// Only records in this state; both without it.
+    #[param(inline)]
+    state: Option<ListState>,
+    /// Only records acquired at least this long ago, by the store's clock: a number and a unit
+    /// (`ms`, `s`, `m`, `h`, `d`), such as `5m`.
+    #[param(pattern = "^[0-9]+(ms|s|m|h|d)$", example = "5m")]
+    older_than: Option<String>,
+    /// Only records of this scope: the scope hash, 64 hexadecimal digits.
+    #[param(pattern = "^[0-9a-fA-F]{64}$")]
+    scope: Option<String>,
+    /// At most this many records; 100 without it.
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+    /// The `next` cursor of the previous page; the first page without it.
+    cursor: Option<String>,
+}
+
+/// A record state, as `GET /v1/keys` filters on it.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum ListState {
+    /// Held by a request (or abandoned, until its lease runs out and the key is taken over).
+    Processing,
+    /// With a stored outcome.
+    Completed,
+}
+
+/// How many records a page holds without `limit`.
+const DEFAULT_LIMIT: usize = 100;
+
+impl ListParams {
+    /// The store's query for these parameters.
+    fn query(pairs: &[(String, String)]) -> Result<ListQuery, AdminRejection> {
+        let param = |name| {
+            single(
+                pairs,
+                name,
+                AdminRejection::InvalidQuery("each parameter is given at most once"),
+            )
+        };
+        let limit = match param("limit")? {
+            None => DEFAULT_LIMIT,
+            Some(limit) => limit
+                .parse::<usize>()
+                .ok()
+                .filter(|limit| (1..=ListQuery::MAX_LIMIT).contains(limit))
+                .ok_or(AdminRejection::InvalidQuery(
+                    "limit is a whole number from 1 to 1000",
+                ))?,
+        };
+        let mut query = ListQuery::new(limit);
+        if let Some(state) = param("state")? {
+            query = query.state(state.parse::<StateFilter>().map_err(|_| {
+                AdminRejection::InvalidQuery("state is `processing` or `completed`")
+            })?);
+        }
+        if let Some(age) = param("older_than")? {
+            let age = age.parse::<HumanDuration>().map_err(|_| {
+                AdminRejection::InvalidQuery(
+                    "older_than is a duration: a number and a unit (ms, s, m, h, d), such as 5m",
+                )
+            })?;
+            query = query.older_than(age.0);
+        }
+        if let Some(scope) = ScopeQuery::from_pairs(pairs)?.scope {
+            query = query.scope(scope.parse().map_err(|_| AdminRejection::InvalidScope)?);
+        }
+        if let Some(cursor) = param("cursor")? {
+            query = query.after(cursor.parse().map_err(|_| invalid_cursor())?);
+        }
+        Ok(query)
+    }
+}
+
+fn invalid_cursor() -> AdminRejection {
+    AdminRejection::InvalidQuery("cursor is the `next` of a page of this listing, unchanged")
+}
+
+/// Lists live records, newest first, with filters: the keys stuck `processing` for longer than
+/// expected, a tenant's records.
+///
+/// Stores keep no key in clear, so each record is named by its key's SHA-256 and its scope. A
+/// page costs what the store must read for it: an index range on SQLite and PostgreSQL, every
+/// record on the memory store, a bounded `SCAN` on Redis (docs/stores.md says more).
+#[utoipa::path(
+    get,
+    path = "/v1/keys",
+    tag = "keys",
+    params(ListParams),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "One page of live records.", body = KeyList),
+        ListKeysProblems,
+    )
+)]
+pub(crate) async fn list_keys(State(state): State<AdminState>, Query(pairs): Pairs) -> Response {
+    let query = match ListParams::query(&pairs) {
+        Ok(query) => query,
+        Err(bad) => return bad.into_response(),
+    };
+    match within(state.store_timeout, state.store.list(&query)).await {
+        Ok(page) => Json(KeyList::new(&page)).into_response(),
+        Err(StoreError::InvalidCursor) => invalid_cursor().into_response(),
+        Err(error) => store_failed(&error),
+    }
+}
+
+/// What `GET /v1/stats` answers.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Stats {
+    /// The last census of the store's records; absent until the first is done.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    records: Option<RecordCounts>,
+    /// The store's calls on the request path over the last minute.
+    store: StoreStats,
+}
+
+/// Live records by state, as last counted.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RecordCounts {
+    /// Records being processed, including abandoned ones whose lease nobody took over yet.
+    processing: u64,
+    /// Completed records.
+    completed: u64,
+    /// When the oldest processing record was acquired; absent when there is none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime, nullable = false)]
+    oldest_processing: Option<String>,
+    /// When these were counted.
+    #[schema(format = DateTime)]
+    counted_at: String,
+}
+
+/// The store's calls on the request path over the last minute.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct StoreStats {
+    /// The window's length, in seconds.
+    window_seconds: u64,
+    /// Calls in the window.
+    calls: u64,
+    /// Calls that failed (the store unavailable, full or corrupted).
+    errors: u64,
+    /// Percentiles of the calls' latency; absent when there were none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    latency_seconds: Option<LatencySeconds>,
+}
+
+/// Latency percentiles and the maximum, in seconds, each percentile within 19% of the exact value.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct LatencySeconds {
+    p50: f64,
+    p90: f64,
+    p99: f64,
+    max: f64,
+}
+
+/// The records by state (counted in the background, in at most 5% of the store's time) and the
+/// store's latency over the last minute.
+#[utoipa::path(
+    get,
+    path = "/v1/stats",
+    tag = "stats",
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The last census and the last minute's store latency.", body = Stats),
+        StatsProblems,
+    )
+)]
+pub(crate) async fn stats(State(state): State<AdminState>) -> Json<Stats> {
+    let records = state.census.latest().map(|counted| RecordCounts {
+        processing: counted.census.processing,
+        completed: counted.census.completed,
+        oldest_processing: counted.census.oldest_processing.map(rfc3339),
+        counted_at: rfc3339(counted.at),
+    });
+    let window = state.store.last_minute();
+    Json(Stats {
+        records,
+        store: StoreStats {
+            window_seconds: LatencyWindow::LENGTH.as_secs(),
+            calls: window.calls,
+            errors: window.errors,
+            latency_seconds: window.latency.map(|latency| LatencySeconds {
+                p50: latency.p50.as_secs_f64(),
+                p90: latency.p90.as_secs_f64(),
+                p99: latency.p99.as_secs_f64(),
+                max: latency.max.as_secs_f64(),
+            }),
+        },
+    })
 }
 
 /// The record of one key in one scope.

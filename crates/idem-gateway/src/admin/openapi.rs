@@ -38,15 +38,17 @@ const PROBLEM: &str = "Problem";
     info(
         title = "idem admin API",
         description = "The admin listener of `idem serve` (`--admin-listen`): health, readiness, \
-            metrics, and the records of single keys. Errors are `application/problem+json` \
-            (RFC 9457)."
+            metrics, records (one key, or a filtered listing) and statistics. Errors are \
+            `application/problem+json` (RFC 9457)."
     ),
     paths(
         super::healthz,
         super::readyz,
         super::metrics,
+        super::list_keys,
         super::show_key,
         super::forget_key,
+        super::stats,
         super::openapi_json
     ),
     components(schemas(RecordView)),
@@ -54,7 +56,8 @@ const PROBLEM: &str = "Problem";
     tags(
         (name = "probes", description = "Liveness and readiness; never need the admin token."),
         (name = "metrics", description = "Prometheus metrics."),
-        (name = "keys", description = "The record of one key in one scope."),
+        (name = "keys", description = "The records: one key in one scope, or a filtered listing."),
+        (name = "stats", description = "Record counts and the store's latency."),
         (name = "meta", description = "This document; never needs the admin token."),
     )
 )]
@@ -193,6 +196,30 @@ fn problem_responses(rejections: &[AdminRejection]) -> BTreeMap<String, RefOr<Re
 pub(crate) struct MetricsProblems;
 
 impl IntoResponses for MetricsProblems {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        problem_responses(&[AdminRejection::Unauthorized])
+    }
+}
+
+/// The problems of `GET /v1/keys`.
+pub(crate) struct ListKeysProblems;
+
+impl IntoResponses for ListKeysProblems {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        problem_responses(&[
+            AdminRejection::InvalidQuery("state is `processing` or `completed`"),
+            AdminRejection::InvalidScope,
+            AdminRejection::Unauthorized,
+            AdminRejection::RecordCorrupted,
+            AdminRejection::StoreUnavailable,
+        ])
+    }
+}
+
+/// The problems of `GET /v1/stats`.
+pub(crate) struct StatsProblems;
+
+impl IntoResponses for StatsProblems {
     fn responses() -> BTreeMap<String, RefOr<Response>> {
         problem_responses(&[AdminRejection::Unauthorized])
     }

@@ -39,6 +39,47 @@ use crate::{
 /// The histogram of upstream latencies: from forwarding a request to its response head.
 pub const UPSTREAM_DURATION: &str = "idem_upstream_duration_seconds";
 
+/// The histogram of the time from a request's arrival to its response head, whatever answered
+/// it (the upstream, a replay, a problem).
+pub const REQUEST_DURATION: &str = "idem_request_duration_seconds";
+
+/// The histogram of the gateway's own share of [`REQUEST_DURATION`]: the whole minus the time
+/// waiting on the upstream's response head, so the cost of idempotency itself (store calls,
+/// waiting on a key, fingerprints), without the upstream's.
+pub const REQUEST_OWN_DURATION: &str = "idem_request_own_duration_seconds";
+
+/// How long the upstream took to answer a forwarded request's head: in the response's
+/// extensions, for [`RequestTiming`].
+#[derive(Debug, Clone, Copy)]
+struct UpstreamElapsed(Duration);
+
+/// The two request histograms, registered once and shared by every connection.
+#[derive(Debug, Clone)]
+pub(crate) struct RequestTiming {
+    whole: Histogram,
+    own: Histogram,
+}
+
+impl RequestTiming {
+    pub(crate) fn register() -> Self {
+        Self {
+            whole: metrics::histogram!(REQUEST_DURATION),
+            own: metrics::histogram!(REQUEST_OWN_DURATION),
+        }
+    }
+
+    /// Records a request answered with `response` after `elapsed`.
+    pub(crate) fn record<B>(&self, elapsed: Duration, response: &Response<B>) {
+        let upstream = response
+            .extensions()
+            .get::<UpstreamElapsed>()
+            .map_or(Duration::ZERO, |upstream| upstream.0);
+        self.whole.record(elapsed.as_secs_f64());
+        self.own
+            .record(elapsed.saturating_sub(upstream).as_secs_f64());
+    }
+}
+
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
@@ -230,12 +271,14 @@ impl tower::Service<Request<Body>> for Proxy {
             let start = Instant::now();
             let deadline = start + timeout;
             let result = tokio::time::timeout_at(deadline, shared.pool.send(request)).await;
-            shared.latency.record(start.elapsed().as_secs_f64());
+            let elapsed = start.elapsed();
+            shared.latency.record(elapsed.as_secs_f64());
             let (mut response, connection) = match result {
                 Ok(sent) => sent?,
                 Err(_) => return Err(Error::UpstreamTimeout(timeout)),
             };
             remove_hop_by_hop(response.headers_mut(), false);
+            response.extensions_mut().insert(UpstreamElapsed(elapsed));
             Ok(response.map(|body| UpstreamBody::new(body, connection, deadline, timeout)))
         })
     }

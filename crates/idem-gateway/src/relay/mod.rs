@@ -1,7 +1,7 @@
 //! `idem relay`: publishes the messages of an outbox (PostgreSQL or SQLite) to a broker, each
 //! confirmed by
 //! the broker before it is marked sent, until SIGTERM or SIGINT; with an admin listener for
-//! `/healthz` and `/metrics`.
+//! `/healthz`, `/metrics` and the outbox's counts, `/v1/outbox`.
 //!
 //! [`RelayProcess`] is the relay as a process (a pool, the migration, the publisher chosen by a
 //! [`BrokerUrl`](idem_messaging::BrokerUrl), progress in the logs and the metrics); [`run`] is
@@ -61,15 +61,19 @@ pub async fn run(args: RelayArgs) -> Result<(), Error> {
     let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
         .install_recorder()
         .map_err(StartupError::MetricsRecorder)?;
+    let outbox_probe = admin::OutboxProbe::new();
     let addr = args.admin_listen;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| StartupError::Bind { addr, source })?;
     tracing::info!(admin = %addr, "the admin endpoints are listening");
     let admin = tokio::spawn(
-        axum::serve(listener, admin::router(metrics, token))
-            .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-            .into_future(),
+        axum::serve(
+            listener,
+            admin::router(metrics, outbox_probe.clone(), token),
+        )
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+        .into_future(),
     );
 
     let mut outbox = OutboxOptions::new().table(args.outbox_table.clone());
@@ -85,10 +89,10 @@ pub async fn run(args: RelayArgs) -> Result<(), Error> {
         .migrate(migrate)
         .progress_interval(progress_interval)
         .relay({
-            let args = std::sync::Arc::clone(&args);
-            move |relay| configure(relay, &args)
+            let (args, probe) = (std::sync::Arc::clone(&args), outbox_probe.clone());
+            move |relay| configure(relay, &args, &probe)
         })
-        .sqlite_relay(move |relay| configure(relay, &args))
+        .sqlite_relay(move |relay| configure(relay, &args, &outbox_probe))
         .run(shutdown.clone().cancelled_owned())
         .await;
     shutdown.cancel();
@@ -98,11 +102,14 @@ pub async fn run(args: RelayArgs) -> Result<(), Error> {
     Ok(relayed.map_err(StartupError::Relay)?)
 }
 
-/// The relay's settings from the command line, on either database.
+/// The relay's settings from the command line, on either database; and, now that the relay
+/// has its pool, the outbox `/v1/outbox` counts.
 fn configure<DB: OutboxDatabase>(
     relay: Relay<BoxPublisher, DB>,
     args: &RelayArgs,
+    outbox: &admin::OutboxProbe,
 ) -> Relay<BoxPublisher, DB> {
+    outbox.set(relay.pool().clone(), relay.outbox().clone());
     let relay = relay
         .batch_size(args.batch_size)
         .lease(args.lease.0)

@@ -19,7 +19,7 @@ use crate::{
     connections::{Activity, Connections},
     error::UpstreamError,
     logging::RequestLine,
-    proxy,
+    proxy::{self, RequestTiming},
 };
 
 /// The most requests at once on one HTTP/2 client connection.
@@ -55,6 +55,7 @@ pub(super) async fn until_shutdown(
         .keep_alive_interval(HTTP2_KEEP_ALIVE)
         .keep_alive_timeout(HTTP2_KEEP_ALIVE);
     let mut shutdown = std::pin::pin!(shutdown);
+    let timing = RequestTiming::register();
     loop {
         let (stream, peer) = tokio::select! {
             biased;
@@ -85,11 +86,12 @@ pub(super) async fn until_shutdown(
         let key_header = key_header.clone();
         let activity = Activity::new();
         let requests = Arc::clone(&activity);
+        let timing = timing.clone();
         let per_request = hyper::service::service_fn(move |request: Request<Incoming>| {
             let busy = requests.track();
             let request = request.map(Body::new);
             let line = RequestLine::begin(&request, &key_header);
-            let answered = answer(service.clone(), request, line);
+            let answered = answer(service.clone(), request, line, timing.clone());
             async move { Ok::<_, Infallible>(busy.response(answered.await?)) }
         });
         let connection = builder
@@ -100,17 +102,19 @@ pub(super) async fn until_shutdown(
 }
 
 /// Answers one request: the response, or a 502/504 problem when the upstream gave none; then
-/// its log `line`, if request lines are logged.
+/// its time to the response head in `timing`, and its log `line`, if request lines are logged.
 async fn answer<S, B>(
     service: S,
     request: Request<Body>,
     line: Option<RequestLine>,
+    timing: RequestTiming,
 ) -> Result<Response<Body>, Infallible>
 where
     S: Service<Request<Body>, Response = Response<B>, Error = UpstreamError>,
     B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    let start = tokio::time::Instant::now();
     let method = request.method().clone();
     let uri = request.uri().clone();
     let (response, forwarded) = match service.oneshot(request).await {
@@ -125,6 +129,7 @@ where
             (proxy::error_response(&error), false)
         }
     };
+    timing.record(start.elapsed(), &response);
     if let Some(line) = line {
         line.log(&method, uri.path(), &response, forwarded);
     }

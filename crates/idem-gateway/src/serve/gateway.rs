@@ -18,8 +18,8 @@ use tower::ServiceBuilder;
 use super::{accept, admin_server, purge::purge_expired};
 use crate::{
     AdminToken, Config, Error, GatewayStore, HumanDuration, InstrumentedStore, Proxy,
-    admin::AdminState, connections::Connections, error::StartupError, key_files, metrics_recorder,
-    proxy,
+    admin::AdminState, census::CensusKeeper, connections::Connections, error::StartupError,
+    key_files, metrics_recorder, proxy,
 };
 
 /// The gateway with its store open and its sockets bound, ready to [`run`](Gateway::run).
@@ -128,6 +128,7 @@ impl Gateway {
 
         let background = CancellationToken::new();
         let draining = Arc::new(AtomicBool::new(false));
+        let census = Arc::new(CensusKeeper::default());
         let admin_task = admin_server::spawn(
             admin_listener,
             AdminState {
@@ -135,10 +136,12 @@ impl Gateway {
                 metrics: metrics.clone(),
                 draining: Arc::clone(&draining),
                 store_timeout: config.store_call_limit(),
+                census: Arc::clone(&census),
             },
             config.admin_token.clone(),
             background.clone(),
         );
+        tokio::spawn(census.run(store.clone(), config.lease, background.clone()));
         tokio::spawn(purge_expired(
             store,
             config.store_call_limit(),

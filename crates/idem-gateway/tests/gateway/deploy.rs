@@ -44,20 +44,31 @@ async fn the_dashboard_and_the_alerts_use_only_metrics_the_gateway_exports() {
             .await;
         assert_eq!(reply.status, 201);
     }
-    let scraped = client
-        .send(
-            Request::get(gateway.admin_url("/metrics"))
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await;
-    assert_eq!(scraped.status, 200);
+    // The census gauges are set once the first census (in the background, at start) is done.
+    let mut attempts = 0;
+    let scraped = loop {
+        let scraped = client
+            .send(
+                Request::get(gateway.admin_url("/metrics"))
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await;
+        assert_eq!(scraped.status, 200);
+        attempts += 1;
+        if scraped.text().contains("idem_records{") || attempts == 100 {
+            break scraped;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
     let exported = exported(scraped.text());
 
     let alerts = metric_names(ALERTS);
     assert_eq!(
         alerts,
         BTreeSet::from([
+            "idem_lease_seconds",
+            "idem_oldest_processing_age_seconds",
             "idem_outcome_unknown_total",
             "idem_requests_total",
             "idem_store_duration_seconds_bucket",

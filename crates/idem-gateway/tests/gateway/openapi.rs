@@ -100,6 +100,12 @@ async fn every_route_is_described_and_the_token_is_needed_where_it_says() {
         ("GET", "/openapi.json", statuses(&["200"]), false),
         ("GET", "/readyz", statuses(&["200", "503"]), false),
         (
+            "GET",
+            "/v1/keys",
+            statuses(&["200", "400", "401", "500", "503"]),
+            true,
+        ),
+        (
             "DELETE",
             "/v1/keys/{key}",
             statuses(&["204", "400", "401", "404", "409", "500", "503"]),
@@ -111,6 +117,7 @@ async fn every_route_is_described_and_the_token_is_needed_where_it_says() {
             statuses(&["200", "400", "401", "404", "500", "503"]),
             true,
         ),
+        ("GET", "/v1/stats", statuses(&["200", "401"]), true),
     ]
     .map(|(method, path, statuses, secured)| {
         (method.to_owned(), path.to_owned(), statuses, secured)
