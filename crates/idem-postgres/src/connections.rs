@@ -155,6 +155,28 @@ mod tests {
     use crate::{PostgresOptions, PostgresStore, Statement, sql::Sql};
 
     /// The generic plan of `text`, whose parameters have `types`, on `connection`: its lines.
+    /// A migrated records table in a schema of its own, and a pool of one of the store's
+    /// connections to it.
+    async fn migrated(url: &str) -> (PgSchema, Sql, Connections) {
+        let schema = PgSchema::new(url);
+        let options = PostgresOptions::new().schema(schema.name().parse().unwrap());
+        let pool = PgPool::connect(url).await.unwrap();
+        PostgresStore::migrate(&pool, &options).await.unwrap();
+        pool.close().await;
+        let sql = Sql::new(&options.schema, &options.table);
+        let connections = Connections::new(url.parse().unwrap(), 1, Duration::from_secs(5));
+        (schema, sql, connections)
+    }
+
+    /// The scans of the records table in a plan's `lines`.
+    fn scans(lines: &[String]) -> Vec<&str> {
+        lines
+            .iter()
+            .map(|line| line.trim_start_matches([' ', '-', '>']))
+            .filter(|line| line.contains("Scan") && line.contains(" on idem_records"))
+            .collect()
+    }
+
     async fn plan(connection: &mut PgConnection, text: &str, types: &[&str]) -> Vec<String> {
         let prepare = format!("PREPARE planned ({}) AS {text}", types.join(", "));
         sqlx::raw_sql(AssertSqlSafe(prepare))
@@ -177,13 +199,7 @@ mod tests {
     #[tokio::test]
     async fn on_a_table_without_statistics_every_statement_looks_records_up_by_primary_key() {
         let url = require!(Postgres);
-        let schema = PgSchema::new(&url);
-        let options = PostgresOptions::new().schema(schema.name().parse().unwrap());
-        let pool = PgPool::connect(&url).await.unwrap();
-        PostgresStore::migrate(&pool, &options).await.unwrap();
-        pool.close().await;
-        let sql = Sql::new(&options.schema, &options.table);
-        let connections = Connections::new(url.parse().unwrap(), 1, Duration::from_secs(5));
+        let (_schema, sql, connections) = migrated(&url).await;
         let mut connection = connections.get(&sql.table).await.unwrap();
         let arrays = |kinds: &[&'static str]| {
             let mut types = vec!["bigint"];
@@ -217,11 +233,7 @@ mod tests {
         ];
         for (statement, types, lookups) in statements {
             let lines = plan(&mut connection, sql.text(statement), &types).await;
-            let scans: Vec<&str> = lines
-                .iter()
-                .map(|line| line.trim_start_matches([' ', '-', '>']))
-                .filter(|line| line.contains("Scan") && line.contains(" on idem_records"))
-                .collect();
+            let scans = scans(&lines);
             let by_key = scans
                 .iter()
                 .filter(|scan| scan.starts_with("Index Scan using idem_records_pkey on "))
@@ -240,23 +252,13 @@ mod tests {
     #[tokio::test]
     async fn listing_processing_records_walks_the_state_index_backwards_from_the_page_bound() {
         let url = require!(Postgres);
-        let schema = PgSchema::new(&url);
-        let options = PostgresOptions::new().schema(schema.name().parse().unwrap());
-        let pool = PgPool::connect(&url).await.unwrap();
-        PostgresStore::migrate(&pool, &options).await.unwrap();
-        pool.close().await;
-        let sql = Sql::new(&options.schema, &options.table);
-        let connections = Connections::new(url.parse().unwrap(), 1, Duration::from_secs(5));
+        let (_schema, sql, connections) = migrated(&url).await;
         let mut connection = connections.get(&sql.table).await.unwrap();
         let types = [
             "bigint", "text[]", "bigint", "bytea", "bigint", "bytea", "bytea", "bigint",
         ];
         let lines = plan(&mut connection, sql.text(Statement::List), &types).await;
-        let scans: Vec<&str> = lines
-            .iter()
-            .map(|line| line.trim_start_matches([' ', '-', '>']))
-            .filter(|line| line.contains("Scan") && line.contains(" on idem_records"))
-            .collect();
+        let scans = scans(&lines);
         // No sort: the walk yields the records newest first, and stops at the limit.
         assert_eq!(
             (scans, lines.iter().any(|line| line.contains("Sort"))),

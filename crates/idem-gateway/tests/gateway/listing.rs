@@ -34,17 +34,19 @@ fn keys(page: &Value) -> Vec<String> {
         .collect()
 }
 
+/// A keyed `POST` of an empty body to `path`, with `headers` besides the key.
+fn keyed(gateway: &Gateway, path: &str, key: &str, headers: &[(&str, &str)]) -> Request<Body> {
+    let mut request = Request::post(gateway.url(path)).header("idempotency-key", key);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.body(Body::empty()).unwrap()
+}
+
 /// Sends a keyed request in the scope of `authorization`.
 async fn send(client: &Client, gateway: &Gateway, key: &str, authorization: &str) -> Reply {
-    client
-        .send(
-            Request::post(gateway.url("/charges"))
-                .header("idempotency-key", key)
-                .header("authorization", authorization)
-                .body(Body::from("{}"))
-                .unwrap(),
-        )
-        .await
+    let headers = [("authorization", authorization)];
+    client.send(keyed(gateway, "/charges", key, &headers)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -62,19 +64,9 @@ async fn keys_are_listed_newest_first_filtered_and_paged() {
     }
     let held = tokio::spawn({
         let client = client.clone();
-        let url = gateway.url("/slow");
-        async move {
-            client
-                .send(
-                    Request::post(url)
-                        .header("idempotency-key", "list-held")
-                        .header("authorization", "Bearer bob")
-                        .header("x-delay-ms", "2000")
-                        .body(Body::empty())
-                        .unwrap(),
-                )
-                .await
-        }
+        let headers = [("authorization", "Bearer bob"), ("x-delay-ms", "2000")];
+        let request = keyed(&gateway, "/slow", "list-held", &headers);
+        async move { client.send(request).await }
     });
     upstream.wait_for_hits("slow", 1).await;
     // The default scope header is Authorization: its name and value make the identity.
@@ -231,26 +223,9 @@ async fn request_latency_is_measured_with_and_without_the_upstream() {
     let upstream = Upstream::start().await;
     let gateway = Gateway::start(&upstream.url(), &["--store", "memory://"]);
     let client = Client::new();
-    let slow = client
-        .send(
-            Request::post(gateway.url("/slow"))
-                .header("idempotency-key", "timed-1")
-                .header("x-delay-ms", "300")
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await;
-    assert_eq!(slow.status, 201);
-    let replay = client
-        .send(
-            Request::post(gateway.url("/slow"))
-                .header("idempotency-key", "timed-1")
-                .header("x-delay-ms", "300")
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await;
-    assert!(replay.replayed());
+    let slow = || keyed(&gateway, "/slow", "timed-1", &[("x-delay-ms", "300")]);
+    assert_eq!(client.send(slow()).await.status, 201);
+    assert!(client.send(slow()).await.replayed());
 
     let metrics = get(&client, gateway.admin_url("/metrics")).await;
     let text = metrics.text();
