@@ -7,8 +7,8 @@ use redis::Cmd;
 use crate::{
     connection::Connection,
     error::store_error,
-    reply, scripts,
-    store::millis,
+    reply,
+    scripts::{self, millis},
     walk::{Step, Walk},
 };
 

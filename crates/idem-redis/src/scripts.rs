@@ -2,7 +2,7 @@
 //! operations (`lua/common.lua`, one function per operation, and `lua/batch.lua`, which runs a
 //! batch of them), or one of the operators' read-only scripts.
 
-use std::sync::LazyLock;
+use std::{sync::LazyLock, time::Duration};
 
 use redis::Script;
 
@@ -39,3 +39,12 @@ pub(crate) static CENSUS: LazyLock<Script> = LazyLock::new(|| {
         include_str!("../lua/census.lua"),
     ))
 });
+
+/// The longest duration sent to Redis, about 1,000 years: times stay exact in Lua's doubles
+/// (below 2^53) and valid for `PEXPIREAT`.
+const MAX_MILLIS: u64 = 1_000 * 365 * 24 * 3_600 * 1_000;
+
+/// `duration` in ms, at most [`MAX_MILLIS`].
+pub(crate) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).map_or(MAX_MILLIS, |ms| ms.min(MAX_MILLIS))
+}

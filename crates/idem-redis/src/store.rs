@@ -17,13 +17,11 @@ use crate::{
     keys::{Keys, record_pattern},
     listing,
     operation::{Kind, Operation},
-    reply, scripts,
+    reply,
+    scripts::{self, millis},
     walk::Walk,
 };
 
-/// The longest duration sent to Redis, about 1,000 years: times stay exact in Lua's doubles
-/// (below 2^53) and valid for `PEXPIREAT`.
-const MAX_MILLIS: u64 = 1_000 * 365 * 24 * 3_600 * 1_000;
 
 /// A store in Redis, shared by every process that uses the same server (or cluster) and
 /// [prefix](RedisOptions::prefix).
@@ -162,11 +160,6 @@ impl RedisStore {
     async fn run(&self, operation: Operation) -> Result<Value, StoreError> {
         self.inner.batcher.call(operation).await
     }
-}
-
-/// `duration` in ms, at most [`MAX_MILLIS`].
-pub(crate) fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).map_or(MAX_MILLIS, |ms| ms.min(MAX_MILLIS))
 }
 
 impl fmt::Debug for RedisStore {
