@@ -22,7 +22,6 @@ use crate::{
     walk::Walk,
 };
 
-
 /// A store in Redis, shared by every process that uses the same server (or cluster) and
 /// [prefix](RedisOptions::prefix).
 ///

@@ -24,7 +24,7 @@ use std::{
         Arc,
         atomic::{AtomicBool, Ordering},
     },
-    time::Duration,
+    time::{Duration, SystemTime},
 };
 
 use axum::{
@@ -35,7 +35,8 @@ use axum::{
 };
 use http::{HeaderValue, StatusCode, Uri, header::CONTENT_TYPE};
 use idem_core::{
-    Address, IdempotencyKey, ListQuery, Scope, StateFilter, Store, StoreError, time_limit::within,
+    Address, IdempotencyKey, ListQuery, Scope, StateFilter, Store, StoreError, Timestamp,
+    time_limit::within,
 };
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::{Deserialize, Serialize};
@@ -381,6 +382,10 @@ pub(crate) struct RecordCounts {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime, nullable = false)]
     oldest_processing: Option<String>,
+    /// How long ago that was, in seconds, at this answer; absent when there is none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, nullable = false)]
+    oldest_processing_age_seconds: Option<f64>,
     /// When these were counted.
     #[schema(format = DateTime)]
     counted_at: String,
@@ -423,10 +428,15 @@ pub(crate) struct LatencySeconds {
     )
 )]
 pub(crate) async fn stats(State(state): State<AdminState>) -> Json<Stats> {
+    let now = Timestamp::from_system_time(SystemTime::now());
     let records = state.census.latest().map(|counted| RecordCounts {
         processing: counted.census.processing,
         completed: counted.census.completed,
         oldest_processing: counted.census.oldest_processing.map(rfc3339),
+        oldest_processing_age_seconds: counted
+            .census
+            .oldest_processing
+            .map(|oldest| now.saturating_since(oldest).as_secs_f64()),
         counted_at: rfc3339(counted.at),
     });
     let window = state.store.last_minute();

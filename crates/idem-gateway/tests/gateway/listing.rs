@@ -192,6 +192,7 @@ async fn stats_show_the_census_and_the_last_minutes_store_calls() {
     assert_eq!(records["completed"], 3, "{stats}");
     assert_eq!(records["processing"], 0);
     assert!(records.get("oldest_processing").is_none());
+    assert!(records.get("oldest_processing_age_seconds").is_none());
     assert!(records["counted_at"].as_str().unwrap().ends_with('Z'));
     // Three executions (acquire, complete) and a replay (acquire).
     let store = &stats["store"];
