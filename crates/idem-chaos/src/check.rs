@@ -1,13 +1,20 @@
 //! [`check()`]: reads a run's [`History`] and says what went wrong.
 //!
 //! - A **duplicate** is an operation the upstream executed more than once.
-//! - An execution is **interrupted** when its gateway was SIGKILLed while the execution was in
-//!   its hands — from its start (minus [`KILL_SLACK`]: a request the gateway wrote just before
-//!   dying still reaches the upstream) to its end plus one lease (the gateway records the result
-//!   after the upstream answered; a busy store delays that, and the gateway keeps trying for a
-//!   lease while the store is down) — and no caller got its result.
+//! - An execution is **interrupted** when its gateway was SIGKILLed or stopped (SIGSTOP) while
+//!   the execution was in its hands — from its start (minus [`SEND_SLACK`]: a request the
+//!   gateway wrote just before dying, or held when it was stopped, still reaches the upstream)
+//!   to its end plus one lease (the gateway records the result after the upstream answered; a
+//!   busy store delays that, and the gateway keeps trying for a lease while the store is down)
+//!   — and no caller got its result. On SQLite the store is in the gateways: a gateway stopped
+//!   inside a write transaction holds the file's lock, and no gateway records anything until it
+//!   continues, so a pause interrupts the executions of every gateway.
 //! - A duplicate is **explained** when each of its extra executions follows an interrupted
 //!   execution of the same operation; each interrupted execution explains one extra execution.
+//! - A **stale write** is a request whose fencing token is lower than one the upstream already
+//!   applied for its operation. The upstream refuses those (counted from its refusals); an
+//!   execution in the history with a lower token than an earlier execution of its operation is
+//!   one **applied** (counted from the executions, in the order the upstream applied them).
 //! - An operation is **lost** when its caller never got a definite answer.
 //! - A key is **stuck** when its record is still `processing` after the load stopped, every
 //!   fault was repaired and one more lease went by.
@@ -20,9 +27,9 @@
 //!
 //! # Expectations
 //!
-//! In both modes: no operation lost, no key stuck or forgotten, no wrong or unexpected answer.
-//! `--ambiguous reject`: no duplicate at all. `--ambiguous retry`: every duplicate explained,
-//! and no "outcome unknown" (that answer exists only in reject mode).
+//! In both modes: no operation lost, no key stuck or forgotten, no stale write applied, no wrong
+//! or unexpected answer. `--ambiguous reject`: no duplicate at all. `--ambiguous retry`: every
+//! duplicate explained, and no "outcome unknown" (that answer exists only in reject mode).
 //!
 //! # Examples
 //!
@@ -37,13 +44,14 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    Ambiguous, GatewayId, History, Outcome, Stamp,
+    Ambiguous, GatewayId, History, Outcome, Stamp, StoreKind,
     history::{AttemptResult, Execution, FaultEvent, RecordState},
 };
 
-/// How long after a gateway was known dead an execution it forwarded may still start: its
-/// request was already written to the socket.
-pub const KILL_SLACK: Duration = Duration::from_millis(250);
+/// How long after a gateway was known dead, or was continued, an execution it forwarded may
+/// still start: its request was already written to the socket, or on its way when the gateway
+/// was stopped.
+pub const SEND_SLACK: Duration = Duration::from_millis(250);
 
 /// The margin of the forgotten check against the TTL: the store's clock and the harness's may
 /// differ by a little, and reading every record takes a while.
@@ -52,6 +60,8 @@ const TTL_MARGIN: Duration = Duration::from_secs(1);
 /// The gateways' settings the checks depend on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settings {
+    /// The store: on SQLite, a pause of one gateway holds up every gateway.
+    pub store: StoreKind,
     /// `--ambiguous`: what to expect of duplicates.
     pub ambiguous: Ambiguous,
     /// `--lease`: how long a key stays in a dead gateway's hands.
@@ -72,10 +82,18 @@ pub struct Figures {
     /// Executions that a kill of their gateway interrupted, whose result no caller got (see
     /// [the module](self)).
     pub interrupted: u64,
+    /// Executions that a pause interrupted and no kill did, whose result no caller got.
+    pub interrupted_by_pause: u64,
     /// Operations executed more than once.
     pub duplicates: u64,
-    /// Duplicates whose every extra execution a kill explains.
+    /// Duplicates whose every extra execution a kill or a pause explains.
     pub explained_duplicates: u64,
+    /// Requests the upstream refused because a higher fencing token had been applied for their
+    /// operation: late writes of a gateway that lost its key.
+    pub stale_writes_refused: u64,
+    /// Executions applied with a lower fencing token than an earlier execution of their
+    /// operation.
+    pub stale_writes_applied: u64,
     /// Operations answered 2xx.
     pub succeeded: u64,
     /// Operations answered with a stored 503 (the upstream refused them; `--ambiguous reject`
@@ -100,6 +118,8 @@ pub struct Figures {
 pub struct FaultCounts {
     /// Gateways SIGKILLed (SQLite store restarts included: they kill every gateway).
     pub gateway_kills: u64,
+    /// Gateways stopped and continued.
+    pub gateway_pauses: u64,
     /// Store restarts.
     pub store_restarts: u64,
     /// Gateway answers the proxy dropped.
@@ -123,7 +143,8 @@ pub enum Failure {
         /// How many operations.
         count: u64,
     },
-    /// `--ambiguous retry` executed operations more than once without a kill to explain it.
+    /// `--ambiguous retry` executed operations more than once without a kill or a pause to
+    /// explain it.
     UnexplainedDuplicates {
         /// How many operations.
         count: u64,
@@ -131,6 +152,11 @@ pub enum Failure {
     /// `--ambiguous retry` answered "outcome unknown".
     OutcomeUnknownInRetryMode {
         /// How many operations.
+        count: u64,
+    },
+    /// Executions applied with a stale fencing token.
+    StaleWritesApplied {
+        /// How many executions.
         count: u64,
     },
     /// Operations without a definite answer.
@@ -171,8 +197,13 @@ impl fmt::Display for Failure {
             }
             Self::UnexplainedDuplicates { count } => write!(
                 f,
-                "{count} operation(s) executed more than once without a gateway kill during the \
-                 upstream call"
+                "{count} operation(s) executed more than once without a gateway kill or pause \
+                 during the upstream call"
+            ),
+            Self::StaleWritesApplied { count } => write!(
+                f,
+                "{count} execution(s) applied with a lower fencing token than one already \
+                 applied for their operation"
             ),
             Self::OutcomeUnknownInRetryMode { count } => write!(
                 f,
@@ -222,18 +253,24 @@ impl Verdict {
 /// Checks `history`, from gateways run with `settings`.
 pub fn check(history: &History, settings: Settings) -> Verdict {
     let Settings {
+        store,
         ambiguous,
         lease,
         ttl,
     } = settings;
-    let kills: Vec<(GatewayId, Stamp)> = history
-        .faults
-        .iter()
-        .filter_map(|fault| match *fault {
-            FaultEvent::GatewayKilled { gateway, at } => Some((gateway, at)),
-            _ => None,
-        })
-        .collect();
+    let mut kills: Vec<(GatewayId, Stamp)> = Vec::new();
+    let mut pauses: Vec<(GatewayId, Stamp, Stamp)> = Vec::new();
+    for fault in &history.faults {
+        match *fault {
+            FaultEvent::GatewayKilled { gateway, at } => kills.push((gateway, at)),
+            FaultEvent::GatewayPaused {
+                gateway,
+                from,
+                until,
+            } => pauses.push((gateway, from, until)),
+            _ => {}
+        }
+    }
     // The execution each operation's answer names: its result was recorded.
     let answered: HashMap<&str, u64> = history
         .operations
@@ -246,16 +283,29 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
             _ => None,
         })
         .collect();
-    let interrupted = |execution: &Execution| {
-        answered.get(execution.key.as_str()) != Some(&execution.id)
-            && kills.iter().any(|&(gateway, at)| {
-                gateway == execution.gateway
-                    && execution.start <= at.saturating_add(KILL_SLACK)
-                    && execution
-                        .end
-                        .is_none_or(|end| at <= end.saturating_add(lease))
+    // Whether a fault from `from` to `until` came while `execution` was in its gateway's hands.
+    let in_hands = |execution: &Execution, from: Stamp, until: Stamp| {
+        execution.start <= until.saturating_add(SEND_SLACK)
+            && execution
+                .end
+                .is_none_or(|end| from <= end.saturating_add(lease))
+    };
+    let unanswered =
+        |execution: &Execution| answered.get(execution.key.as_str()) != Some(&execution.id);
+    let killed = |execution: &Execution| {
+        unanswered(execution)
+            && kills
+                .iter()
+                .any(|&(gateway, at)| gateway == execution.gateway && in_hands(execution, at, at))
+    };
+    let paused = |execution: &Execution| {
+        unanswered(execution)
+            && pauses.iter().any(|&(gateway, from, until)| {
+                (gateway == execution.gateway || store == StoreKind::Sqlite)
+                    && in_hands(execution, from, until)
             })
     };
+    let interrupted = |execution: &Execution| killed(execution) || paused(execution);
 
     let mut by_key: HashMap<&str, Vec<&Execution>> = HashMap::new();
     for execution in &history.executions {
@@ -265,10 +315,25 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
         operations: count(history.operations.len()),
         attempts: count(history.attempts.len()),
         executions: count(history.executions.len()),
-        interrupted: count(history.executions.iter().filter(|e| interrupted(e)).count()),
+        interrupted: count(history.executions.iter().filter(|e| killed(e)).count()),
+        interrupted_by_pause: count(
+            history
+                .executions
+                .iter()
+                .filter(|e| paused(e) && !killed(e))
+                .count(),
+        ),
+        stale_writes_refused: count(history.stale_writes.len()),
         ..Figures::default()
     };
     for executions in by_key.values_mut() {
+        // Ids follow the order in which the upstream applied the executions.
+        executions.sort_by_key(|e| e.id);
+        let mut highest = 0;
+        for execution in executions.iter() {
+            figures.stale_writes_applied += u64::from(execution.token < highest);
+            highest = highest.max(execution.token);
+        }
         if executions.len() < 2 {
             continue;
         }
@@ -360,6 +425,9 @@ fn failures(figures: &Figures, ambiguous: Ambiguous) -> Vec<Failure> {
             });
         }
     }
+    unless_zero(figures.stale_writes_applied, |count| {
+        Failure::StaleWritesApplied { count }
+    });
     unless_zero(figures.lost, |count| Failure::Lost { count });
     unless_zero(figures.stuck, |count| Failure::Stuck { count });
     unless_zero(figures.forgotten, |count| Failure::Forgotten { count });
@@ -386,6 +454,7 @@ fn fault_counts(history: &History) -> FaultCounts {
     for fault in &history.faults {
         match fault {
             FaultEvent::GatewayKilled { .. } => counts.gateway_kills += 1,
+            FaultEvent::GatewayPaused { .. } => counts.gateway_pauses += 1,
             FaultEvent::StoreRestarted { down, up } => {
                 counts.store_restarts += 1;
                 let outage = up.as_duration().saturating_sub(down.as_duration());
@@ -419,10 +488,11 @@ pub(crate) fn statuses(history: &History) -> BTreeMap<u16, u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::{Attempt, Operation};
+    use crate::history::{Attempt, Operation, StaleWrite};
 
     fn settings(ambiguous: Ambiguous) -> Settings {
         Settings {
+            store: StoreKind::Postgres,
             ambiguous,
             lease: Duration::from_secs(2),
             ttl: Duration::from_secs(60),
@@ -433,11 +503,13 @@ mod tests {
         Stamp::from_millis(ms)
     }
 
+    /// Execution `id`, with token `id`.
     fn execution(id: u64, key: &str, gateway: u8, start: u64, end: u64) -> Execution {
         Execution {
             id,
             key: key.into(),
             gateway: GatewayId(gateway),
+            token: id,
             start: at(start),
             end: Some(at(end)),
         }
@@ -460,6 +532,14 @@ mod tests {
         FaultEvent::GatewayKilled {
             gateway: GatewayId(gateway),
             at: at(ms),
+        }
+    }
+
+    fn pause(gateway: u8, from: u64, until: u64) -> FaultEvent {
+        FaultEvent::GatewayPaused {
+            gateway: GatewayId(gateway),
+            from: at(from),
+            until: at(until),
         }
     }
 
@@ -710,6 +790,7 @@ mod tests {
                 from: at(5),
                 until: at(6),
             },
+            pause(1, 7, 8),
         ]);
         history.attempts = vec![
             Attempt {
@@ -733,6 +814,7 @@ mod tests {
             verdict.faults,
             FaultCounts {
                 gateway_kills: 2,
+                gateway_pauses: 1,
                 store_restarts: 1,
                 dropped_answers: 1,
                 slow_windows: 1,
@@ -741,5 +823,124 @@ mod tests {
             }
         );
         assert_eq!(verdict.figures.attempts, 2);
+    }
+
+    #[test]
+    fn a_pause_during_the_call_explains_the_duplicate_in_retry_mode() {
+        // Stopped at 0.9 s, during the first execution, for 4 s.
+        let verdict = check(
+            &executed_twice(vec![pause(0, 900, 4_900)]),
+            settings(Ambiguous::Retry),
+        );
+        assert_eq!(verdict.figures.interrupted, 0);
+        assert_eq!(verdict.figures.interrupted_by_pause, 1);
+        assert_eq!(verdict.figures.explained_duplicates, 1);
+        assert_eq!(verdict.failures, []);
+        // Reject mode never executes twice, paused or not.
+        assert_eq!(
+            check(
+                &executed_twice(vec![pause(0, 900, 4_900)]),
+                settings(Ambiguous::Reject)
+            )
+            .failures,
+            [Failure::Duplicates { count: 1 }]
+        );
+    }
+
+    #[test]
+    fn a_request_sent_as_the_gateway_continues_was_in_its_hands() {
+        // Continued at 0.8 s, the gateway sent the request it held: it reached the upstream at
+        // 1 s, within the slack. Continued at 0.7 s, 300 ms before: sent after the pause.
+        let verdict = check(
+            &executed_twice(vec![pause(0, 200, 800)]),
+            settings(Ambiguous::Retry),
+        );
+        assert_eq!(verdict.figures.explained_duplicates, 1);
+        let verdict = check(
+            &executed_twice(vec![pause(0, 200, 700)]),
+            settings(Ambiguous::Retry),
+        );
+        assert_eq!(verdict.figures.explained_duplicates, 0);
+    }
+
+    #[test]
+    fn a_pause_of_another_gateway_explains_a_duplicate_on_sqlite_only() {
+        let history = executed_twice(vec![pause(1, 900, 4_900)]);
+        let verdict = check(&history, settings(Ambiguous::Retry));
+        assert_eq!(verdict.figures.interrupted_by_pause, 0);
+        assert_eq!(
+            verdict.failures,
+            [Failure::UnexplainedDuplicates { count: 1 }]
+        );
+        // Gateway 1, stopped in a write transaction, holds up gateway 0's record of its result.
+        let sqlite = Settings {
+            store: StoreKind::Sqlite,
+            ..settings(Ambiguous::Retry)
+        };
+        let verdict = check(&history, sqlite);
+        assert_eq!(verdict.figures.interrupted_by_pause, 1);
+        assert_eq!(verdict.figures.explained_duplicates, 1);
+        assert!(verdict.passed());
+    }
+
+    #[test]
+    fn a_kill_and_a_pause_of_one_execution_explain_one_extra_execution() {
+        let mut history = executed_twice(vec![kill(0, 1_020), pause(0, 900, 4_900)]);
+        history
+            .executions
+            .push(execution(4, "op-1", 1, 7_000, 7_050));
+        history.operations[0] = answered("op-1", 4);
+        let verdict = check(&history, settings(Ambiguous::Retry));
+        assert_eq!(verdict.figures.interrupted, 1);
+        // Counted once, as a kill; the pause of gateway 0 did not touch gateway 1's execution,
+        // so the third is not explained.
+        assert_eq!(verdict.figures.interrupted_by_pause, 0);
+        assert_eq!(verdict.figures.explained_duplicates, 0);
+        assert!(!verdict.passed());
+    }
+
+    #[test]
+    fn stale_writes_are_counted_from_the_history() {
+        // op-1 applied with token 3 through gateway 0, then with token 2 through gateway 1: a
+        // stale write applied, whatever the upstream said.
+        let mut history = executed_twice(vec![kill(0, 1_020)]);
+        history.executions[0].token = 3;
+        history.executions[1].token = 2;
+        history.stale_writes = vec![StaleWrite {
+            key: "op-2".into(),
+            gateway: GatewayId(0),
+            token: 1,
+            highest: 3,
+            at: at(2_000),
+        }];
+        for mode in [Ambiguous::Retry, Ambiguous::Reject] {
+            let verdict = check(&history, settings(mode));
+            assert_eq!(verdict.figures.stale_writes_refused, 1);
+            assert_eq!(verdict.figures.stale_writes_applied, 1);
+            assert!(
+                verdict
+                    .failures
+                    .contains(&Failure::StaleWritesApplied { count: 1 }),
+                "{:?}",
+                verdict.failures
+            );
+        }
+    }
+
+    #[test]
+    fn an_equal_or_higher_token_is_no_stale_write_and_a_refusal_no_failure() {
+        let mut history = executed_twice(vec![kill(0, 1_020)]);
+        history.executions[1].token = history.executions[0].token;
+        history.stale_writes = vec![StaleWrite {
+            key: "op-1".into(),
+            gateway: GatewayId(0),
+            token: 0,
+            highest: 1,
+            at: at(2_000),
+        }];
+        let verdict = check(&history, settings(Ambiguous::Retry));
+        assert_eq!(verdict.figures.stale_writes_applied, 0);
+        assert_eq!(verdict.figures.stale_writes_refused, 1);
+        assert_eq!(verdict.failures, []);
     }
 }

@@ -15,6 +15,8 @@
 //!     faults: vec![FaultKind::Kills],
 //!     gateways: 2,
 //!     kill_every: Duration::from_secs(3),
+//!     pause_every: Duration::from_secs(5),
+//!     lease: Duration::from_secs(2),
 //!     store_restart_every: Duration::from_secs(7),
 //!     slow_every: Duration::from_secs(10),
 //!     errors_every: Duration::from_secs(10),
@@ -43,6 +45,10 @@ pub enum FaultKind {
     Drops,
     /// A gateway, chosen at random, is SIGKILLed and started again on the same ports.
     Kills,
+    /// A gateway, chosen at random, is stopped (SIGSTOP) for 1.5 to 3 leases while it holds
+    /// keys, then continued (SIGCONT): it loses its keys to the other gateway meanwhile, and its
+    /// requests reach the upstream late.
+    Pauses,
     /// The store restarts: a server crashes and starts again; for SQLite, every gateway is
     /// killed and started again on the same file.
     StoreRestarts,
@@ -66,6 +72,10 @@ pub struct Plan {
     pub gateways: u8,
     /// The mean time between kills.
     pub kill_every: Duration,
+    /// The mean time from the end of one pause to the start of the next.
+    pub pause_every: Duration,
+    /// The gateways' lease: a pause lasts from 1.5 to 3 times it.
+    pub lease: Duration,
     /// The mean time between store restarts.
     pub store_restart_every: Duration,
     /// The mean time between slow windows.
@@ -81,6 +91,8 @@ pub struct Plan {
 pub enum Action {
     /// SIGKILL this gateway, then start it again.
     KillGateway(GatewayId),
+    /// SIGSTOP this gateway, and SIGCONT it this long after.
+    PauseGateway(GatewayId, Duration),
     /// Crash the store and start it again.
     RestartStore,
     /// The upstream is slow for this long.
@@ -90,7 +102,8 @@ pub enum Action {
 }
 
 impl Action {
-    /// Whether the action acts on the gateways or the store (rather than on the upstream).
+    /// Whether the action kills or restarts servers: those take turns. Pauses and the
+    /// upstream's windows run beside them.
     pub fn is_on_servers(self) -> bool {
         matches!(self, Self::KillGateway(_) | Self::RestartStore)
     }
@@ -132,6 +145,25 @@ impl Schedule {
                     at,
                     action: Action::KillGateway(gateway),
                 });
+            }
+        }
+        if wants(FaultKind::Pauses) {
+            let mut rng = stream(5);
+            let mut at = Duration::ZERO;
+            loop {
+                at += around(&mut rng, plan.pause_every);
+                if at >= plan.duration {
+                    break;
+                }
+                let gateway = GatewayId(rng.u8(..plan.gateways.max(1)));
+                let length = pause_length(&mut rng, plan.lease);
+                faults.push(Scheduled {
+                    at,
+                    action: Action::PauseGateway(gateway, length),
+                });
+                // One pause at a time: the next gap starts when this one ends (the last one may
+                // end after the duration).
+                at += length;
             }
         }
         if wants(FaultKind::StoreRestarts) {
@@ -200,6 +232,15 @@ fn windows(
     }
 }
 
+/// A pause's length, drawn uniformly from 1.5 to 3 leases: longer than the lease, so that
+/// the gateway's keys are free for the other gateway before it continues.
+fn pause_length(rng: &mut fastrand::Rng, lease: Duration) -> Duration {
+    let lease = u64::try_from(lease.as_millis())
+        .unwrap_or(u64::MAX / 3)
+        .max(1);
+    Duration::from_millis(rng.u64(lease * 3 / 2..=lease * 3))
+}
+
 /// A duration drawn uniformly from half to one and a half times `mean` (at least 1 ms).
 fn around(rng: &mut fastrand::Rng, mean: Duration) -> Duration {
     let mean = u64::try_from(mean.as_millis()).unwrap_or(u64::MAX).max(1);
@@ -217,6 +258,8 @@ mod tests {
             faults,
             gateways: 2,
             kill_every: Duration::from_secs(3),
+            pause_every: Duration::from_secs(5),
+            lease: Duration::from_secs(2),
             store_restart_every: Duration::from_secs(7),
             slow_every: Duration::from_secs(10),
             errors_every: Duration::from_secs(10),
@@ -228,6 +271,7 @@ mod tests {
         vec![
             FaultKind::Drops,
             FaultKind::Kills,
+            FaultKind::Pauses,
             FaultKind::StoreRestarts,
             FaultKind::Slow,
             FaultKind::Errors,
@@ -308,5 +352,75 @@ mod tests {
         let with_all = Schedule::new(&plan(all()), 11);
         let kills_only = Schedule::new(&plan(vec![FaultKind::Kills]), 11);
         assert_eq!(kills(&with_all), kills(&kills_only));
+    }
+
+    fn pauses(schedule: &Schedule) -> Vec<(Duration, GatewayId, Duration)> {
+        schedule
+            .faults()
+            .iter()
+            .filter_map(|f| match f.action {
+                Action::PauseGateway(gateway, length) => Some((f.at, gateway, length)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn pauses_come_one_after_the_other_and_last_one_and_a_half_to_three_leases() {
+        let pauses = pauses(&Schedule::new(&plan(vec![FaultKind::Pauses]), 13));
+        // 60 s at one pause every 2.5 to 7.5 s after the end of the last, 3 to 6 s long.
+        assert!((5..=12).contains(&pauses.len()), "{pauses:?}");
+        let mut free_from = Duration::ZERO;
+        for &(at, _, length) in &pauses {
+            let gap = at - free_from;
+            assert!(
+                (Duration::from_millis(2500)..=Duration::from_millis(7500)).contains(&gap),
+                "{pauses:?}"
+            );
+            assert!(
+                (Duration::from_secs(3)..=Duration::from_secs(6)).contains(&length),
+                "{pauses:?}"
+            );
+            free_from = at + length;
+        }
+        assert!(
+            pauses
+                .last()
+                .is_some_and(|&(at, ..)| at < Duration::from_secs(60))
+        );
+        for gateway in [GatewayId(0), GatewayId(1)] {
+            assert!(pauses.iter().any(|&(_, g, _)| g == gateway), "{pauses:?}");
+        }
+    }
+
+    #[test]
+    fn pauses_have_a_stream_of_their_own() {
+        let others = |schedule: &Schedule| -> Vec<Scheduled> {
+            schedule
+                .faults()
+                .iter()
+                .copied()
+                .filter(|f| !matches!(f.action, Action::PauseGateway(..)))
+                .collect()
+        };
+        let without_pauses: Vec<FaultKind> = all()
+            .into_iter()
+            .filter(|kind| *kind != FaultKind::Pauses)
+            .collect();
+        let with_all = Schedule::new(&plan(all()), 17);
+        assert!(!pauses(&with_all).is_empty());
+        // The other faults keep their times with or without pauses, and the pauses theirs
+        // with or without the others.
+        assert_eq!(
+            others(&with_all),
+            others(&Schedule::new(&plan(without_pauses), 17))
+        );
+        assert_eq!(
+            pauses(&with_all),
+            pauses(&Schedule::new(&plan(vec![FaultKind::Pauses]), 17))
+        );
+        // In time order among the others.
+        let times: Vec<Duration> = with_all.faults().iter().map(|f| f.at).collect();
+        assert!(times.is_sorted());
     }
 }

@@ -1,5 +1,5 @@
 //! The gateways of a run: real `idem serve` processes that can be SIGKILLed and started again
-//! on the same ports.
+//! on the same ports, or stopped (SIGSTOP) and continued (SIGCONT).
 //!
 //! The harness starts them by running its own executable again with the hidden `gateway`
 //! subcommand, whose arguments are `idem serve`'s; [`serve`] is that subcommand, running
@@ -9,15 +9,17 @@ use std::{
     ffi::OsString,
     net::SocketAddr,
     path::{Path, PathBuf},
+    sync::Arc,
     time::Duration,
 };
 
 use http::StatusCode;
 use idem_gateway::{Cli, cli::Command};
-use tokio::process::Child;
+use tokio::{process::Child, sync::Mutex};
 
 use crate::{
-    Error, GatewayId,
+    Error, GatewayId, Stamp,
+    history::Recorder,
     http_client::{HttpClient, get},
     process,
 };
@@ -46,7 +48,48 @@ pub(crate) struct GatewayProcess {
     admin: SocketAddr,
     log: PathBuf,
     child: Option<Child>,
+    running: Running,
     client: HttpClient,
+}
+
+/// The process id of a gateway while it is up and ready, shared with the pauses, which run
+/// beside kills and restarts: a pause stops only a ready gateway, and continues only the
+/// process it stopped (a kill ends a pause).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Running(Arc<Mutex<Option<u32>>>);
+
+impl Running {
+    /// SIGSTOPs the gateway, first waiting until it is up; the process it stopped, and when.
+    pub(crate) async fn suspend(&self, recorder: &Recorder) -> Result<(u32, Stamp), Error> {
+        loop {
+            {
+                let running = self.0.lock().await;
+                if let Some(pid) = *running {
+                    let at = recorder.now();
+                    signal("STOP", pid).await?;
+                    return Ok((pid, at));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// SIGCONTs process `pid`, unless it was killed since it was stopped.
+    pub(crate) async fn resume(&self, pid: u32) -> Result<(), Error> {
+        // Under the lock: a kill clears the pid before it kills, so the process is not gone.
+        let running = self.0.lock().await;
+        if *running == Some(pid) {
+            signal("CONT", pid).await?;
+        }
+        Ok(())
+    }
+}
+
+/// `kill -NAME PID`.
+async fn signal(name: &str, pid: u32) -> Result<(), Error> {
+    let mut command = tokio::process::Command::new("kill");
+    command.args([format!("-{name}"), pid.to_string()]);
+    process::run(command, "kill").await.map(drop)
 }
 
 impl GatewayProcess {
@@ -80,6 +123,7 @@ impl GatewayProcess {
             admin,
             log: dir.join(format!("gateway-{}.log", id.0)),
             child: None,
+            running: Running::default(),
             client,
         };
         gateway.restart().await?;
@@ -96,8 +140,14 @@ impl GatewayProcess {
         format!("http://{}", self.admin)
     }
 
-    /// SIGKILLs the gateway and waits until it is gone.
+    /// Its process id while it is up, for pauses.
+    pub(crate) fn running(&self) -> Running {
+        self.running.clone()
+    }
+
+    /// SIGKILLs the gateway (stopped or not) and waits until it is gone.
     pub(crate) async fn kill(&mut self) -> Result<(), Error> {
+        *self.running.0.lock().await = None;
         if let Some(mut child) = self.child.take() {
             child
                 .kill()
@@ -128,6 +178,12 @@ impl GatewayProcess {
                 matches!(get(client, url).await, Ok((StatusCode::OK, _)))
             })
             .await;
+        match &ready {
+            Ok(()) => *self.running.0.lock().await = child.id(),
+            // Gone: nothing to kill, it can be started again.
+            Err(Error::Exited { .. }) => return ready,
+            Err(_) => {}
+        }
         // Kept even when it failed: dropping it kills it.
         self.child = Some(child);
         ready
@@ -135,6 +191,7 @@ impl GatewayProcess {
 
     /// Stops the gateway with SIGTERM (it finishes what it started), or SIGKILL after 10 s.
     pub(crate) async fn stop(&mut self) {
+        *self.running.0.lock().await = None;
         let Some(mut child) = self.child.take() else {
             return;
         };

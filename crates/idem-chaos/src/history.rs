@@ -159,11 +159,29 @@ pub struct Execution {
     pub key: String,
     /// The gateway that forwarded it (each gateway has its own upstream port).
     pub gateway: GatewayId,
+    /// The fencing token the gateway sent with it.
+    pub token: u64,
     /// When the upstream started it (and applied its effect).
     pub start: Stamp,
     /// When the upstream answered, or stopped because the gateway went away; `None` while it
     /// runs.
     pub end: Option<Stamp>,
+}
+
+/// A request the upstream refused because its fencing token was lower than one it had already
+/// applied for the operation: a gateway that lost its key wrote late. Nothing was executed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StaleWrite {
+    /// The operation's key.
+    pub key: String,
+    /// The gateway that forwarded it.
+    pub gateway: GatewayId,
+    /// Its fencing token.
+    pub token: u64,
+    /// The highest token the upstream had applied for the operation.
+    pub highest: u64,
+    /// When it reached the upstream.
+    pub at: Stamp,
 }
 
 /// A fault the harness injected.
@@ -176,6 +194,15 @@ pub enum FaultEvent {
         gateway: GatewayId,
         /// When.
         at: Stamp,
+    },
+    /// A gateway was stopped (SIGSTOP) and continued (SIGCONT).
+    GatewayPaused {
+        /// Which.
+        gateway: GatewayId,
+        /// When it was stopped.
+        from: Stamp,
+        /// When it was continued, or found killed.
+        until: Stamp,
     },
     /// A killed gateway listens again.
     GatewayRestarted {
@@ -229,6 +256,8 @@ pub struct History {
     pub attempts: Vec<Attempt>,
     /// The upstream's executions, in the order they started.
     pub executions: Vec<Execution>,
+    /// The requests the upstream refused for a stale fencing token, in the order they came.
+    pub stale_writes: Vec<StaleWrite>,
     /// The faults, in the order they were injected.
     pub faults: Vec<FaultEvent>,
     /// The state of each operation's record after the run, by key (empty when not read).
@@ -257,6 +286,7 @@ pub(crate) struct Tally {
     pub(crate) attempts: usize,
     pub(crate) dropped: usize,
     pub(crate) kills: usize,
+    pub(crate) pauses: usize,
     pub(crate) store_restarts: usize,
 }
 
@@ -297,17 +327,24 @@ impl Recorder {
         self.with(|history| history.faults.push(fault));
     }
 
-    /// Records that the upstream starts executing `key` for `gateway`; the execution ends when
-    /// the returned guard is dropped, whether the handler finished or was cancelled.
-    pub(crate) fn execution(&self, key: String, gateway: GatewayId) -> ExecutionGuard {
-        let start = self.now();
+    pub(crate) fn stale_write(&self, stale: StaleWrite) {
+        self.with(|history| history.stale_writes.push(stale));
+    }
+
+    /// Records that the upstream starts executing `key` for `gateway` with fencing token
+    /// `token`; the execution ends when the returned guard is dropped, whether the handler
+    /// finished or was cancelled.
+    pub(crate) fn execution(&self, key: String, gateway: GatewayId, token: u64) -> ExecutionGuard {
         let (id, index) = self.with(|history| {
-            // Numbered under the lock, so that ids follow the order of `executions`.
+            // Stamped and numbered under the lock, so that ids follow the order of `executions`
+            // and of their starts.
+            let start = self.now();
             let id = self.inner.next_execution.fetch_add(1, Ordering::Relaxed);
             history.executions.push(Execution {
                 id,
                 key,
                 gateway,
+                token,
                 start,
                 end: None,
             });
@@ -333,6 +370,11 @@ impl Recorder {
                 .faults
                 .iter()
                 .filter(|f| matches!(f, FaultEvent::GatewayKilled { .. }))
+                .count(),
+            pauses: history
+                .faults
+                .iter()
+                .filter(|f| matches!(f, FaultEvent::GatewayPaused { .. }))
                 .count(),
             store_restarts: history
                 .faults
@@ -392,8 +434,8 @@ mod tests {
     #[test]
     fn an_execution_ends_when_its_guard_is_dropped() {
         let recorder = Recorder::new();
-        let first = recorder.execution("a".into(), GatewayId(0));
-        let second = recorder.execution("b".into(), GatewayId(1));
+        let first = recorder.execution("a".into(), GatewayId(0), 1);
+        let second = recorder.execution("b".into(), GatewayId(1), 2);
         assert_eq!((first.id(), second.id()), (1, 2));
         drop(second);
         let history = recorder.finish(BTreeMap::new(), Stamp::default());
@@ -401,6 +443,7 @@ mod tests {
         assert_eq!(history.executions[0].end, None);
         assert!(history.executions[1].end.is_some());
         assert_eq!(history.executions[1].gateway, GatewayId(1));
+        assert_eq!(history.executions[1].token, 2);
         drop(first);
     }
 

@@ -1,20 +1,24 @@
 //! The fault injector: takes each action of the [`Schedule`] at its time, on the run's
 //! gateways, store and upstream, and records it in the history.
 //!
-//! Kills and store restarts take turns (a SQLite restart kills every gateway); the slow and
-//! 503 windows of the upstream run beside them, so that a slow restart does not shorten them.
+//! Kills and store restarts take turns (a SQLite restart kills every gateway); pauses and the
+//! slow and 503 windows of the upstream run beside them, so that a slow restart does not
+//! shorten them. A pause waits for its gateway to be up, and a kill ends it.
 
 use std::time::Duration;
 
 use crate::{
     Error, GatewayId, Schedule,
     faults::{Action, Scheduled},
-    gateway_process::GatewayProcess,
+    gateway_process::{GatewayProcess, Running},
     history::{FaultEvent, Recorder},
     progress::Progress,
     store::StoreServer,
     upstream::Upstream,
 };
+
+/// How many times a gateway that exits while starting is started again.
+const RESTART_TRIES: u32 = 3;
 
 /// What the faults act on.
 pub(crate) struct Injector<'a> {
@@ -42,6 +46,19 @@ impl Injector<'_> {
             recorder,
             progress,
         } = self;
+        let running: Vec<Running> = gateways.iter().map(GatewayProcess::running).collect();
+        let pauses = async {
+            for fault in schedule.faults() {
+                let Action::PauseGateway(gateway, length) = fault.action else {
+                    continue;
+                };
+                if let Some(running) = running.get(usize::from(gateway.0)) {
+                    sleep_until(recorder, start + fault.at).await;
+                    pause(running, gateway, length, recorder, progress).await?;
+                }
+            }
+            Ok::<(), Error>(())
+        };
         let mut servers = Servers {
             gateways,
             store,
@@ -71,14 +88,17 @@ impl Injector<'_> {
                     sleep_until(recorder, start + fault.at).await;
                     window(upstream, recorder, progress, fault.action).await;
                 }
+                Ok::<(), Error>(())
             }
         };
-        let (servers, (), ()) = tokio::join!(
+        // On an error, the others stop where they are: a gateway still stopped is killed with
+        // the rest of the run.
+        tokio::try_join!(
             servers,
+            pauses,
             windows(|action| matches!(action, Action::Slow(_))),
             windows(|action| matches!(action, Action::Errors(_))),
-        );
-        servers?;
+        )?;
         sleep_until(recorder, start + duration).await;
         Ok(())
     }
@@ -88,12 +108,37 @@ async fn sleep_until(recorder: &Recorder, at: Duration) {
     tokio::time::sleep(at.saturating_sub(recorder.now().as_duration())).await;
 }
 
+/// Stops `gateway` for `length` (from when it is up), then continues it.
+async fn pause(
+    running: &Running,
+    gateway: GatewayId,
+    length: Duration,
+    recorder: &Recorder,
+    progress: &Progress,
+) -> Result<(), Error> {
+    let (pid, from) = running.suspend(recorder).await?;
+    progress.event(format_args!(
+        "SIGSTOP {gateway} for {} ms",
+        length.as_millis()
+    ));
+    tokio::time::sleep(length).await;
+    running.resume(pid).await?;
+    let until = recorder.now();
+    recorder.fault(FaultEvent::GatewayPaused {
+        gateway,
+        from,
+        until,
+    });
+    progress.event(format_args!("SIGCONT {gateway}"));
+    Ok(())
+}
+
 /// A slow or 503 window of the upstream, from now until its end.
 async fn window(upstream: &Upstream, recorder: &Recorder, progress: &Progress, action: Action) {
     let (length, set): (Duration, fn(&Upstream, bool)) = match action {
         Action::Slow(length) => (length, Upstream::set_slow),
         Action::Errors(length) => (length, Upstream::set_failing),
-        Action::KillGateway(_) | Action::RestartStore => return,
+        Action::KillGateway(_) | Action::PauseGateway(..) | Action::RestartStore => return,
     };
     let from = recorder.now();
     set(upstream, true);
@@ -144,7 +189,19 @@ impl Servers<'_> {
     }
 
     async fn restart(&mut self, gateway: GatewayId) -> Result<(), Error> {
-        self.gateways[usize::from(gateway.0)].restart().await?;
+        let mut failed = 0;
+        // On SQLite, a gateway stopped inside a write transaction holds the file's lock, and one
+        // that starts meanwhile cannot migrate the file within its busy timeout: it exits, and is
+        // started again, as a supervisor would.
+        while let Err(error) = self.gateways[usize::from(gateway.0)].restart().await {
+            failed += 1;
+            if failed > RESTART_TRIES || !matches!(error, Error::Exited { .. }) {
+                return Err(error);
+            }
+            self.progress.event(format_args!(
+                "{gateway} exited while starting ({error}): starting it again"
+            ));
+        }
         let at = self.recorder.now();
         self.recorder
             .fault(FaultEvent::GatewayRestarted { gateway, at });

@@ -5,9 +5,11 @@
 //! `idem-chaos run` starts an upstream API that records every execution, the store (a SQLite
 //! file, or a PostgreSQL or Redis server of its own), two gateways sharing it, and a proxy in
 //! front of them that drops some of their answers. Callers make logical operations, one key
-//! each, while a seeded schedule SIGKILLs gateways, restarts the store, and slows the upstream
-//! down or has it answer 503. Then [`check()`] reads the history: duplicates, lost operations,
-//! stuck keys. `docs/reliability.md` explains the run and its figures.
+//! each, while a seeded schedule SIGKILLs gateways, stops them past their lease, restarts the
+//! store, and slows the upstream down or has it answer 503. The upstream refuses a request
+//! whose fencing token is lower than one it applied for the operation. Then [`check()`] reads
+//! the history: duplicates, stale writes, lost operations, stuck keys. `docs/reliability.md`
+//! explains the run and its figures.
 //!
 //! # Examples
 //!
@@ -17,7 +19,7 @@
 //! ```
 //! use std::time::Duration;
 //! use idem_chaos::{
-//!     Ambiguous, GatewayId, History, Outcome, Stamp,
+//!     Ambiguous, GatewayId, History, Outcome, Stamp, StoreKind,
 //!     check::{Settings, check},
 //!     history::{Execution, Operation},
 //! };
@@ -27,6 +29,7 @@
 //!     id,
 //!     key: "op-1".into(),
 //!     gateway: GatewayId(0),
+//!     token: id,
 //!     start: at(start),
 //!     end: Some(at(start + 10)),
 //! };
@@ -41,6 +44,7 @@
 //!     ..History::default()
 //! };
 //! let settings = Settings {
+//!     store: StoreKind::Postgres,
 //!     ambiguous: Ambiguous::Retry,
 //!     lease: Duration::from_secs(2),
 //!     ttl: Duration::from_secs(60),
@@ -74,6 +78,6 @@ pub use error::Error;
 pub use faults::{FaultKind, Schedule};
 pub use gateway_process::GatewayProgram;
 pub use history::{GatewayId, History, Outcome, Stamp};
-pub use options::{Ambiguous, RedisPersistence, RunArgs, StoreKind};
+pub use options::{Ambiguous, InFlight, RedisPersistence, RunArgs, StoreKind};
 pub use report::Report;
 pub use run::run;

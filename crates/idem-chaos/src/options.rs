@@ -4,7 +4,7 @@
 //!
 //! ```
 //! use clap::Parser;
-//! use idem_chaos::{Ambiguous, RunArgs, StoreKind};
+//! use idem_chaos::{Ambiguous, InFlight, RunArgs, StoreKind};
 //!
 //! #[derive(Parser)]
 //! struct Cli {
@@ -15,6 +15,7 @@
 //! let cli = Cli::parse_from(["idem-chaos", "--store", "redis", "--ambiguous", "reject"]);
 //! assert_eq!(cli.run.store, StoreKind::Redis);
 //! assert_eq!(cli.run.ambiguous, Ambiguous::Reject);
+//! assert_eq!(cli.run.in_flight, InFlight::Reject);
 //! assert_eq!(cli.run.duration.0, std::time::Duration::from_secs(60));
 //! ```
 
@@ -78,7 +79,7 @@ pub enum Keep {
 #[serde(rename_all = "snake_case")]
 pub enum Ambiguous {
     /// Release the key on an ambiguous outcome: an operation may execute again, but only when a
-    /// gateway died while its upstream call ran.
+    /// gateway died, or was paused past its lease, while its upstream call ran.
     Retry,
     /// Record "outcome unknown": no operation ever executes twice.
     Reject,
@@ -93,6 +94,27 @@ impl fmt::Display for Ambiguous {
     }
 }
 
+/// The gateways' `--in-flight` mode: what a request gets while its key runs elsewhere. The
+/// expectations are the same in both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InFlight {
+    /// 409 at once; the caller retries after `Retry-After`.
+    Reject,
+    /// Wait for the running request's result (up to half the callers' attempt timeout), then
+    /// 409.
+    Wait,
+}
+
+impl fmt::Display for InFlight {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Reject => "reject",
+            Self::Wait => "wait",
+        })
+    }
+}
+
 /// The options of `idem-chaos run`.
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
@@ -101,9 +123,14 @@ pub struct RunArgs {
     pub store: StoreKind,
 
     /// The gateways' --ambiguous mode: reject expects no duplicate at all, retry expects
-    /// duplicates only where a gateway was killed during the upstream call.
+    /// duplicates only where a gateway was killed or paused during the upstream call.
     #[arg(long, value_enum, default_value_t = Ambiguous::Retry)]
     pub ambiguous: Ambiguous,
+
+    /// The gateways' --in-flight mode: a request whose key is running gets 409 at once, or
+    /// waits for the running request's result.
+    #[arg(long, value_enum, default_value_t = InFlight::Reject)]
+    pub in_flight: InFlight,
 
     /// How long callers start new operations and faults are injected.
     #[arg(long, value_name = "DURATION", default_value = "60s")]
@@ -125,7 +152,7 @@ pub struct RunArgs {
         value_enum,
         value_delimiter = ',',
         value_name = "LIST",
-        default_value = "drops,kills,store-restarts,slow,errors,two-gateways"
+        default_value = "drops,kills,pauses,store-restarts,slow,errors,two-gateways"
     )]
     pub faults: Vec<FaultKind>,
 
@@ -137,6 +164,11 @@ pub struct RunArgs {
     /// times it).
     #[arg(long, value_name = "DURATION", default_value = "3s")]
     pub kill_every: HumanDuration,
+
+    /// The mean time between two gateway pauses, from the end of one to the start of the next
+    /// (each pause lasts from 1.5 to 3 leases).
+    #[arg(long, value_name = "DURATION", default_value = "5s")]
+    pub pause_every: HumanDuration,
 
     /// The mean time between two store restarts.
     #[arg(long, value_name = "DURATION", default_value = "7s")]
@@ -205,6 +237,8 @@ impl RunArgs {
             faults: self.faults.clone(),
             gateways: self.gateways(),
             kill_every: self.kill_every.0,
+            pause_every: self.pause_every.0,
+            lease: self.lease.0,
             store_restart_every: self.store_restart_every.0,
             slow_every: self.slow_every.0,
             errors_every: self.errors_every.0,

@@ -73,7 +73,13 @@ impl Drop for Progress {
 fn summary(recorder: &Recorder) -> String {
     let tally = recorder.tally();
     format!(
-        "{} operations, {} attempts, {} answers dropped, {} gateway kills, {} store restarts",
-        tally.operations, tally.attempts, tally.dropped, tally.kills, tally.store_restarts
+        "{} operations, {} attempts, {} answers dropped, {} gateway kills, {} gateway pauses, \
+         {} store restarts",
+        tally.operations,
+        tally.attempts,
+        tally.dropped,
+        tally.kills,
+        tally.pauses,
+        tally.store_restarts
     )
 }

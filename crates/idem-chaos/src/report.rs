@@ -4,11 +4,15 @@
 //! # Examples
 //!
 //! ```
-//! use idem_chaos::{Ambiguous, Report, StoreKind, Verdict, check::{FaultCounts, Figures}};
+//! use idem_chaos::{
+//!     Ambiguous, InFlight, Report, StoreKind, Verdict,
+//!     check::{FaultCounts, Figures},
+//! };
 //!
 //! let report = Report {
 //!     store: StoreKind::Sqlite,
 //!     ambiguous: Ambiguous::Reject,
+//!     in_flight: InFlight::Wait,
 //!     gateways: 2,
 //!     callers: 32,
 //!     duration_ms: 60_000,
@@ -32,7 +36,7 @@ use std::{collections::BTreeMap, fmt::Write as _};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Ambiguous, StoreKind, Verdict};
+use crate::{Ambiguous, InFlight, StoreKind, Verdict};
 
 /// What a run did and found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,6 +45,8 @@ pub struct Report {
     pub store: StoreKind,
     /// The gateways' `--ambiguous` mode.
     pub ambiguous: Ambiguous,
+    /// The gateways' `--in-flight` mode.
+    pub in_flight: InFlight,
     /// How many gateways shared the store.
     pub gateways: u8,
     /// How many callers sent operations at once.
@@ -73,10 +79,11 @@ impl Report {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "idem-chaos: {} store, --ambiguous {}, {} gateway(s), {} callers, {:.0}s, lease {}ms, \
-             seed {}",
+            "idem-chaos: {} store, --ambiguous {}, --in-flight {}, {} gateway(s), {} callers, \
+             {:.0}s, lease {}ms, seed {}",
             self.store,
             self.ambiguous,
+            self.in_flight,
             self.gateways,
             self.callers,
             self.duration_ms as f64 / 1000.0,
@@ -85,9 +92,10 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "faults: {} gateway kills, {} store restarts (the longest {} ms), {} dropped answers, \
-             {} slow windows, {} 503 windows\n",
+            "faults: {} gateway kills, {} gateway pauses, {} store restarts (the longest {} ms), \
+             {} dropped answers, {} slow windows, {} 503 windows\n",
             faults.gateway_kills,
+            faults.gateway_pauses,
             faults.store_restarts,
             faults.longest_store_outage_ms,
             faults.dropped_answers,
@@ -99,11 +107,20 @@ impl Report {
             ("attempts", f.attempts),
             ("upstream executions", f.executions),
             ("executions interrupted by a gateway kill", f.interrupted),
+            (
+                "executions interrupted by a gateway pause",
+                f.interrupted_by_pause,
+            ),
             ("duplicates (executed more than once)", f.duplicates),
             (
-                "  explained by a kill during the call",
+                "  explained by a kill or pause during the call",
                 f.explained_duplicates,
             ),
+            (
+                "stale writes refused by the upstream",
+                f.stale_writes_refused,
+            ),
+            ("stale writes applied", f.stale_writes_applied),
             ("answered 2xx", f.succeeded),
             ("answered with a stored 503", f.refused),
             ("outcome unknown", f.outcome_unknown),
@@ -114,22 +131,147 @@ impl Report {
             ("unexpected answers", f.unexpected_answers),
         ];
         for (label, value) in rows {
-            let _ = writeln!(out, "  {label:<44} {value:>9}");
+            let _ = writeln!(out, "  {label:<46} {value:>9}");
         }
         out.push('\n');
         if self.passed() {
             let expectation = match self.ambiguous {
                 Ambiguous::Reject => "no operation executed twice",
                 Ambiguous::Retry => {
-                    "every duplicate follows a gateway kill during the upstream call"
+                    "every duplicate follows a gateway kill or pause during the upstream call"
                 }
             };
-            let _ = writeln!(out, "PASS: {expectation}; nothing lost, stuck or forgotten");
+            let _ = writeln!(
+                out,
+                "PASS: {expectation}; no stale write applied; nothing lost, stuck or forgotten"
+            );
         } else {
             for failure in &self.verdict.failures {
                 let _ = writeln!(out, "FAIL: {failure}");
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        Failure,
+        check::{FaultCounts, Figures},
+    };
+
+    fn report(figures: Figures, failures: Vec<Failure>) -> Report {
+        Report {
+            store: StoreKind::Postgres,
+            ambiguous: Ambiguous::Retry,
+            in_flight: InFlight::Wait,
+            gateways: 2,
+            callers: 32,
+            duration_ms: 60_000,
+            lease_ms: 2_000,
+            ttl_ms: 60_000,
+            seed: 7,
+            statuses: [(201, 100)].into(),
+            verdict: Verdict {
+                figures,
+                faults: FaultCounts {
+                    gateway_kills: 3,
+                    gateway_pauses: 4,
+                    ..FaultCounts::default()
+                },
+                failures,
+            },
+        }
+    }
+
+    fn row<'a>(table: &'a str, label: &str) -> Option<&'a str> {
+        table
+            .lines()
+            .find_map(|line| line.trim_start().strip_prefix(label))
+            .map(str::trim)
+    }
+
+    #[test]
+    fn the_table_shows_pauses_and_stale_writes() {
+        let table = report(
+            Figures {
+                operations: 100,
+                executions: 102,
+                interrupted: 1,
+                interrupted_by_pause: 2,
+                duplicates: 2,
+                explained_duplicates: 2,
+                stale_writes_refused: 5,
+                succeeded: 100,
+                ..Figures::default()
+            },
+            vec![],
+        )
+        .table();
+        assert!(
+            table.contains("--ambiguous retry, --in-flight wait,"),
+            "{table}"
+        );
+        assert!(
+            table.contains("3 gateway kills, 4 gateway pauses,"),
+            "{table}"
+        );
+        assert_eq!(
+            row(&table, "executions interrupted by a gateway kill"),
+            Some("1")
+        );
+        assert_eq!(
+            row(&table, "executions interrupted by a gateway pause"),
+            Some("2")
+        );
+        assert_eq!(
+            row(&table, "explained by a kill or pause during the call"),
+            Some("2")
+        );
+        assert_eq!(
+            row(&table, "stale writes refused by the upstream"),
+            Some("5")
+        );
+        assert_eq!(row(&table, "stale writes applied"), Some("0"));
+        assert!(
+            table.contains(
+                "PASS: every duplicate follows a gateway kill or pause during the upstream call; \
+                 no stale write applied"
+            ),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn a_stale_write_applied_fails_the_run() {
+        let figures = Figures {
+            operations: 1,
+            executions: 2,
+            stale_writes_applied: 1,
+            ..Figures::default()
+        };
+        let report = report(figures, vec![Failure::StaleWritesApplied { count: 1 }]);
+        assert!(!report.passed());
+        assert!(
+            report.table().contains(
+                "FAIL: 1 execution(s) applied with a lower fencing token than one already \
+                 applied for their operation"
+            ),
+            "{}",
+            report.table()
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["in_flight"], "wait");
+        assert_eq!(json["figures"]["stale_writes_applied"], 1);
+        assert_eq!(json["figures"]["stale_writes_refused"], 0);
+        assert_eq!(json["figures"]["interrupted_by_pause"], 0);
+        assert_eq!(json["faults"]["gateway_pauses"], 4);
+        assert_eq!(
+            json["failures"],
+            serde_json::json!([{ "kind": "stale_writes_applied", "count": 1 }])
+        );
+        assert_eq!(serde_json::from_value::<Report>(json).unwrap(), report);
     }
 }

@@ -3,9 +3,10 @@
 use std::{ffi::OsString, path::Path, time::Duration};
 
 use clap::ValueEnum as _;
+use idem_gateway::HumanDuration;
 
 use crate::{
-    Error, FaultKind, GatewayId, Report, RunArgs, Schedule, admin,
+    Error, FaultKind, GatewayId, InFlight, Report, RunArgs, Schedule, admin,
     callers::{self, CallerSettings},
     check::{self, Settings, check},
     gateway_process::{GatewayProcess, GatewayProgram},
@@ -16,7 +17,7 @@ use crate::{
     progress::Progress,
     proxy::DropProxy,
     store::StoreServer,
-    upstream::Upstream,
+    upstream::{FENCING_HEADER, Upstream},
 };
 
 /// Runs the gateways under faults as `args` say, with gateway processes started from
@@ -41,10 +42,11 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
         .filter_map(|fault| Some(fault.to_possible_value()?.get_name().to_owned()))
         .collect();
     eprintln!(
-        "idem-chaos: {} store, --ambiguous {}, {gateways} gateway(s), {} callers for {}, \
-         faults {}, seed {seed}",
+        "idem-chaos: {} store, --ambiguous {}, --in-flight {}, {gateways} gateway(s), {} callers \
+         for {}, faults {}, seed {seed}",
         args.store,
         args.ambiguous,
+        args.in_flight,
         args.callers,
         args.duration,
         faults.join(","),
@@ -131,6 +133,7 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
     let report = Report {
         store: args.store,
         ambiguous: args.ambiguous,
+        in_flight: args.in_flight,
         gateways,
         callers: args.callers,
         duration_ms: millis(duration),
@@ -141,6 +144,7 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
         verdict: check(
             &history,
             Settings {
+                store: args.store,
                 ambiguous: args.ambiguous,
                 lease,
                 ttl: args.ttl.0,
@@ -168,9 +172,10 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
     Ok(report)
 }
 
-/// The `idem serve` flags of a gateway: its upstream and store, the run's modes, and an
-/// upstream timeout well above the slow upstream's latency (a timeout would be an ambiguous
-/// outcome of its own, not the fault under test).
+/// The `idem serve` flags of a gateway: its upstream and store, the run's modes, the fencing
+/// header the upstream checks, and an upstream timeout well above the slow upstream's latency
+/// (a timeout would be an ambiguous outcome of its own, not the fault under test). In wait mode,
+/// a request waits half the callers' attempt timeout, so that its 409 reaches the caller.
 fn serve_args(
     args: &RunArgs,
     upstream: &str,
@@ -178,7 +183,7 @@ fn serve_args(
     slow_latency: Duration,
 ) -> Vec<OsString> {
     let upstream_timeout = (slow_latency * 4).max(Duration::from_secs(10));
-    [
+    let mut serve_args: Vec<OsString> = [
         "--upstream",
         upstream,
         "--store",
@@ -189,15 +194,24 @@ fn serve_args(
         &args.ttl.to_string(),
         "--ambiguous",
         &args.ambiguous.to_string(),
+        "--in-flight",
+        &args.in_flight.to_string(),
+        "--fencing-header",
+        FENCING_HEADER,
         "--upstream-timeout",
-        &idem_gateway::HumanDuration(upstream_timeout).to_string(),
+        &HumanDuration(upstream_timeout).to_string(),
         "--shutdown-timeout",
         "5s",
         "--log-level",
         "warn",
     ]
     .map(OsString::from)
-    .into()
+    .into();
+    if args.in_flight == InFlight::Wait {
+        let wait = HumanDuration(args.attempt_timeout.0 / 2).to_string();
+        serve_args.extend(["--wait-timeout".into(), wait.into()]);
+    }
+    serve_args
 }
 
 fn write_json(path: &Path, value: &impl serde::Serialize, what: &'static str) -> Result<(), Error> {

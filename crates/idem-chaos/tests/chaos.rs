@@ -1,5 +1,6 @@
 //! The short form of the chaos runs, as CI runs them: `idem-chaos run` for each store and each
-//! `--ambiguous` mode, 8 seconds of faults each, checked on the JSON report.
+//! `--ambiguous` mode, and for each store once more with `--in-flight wait`, 8 seconds of every
+//! fault each (pauses included), checked on the JSON report.
 //!
 //! The runs take turns (each starts two gateways, a store and 16 callers on a 2-core machine).
 //! PostgreSQL and Redis runs start servers of their own, but run only when the suites of those
@@ -15,7 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use idem_chaos::{Ambiguous, Failure, Report, StoreKind};
+use idem_chaos::{Ambiguous, Failure, InFlight, Report, StoreKind};
 use idem_test_support::Server;
 
 /// How long a short run may take in all, faults, waits and checks included: far above the
@@ -29,11 +30,14 @@ static RUNS: Mutex<()> = Mutex::new(());
 const SEED: &str = "20261130";
 
 /// The short form: 8 seconds of every fault, at means short enough for at least one of each.
+/// (The last pause may end up to 3 leases after the 8 seconds.)
 const SHORT: &[&str] = &[
     "--duration",
     "8s",
     "--kill-every",
     "2s",
+    "--pause-every",
+    "3s",
     "--store-restart-every",
     "3s",
     "--slow-every",
@@ -44,9 +48,15 @@ const SHORT: &[&str] = &[
     "1s",
 ];
 
+/// The short form for `store`, `--ambiguous mode`, `--in-flight in_flight`.
+fn chaos(store: &str, mode: &str, in_flight: InFlight) -> (Option<i32>, Report) {
+    let in_flight = in_flight.to_string();
+    run(store, mode, &[SHORT, &["--in-flight", &in_flight]].concat())
+}
+
 /// Runs `idem-chaos run --store STORE --ambiguous MODE ARGS…` with 16 callers to its end, and
 /// returns its exit code and report.
-fn chaos(store: &str, mode: &str, args: &[&str]) -> (Option<i32>, Report) {
+fn run(store: &str, mode: &str, args: &[&str]) -> (Option<i32>, Report) {
     let _turn = RUNS.lock().unwrap_or_else(PoisonError::into_inner);
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("report.json");
@@ -90,6 +100,7 @@ fn assert_sound(code: Option<i32>, report: &Report) {
     let f = &report.verdict.figures;
     assert_eq!(report.verdict.failures, []);
     assert_eq!(code, Some(0));
+    assert_eq!(f.stale_writes_applied, 0);
     assert_eq!(f.lost, 0);
     assert_eq!(f.stuck, 0);
     assert_eq!(f.forgotten, 0);
@@ -102,6 +113,7 @@ fn assert_sound(code: Option<i32>, report: &Report) {
 
     let faults = &report.verdict.faults;
     assert!(faults.gateway_kills > 0, "{faults:?}");
+    assert!(faults.gateway_pauses > 0, "{faults:?}");
     assert!(faults.store_restarts > 0, "{faults:?}");
     assert!(faults.dropped_answers > 0, "{faults:?}");
     assert!(faults.slow_windows > 0, "{faults:?}");
@@ -109,65 +121,93 @@ fn assert_sound(code: Option<i32>, report: &Report) {
     assert_eq!(report.gateways, 2);
 }
 
-/// `--ambiguous reject`: nothing executes twice; each execution a kill cut off became an
-/// "outcome unknown".
-fn reject_never_executes_twice(store: &str) {
-    let (code, report) = chaos(store, "reject", SHORT);
+/// `--ambiguous reject`: nothing executes twice; each execution a kill or a pause cut off
+/// became an "outcome unknown".
+fn reject_never_executes_twice(store: &str, in_flight: InFlight) {
+    let (code, report) = chaos(store, "reject", in_flight);
     assert_eq!(report.ambiguous, Ambiguous::Reject);
+    assert_eq!(report.in_flight, in_flight);
     assert_sound(code, &report);
     let f = &report.verdict.figures;
     assert_eq!(f.duplicates, 0);
     assert_eq!(f.explained_duplicates, 0);
-    assert!(f.interrupted <= f.outcome_unknown, "{f:?}");
+    assert!(
+        f.interrupted + f.interrupted_by_pause <= f.outcome_unknown,
+        "{f:?}"
+    );
 }
 
-/// `--ambiguous retry`: an operation executes again only after a kill cut its execution off.
-fn retry_executes_again_only_after_a_kill(store: &str) {
-    let (code, report) = chaos(store, "retry", SHORT);
+/// `--ambiguous retry`: an operation executes again only after a kill or a pause cut its
+/// execution off, one extra execution for each.
+fn retry_executes_again_only_after_a_kill_or_pause(store: &str, in_flight: InFlight) {
+    let (code, report) = chaos(store, "retry", in_flight);
     assert_eq!(report.ambiguous, Ambiguous::Retry);
+    assert_eq!(report.in_flight, in_flight);
     assert_sound(code, &report);
     let f = &report.verdict.figures;
     assert_eq!(f.duplicates, f.explained_duplicates);
-    assert!(f.interrupted >= f.duplicates, "{f:?}");
+    assert!(
+        f.interrupted + f.interrupted_by_pause >= f.duplicates,
+        "{f:?}"
+    );
     assert_eq!(f.outcome_unknown, 0);
     assert_eq!(f.refused, 0);
 }
 
 #[test]
 fn sqlite_reject_never_executes_twice() {
-    reject_never_executes_twice("sqlite");
+    reject_never_executes_twice("sqlite", InFlight::Reject);
 }
 
 #[test]
-fn sqlite_retry_executes_again_only_after_a_kill() {
-    retry_executes_again_only_after_a_kill("sqlite");
+fn sqlite_retry_executes_again_only_after_a_kill_or_pause() {
+    retry_executes_again_only_after_a_kill_or_pause("sqlite", InFlight::Reject);
+}
+
+#[test]
+fn sqlite_wait_mode_keeps_the_expectations() {
+    retry_executes_again_only_after_a_kill_or_pause("sqlite", InFlight::Wait);
 }
 
 #[test]
 fn postgres_reject_never_executes_twice() {
     if Server::Postgres.url().is_some() {
-        reject_never_executes_twice("postgres");
+        reject_never_executes_twice("postgres", InFlight::Reject);
     }
 }
 
 #[test]
-fn postgres_retry_executes_again_only_after_a_kill() {
+fn postgres_retry_executes_again_only_after_a_kill_or_pause() {
     if Server::Postgres.url().is_some() {
-        retry_executes_again_only_after_a_kill("postgres");
+        retry_executes_again_only_after_a_kill_or_pause("postgres", InFlight::Reject);
+    }
+}
+
+#[test]
+fn postgres_wait_mode_keeps_the_expectations() {
+    if Server::Postgres.url().is_some() {
+        reject_never_executes_twice("postgres", InFlight::Wait);
     }
 }
 
 #[test]
 fn redis_reject_never_executes_twice() {
     if Server::Redis.url().is_some() {
-        reject_never_executes_twice("redis");
+        reject_never_executes_twice("redis", InFlight::Reject);
     }
 }
 
 #[test]
-fn redis_retry_executes_again_only_after_a_kill() {
+fn redis_retry_executes_again_only_after_a_kill_or_pause() {
     if Server::Redis.url().is_some() {
-        retry_executes_again_only_after_a_kill("redis");
+        retry_executes_again_only_after_a_kill_or_pause("redis", InFlight::Reject);
+    }
+}
+
+#[test]
+fn redis_wait_mode_keeps_the_expectations() {
+    if Server::Redis.url().is_some() {
+        retry_executes_again_only_after_a_kill_or_pause("redis", InFlight::Wait);
     }
 }
 
@@ -178,7 +218,7 @@ fn a_redis_without_persistence_fails_the_run() {
     if Server::Redis.url().is_none() {
         return;
     }
-    let (code, report) = chaos(
+    let (code, report) = run(
         "redis",
         "reject",
         &[
