@@ -673,7 +673,7 @@ pub async fn listing_pages_through_every_record_newest_first(subject: &impl Subj
         ListCursor::Scan {
             shard: 0,
             cursor: 7,
-            skip: 0,
+            after: 0,
         }
     } else {
         listed[0].position()

@@ -310,16 +310,17 @@ pub enum ListCursor {
         /// Its key's SHA-256.
         key_sha256: [u8; 32],
     },
-    /// A position in a store's own iteration (Redis' `SCAN` cursor on one of its shards), and how
-    /// many of the records found from there were already listed.
+    /// A position in a store's own iteration (Redis' `SCAN` cursor on one of its shards), and
+    /// where in the records found from there the last page stopped.
     Scan {
         /// Which of the store's shards (a Redis Cluster's masters, in a stable order; 0 on a
         /// single server).
         shard: u64,
         /// The store's cursor on that shard.
         cursor: u64,
-        /// Records to skip from there.
-        skip: u64,
+        /// The store's order within that step: the records at or before this position were listed
+        /// (Redis: the first 64 bits of the last listed record's name); 0 when none was.
+        after: u64,
     },
 }
 
@@ -351,12 +352,12 @@ impl fmt::Display for ListCursor {
             ListCursor::Scan {
                 shard,
                 cursor,
-                skip,
+                after,
             } => {
                 write!(f, "{}", SCAN as char)?;
                 hex(f, &shard.to_be_bytes())?;
                 hex(f, &cursor.to_be_bytes())?;
-                hex(f, &skip.to_be_bytes())
+                hex(f, &after.to_be_bytes())
             }
         }
     }
@@ -381,7 +382,7 @@ impl FromStr for ListCursor {
             (SCAN, 24) => Ok(ListCursor::Scan {
                 shard: u64_at(0),
                 cursor: u64_at(8),
-                skip: u64_at(16),
+                after: u64_at(16),
             }),
             _ => Err(InvalidCursor),
         }
@@ -435,7 +436,7 @@ mod tests {
         let scan = ListCursor::Scan {
             shard: 1,
             cursor: u64::MAX,
-            skip: 3,
+            after: 3,
         };
         assert_eq!(
             scan.to_string(),

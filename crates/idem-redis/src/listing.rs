@@ -22,8 +22,9 @@ const PAGE_STEPS: usize = 10;
 ///
 /// A page takes the admitted records of `SCAN` steps, each step's in key order, until it is full
 /// or has taken [`PAGE_STEPS`] steps. A step that does not fit whole is left to the next page,
-/// unless the page is empty: then the page takes what fits, and its cursor says how many of the
-/// step's admitted records to skip.
+/// unless the page is empty: then the page takes what fits, and its cursor says where in the
+/// step, in key order, it stopped: the first 64 bits of the last record's key digest, so that
+/// the next page resumes after that key even if the step's keys have changed meanwhile.
 pub(crate) async fn list(
     connection: &Connection,
     pattern: &str,
@@ -35,8 +36,8 @@ pub(crate) async fn list(
         Some(ListCursor::Scan {
             shard,
             cursor,
-            skip,
-        }) => ((shard, cursor), skip),
+            after,
+        }) => ((shard, cursor), after),
         Some(_) => return Err(StoreError::InvalidCursor),
     };
     let mut walk = Walk::new(connection, pattern, from)
@@ -51,20 +52,20 @@ pub(crate) async fn list(
         let Some(step) = walk.step().await.map_err(store_error)? else {
             break;
         };
-        // The cursor's skip counts records of its own step only.
-        let skip = std::mem::take(&mut taken);
+        // The cursor's position is within its own step only.
+        let after = std::mem::take(&mut taken);
         if step.keys.is_empty() {
             continue;
         }
         let room = limit - records.len();
         let whole = !records.is_empty();
-        let command = list_command(now, query, &step, skip, room, whole);
+        let command = list_command(now, query, &step, after, room, whole);
         let found = connection
             .run_script(&scripts::LIST, &command, Some(&step.shard))
             .await
             .map_err(store_error)?;
         let found = reply::found(&found)?;
-        let fits = found.admitted.saturating_sub(skip) <= room as u64;
+        let fits = found.admitted <= room as u64;
         if !fits && whole {
             return Ok(page(records, Some(at(step.at, 0))));
         }
@@ -76,7 +77,7 @@ pub(crate) async fn list(
                 .filter(|listed| query.admits(listed, now)),
         );
         if !fits {
-            return Ok(page(records, Some(at(step.at, skip + room as u64))));
+            return Ok(page(records, Some(at(step.at, found.last))));
         }
         if records.len() == limit {
             break;
@@ -128,7 +129,7 @@ fn list_command(
     now: &str,
     query: &ListQuery,
     step: &Step,
-    skip: u64,
+    after: u64,
     room: usize,
     whole: bool,
 ) -> Cmd {
@@ -149,18 +150,22 @@ fn list_command(
                 .older_than
                 .map_or_else(String::new, |age| millis(age).to_string()),
         )
-        .arg(skip)
+        .arg(if after == 0 {
+            String::new()
+        } else {
+            format!("{after:016x}")
+        })
         .arg(room)
         .arg(if whole { "1" } else { "" })
         .arg(&step.keys);
     command
 }
 
-fn at((shard, cursor): (u64, u64), skip: u64) -> ListCursor {
+fn at((shard, cursor): (u64, u64), after: u64) -> ListCursor {
     ListCursor::Scan {
         shard,
         cursor,
-        skip,
+        after,
     }
 }
 

@@ -165,19 +165,22 @@ pub(crate) fn state_code(state: StateFilter) -> &'static [u8] {
 pub(crate) struct Found {
     /// The time of the server that read them (or of the manual clock).
     pub(crate) now: Timestamp,
-    /// How many of the step's records the listing admits.
+    /// How many of the step's records past the cursor's position the listing admits.
     pub(crate) admitted: u64,
+    /// The position of the last record returned (the first 64 bits of its key's digest), or 0.
+    pub(crate) last: u64,
     /// The admitted records asked for.
     pub(crate) records: Vec<Listed>,
 }
 
-/// The reply of `lua/list.lua`: now, how many records were admitted, then the fields s, f, t,
-/// c, e, l, d, r, a, k of each one returned.
+/// The reply of `lua/list.lua`: now, how many records past the position were admitted, the
+/// position of the last one returned (hex, or nil), then the fields s, f, t, c, e, l, d, r, a, k
+/// of each one returned.
 pub(crate) fn found(reply: &Value) -> Result<Found, StoreError> {
     let Value::Array(items) = reply else {
         return Err(unexpected());
     };
-    let [now, admitted, records @ ..] = items.as_slice() else {
+    let [now, admitted, last, records @ ..] = items.as_slice() else {
         return Err(unexpected());
     };
     let records = records
@@ -200,6 +203,13 @@ pub(crate) fn found(reply: &Value) -> Result<Found, StoreError> {
     Ok(Found {
         now: Timestamp::from_millis(uint(now)?),
         admitted: uint(admitted)?,
+        last: match last {
+            Value::BulkString(hex) => std::str::from_utf8(hex)
+                .ok()
+                .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+                .ok_or_else(unexpected)?,
+            _ => 0,
+        },
         records,
     })
 }
@@ -370,13 +380,14 @@ mod tests {
             found(&Value::Array(vec![
                 Value::Int(5000),
                 Value::Int(3),
+                bulk(*b"00ff00ff00ff00ff"),
                 Value::Array(fields),
             ]))
         };
         let reply = listed(bulk([4; 32])).unwrap();
         assert_eq!(
-            (reply.now, reply.admitted),
-            (Timestamp::from_millis(5000), 3)
+            (reply.now, reply.admitted, reply.last),
+            (Timestamp::from_millis(5000), 3, 0x00ff_00ff_00ff_00ff)
         );
         let [record] = reply.records.as_slice() else {
             panic!("one record: {reply:?}");

@@ -288,15 +288,15 @@ impl Store for RedisStore {
     ///
     /// - **Order**: each page is newest first; across pages the order is `SCAN`'s, not time.
     ///   Cursors are [`ListCursor::Scan`](idem_core::ListCursor::Scan): a shard, its `SCAN`
-    ///   cursor, and how many of the admitted records of that step (in key order) earlier
-    ///   pages took. Any other cursor is [`StoreError::InvalidCursor`].
+    ///   cursor, and where in that step (in key order: the first 64 bits of the last listed
+    ///   key's digest) the last page stopped. Any other cursor is
+    ///   [`StoreError::InvalidCursor`].
     /// - **Completeness**: paging to the end lists every record that was live and matching
-    ///   during the whole walk, as `SCAN` promises, and each one once, except that: a step
-    ///   holding more admitted records than a page is split across pages, and a record of it
-    ///   that appears, goes, or starts or stops matching between those pages shifts the
-    ///   others, so that one of them may be missed or listed twice; a key may be found twice
-    ///   if Redis resizes its key table during the walk; and a cluster that reshards or fails
-    ///   over during the walk may do either.
+    ///   during the whole walk at least once, as `SCAN` promises, and once unless Redis resizes
+    ///   its key table during the walk (a key may then be found twice); a cluster that
+    ///   reshards or fails over during the walk may also miss records. A step split across
+    ///   pages resumes after the last listed key, so records that come or go meanwhile shift
+    ///   nothing.
     /// - **Older records**: a record is listed with its scope and key digest, which the `a` and
     ///   `k` fields of its hash hold. A record written by a version of idem without listing
     ///   lacks them and is never listed; it goes within its TTL, and
