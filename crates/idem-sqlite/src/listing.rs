@@ -151,7 +151,7 @@ mod tests {
         let scan = ListCursor::Scan {
             shard: 0,
             cursor: 1,
-            skip: 0,
+            after: 0,
         };
         assert!(matches!(
             Bound::of(&query.after(scan), now),
