@@ -24,6 +24,15 @@
 //!   record expires a TTL after its completion).
 //! - An answer is **wrong** when a 2xx body names an execution that is not one of its
 //!   operation's.
+//! - On a Redis Cluster, a failover **loses** an execution's record when the master was killed
+//!   from the execution's start (its record was written just before) to [`FAILOVER_BOUND`] after
+//!   a gateway first answered 2xx naming it (its completion was acknowledged before that
+//!   answer), whether a caller got the answer or the proxy dropped it: replication is
+//!   asynchronous, and the promoted replica may lack the record. An operation is **lost to
+//!   failover** when such a failover came and then the operation executed again, or its record
+//!   is missing or `processing` at the end although within the TTL. A duplicate is **explained
+//!   by a failover** when an extra execution follows, after the failover, an execution whose
+//!   record it lost; each such execution explains one extra execution.
 //!
 //! # Expectations
 //!
@@ -31,12 +40,16 @@
 //! or unexpected answer. `--ambiguous reject`: no duplicate at all. `--ambiguous retry`: every
 //! duplicate explained, and no "outcome unknown" (that answer exists only in reject mode).
 //!
+//! On a Redis Cluster, what replication cannot promise is measured rather than failed: a
+//! duplicate explained by a failover is accepted in both modes, and a key lost to failover is
+//! neither stuck nor forgotten. Everything else is expected as on the other stores.
+//!
 //! # Examples
 //!
 //! See the crate documentation.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, HashSet},
     fmt,
     time::Duration,
 };
@@ -46,12 +59,21 @@ use serde::{Deserialize, Serialize};
 use crate::{
     Ambiguous, GatewayId, History, Outcome, Stamp, StoreKind,
     history::{AttemptResult, Execution, FaultEvent, RecordState},
+    store::CLUSTER_NODE_TIMEOUT,
 };
 
 /// How long after a gateway was known dead, or was continued, an execution it forwarded may
 /// still start: its request was already written to the socket, or on its way when the gateway
 /// was stopped.
 pub const SEND_SLACK: Duration = Duration::from_millis(250);
+
+/// How long after a gateway's 2xx answer a failover may still lose the completion it
+/// acknowledged. On loopback a replica receives a write within a millisecond; but a replica
+/// whose link stalls is only found out after the cluster's node timeout, and meanwhile its
+/// master goes on acknowledging writes it does not have; a few seconds more cover a busy
+/// 2-core machine. Longer than this, the replica had the record, and a failover explains
+/// nothing.
+pub const FAILOVER_BOUND: Duration = CLUSTER_NODE_TIMEOUT.saturating_add(Duration::from_secs(3));
 
 /// The margin of the forgotten check against the TTL: the store's clock and the harness's may
 /// differ by a little, and reading every record takes a while.
@@ -86,8 +108,20 @@ pub struct Figures {
     pub interrupted_by_pause: u64,
     /// Operations executed more than once.
     pub duplicates: u64,
-    /// Duplicates whose every extra execution a kill or a pause explains.
+    /// Duplicates whose every extra execution is explained: by a kill or a pause
+    /// (`--ambiguous retry`), or by a failover (Redis Cluster).
     pub explained_duplicates: u64,
+    /// Duplicates explained, at least one extra execution by a failover.
+    #[serde(default)]
+    pub explained_by_failover: u64,
+    /// Operations a gateway had answered 2xx whose record a failover lost: executed again
+    /// after it, or missing or `processing` at the end.
+    #[serde(default)]
+    pub lost_to_failover: u64,
+    /// Of those, the ones not executed again: missing or `processing` at the end (not counted
+    /// as forgotten or stuck).
+    #[serde(default)]
+    pub lost_to_failover_at_end: u64,
     /// Requests the upstream refused because a higher fencing token had been applied for their
     /// operation: late writes of a gateway that lost its key.
     pub stale_writes_refused: u64,
@@ -120,8 +154,15 @@ pub struct FaultCounts {
     pub gateway_kills: u64,
     /// Gateways stopped and continued.
     pub gateway_pauses: u64,
-    /// Store restarts.
+    /// Store restarts (a Redis Cluster's are failovers, counted below).
     pub store_restarts: u64,
+    /// Redis Cluster failovers: a master SIGKILLed, its replica promoted.
+    #[serde(default)]
+    pub failovers: u64,
+    /// The longest failover, from the kill until the replica was master and the cluster `ok`,
+    /// in milliseconds.
+    #[serde(default)]
+    pub longest_failover_ms: u64,
     /// Gateway answers the proxy dropped.
     pub dropped_answers: u64,
     /// Windows of a slow upstream.
@@ -138,7 +179,7 @@ pub struct FaultCounts {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Failure {
-    /// `--ambiguous reject` executed operations more than once.
+    /// `--ambiguous reject` executed operations more than once (and no failover explains it).
     Duplicates {
         /// How many operations.
         count: u64,
@@ -260,8 +301,12 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
     } = settings;
     let mut kills: Vec<(GatewayId, Stamp)> = Vec::new();
     let mut pauses: Vec<(GatewayId, Stamp, Stamp)> = Vec::new();
+    let mut failovers: Vec<Stamp> = Vec::new();
     for fault in &history.faults {
         match *fault {
+            FaultEvent::Failover { down, .. } if store == StoreKind::RedisCluster => {
+                failovers.push(down);
+            }
             FaultEvent::GatewayKilled { gateway, at } => kills.push((gateway, at)),
             FaultEvent::GatewayPaused {
                 gateway,
@@ -306,6 +351,26 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
             })
     };
     let interrupted = |execution: &Execution| killed(execution) || paused(execution);
+    // When a gateway first answered 2xx naming each execution.
+    let mut acknowledged: HashMap<u64, Stamp> = HashMap::new();
+    for answer in history.attempts.iter().filter_map(|a| a.answer) {
+        acknowledged
+            .entry(answer.execution)
+            .and_modify(|at| *at = (*at).min(answer.at))
+            .or_insert(answer.at);
+    }
+    // The first failover that may have lost the record of an acknowledged execution.
+    let lost_in_failover = |execution: &Execution| {
+        let until = acknowledged
+            .get(&execution.id)?
+            .saturating_add(FAILOVER_BOUND);
+        failovers
+            .iter()
+            .copied()
+            .filter(|down| (execution.start..=until).contains(down))
+            .min()
+    };
+    let kills_explain = ambiguous == Ambiguous::Retry;
 
     let mut by_key: HashMap<&str, Vec<&Execution>> = HashMap::new();
     for execution in &history.executions {
@@ -339,23 +404,60 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
         }
         figures.duplicates += 1;
         executions.sort_by_key(|e| (e.start, e.id));
-        // Interrupted executions not yet matched with a later execution they explain.
+        // Interrupted executions not yet matched with a later execution they explain, and the
+        // failovers that lost records of executions not yet matched.
         let mut unmatched = 0_usize;
+        let mut losses: Vec<Stamp> = Vec::new();
         let mut explained = true;
+        let mut by_failover = false;
         for (i, execution) in executions.iter().enumerate() {
             if i > 0 {
-                if unmatched == 0 {
-                    explained = false;
-                } else {
+                if unmatched > 0 {
                     unmatched -= 1;
+                } else if let Some(loss) = losses.iter().position(|d| *d < execution.start) {
+                    losses.swap_remove(loss);
+                    by_failover = true;
+                } else {
+                    explained = false;
                 }
             }
-            if interrupted(execution) {
+            if kills_explain && interrupted(execution) {
                 unmatched += 1;
+            } else if let Some(down) = lost_in_failover(execution) {
+                losses.push(down);
             }
         }
         figures.explained_duplicates += u64::from(explained);
+        figures.explained_by_failover += u64::from(explained && by_failover);
     }
+    // Keys whose completed record a failover lost, and that no retry executed again.
+    let mut lost_at_end: HashSet<&str> = HashSet::new();
+    for operation in &history.operations {
+        let key = operation.key.as_str();
+        let executions = by_key.get(key).map_or(&[][..], Vec::as_slice);
+        let losses: Vec<Stamp> = executions
+            .iter()
+            .filter_map(|e| lost_in_failover(e))
+            .collect();
+        let Some(&first) = losses.iter().min() else {
+            continue;
+        };
+        let executed_again = executions.iter().any(|e| e.start > first);
+        let kept =
+            operation.started.saturating_add(ttl) > history.records_read.saturating_add(TTL_MARGIN);
+        let missing = kept
+            && matches!(
+                history.records.get(key),
+                Some(RecordState::Absent | RecordState::Processing)
+            );
+        if executed_again || missing {
+            figures.lost_to_failover += 1;
+        }
+        if !executed_again && missing {
+            lost_at_end.insert(key);
+        }
+    }
+    figures.lost_to_failover_at_end = count(lost_at_end.len());
 
     for operation in &history.operations {
         let stored = match operation.outcome {
@@ -388,15 +490,21 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
         };
         let kept =
             operation.started.saturating_add(ttl) > history.records_read.saturating_add(TTL_MARGIN);
-        if stored && kept && history.records.get(&operation.key) == Some(&RecordState::Absent) {
+        if stored
+            && kept
+            && history.records.get(&operation.key) == Some(&RecordState::Absent)
+            && !lost_at_end.contains(operation.key.as_str())
+        {
             figures.forgotten += 1;
         }
     }
     figures.stuck = count(
         history
             .records
-            .values()
-            .filter(|state| **state == RecordState::Processing)
+            .iter()
+            .filter(|(key, state)| {
+                **state == RecordState::Processing && !lost_at_end.contains(key.as_str())
+            })
             .count(),
     );
 
@@ -415,7 +523,11 @@ fn failures(figures: &Figures, ambiguous: Ambiguous) -> Vec<Failure> {
         }
     };
     match ambiguous {
-        Ambiguous::Reject => unless_zero(figures.duplicates, |count| Failure::Duplicates { count }),
+        Ambiguous::Reject => {
+            unless_zero(figures.duplicates - figures.explained_duplicates, |count| {
+                Failure::Duplicates { count }
+            });
+        }
         Ambiguous::Retry => {
             unless_zero(figures.duplicates - figures.explained_duplicates, |count| {
                 Failure::UnexplainedDuplicates { count }
@@ -464,6 +576,13 @@ fn fault_counts(history: &History) -> FaultCounts {
             }
             FaultEvent::UpstreamSlow { .. } => counts.slow_windows += 1,
             FaultEvent::UpstreamFailing { .. } => counts.error_windows += 1,
+            FaultEvent::Failover { down, promoted, .. } => {
+                counts.failovers += 1;
+                let election = promoted.as_duration().saturating_sub(down.as_duration());
+                counts.longest_failover_ms = counts
+                    .longest_failover_ms
+                    .max(u64::try_from(election.as_millis()).unwrap_or(u64::MAX));
+            }
             FaultEvent::GatewayRestarted { .. } => {}
         }
     }
@@ -488,7 +607,7 @@ pub(crate) fn statuses(history: &History) -> BTreeMap<u16, u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::{Attempt, Operation, StaleWrite};
+    use crate::history::{Answer, Attempt, Operation, StaleWrite};
 
     fn settings(ambiguous: Ambiguous) -> Settings {
         Settings {
@@ -801,12 +920,14 @@ mod tests {
                     status: 201,
                     stalled: false,
                 },
+                answer: None,
             },
             Attempt {
                 key: "op-1".into(),
                 at: at(2),
                 gateway: Some(GatewayId(1)),
                 result: AttemptResult::Answered { status: 201 },
+                answer: None,
             },
         ];
         let verdict = check(&history, settings(Ambiguous::Retry));
@@ -820,6 +941,8 @@ mod tests {
                 slow_windows: 1,
                 error_windows: 0,
                 longest_store_outage_ms: 1,
+                failovers: 0,
+                longest_failover_ms: 0,
             }
         );
         assert_eq!(verdict.figures.attempts, 2);
@@ -942,5 +1065,190 @@ mod tests {
         assert_eq!(verdict.figures.stale_writes_applied, 0);
         assert_eq!(verdict.figures.stale_writes_refused, 1);
         assert_eq!(verdict.failures, []);
+    }
+
+    fn failover(down: u64) -> FaultEvent {
+        FaultEvent::Failover {
+            port: 7000,
+            down: at(down),
+            promoted: at(down + 3_000),
+            up: at(down + 6_000),
+        }
+    }
+
+    fn cluster(ambiguous: Ambiguous) -> Settings {
+        Settings {
+            store: StoreKind::RedisCluster,
+            ..settings(ambiguous)
+        }
+    }
+
+    /// A gateway's 2xx answer naming `execution` reached the proxy at `ms`, and was dropped.
+    fn acknowledged(key: &str, execution: u64, ms: u64) -> Attempt {
+        Attempt {
+            key: key.into(),
+            at: at(ms - 100),
+            gateway: Some(GatewayId(0)),
+            result: AttemptResult::Dropped {
+                status: 201,
+                stalled: false,
+            },
+            answer: Some(Answer {
+                execution,
+                at: at(ms),
+            }),
+        }
+    }
+
+    /// `op-1` executed at 1 s and answered at 1.06 s (the answer dropped), then executed again
+    /// at 4 s.
+    fn executed_again_after_an_answer(faults: Vec<FaultEvent>) -> History {
+        let mut history = executed_twice(faults);
+        history.attempts = vec![acknowledged("op-1", 1, 1_060)];
+        history
+    }
+
+    #[test]
+    fn a_failover_after_an_acknowledged_completion_explains_the_duplicate_on_a_cluster() {
+        for mode in [Ambiguous::Reject, Ambiguous::Retry] {
+            let verdict = check(
+                &executed_again_after_an_answer(vec![failover(2_000)]),
+                cluster(mode),
+            );
+            assert_eq!(verdict.figures.duplicates, 1);
+            assert_eq!(verdict.figures.explained_duplicates, 1);
+            assert_eq!(verdict.figures.explained_by_failover, 1);
+            assert_eq!(verdict.figures.lost_to_failover, 1);
+            assert_eq!(verdict.figures.lost_to_failover_at_end, 0);
+            assert_eq!(verdict.faults.failovers, 1);
+            assert_eq!(verdict.faults.longest_failover_ms, 3_000);
+            assert_eq!(verdict.failures, []);
+        }
+    }
+
+    #[test]
+    fn a_failover_during_the_first_execution_explains_the_duplicate() {
+        // Its record, written before the execution started, may not have reached the replica.
+        let verdict = check(
+            &executed_again_after_an_answer(vec![failover(1_000)]),
+            cluster(Ambiguous::Reject),
+        );
+        assert_eq!(verdict.figures.explained_by_failover, 1);
+        assert!(verdict.passed());
+    }
+
+    #[test]
+    fn a_failover_before_the_first_execution_explains_nothing() {
+        let verdict = check(
+            &executed_again_after_an_answer(vec![failover(999)]),
+            cluster(Ambiguous::Reject),
+        );
+        assert_eq!(verdict.figures.explained_by_failover, 0);
+        assert_eq!(verdict.figures.lost_to_failover, 0);
+        assert_eq!(verdict.failures, [Failure::Duplicates { count: 1 }]);
+    }
+
+    #[test]
+    fn a_failover_long_after_the_acknowledgement_explains_nothing() {
+        let bound = u64::try_from(FAILOVER_BOUND.as_millis()).unwrap();
+        let mut history = executed_again_after_an_answer(vec![failover(1_060 + bound + 1)]);
+        // The second execution after the failover, as in the explained case.
+        history.executions[1].start = at(1_060 + bound + 500);
+        history.executions[1].end = Some(at(1_060 + bound + 550));
+        let verdict = check(&history, cluster(Ambiguous::Reject));
+        assert_eq!(verdict.figures.explained_by_failover, 0);
+        assert_eq!(verdict.figures.lost_to_failover, 0);
+        assert_eq!(verdict.failures, [Failure::Duplicates { count: 1 }]);
+        // At the bound, it explains the duplicate.
+        history.faults = vec![failover(1_060 + bound)];
+        let verdict = check(&history, cluster(Ambiguous::Reject));
+        assert_eq!(verdict.figures.explained_by_failover, 1);
+        assert!(verdict.passed());
+    }
+
+    #[test]
+    fn a_failover_after_the_second_execution_explains_nothing() {
+        let verdict = check(
+            &executed_again_after_an_answer(vec![failover(4_001)]),
+            cluster(Ambiguous::Reject),
+        );
+        assert_eq!(verdict.figures.explained_by_failover, 0);
+        assert_eq!(verdict.failures, [Failure::Duplicates { count: 1 }]);
+    }
+
+    #[test]
+    fn an_execution_no_gateway_answered_is_not_lost_to_failover() {
+        let verdict = check(
+            &executed_twice(vec![failover(2_000)]),
+            cluster(Ambiguous::Reject),
+        );
+        assert_eq!(verdict.figures.lost_to_failover, 0);
+        assert_eq!(verdict.failures, [Failure::Duplicates { count: 1 }]);
+    }
+
+    #[test]
+    fn a_failover_explains_nothing_on_other_stores() {
+        for store in [StoreKind::Redis, StoreKind::Postgres, StoreKind::Sqlite] {
+            let settings = Settings {
+                store,
+                ..settings(Ambiguous::Reject)
+            };
+            let verdict = check(
+                &executed_again_after_an_answer(vec![failover(2_000)]),
+                settings,
+            );
+            assert_eq!(verdict.figures.explained_duplicates, 0);
+            assert_eq!(verdict.figures.explained_by_failover, 0);
+            assert_eq!(verdict.figures.lost_to_failover, 0);
+            assert_eq!(verdict.failures, [Failure::Duplicates { count: 1 }]);
+        }
+    }
+
+    #[test]
+    fn one_lost_record_explains_one_extra_execution() {
+        let mut history = executed_again_after_an_answer(vec![failover(2_000)]);
+        history
+            .executions
+            .push(execution(4, "op-1", 1, 7_000, 7_050));
+        history.operations[0] = answered("op-1", 4);
+        let verdict = check(&history, cluster(Ambiguous::Reject));
+        assert_eq!(verdict.figures.explained_by_failover, 0);
+        assert_eq!(verdict.figures.lost_to_failover, 1);
+        assert_eq!(verdict.failures, [Failure::Duplicates { count: 1 }]);
+    }
+
+    #[test]
+    fn a_completed_key_missing_after_a_failover_is_lost_to_it_not_forgotten() {
+        let history = |state| History {
+            operations: vec![answered("gone", 1), answered("kept", 2)],
+            executions: vec![
+                execution(1, "gone", 0, 1_000, 1_050),
+                execution(2, "kept", 0, 1_000, 1_050),
+            ],
+            attempts: vec![acknowledged("gone", 1, 1_060)],
+            faults: vec![failover(2_000)],
+            records: [
+                ("gone".to_owned(), state),
+                ("kept".to_owned(), RecordState::Completed),
+            ]
+            .into(),
+            ..History::default()
+        };
+        for state in [RecordState::Absent, RecordState::Processing] {
+            let verdict = check(&history(state), cluster(Ambiguous::Reject));
+            assert_eq!(verdict.figures.lost_to_failover, 1);
+            assert_eq!(verdict.figures.lost_to_failover_at_end, 1);
+            assert_eq!(verdict.figures.forgotten, 0);
+            assert_eq!(verdict.figures.stuck, 0);
+            assert_eq!(verdict.failures, []);
+        }
+        // On a single Redis, a missing record is forgotten.
+        let single = Settings {
+            store: StoreKind::Redis,
+            ..settings(Ambiguous::Reject)
+        };
+        let verdict = check(&history(RecordState::Absent), single);
+        assert_eq!(verdict.figures.lost_to_failover, 0);
+        assert_eq!(verdict.failures, [Failure::Forgotten { count: 1 }]);
     }
 }

@@ -46,6 +46,9 @@ pub enum Error {
         /// Its log file.
         log: PathBuf,
     },
+    /// The run's Redis Cluster is not as a failover needs it.
+    #[error("Redis Cluster: {0}")]
+    Cluster(&'static str),
     /// Options that cannot give a meaningful run.
     #[error("{0}")]
     Options(&'static str),

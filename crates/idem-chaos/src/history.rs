@@ -122,6 +122,19 @@ pub struct Attempt {
     pub gateway: Option<GatewayId>,
     /// What became of it.
     pub result: AttemptResult,
+    /// The gateway's 2xx answer naming an execution, whether the caller got it or not.
+    #[serde(default)]
+    pub answer: Option<Answer>,
+}
+
+/// A 2xx answer of a gateway: the execution it names was completed, its result recorded (or
+/// given up on after a lease), before it was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Answer {
+    /// The execution its body names.
+    pub execution: u64,
+    /// When it reached the proxy.
+    pub at: Stamp,
 }
 
 /// What became of an [`Attempt`].
@@ -217,6 +230,18 @@ pub enum FaultEvent {
         /// When it went down.
         down: Stamp,
         /// When it answered again.
+        up: Stamp,
+    },
+    /// A master of the Redis Cluster was SIGKILLed, its replica took its place, and it came
+    /// back as a replica.
+    Failover {
+        /// The killed master's port.
+        port: u16,
+        /// When it was killed.
+        down: Stamp,
+        /// When its replica was master and every node said `cluster_state:ok`.
+        promoted: Stamp,
+        /// When it was a replica of the new master, in sync.
         up: Stamp,
     },
     /// The upstream answered later than the callers' attempt timeout.
@@ -379,7 +404,12 @@ impl Recorder {
             store_restarts: history
                 .faults
                 .iter()
-                .filter(|f| matches!(f, FaultEvent::StoreRestarted { .. }))
+                .filter(|f| {
+                    matches!(
+                        f,
+                        FaultEvent::StoreRestarted { .. } | FaultEvent::Failover { .. }
+                    )
+                })
                 .count(),
         })
     }

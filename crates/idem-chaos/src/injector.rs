@@ -1,9 +1,10 @@
 //! The fault injector: takes each action of the [`Schedule`] at its time, on the run's
 //! gateways, store and upstream, and records it in the history.
 //!
-//! Kills and store restarts take turns (a SQLite restart kills every gateway); pauses and the
-//! slow and 503 windows of the upstream run beside them, so that a slow restart does not
-//! shorten them. A pause waits for its gateway to be up, and a kill ends it.
+//! Kills and store restarts take turns (a SQLite restart kills every gateway; a Redis Cluster's
+//! is a failover); pauses and the slow and 503 windows of the upstream run beside them, so that
+//! a slow restart does not shorten them. A pause waits for its gateway to be up, and a kill ends
+//! it.
 
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use crate::{
     gateway_process::{GatewayProcess, Running},
     history::{FaultEvent, Recorder},
     progress::Progress,
-    store::StoreServer,
+    store::{RedisCluster, StoreServer},
     upstream::Upstream,
 };
 
@@ -235,6 +236,10 @@ impl Servers<'_> {
                 self.progress.event("SIGKILL redis-server");
                 server.restart().await?;
             }
+            StoreServer::RedisCluster(cluster) => {
+                // A failover has an event of its own: the check needs the promotion.
+                return failover(cluster, self.recorder, self.progress).await;
+            }
         }
         let up = self.recorder.now();
         self.recorder.fault(FaultEvent::StoreRestarted { down, up });
@@ -244,4 +249,28 @@ impl Servers<'_> {
         ));
         Ok(())
     }
+}
+
+/// A Redis Cluster's store restart: a master dies and its replica takes over.
+async fn failover(
+    cluster: &mut RedisCluster,
+    recorder: &Recorder,
+    progress: &Progress,
+) -> Result<(), Error> {
+    progress.event("SIGKILL a Redis Cluster master");
+    if let FaultEvent::Failover {
+        port,
+        down,
+        promoted,
+        up,
+    } = cluster.failover(recorder).await?
+    {
+        progress.event(format_args!(
+            "master :{port} failed over: its replica took over after {} ms, and it is back as a \
+             replica after {} ms",
+            (promoted.as_duration() - down.as_duration()).as_millis(),
+            (up.as_duration() - down.as_duration()).as_millis(),
+        ));
+    }
+    Ok(())
 }

@@ -3,10 +3,11 @@
 //! execution, and a check of that history at the end.
 //!
 //! `idem-chaos run` starts an upstream API that records every execution, the store (a SQLite
-//! file, or a PostgreSQL or Redis server of its own), two gateways sharing it, and a proxy in
-//! front of them that drops some of their answers. Callers make logical operations, one key
-//! each, while a seeded schedule SIGKILLs gateways, stops them past their lease, restarts the
-//! store, and slows the upstream down or has it answer 503. The upstream refuses a request
+//! file, or a PostgreSQL or Redis server or a Redis Cluster of its own), two gateways sharing
+//! it, and a proxy in front of them that drops some of their answers. Callers make logical
+//! operations, one key each, while a seeded schedule SIGKILLs gateways, stops them past their
+//! lease, restarts the store (on a cluster: kills a master and lets its replica take over), and
+//! slows the upstream down or has it answer 503. The upstream refuses a request
 //! whose fencing token is lower than one it applied for the operation. Then [`check()`] reads
 //! the history: duplicates, stale writes, lost operations, stuck keys. `docs/reliability.md`
 //! explains the run and its figures.

@@ -39,6 +39,10 @@ pub enum StoreKind {
     /// A `redis-server` of the run's own with an append-only file fsynced on every write,
     /// SIGKILLed and started again.
     Redis,
+    /// A Redis Cluster of the run's own, 3 masters and 3 replicas, each with its append-only
+    /// file; a store restart SIGKILLs a master, waits for its replica to take over, and starts
+    /// it again as a replica.
+    RedisCluster,
 }
 
 impl fmt::Display for StoreKind {
@@ -47,6 +51,7 @@ impl fmt::Display for StoreKind {
             Self::Sqlite => "sqlite",
             Self::Postgres => "postgres",
             Self::Redis => "redis",
+            Self::RedisCluster => "redis-cluster",
         })
     }
 }
@@ -205,7 +210,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "30s")]
     pub deadline: HumanDuration,
 
-    /// With --store redis: what the server keeps across a restart.
+    /// With --store redis or redis-cluster: what each server keeps across a restart.
     #[arg(long, value_enum, default_value_t = RedisPersistence::Aof)]
     pub redis_persistence: RedisPersistence,
 

@@ -25,7 +25,7 @@ use tokio::{net::TcpListener, task::JoinHandle};
 
 use crate::{
     Error, GatewayId,
-    history::{Attempt, AttemptResult, Recorder},
+    history::{Answer, Attempt, AttemptResult, Recorder},
     http_client::{HttpClient, http_client},
 };
 
@@ -145,6 +145,7 @@ async fn forward(
             at: shared.recorder.now(),
             gateway: None,
             result: AttemptResult::Abandoned,
+            answer: None,
         },
         recorder: shared.recorder.clone(),
     };
@@ -208,6 +209,16 @@ async fn forward(
             return Err(NoAnswer);
         };
         let status = parts.status.as_u16();
+        let body = body.to_bytes();
+        if parts.status.is_success() {
+            record.attempt.answer = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|body| body["execution"].as_u64())
+                .map(|execution| Answer {
+                    execution,
+                    at: shared.recorder.now(),
+                });
+        }
         let (dropped, stalled) = {
             let mut rng = shared.rng.lock().expect("no panic holds the rng");
             (rng.f64() < shared.drop_rate, rng.bool())
@@ -221,7 +232,7 @@ async fn forward(
             return Err(NoAnswer);
         }
         record.attempt.result = AttemptResult::Answered { status };
-        return Ok(Response::from_parts(parts, Full::new(body.to_bytes())));
+        return Ok(Response::from_parts(parts, Full::new(body)));
     }
     record.attempt.gateway = None;
     record.attempt.result = AttemptResult::NoGateway;

@@ -90,14 +90,23 @@ impl Report {
             self.lease_ms,
             self.seed,
         );
+        let store_restarts = if self.store == StoreKind::RedisCluster {
+            format!(
+                "{} failovers (the longest {} ms until the replica took over)",
+                faults.failovers, faults.longest_failover_ms
+            )
+        } else {
+            format!(
+                "{} store restarts (the longest {} ms)",
+                faults.store_restarts, faults.longest_store_outage_ms
+            )
+        };
         let _ = writeln!(
             out,
-            "faults: {} gateway kills, {} gateway pauses, {} store restarts (the longest {} ms), \
-             {} dropped answers, {} slow windows, {} 503 windows\n",
+            "faults: {} gateway kills, {} gateway pauses, {store_restarts}, {} dropped answers, \
+             {} slow windows, {} 503 windows\n",
             faults.gateway_kills,
             faults.gateway_pauses,
-            faults.store_restarts,
-            faults.longest_store_outage_ms,
             faults.dropped_answers,
             faults.slow_windows,
             faults.error_windows,
@@ -114,7 +123,13 @@ impl Report {
             ("duplicates (executed more than once)", f.duplicates),
             (
                 "  explained by a kill or pause during the call",
-                f.explained_duplicates,
+                f.explained_duplicates - f.explained_by_failover,
+            ),
+            ("  explained by a failover", f.explained_by_failover),
+            ("completed keys lost to failover", f.lost_to_failover),
+            (
+                "  missing or processing at the end",
+                f.lost_to_failover_at_end,
             ),
             (
                 "stale writes refused by the upstream",
@@ -135,9 +150,16 @@ impl Report {
         }
         out.push('\n');
         if self.passed() {
-            let expectation = match self.ambiguous {
-                Ambiguous::Reject => "no operation executed twice",
-                Ambiguous::Retry => {
+            let expectation = match (self.ambiguous, self.store) {
+                (Ambiguous::Reject, StoreKind::RedisCluster) => {
+                    "no operation executed twice but after a failover lost its record"
+                }
+                (Ambiguous::Reject, _) => "no operation executed twice",
+                (Ambiguous::Retry, StoreKind::RedisCluster) => {
+                    "every duplicate follows a gateway kill or pause during the upstream call, \
+                     or a failover that lost its record"
+                }
+                (Ambiguous::Retry, _) => {
                     "every duplicate follows a gateway kill or pause during the upstream call"
                 }
             };

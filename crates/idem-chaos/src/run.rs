@@ -56,7 +56,8 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
         .prefix("idem-chaos-")
         .tempdir()
         .map_err(Error::io("create the run's directory"))?;
-    let mut store = StoreServer::start(args.store, dir.path(), args.redis_persistence).await?;
+    let mut store =
+        StoreServer::start(args.store, dir.path(), args.redis_persistence, seed).await?;
     // The history's clock starts once the store is up (initdb takes seconds).
     let recorder = Recorder::new();
     // A slow answer makes the caller's attempt time out; the gateway still waits for it.

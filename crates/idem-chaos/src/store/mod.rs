@@ -1,15 +1,21 @@
-//! The store the gateways share: a SQLite file, or a PostgreSQL or Redis server that the run
-//! starts for itself on a free loopback port, and crashes and restarts on schedule.
+//! The store the gateways share: a SQLite file, or a PostgreSQL or Redis server (or a Redis
+//! Cluster) that the run starts for itself on free loopback ports, and crashes and restarts (or
+//! fails over) on schedule.
 //!
 //! The run never touches the machine's own servers (5432, 6379): other tests use them, and a
 //! crash is the point here.
 
 mod postgres;
 mod redis;
+mod redis_cluster;
 
 use std::path::{Path, PathBuf};
 
-pub use self::{postgres::PostgresServer, redis::RedisServer};
+pub use self::{
+    postgres::PostgresServer,
+    redis::RedisServer,
+    redis_cluster::{NODE_TIMEOUT as CLUSTER_NODE_TIMEOUT, RedisCluster},
+};
 use crate::{Error, StoreKind, options::RedisPersistence};
 
 /// The store of a run.
@@ -22,14 +28,18 @@ pub enum StoreServer {
     Postgres(PostgresServer),
     /// A `redis-server` of the run's own.
     Redis(RedisServer),
+    /// A Redis Cluster of the run's own.
+    RedisCluster(RedisCluster),
 }
 
 impl StoreServer {
-    /// Creates the store in `dir` and starts its server, if it has one, ready for gateways.
+    /// Creates the store in `dir` and starts its server, if it has one, ready for gateways. A
+    /// cluster's failovers pick their master from `seed`.
     pub async fn start(
         kind: StoreKind,
         dir: &Path,
         redis: RedisPersistence,
+        seed: u64,
     ) -> Result<Self, Error> {
         Ok(match kind {
             StoreKind::Sqlite => Self::Sqlite(dir.join("idem.db")),
@@ -39,6 +49,9 @@ impl StoreServer {
                 Self::Postgres(server)
             }
             StoreKind::Redis => Self::Redis(RedisServer::start(dir, redis).await?),
+            StoreKind::RedisCluster => {
+                Self::RedisCluster(RedisCluster::start(dir, redis, seed).await?)
+            }
         })
     }
 
@@ -48,6 +61,7 @@ impl StoreServer {
             Self::Sqlite(path) => format!("sqlite://{}", path.display()),
             Self::Postgres(server) => server.url(),
             Self::Redis(server) => server.url(),
+            Self::RedisCluster(cluster) => cluster.url(),
         }
     }
 
@@ -57,6 +71,7 @@ impl StoreServer {
             Self::Sqlite(_) => {}
             Self::Postgres(server) => server.stop().await,
             Self::Redis(server) => server.stop().await,
+            Self::RedisCluster(cluster) => cluster.stop().await,
         }
     }
 }

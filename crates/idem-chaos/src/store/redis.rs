@@ -5,10 +5,13 @@
 //! Redis without that loses completed keys on a restart, by design: their retries execute
 //! again (docs/stores.md); [`RedisPersistence::None`] shows it, the run reporting them as
 //! forgotten.
+//!
+//! The nodes of [`RedisCluster`](super::RedisCluster) are such servers too, in cluster mode.
 
 use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
+    time::Duration,
 };
 
 use tokio::{
@@ -31,19 +34,42 @@ pub struct RedisServer {
     persistence: RedisPersistence,
     dir: PathBuf,
     log: PathBuf,
+    /// In cluster mode, the cluster's node timeout.
+    cluster: Option<Duration>,
     child: Option<Child>,
 }
 
 impl RedisServer {
     /// Starts the server with its files in `dir`.
     pub async fn start(dir: &Path, persistence: RedisPersistence) -> Result<Self, Error> {
-        let data = dir.join("redis");
+        Self::start_named(dir, "redis", persistence, None).await
+    }
+
+    /// Starts a cluster node with `node_timeout`, its files in `dir/NAME` and its log in
+    /// `dir/NAME.log`.
+    pub(crate) async fn start_cluster_node(
+        dir: &Path,
+        name: &str,
+        persistence: RedisPersistence,
+        node_timeout: Duration,
+    ) -> Result<Self, Error> {
+        Self::start_named(dir, name, persistence, Some(node_timeout)).await
+    }
+
+    async fn start_named(
+        dir: &Path,
+        name: &str,
+        persistence: RedisPersistence,
+        cluster: Option<Duration>,
+    ) -> Result<Self, Error> {
+        let data = dir.join(name);
         std::fs::create_dir(&data).map_err(Error::io("create the Redis directory"))?;
         let mut server = Self {
             addr: process::free_port()?,
             persistence,
             dir: data,
-            log: dir.join("redis.log"),
+            log: dir.join(format!("{name}.log")),
+            cluster,
             child: None,
         };
         server.spawn().await?;
@@ -53,6 +79,26 @@ impl RedisServer {
     /// `redis://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("redis://{}", self.addr)
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Whether it was started and not stopped since.
+    pub(crate) fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Its log file.
+    pub(crate) fn log(&self) -> &Path {
+        &self.log
+    }
+
+    /// Starts the server again on its files, after [`stop`](Self::stop).
+    pub(crate) async fn start_again(&mut self) -> Result<(), Error> {
+        self.spawn().await
     }
 
     /// SIGKILLs the server and starts it again on its files.
@@ -86,6 +132,20 @@ impl RedisServer {
             }
             RedisPersistence::None => command.args(["--appendonly", "no"]),
         };
+        if let Some(node_timeout) = self.cluster {
+            // nodes.conf, in the node's directory, keeps its identity across a restart.
+            command.args([
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                &node_timeout.as_millis().to_string(),
+                // A node that rejoins gets its master's data at once, not 5 s later.
+                "--repl-diskless-sync-delay",
+                "0",
+            ]);
+        }
         let mut child = command
             .spawn()
             .map_err(Error::io("start redis-server (setpriv, from util-linux)"))?;
