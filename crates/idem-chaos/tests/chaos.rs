@@ -5,7 +5,8 @@
 //! The runs take turns (each starts two gateways, a store and 16 callers on a 2-core machine).
 //! PostgreSQL and Redis runs start servers of their own, but run only when the suites of those
 //! stores are enabled (`IDEM_TEST_POSTGRES_URL`, `IDEM_TEST_REDIS_URL`), as the other server
-//! suites of the repository do. `scripts/chaos` runs the long form.
+//! suites of the repository do; so does one Redis Cluster run, in reject mode, with failovers
+//! for store restarts. `scripts/chaos` runs the long form.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -114,7 +115,13 @@ fn assert_sound(code: Option<i32>, report: &Report) {
     let faults = &report.verdict.faults;
     assert!(faults.gateway_kills > 0, "{faults:?}");
     assert!(faults.gateway_pauses > 0, "{faults:?}");
-    assert!(faults.store_restarts > 0, "{faults:?}");
+    if report.store == StoreKind::RedisCluster {
+        assert!(faults.failovers > 0, "{faults:?}");
+        assert_eq!(faults.store_restarts, 0);
+    } else {
+        assert!(faults.store_restarts > 0, "{faults:?}");
+        assert_eq!(faults.failovers, 0);
+    }
     assert!(faults.dropped_answers > 0, "{faults:?}");
     assert!(faults.slow_windows > 0, "{faults:?}");
     assert!(faults.error_windows > 0, "{faults:?}");
@@ -131,6 +138,7 @@ fn reject_never_executes_twice(store: &str, in_flight: InFlight) {
     let f = &report.verdict.figures;
     assert_eq!(f.duplicates, 0);
     assert_eq!(f.explained_duplicates, 0);
+    assert_eq!(f.lost_to_failover, 0);
     assert!(
         f.interrupted + f.interrupted_by_pause <= f.outcome_unknown,
         "{f:?}"
@@ -209,6 +217,34 @@ fn redis_wait_mode_keeps_the_expectations() {
     if Server::Redis.url().is_some() {
         retry_executes_again_only_after_a_kill_or_pause("redis", InFlight::Wait);
     }
+}
+
+/// On a Redis Cluster (6 servers of the run's own), a store restart is a failover. In reject
+/// mode an operation executes twice only when a failover lost its record (replication is
+/// asynchronous), and every such operation is counted as lost to failover; everything else
+/// holds as on one server. Needs `redis-server` and `redis-cli`: without them the run fails.
+#[test]
+fn redis_cluster_reject_executes_twice_only_after_a_failover_lost_the_record() {
+    if Server::Redis.url().is_none() {
+        return;
+    }
+    let (code, report) = chaos("redis-cluster", "reject", InFlight::Reject);
+    assert_eq!(report.store, StoreKind::RedisCluster);
+    assert_eq!(report.ambiguous, Ambiguous::Reject);
+    assert_sound(code, &report);
+    let f = &report.verdict.figures;
+    // No duplicate but those a failover explains; each is an operation lost to failover, and
+    // the others lost to it are the ones no retry executed again.
+    assert_eq!(f.duplicates, f.explained_duplicates);
+    assert_eq!(f.explained_duplicates, f.explained_by_failover);
+    assert_eq!(
+        f.lost_to_failover,
+        f.explained_by_failover + f.lost_to_failover_at_end
+    );
+    assert!(
+        f.interrupted + f.interrupted_by_pause <= f.outcome_unknown,
+        "{f:?}"
+    );
 }
 
 /// The harness catches a store that forgets: a Redis without persistence loses the completed
