@@ -9,6 +9,8 @@
 //!   — and no caller got its result. On SQLite the store is in the gateways: a gateway stopped
 //!   inside a write transaction holds the file's lock, and no gateway records anything until it
 //!   continues, so a pause interrupts the executions of every gateway.
+//! - On a Redis Cluster, a failover interrupts every execution in its gateway's hands from the
+//!   master's kill until its replica took over: the store cannot record results meanwhile.
 //! - A duplicate is **explained** when each of its extra executions follows an interrupted
 //!   execution of the same operation; each interrupted execution explains one extra execution.
 //! - A **stale write** is a request whose fencing token is lower than one the upstream already
@@ -106,6 +108,10 @@ pub struct Figures {
     pub interrupted: u64,
     /// Executions that a pause interrupted and no kill did, whose result no caller got.
     pub interrupted_by_pause: u64,
+    /// Executions that a Redis Cluster failover interrupted and no kill or pause did, whose
+    /// result no caller got: the store was unavailable while their gateway held them.
+    #[serde(default)]
+    pub interrupted_by_failover: u64,
     /// Operations executed more than once.
     pub duplicates: u64,
     /// Duplicates whose every extra execution is explained: by a kill or a pause
@@ -301,11 +307,12 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
     } = settings;
     let mut kills: Vec<(GatewayId, Stamp)> = Vec::new();
     let mut pauses: Vec<(GatewayId, Stamp, Stamp)> = Vec::new();
-    let mut failovers: Vec<Stamp> = Vec::new();
+    // Each failover's kill, and when its replica took over.
+    let mut failovers: Vec<(Stamp, Stamp)> = Vec::new();
     for fault in &history.faults {
         match *fault {
-            FaultEvent::Failover { down, .. } if store == StoreKind::RedisCluster => {
-                failovers.push(down);
+            FaultEvent::Failover { down, promoted, .. } if store == StoreKind::RedisCluster => {
+                failovers.push((down, promoted));
             }
             FaultEvent::GatewayKilled { gateway, at } => kills.push((gateway, at)),
             FaultEvent::GatewayPaused {
@@ -350,7 +357,18 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
                     && in_hands(execution, from, until)
             })
     };
-    let interrupted = |execution: &Execution| killed(execution) || paused(execution);
+    // A failover leaves the master's slots unavailable for longer than a lease: a gateway that
+    // cannot record a result meanwhile leaves the key to the next attempt (the gateway's case
+    // 4), as if it had been stopped. Which keys the master held is not known: any execution
+    // counts.
+    let failed_over = |execution: &Execution| {
+        unanswered(execution)
+            && failovers
+                .iter()
+                .any(|&(down, promoted)| in_hands(execution, down, promoted))
+    };
+    let interrupted =
+        |execution: &Execution| killed(execution) || paused(execution) || failed_over(execution);
     // When a gateway first answered 2xx naming each execution.
     let mut acknowledged: HashMap<u64, Stamp> = HashMap::new();
     for answer in history.attempts.iter().filter_map(|a| a.answer) {
@@ -367,6 +385,7 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
         failovers
             .iter()
             .copied()
+            .map(|(down, _)| down)
             .filter(|down| (execution.start..=until).contains(down))
             .min()
     };
@@ -386,6 +405,13 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
                 .executions
                 .iter()
                 .filter(|e| paused(e) && !killed(e))
+                .count(),
+        ),
+        interrupted_by_failover: count(
+            history
+                .executions
+                .iter()
+                .filter(|e| failed_over(e) && !killed(e) && !paused(e))
                 .count(),
         ),
         stale_writes_refused: count(history.stale_writes.len()),
@@ -421,10 +447,11 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
                     explained = false;
                 }
             }
-            if kills_explain && interrupted(execution) {
-                unmatched += 1;
-            } else if let Some(down) = lost_in_failover(execution) {
+            // A record a failover lost is the more precise cause: the result was recorded.
+            if let Some(down) = lost_in_failover(execution) {
                 losses.push(down);
+            } else if kills_explain && interrupted(execution) {
+                unmatched += 1;
             }
         }
         figures.explained_duplicates += u64::from(explained);
@@ -1250,5 +1277,29 @@ mod tests {
         let verdict = check(&history(RecordState::Absent), single);
         assert_eq!(verdict.figures.lost_to_failover, 0);
         assert_eq!(verdict.failures, [Failure::Forgotten { count: 1 }]);
+    }
+
+    #[test]
+    fn a_failover_during_the_call_interrupts_it_on_a_cluster_only() {
+        // The master killed at 0.9 s, its replica master at 3.9 s: gateway 0 could not record
+        // the first execution's result, and the key went to the next attempt.
+        let history = executed_twice(vec![failover(900)]);
+        let verdict = check(&history, cluster(Ambiguous::Retry));
+        assert_eq!(verdict.figures.interrupted_by_failover, 1);
+        assert_eq!(verdict.figures.explained_duplicates, 1);
+        assert_eq!(verdict.figures.explained_by_failover, 0);
+        assert_eq!(verdict.failures, []);
+        // In reject mode an interruption explains nothing, and no gateway answered 2xx for the
+        // first execution: no record of it was lost.
+        assert_eq!(
+            check(&history, cluster(Ambiguous::Reject)).failures,
+            [Failure::Duplicates { count: 1 }]
+        );
+        let verdict = check(&history, settings(Ambiguous::Retry));
+        assert_eq!(verdict.figures.interrupted_by_failover, 0);
+        assert_eq!(
+            verdict.failures,
+            [Failure::UnexplainedDuplicates { count: 1 }]
+        );
     }
 }

@@ -120,6 +120,10 @@ impl Report {
                 "executions interrupted by a gateway pause",
                 f.interrupted_by_pause,
             ),
+            (
+                "executions interrupted by a failover",
+                f.interrupted_by_failover,
+            ),
             ("duplicates (executed more than once)", f.duplicates),
             (
                 "  explained by a kill or pause during the call",
@@ -294,6 +298,49 @@ mod tests {
             json["failures"],
             serde_json::json!([{ "kind": "stale_writes_applied", "count": 1 }])
         );
+        assert_eq!(serde_json::from_value::<Report>(json).unwrap(), report);
+    }
+
+    #[test]
+    fn a_cluster_run_shows_its_failovers_and_what_they_lost() {
+        let mut report = report(
+            Figures {
+                operations: 100,
+                executions: 103,
+                duplicates: 3,
+                explained_duplicates: 3,
+                explained_by_failover: 2,
+                lost_to_failover: 3,
+                lost_to_failover_at_end: 1,
+                succeeded: 100,
+                ..Figures::default()
+            },
+            vec![],
+        );
+        report.store = StoreKind::RedisCluster;
+        report.verdict.faults.failovers = 4;
+        report.verdict.faults.longest_failover_ms = 3_100;
+        let table = report.table();
+        assert!(
+            table.contains("4 failovers (the longest 3100 ms until the replica took over),"),
+            "{table}"
+        );
+        assert!(!table.contains("store restarts"), "{table}");
+        assert_eq!(
+            row(&table, "explained by a kill or pause during the call"),
+            Some("1")
+        );
+        assert_eq!(row(&table, "explained by a failover"), Some("2"));
+        assert_eq!(row(&table, "completed keys lost to failover"), Some("3"));
+        assert_eq!(row(&table, "missing or processing at the end"), Some("1"));
+        assert!(
+            table.contains("or a failover that lost its record"),
+            "{table}"
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["store"], "redis_cluster");
+        assert_eq!(json["figures"]["lost_to_failover"], 3);
+        assert_eq!(json["faults"]["failovers"], 4);
         assert_eq!(serde_json::from_value::<Report>(json).unwrap(), report);
     }
 }

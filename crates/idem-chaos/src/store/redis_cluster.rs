@@ -40,7 +40,7 @@ const MASTERS: usize = 3;
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How often the cluster's state is read while waiting.
-const POLL: Duration = Duration::from_millis(50);
+const POLL: Duration = Duration::from_millis(100);
 
 /// A Redis Cluster on free loopback ports, its nodes' files in the run's directory.
 #[derive(Debug)]
@@ -95,7 +95,7 @@ impl RedisCluster {
     /// starts the killed node again as a replica. Records a [`FaultEvent::Failover`], and
     /// returns it.
     pub(crate) async fn failover(&mut self, recorder: &Recorder) -> Result<FaultEvent, Error> {
-        let topology = self.topology(None).await?;
+        let topology = self.topology().await?;
         let masters: Vec<&Node> = topology.iter().filter(|n| n.is_master()).collect();
         let Some(&master) = masters.get(self.rng.usize(..masters.len().max(1))) else {
             return Err(Error::Cluster("no master to fail over"));
@@ -173,7 +173,7 @@ impl RedisCluster {
     ) -> Result<(), Error> {
         let deadline = Instant::now() + SETTLE_TIMEOUT;
         loop {
-            if self.every_node_ok().await && self.topology(None).await.is_ok_and(|t| ready(&t)) {
+            if self.every_node_ok().await && self.topology().await.is_ok_and(|t| ready(&t)) {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -197,17 +197,14 @@ impl RedisCluster {
         true
     }
 
-    /// `CLUSTER NODES` as a running node (the first, or `from`) sees it.
-    async fn topology(&self, from: Option<SocketAddr>) -> Result<Vec<Node>, Error> {
-        let addr = match from {
-            Some(addr) => addr,
-            None => self
-                .nodes
-                .iter()
-                .find(|n| n.is_running())
-                .map(RedisServer::addr)
-                .ok_or(Error::Cluster("no node is running"))?,
-        };
+    /// `CLUSTER NODES` as the first running node sees it.
+    async fn topology(&self) -> Result<Vec<Node>, Error> {
+        let addr = self
+            .nodes
+            .iter()
+            .find(|n| n.is_running())
+            .map(RedisServer::addr)
+            .ok_or(Error::Cluster("no node is running"))?;
         Ok(cli(addr, &["cluster", "nodes"])
             .await?
             .lines()
