@@ -91,12 +91,21 @@ impl RedisCluster {
         format!("redis+cluster://{}", addrs.join(","))
     }
 
-    /// SIGKILLs a master, waits until its replica has taken over and the cluster is `ok`, and
-    /// starts the killed node again as a replica. Records a [`FaultEvent::Failover`], and
+    /// SIGKILLs a master that holds keys, waits until its replica has taken over and the
+    /// cluster is `ok`, and starts the killed node again as a replica. Records a [`FaultEvent::Failover`], and
     /// returns it.
     pub(crate) async fn failover(&mut self, recorder: &Recorder) -> Result<FaultEvent, Error> {
         let topology = self.topology().await?;
         let masters: Vec<&Node> = topology.iter().filter(|n| n.is_master()).collect();
+        let mut holding: Vec<&Node> = Vec::new();
+        for &node in &masters {
+            let keys = cli(self.nodes[self.index(node.port)?].addr(), &["dbsize"]).await?;
+            if keys.trim().parse::<u64>().is_ok_and(|keys| keys > 0) {
+                holding.push(node);
+            }
+        }
+        // Before the first write, any master.
+        let masters = if holding.is_empty() { masters } else { holding };
         let Some(&master) = masters.get(self.rng.usize(..masters.len().max(1))) else {
             return Err(Error::Cluster("no master to fail over"));
         };
