@@ -50,7 +50,8 @@ pub enum FaultKind {
     /// requests reach the upstream late.
     Pauses,
     /// The store restarts: a server crashes and starts again; for SQLite, every gateway is
-    /// killed and started again on the same file.
+    /// killed and started again on the same file; for a Redis Cluster, a master is killed and
+    /// its replica takes over.
     StoreRestarts,
     /// For a while, the upstream answers later than the callers' attempt timeout.
     Slow,

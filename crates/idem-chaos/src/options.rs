@@ -175,7 +175,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "5s")]
     pub pause_every: HumanDuration,
 
-    /// The mean time between two store restarts.
+    /// The mean time between two store restarts (failovers, on a Redis Cluster).
     #[arg(long, value_name = "DURATION", default_value = "7s")]
     pub store_restart_every: HumanDuration,
 
