@@ -36,7 +36,7 @@
 //! See the crate documentation.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     fmt,
     time::Duration,
 };
@@ -84,6 +84,10 @@ pub struct Figures {
     pub interrupted: u64,
     /// Executions that a pause interrupted and no kill did, whose result no caller got.
     pub interrupted_by_pause: u64,
+    /// Executions that a clock step may have cut short (SQLite only), and no kill or pause
+    /// did, whose result no caller got.
+    #[serde(default)]
+    pub interrupted_by_clock_step: u64,
     /// Operations executed more than once.
     pub duplicates: u64,
     /// Duplicates whose every extra execution a kill or a pause explains.
@@ -128,6 +132,12 @@ pub struct FaultCounts {
     pub slow_windows: u64,
     /// Windows of an upstream answering 503.
     pub error_windows: u64,
+    /// Steps of a gateway's clock (injected on SQLite only).
+    #[serde(default)]
+    pub clock_steps: u64,
+    /// The furthest a gateway's clock was from true time, in milliseconds.
+    #[serde(default)]
+    pub largest_clock_offset_ms: u64,
     /// The longest store restart, from going down to answering again, in milliseconds: keys
     /// whose result could not be recorded for a lease free up, and with `--ambiguous retry`
     /// execute again (the gateway's cases 4 and 5), so it must stay well under the lease.
@@ -184,6 +194,19 @@ pub enum Failure {
         /// How many.
         count: u64,
     },
+    /// A soak's watched gateway grew its resident memory across the window
+    /// ([`resources`](crate::resources) says by how much it may).
+    MemoryGrew {
+        /// By how many bytes, along the least-squares line.
+        bytes: i64,
+    },
+    /// A soak's watched gateway held more and more file descriptors open.
+    DescriptorsGrew {
+        /// The most open in the window's first third.
+        from: u64,
+        /// The most open in its last third.
+        to: u64,
+    },
 }
 
 impl fmt::Display for Failure {
@@ -197,8 +220,8 @@ impl fmt::Display for Failure {
             }
             Self::UnexplainedDuplicates { count } => write!(
                 f,
-                "{count} operation(s) executed more than once without a gateway kill or pause \
-                 during the upstream call"
+                "{count} operation(s) executed more than once without a gateway kill, pause or \
+                 clock step during the upstream call"
             ),
             Self::StaleWritesApplied { count } => write!(
                 f,
@@ -228,6 +251,15 @@ impl fmt::Display for Failure {
                     "{count} unexpected definite answer(s) (a 4xx, or a 5xx not replayed)"
                 )
             }
+            Self::MemoryGrew { bytes } => write!(
+                f,
+                "the watched gateway's resident memory grew by {} KiB over the soak's window",
+                bytes / 1024
+            ),
+            Self::DescriptorsGrew { from, to } => write!(
+                f,
+                "the watched gateway's open file descriptors grew from at most {from} to {to}"
+            ),
         }
     }
 }
@@ -260,6 +292,7 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
     } = settings;
     let mut kills: Vec<(GatewayId, Stamp)> = Vec::new();
     let mut pauses: Vec<(GatewayId, Stamp, Stamp)> = Vec::new();
+    let mut clocks = Clocks::default();
     for fault in &history.faults {
         match *fault {
             FaultEvent::GatewayKilled { gateway, at } => kills.push((gateway, at)),
@@ -268,6 +301,11 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
                 from,
                 until,
             } => pauses.push((gateway, from, until)),
+            FaultEvent::ClockStepped {
+                gateway,
+                at,
+                offset_ms,
+            } => clocks.steps.push((gateway, at, offset_ms)),
             _ => {}
         }
     }
@@ -305,7 +343,26 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
                     && in_hands(execution, from, until)
             })
     };
-    let interrupted = |execution: &Execution| killed(execution) || paused(execution);
+    clocks
+        .gateways
+        .extend(history.executions.iter().map(|e| e.gateway));
+    clocks
+        .gateways
+        .extend(clocks.steps.iter().map(|&(gateway, ..)| gateway));
+    // On SQLite, where the store reads the gateways' clocks: a step while the execution was in
+    // its gateway's hands, or gateways whose clocks disagreed when it started, can make its key
+    // look free to a gateway (itself included) before its lease ran out.
+    let skewed = |execution: &Execution| {
+        unanswered(execution)
+            && store == StoreKind::Sqlite
+            && (clocks
+                .steps
+                .iter()
+                .any(|&(_, at, _)| in_hands(execution, at, at))
+                || clocks.disagree_at(execution.start))
+    };
+    let interrupted =
+        |execution: &Execution| killed(execution) || paused(execution) || skewed(execution);
 
     let mut by_key: HashMap<&str, Vec<&Execution>> = HashMap::new();
     for execution in &history.executions {
@@ -321,6 +378,13 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
                 .executions
                 .iter()
                 .filter(|e| paused(e) && !killed(e))
+                .count(),
+        ),
+        interrupted_by_clock_step: count(
+            history
+                .executions
+                .iter()
+                .filter(|e| skewed(e) && !paused(e) && !killed(e))
                 .count(),
         ),
         stale_writes_refused: count(history.stale_writes.len()),
@@ -386,8 +450,12 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
                 false
             }
         };
-        let kept =
-            operation.started.saturating_add(ttl) > history.records_read.saturating_add(TTL_MARGIN);
+        // A clock behind true time writes records that expire that much sooner; one ahead
+        // purges them that much sooner.
+        let kept = operation.started.saturating_add(ttl)
+            > history
+                .records_read
+                .saturating_add(TTL_MARGIN + clocks.furthest());
         if stored && kept && history.records.get(&operation.key) == Some(&RecordState::Absent) {
             figures.forgotten += 1;
         }
@@ -404,6 +472,38 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
         figures,
         faults: fault_counts(history),
         failures: failures(&figures, ambiguous),
+    }
+}
+
+/// The clock steps of a run, in time order, and the gateways whose clocks they set.
+#[derive(Default)]
+struct Clocks {
+    steps: Vec<(GatewayId, Stamp, i64)>,
+    gateways: BTreeSet<GatewayId>,
+}
+
+impl Clocks {
+    /// Whether two gateways' clocks were set apart at `at`.
+    fn disagree_at(&self, at: Stamp) -> bool {
+        // A gateway without a step yet is on true time.
+        let mut offsets: HashMap<GatewayId, i64> =
+            self.gateways.iter().map(|&gateway| (gateway, 0)).collect();
+        for &(gateway, _, offset) in self.steps.iter().filter(|step| step.1 <= at) {
+            offsets.insert(gateway, offset);
+        }
+        let low = offsets.values().min();
+        low != offsets.values().max()
+    }
+
+    /// The furthest any clock was set from true time.
+    fn furthest(&self) -> Duration {
+        let furthest = self
+            .steps
+            .iter()
+            .map(|&(_, _, offset)| offset.unsigned_abs())
+            .max()
+            .unwrap_or(0);
+        Duration::from_millis(furthest)
     }
 }
 
@@ -464,6 +564,11 @@ fn fault_counts(history: &History) -> FaultCounts {
             }
             FaultEvent::UpstreamSlow { .. } => counts.slow_windows += 1,
             FaultEvent::UpstreamFailing { .. } => counts.error_windows += 1,
+            FaultEvent::ClockStepped { offset_ms, .. } => {
+                counts.clock_steps += 1;
+                counts.largest_clock_offset_ms =
+                    counts.largest_clock_offset_ms.max(offset_ms.unsigned_abs());
+            }
             FaultEvent::GatewayRestarted { .. } => {}
         }
     }
@@ -544,6 +649,14 @@ mod tests {
     }
 
     /// `op-1` executed at 1 s through gateway 0, and again at 4 s through gateway 1.
+    fn step(gateway: u8, ms: u64, offset_ms: i64) -> FaultEvent {
+        FaultEvent::ClockStepped {
+            gateway: GatewayId(gateway),
+            at: at(ms),
+            offset_ms,
+        }
+    }
+
     fn executed_twice(faults: Vec<FaultEvent>) -> History {
         History {
             operations: vec![answered("op-1", 2), answered("op-2", 3)],
@@ -791,6 +904,7 @@ mod tests {
                 until: at(6),
             },
             pause(1, 7, 8),
+            step(0, 9, -3_000),
         ]);
         history.attempts = vec![
             Attempt {
@@ -819,6 +933,8 @@ mod tests {
                 dropped_answers: 1,
                 slow_windows: 1,
                 error_windows: 0,
+                clock_steps: 1,
+                largest_clock_offset_ms: 3_000,
                 longest_store_outage_ms: 1,
             }
         );
@@ -942,5 +1058,77 @@ mod tests {
         assert_eq!(verdict.figures.stale_writes_applied, 0);
         assert_eq!(verdict.figures.stale_writes_refused, 1);
         assert_eq!(verdict.failures, []);
+    }
+
+    fn sqlite(ambiguous: Ambiguous) -> Settings {
+        Settings {
+            store: StoreKind::Sqlite,
+            ..settings(ambiguous)
+        }
+    }
+
+    #[test]
+    fn a_clock_step_during_the_call_explains_the_duplicate_on_sqlite_in_retry_mode() {
+        // Gateway 1's clock jumped 5 s ahead at 1.02 s, while gateway 0's execution ran: gateway
+        // 0's lease looked run out to it.
+        let history = executed_twice(vec![step(1, 1_020, 5_000)]);
+        let verdict = check(&history, sqlite(Ambiguous::Retry));
+        assert_eq!(verdict.figures.interrupted_by_clock_step, 1);
+        assert_eq!(verdict.figures.explained_duplicates, 1);
+        assert!(verdict.passed());
+        // PostgreSQL and Redis read their server's clock: a gateway's step explains nothing.
+        let verdict = check(&history, settings(Ambiguous::Retry));
+        assert_eq!(verdict.figures.interrupted_by_clock_step, 0);
+        assert_eq!(
+            verdict.failures,
+            [Failure::UnexplainedDuplicates { count: 1 }]
+        );
+        // Reject mode never executes twice, whatever the clocks say.
+        assert_eq!(
+            check(&history, sqlite(Ambiguous::Reject)).failures,
+            [Failure::Duplicates { count: 1 }]
+        );
+    }
+
+    #[test]
+    fn clocks_set_apart_before_the_call_explain_it_and_clocks_set_right_do_not() {
+        // Set apart at 0.2 s and still apart when the first execution started at 1 s.
+        let apart = executed_twice(vec![step(0, 200, -4_000)]);
+        let verdict = check(&apart, sqlite(Ambiguous::Retry));
+        assert_eq!(verdict.figures.explained_duplicates, 1);
+        // Set right again at 0.5 s: the gateways agreed for the whole call.
+        let right = executed_twice(vec![step(0, 200, -4_000), step(0, 500, 0)]);
+        let verdict = check(&right, sqlite(Ambiguous::Retry));
+        assert_eq!(verdict.figures.interrupted_by_clock_step, 0);
+        assert_eq!(
+            verdict.failures,
+            [Failure::UnexplainedDuplicates { count: 1 }]
+        );
+        // Both a second ahead: they agree, and a gateway alone keeps its leases by its own clock.
+        let together = executed_twice(vec![step(0, 200, 1_000), step(1, 300, 1_000)]);
+        let verdict = check(&together, sqlite(Ambiguous::Retry));
+        assert_eq!(verdict.figures.explained_duplicates, 0);
+    }
+
+    #[test]
+    fn a_record_may_be_gone_as_much_sooner_as_a_clock_was_off() {
+        // Started at 58 s with a 60 s TTL: kept until 118 s. Read at 115.5 s, 2.5 s sooner.
+        let mut history = History {
+            operations: vec![answered("k", 1)],
+            executions: vec![execution(1, "k", 0, 58_000, 58_020)],
+            records_read: at(115_500),
+            records: [("k".to_owned(), RecordState::Absent)].into(),
+            ..History::default()
+        };
+        history.operations[0].started = at(58_000);
+        assert_eq!(
+            check(&history, sqlite(Ambiguous::Reject)).failures,
+            [Failure::Forgotten { count: 1 }]
+        );
+        // A clock 3 s behind wrote it: it expired up to 3 s sooner in true time.
+        history.faults.push(step(0, 50_000, -3_000));
+        let verdict = check(&history, sqlite(Ambiguous::Reject));
+        assert_eq!(verdict.figures.forgotten, 0);
+        assert!(verdict.passed());
     }
 }

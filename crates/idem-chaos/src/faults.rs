@@ -21,6 +21,8 @@
 //!     slow_every: Duration::from_secs(10),
 //!     errors_every: Duration::from_secs(10),
 //!     window: Duration::from_secs(2),
+//!     clock_step_every: Duration::from_secs(6),
+//!     spared: None,
 //! };
 //! let schedule = Schedule::new(&plan, 42);
 //! assert_eq!(schedule, Schedule::new(&plan, 42));
@@ -59,6 +61,10 @@ pub enum FaultKind {
     /// Two gateways share the store and the proxy spreads attempts over both (without it, one
     /// gateway).
     TwoGateways,
+    /// A gateway's wall clock steps forward or back, by half a lease to three leases, or is set
+    /// right again, as an NTP step would. Only the SQLite store reads the gateway's clock; the
+    /// PostgreSQL and Redis stores read their server's, so on them nothing is stepped.
+    ClockSteps,
 }
 
 /// What the schedule is drawn from.
@@ -84,6 +90,11 @@ pub struct Plan {
     pub errors_every: Duration,
     /// The mean length of a slow or 503 window.
     pub window: Duration,
+    /// The mean time between two clock steps.
+    pub clock_step_every: Duration,
+    /// A gateway that is never killed (a soak watches its memory): kills drawn for it go to
+    /// the other gateway.
+    pub spared: Option<GatewayId>,
 }
 
 /// One step of the schedule.
@@ -99,6 +110,9 @@ pub enum Action {
     Slow(Duration),
     /// The upstream answers 503 for this long.
     Errors(Duration),
+    /// This gateway's clock is set this many milliseconds ahead of true time (behind when
+    /// negative; 0 sets it right).
+    StepClock(GatewayId, i64),
 }
 
 impl Action {
@@ -140,7 +154,7 @@ impl Schedule {
                 if at >= plan.duration {
                     break;
                 }
-                let gateway = GatewayId(rng.u8(..plan.gateways.max(1)));
+                let gateway = plan.spare(GatewayId(rng.u8(..plan.gateways.max(1))));
                 faults.push(Scheduled {
                     at,
                     action: Action::KillGateway(gateway),
@@ -198,6 +212,21 @@ impl Schedule {
                 Action::Errors,
             );
         }
+        if wants(FaultKind::ClockSteps) {
+            let mut rng = stream(9);
+            let mut at = Duration::ZERO;
+            loop {
+                at += around(&mut rng, plan.clock_step_every);
+                if at >= plan.duration {
+                    break;
+                }
+                let gateway = GatewayId(rng.u8(..plan.gateways.max(1)));
+                faults.push(Scheduled {
+                    at,
+                    action: Action::StepClock(gateway, clock_offset(&mut rng, plan.lease)),
+                });
+            }
+        }
         faults.sort_by_key(|fault| fault.at);
         Self { faults }
     }
@@ -232,6 +261,36 @@ fn windows(
     }
 }
 
+impl Plan {
+    /// `gateway`, or the other one if `gateway` is spared.
+    fn spare(&self, gateway: GatewayId) -> GatewayId {
+        if self.spared == Some(gateway) && self.gateways > 1 {
+            GatewayId((gateway.0 + 1) % self.gateways)
+        } else {
+            gateway
+        }
+    }
+}
+
+/// The furthest a stepped clock is from true time: three leases.
+pub fn max_clock_offset(lease: Duration) -> Duration {
+    lease * 3
+}
+
+/// A clock's new offset from true time, in milliseconds: one step in three sets it right (0);
+/// the others put it from half a lease to three leases ahead or behind, mostly further than the
+/// lease, so that the gateways disagree on whether a lease has run out.
+fn clock_offset(rng: &mut fastrand::Rng, lease: Duration) -> i64 {
+    if rng.u8(..3) == 0 {
+        return 0;
+    }
+    let furthest = i64::try_from(max_clock_offset(lease).as_millis())
+        .unwrap_or(i64::MAX)
+        .max(2);
+    let offset = rng.i64(furthest / 6..=furthest);
+    if rng.bool() { offset } else { -offset }
+}
+
 /// A pause's length, drawn uniformly from 1.5 to 3 leases: longer than the lease, so that
 /// the gateway's keys are free for the other gateway before it continues.
 fn pause_length(rng: &mut fastrand::Rng, lease: Duration) -> Duration {
@@ -264,6 +323,8 @@ mod tests {
             slow_every: Duration::from_secs(10),
             errors_every: Duration::from_secs(10),
             window: Duration::from_secs(2),
+            clock_step_every: Duration::from_secs(6),
+            spared: None,
         }
     }
 
@@ -276,6 +337,7 @@ mod tests {
             FaultKind::Slow,
             FaultKind::Errors,
             FaultKind::TwoGateways,
+            FaultKind::ClockSteps,
         ]
     }
 
@@ -422,5 +484,63 @@ mod tests {
         // In time order among the others.
         let times: Vec<Duration> = with_all.faults().iter().map(|f| f.at).collect();
         assert!(times.is_sorted());
+    }
+
+    fn clock_steps(schedule: &Schedule) -> Vec<(GatewayId, i64)> {
+        schedule
+            .faults()
+            .iter()
+            .filter_map(|f| match f.action {
+                Action::StepClock(gateway, offset) => Some((gateway, offset)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn clock_steps_go_both_ways_on_both_gateways_within_three_leases() {
+        let steps = clock_steps(&Schedule::new(&plan(vec![FaultKind::ClockSteps]), 19));
+        // 60 s at one step every 3 to 9 s.
+        assert!((6..=20).contains(&steps.len()), "{steps:?}");
+        assert!(steps.iter().any(|&(_, offset)| offset == 0), "{steps:?}");
+        assert!(steps.iter().any(|&(_, offset)| offset > 0), "{steps:?}");
+        assert!(steps.iter().any(|&(_, offset)| offset < 0), "{steps:?}");
+        for &(_, offset) in &steps {
+            assert!(
+                offset == 0 || (1000..=6000).contains(&offset.abs()),
+                "{steps:?}"
+            );
+        }
+        for gateway in [GatewayId(0), GatewayId(1)] {
+            assert!(steps.iter().any(|&(g, _)| g == gateway), "{steps:?}");
+        }
+        // A stream of their own: the other kinds keep their times.
+        let kills = |schedule: &Schedule| -> Vec<Scheduled> {
+            schedule
+                .faults()
+                .iter()
+                .copied()
+                .filter(|f| matches!(f.action, Action::KillGateway(_)))
+                .collect()
+        };
+        assert_eq!(
+            kills(&Schedule::new(&plan(all()), 19)),
+            kills(&Schedule::new(&plan(vec![FaultKind::Kills]), 19))
+        );
+    }
+
+    #[test]
+    fn a_spared_gateway_is_never_killed_and_the_kills_go_to_the_other() {
+        let mut spared = plan(vec![FaultKind::Kills]);
+        spared.spared = Some(GatewayId(0));
+        let all_kills = Schedule::new(&plan(vec![FaultKind::Kills]), 23);
+        let schedule = Schedule::new(&spared, 23);
+        assert_eq!(schedule.faults().len(), all_kills.faults().len());
+        assert!(
+            schedule
+                .faults()
+                .iter()
+                .all(|f| f.action == Action::KillGateway(GatewayId(1)))
+        );
     }
 }

@@ -233,6 +233,16 @@ pub enum FaultEvent {
         /// Until.
         until: Stamp,
     },
+    /// A gateway's clock was set `offset_ms` milliseconds from true time (behind when
+    /// negative; 0: right again).
+    ClockStepped {
+        /// Which.
+        gateway: GatewayId,
+        /// When.
+        at: Stamp,
+        /// Its new offset from true time.
+        offset_ms: i64,
+    },
 }
 
 /// The state of a key's record in the store at the end of the run.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::{
     Error, GatewayId, Schedule,
     faults::{Action, Scheduled},
-    gateway_process::{GatewayProcess, Running},
+    gateway_process::{ClockFile, GatewayProcess, Running},
     history::{FaultEvent, Recorder},
     progress::Progress,
     store::StoreServer,
@@ -27,6 +27,8 @@ pub(crate) struct Injector<'a> {
     pub(crate) upstream: &'a Upstream,
     pub(crate) recorder: &'a Recorder,
     pub(crate) progress: &'a Progress,
+    /// The gateway a soak never kills: SQLite's store restarts kill only the others.
+    pub(crate) spared: Option<GatewayId>,
 }
 
 impl Injector<'_> {
@@ -45,8 +47,22 @@ impl Injector<'_> {
             upstream,
             recorder,
             progress,
+            spared,
         } = self;
         let running: Vec<Running> = gateways.iter().map(GatewayProcess::running).collect();
+        let clocks: Vec<ClockFile> = gateways.iter().map(GatewayProcess::clock).collect();
+        let clock_steps = async {
+            for fault in schedule.faults() {
+                let Action::StepClock(gateway, offset) = fault.action else {
+                    continue;
+                };
+                if let Some(clock) = clocks.get(usize::from(gateway.0)) {
+                    sleep_until(recorder, start + fault.at).await;
+                    step_clock(clock, gateway, offset, recorder, progress)?;
+                }
+            }
+            Ok::<(), Error>(())
+        };
         let pauses = async {
             for fault in schedule.faults() {
                 let Action::PauseGateway(gateway, length) = fault.action else {
@@ -64,6 +80,7 @@ impl Injector<'_> {
             store,
             recorder,
             progress,
+            spared,
         };
         let servers = async {
             for fault in schedule
@@ -96,12 +113,45 @@ impl Injector<'_> {
         tokio::try_join!(
             servers,
             pauses,
+            clock_steps,
             windows(|action| matches!(action, Action::Slow(_))),
             windows(|action| matches!(action, Action::Errors(_))),
         )?;
         sleep_until(recorder, start + duration).await;
+        // Every clock is set right for the end of the run, as the step's time says.
+        let stepped = schedule
+            .faults()
+            .iter()
+            .filter_map(|fault| match fault.action {
+                Action::StepClock(gateway, _) => Some(gateway),
+                _ => None,
+            })
+            .collect::<std::collections::BTreeSet<_>>();
+        for gateway in stepped {
+            if let Some(clock) = clocks.get(usize::from(gateway.0)) {
+                step_clock(clock, gateway, 0, recorder, progress)?;
+            }
+        }
         Ok(())
     }
+}
+
+/// Sets `gateway`'s clock `offset` milliseconds from true time, and records it.
+fn step_clock(
+    clock: &ClockFile,
+    gateway: GatewayId,
+    offset: i64,
+    recorder: &Recorder,
+    progress: &Progress,
+) -> Result<(), Error> {
+    clock.step(offset)?;
+    recorder.fault(FaultEvent::ClockStepped {
+        gateway,
+        at: recorder.now(),
+        offset_ms: offset,
+    });
+    progress.event(format_args!("{gateway}'s clock is {offset:+} ms off"));
+    Ok(())
 }
 
 async fn sleep_until(recorder: &Recorder, at: Duration) {
@@ -138,7 +188,10 @@ async fn window(upstream: &Upstream, recorder: &Recorder, progress: &Progress, a
     let (length, set): (Duration, fn(&Upstream, bool)) = match action {
         Action::Slow(length) => (length, Upstream::set_slow),
         Action::Errors(length) => (length, Upstream::set_failing),
-        Action::KillGateway(_) | Action::PauseGateway(..) | Action::RestartStore => return,
+        Action::KillGateway(_)
+        | Action::PauseGateway(..)
+        | Action::RestartStore
+        | Action::StepClock(..) => return,
     };
     let from = recorder.now();
     set(upstream, true);
@@ -165,6 +218,7 @@ struct Servers<'a> {
     store: &'a mut StoreServer,
     recorder: &'a Recorder,
     progress: &'a Progress,
+    spared: Option<GatewayId>,
 }
 
 impl Servers<'_> {
@@ -212,12 +266,14 @@ impl Servers<'_> {
     async fn restart_store(&mut self) -> Result<(), Error> {
         let down = self.recorder.now();
         match &mut *self.store {
-            // The store is in the gateways: every one dies, and comes back on the same file.
+            // The store is in the gateways: every one dies (but a soak's spared one), and comes
+            // back on the same file.
             StoreServer::Sqlite(_) => {
                 self.progress
                     .event("SQLite store restart: every gateway is killed");
                 let all: Vec<GatewayId> = (0..self.gateways.len())
                     .map(|i| GatewayId(u8::try_from(i).expect("at most 2 gateways")))
+                    .filter(|&gateway| Some(gateway) != self.spared)
                     .collect();
                 for &gateway in &all {
                     self.kill(gateway).await?;

@@ -69,6 +69,7 @@ mod process;
 mod progress;
 mod proxy;
 pub mod report;
+pub mod resources;
 mod run;
 pub mod store;
 mod upstream;

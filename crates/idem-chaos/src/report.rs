@@ -25,6 +25,7 @@
 //!         faults: FaultCounts::default(),
 //!         failures: vec![],
 //!     },
+//!     resources: Default::default(),
 //! };
 //! assert!(report.table().contains("PASS"));
 //! let json = serde_json::to_string(&report)?;
@@ -36,7 +37,7 @@ use std::{collections::BTreeMap, fmt::Write as _};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Ambiguous, InFlight, StoreKind, Verdict};
+use crate::{Ambiguous, InFlight, StoreKind, Verdict, resources::Resources};
 
 /// What a run did and found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,6 +65,9 @@ pub struct Report {
     /// The figures and what failed.
     #[serde(flatten)]
     pub verdict: Verdict,
+    /// The gateways' memory and descriptors and the store's size, sampled through the run.
+    #[serde(default)]
+    pub resources: Resources,
 }
 
 impl Report {
@@ -102,6 +106,13 @@ impl Report {
             faults.slow_windows,
             faults.error_windows,
         );
+        if faults.clock_steps > 0 {
+            let _ = writeln!(
+                out,
+                "clock steps: {} (the furthest {} ms from true time)\n",
+                faults.clock_steps, faults.largest_clock_offset_ms,
+            );
+        }
         let rows = [
             ("logical operations", f.operations),
             ("attempts", f.attempts),
@@ -111,9 +122,13 @@ impl Report {
                 "executions interrupted by a gateway pause",
                 f.interrupted_by_pause,
             ),
+            (
+                "executions cut short by a clock step",
+                f.interrupted_by_clock_step,
+            ),
             ("duplicates (executed more than once)", f.duplicates),
             (
-                "  explained by a kill or pause during the call",
+                "  explained by a fault during the call",
                 f.explained_duplicates,
             ),
             (
@@ -134,11 +149,13 @@ impl Report {
             let _ = writeln!(out, "  {label:<46} {value:>9}");
         }
         out.push('\n');
+        self.resources.describe(&mut out);
         if self.passed() {
             let expectation = match self.ambiguous {
                 Ambiguous::Reject => "no operation executed twice",
                 Ambiguous::Retry => {
-                    "every duplicate follows a gateway kill or pause during the upstream call"
+                    "every duplicate follows a gateway kill, pause or clock step during the \
+                     upstream call"
                 }
             };
             let _ = writeln!(
@@ -183,6 +200,7 @@ mod tests {
                 },
                 failures,
             },
+            resources: Resources::default(),
         }
     }
 
@@ -227,7 +245,7 @@ mod tests {
             Some("2")
         );
         assert_eq!(
-            row(&table, "explained by a kill or pause during the call"),
+            row(&table, "explained by a fault during the call"),
             Some("2")
         );
         assert_eq!(
@@ -237,8 +255,8 @@ mod tests {
         assert_eq!(row(&table, "stale writes applied"), Some("0"));
         assert!(
             table.contains(
-                "PASS: every duplicate follows a gateway kill or pause during the upstream call; \
-                 no stale write applied"
+                "PASS: every duplicate follows a gateway kill, pause or clock step during the \
+                 upstream call; no stale write applied"
             ),
             "{table}"
         );

@@ -9,6 +9,7 @@ use crate::{
     Error, FaultKind, GatewayId, InFlight, Report, RunArgs, Schedule, admin,
     callers::{self, CallerSettings},
     check::{self, Settings, check},
+    faults::max_clock_offset,
     gateway_process::{GatewayProcess, GatewayProgram},
     history::Recorder,
     http_client::http_client,
@@ -16,6 +17,7 @@ use crate::{
     options::Keep,
     progress::Progress,
     proxy::DropProxy,
+    resources::{self, Resources, Sampler},
     store::StoreServer,
     upstream::{FENCING_HEADER, Upstream},
 };
@@ -30,6 +32,11 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
     if args.ttl.0 < args.deadline.0 * 2 {
         return Err(Error::Options(
             "--ttl must be at least twice --deadline: a retry after the TTL executes again",
+        ));
+    }
+    if args.soak && args.gateways() < 2 {
+        return Err(Error::Options(
+            "--soak needs two-gateways: one is watched and never killed, the other is",
         ));
     }
     let seed = args.seed.unwrap_or_else(|| fastrand::u64(..));
@@ -84,9 +91,18 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
     )
     .await?;
 
-    let schedule = Schedule::new(&args.plan(), seed);
+    let plan = args.plan();
+    let schedule = Schedule::new(&plan, seed);
     let progress = Progress::start(duration, recorder.clone());
     let stop = tokio_util::sync::CancellationToken::new();
+    let sampling = tokio::spawn(
+        Sampler {
+            gateways: processes.iter().map(|p| (p.id(), p.running())).collect(),
+            store_files: store.files(),
+            recorder: recorder.clone(),
+        }
+        .run(args.sample_every.0, stop.clone()),
+    );
     let callers = tokio::spawn(callers::run(
         proxy.url(),
         CallerSettings {
@@ -104,6 +120,7 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
         upstream: &upstream,
         recorder: &recorder,
         progress: &progress,
+        spared: plan.spared,
     }
     .run(&schedule, start, duration)
     .await;
@@ -115,11 +132,17 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
     }
     progress.event("faults stopped, no new operation: waiting for the last outcomes");
     callers.await.expect("the callers do not panic")?;
+    // A clock that was ahead wrote leases that end that much later in true time.
+    let settle = if plan.faults.contains(&FaultKind::ClockSteps) {
+        lease + max_clock_offset(lease)
+    } else {
+        lease
+    };
     progress.event(format_args!(
-        "every operation has its outcome; waiting one lease ({}) before reading the records",
-        args.lease
+        "every operation has its outcome; waiting {} before reading the records",
+        HumanDuration(settle)
     ));
-    tokio::time::sleep(lease).await;
+    tokio::time::sleep(settle).await;
     let records = admin::record_states(&client, &processes[0].admin_url(), recorder.keys()).await?;
     // Records expire while tens of thousands are read: the forgotten check counts from the end.
     let read = recorder.now();
@@ -129,7 +152,23 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
     store.stop().await;
     drop(progress);
 
+    let samples = sampling.await.unwrap_or_default();
     let history = recorder.finish(records, read);
+    let mut verdict = check(
+        &history,
+        Settings {
+            store: args.store,
+            ambiguous: args.ambiguous,
+            lease,
+            ttl: args.ttl.0,
+        },
+    );
+    let watched = plan
+        .spared
+        .and_then(|gateway| resources::trend(&samples, gateway, millis(duration)));
+    verdict
+        .failures
+        .extend(watched.and_then(|trend| trend.grew()));
     let report = Report {
         store: args.store,
         ambiguous: args.ambiguous,
@@ -141,15 +180,8 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
         ttl_ms: millis(args.ttl.0),
         seed,
         statuses: check::statuses(&history),
-        verdict: check(
-            &history,
-            Settings {
-                store: args.store,
-                ambiguous: args.ambiguous,
-                lease,
-                ttl: args.ttl.0,
-            },
-        ),
+        verdict,
+        resources: Resources { samples, watched },
     };
     if let Some(path) = &args.history {
         write_json(path, &history, "history")?;

@@ -51,6 +51,19 @@ impl StoreServer {
         }
     }
 
+    /// The files whose size is the store's size on disk: SQLite's database and its write-ahead
+    /// log, PostgreSQL's databases (not its write-ahead log, which it recycles), Redis's files.
+    pub fn files(&self) -> Vec<PathBuf> {
+        match self {
+            Self::Sqlite(path) => ["", "-wal"]
+                .iter()
+                .map(|suffix| PathBuf::from(format!("{}{suffix}", path.display())))
+                .collect(),
+            Self::Postgres(server) => vec![server.data().join("base")],
+            Self::Redis(server) => vec![server.dir().to_owned()],
+        }
+    }
+
     /// Stops the server, if any.
     pub async fn stop(&mut self) {
         match self {

@@ -30,6 +30,11 @@ pub struct PostgresServer {
 }
 
 impl PostgresServer {
+    /// Its files' directory.
+    pub fn data(&self) -> &Path {
+        &self.data
+    }
+
     /// Creates a cluster in `dir` (`initdb`) and starts its server.
     pub async fn start(dir: &Path) -> Result<Self, Error> {
         let bin = bin_dir().await?;

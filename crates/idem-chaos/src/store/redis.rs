@@ -55,6 +55,11 @@ impl RedisServer {
         format!("redis://{}", self.addr)
     }
 
+    /// Its files' directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// SIGKILLs the server and starts it again on its files.
     pub async fn restart(&mut self) -> Result<(), Error> {
         self.stop().await;
