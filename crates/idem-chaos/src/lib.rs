@@ -67,6 +67,7 @@ mod injector;
 pub mod options;
 mod process;
 mod progress;
+pub mod provenance;
 mod proxy;
 pub mod report;
 mod run;
