@@ -72,6 +72,7 @@ mod proxy;
 pub mod report;
 mod run;
 pub mod store;
+pub mod summary;
 mod upstream;
 
 pub use check::{Failure, Figures, Verdict, check};
