@@ -43,6 +43,19 @@ pub struct Provenance {
     /// The version of `idem-chaos` that made the run.
     #[serde(default)]
     pub harness_version: Option<String>,
+    /// How the harness, and so the gateways, were built.
+    #[serde(default)]
+    pub build: Option<Build>,
+}
+
+/// How the harness was built: its figures (operations, attempts) depend on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Build {
+    /// With debug assertions: cargo's `dev` profile (`cargo build`).
+    Debug,
+    /// Without: `--release` or `--profile dist`.
+    Release,
 }
 
 fn unknown() -> String {
@@ -57,6 +70,11 @@ impl Provenance {
             commit: commit().unwrap_or_else(unknown),
             machine: Some(Machine::this()),
             harness_version: Some(env!("CARGO_PKG_VERSION").to_owned()),
+            build: Some(if cfg!(debug_assertions) {
+                Build::Debug
+            } else {
+                Build::Release
+            }),
         }
     }
 }
@@ -282,6 +300,7 @@ mod tests {
                 commit: "unknown".to_owned(),
                 machine: None,
                 harness_version: None,
+                build: None,
             }
         );
     }

@@ -223,7 +223,7 @@ mod tests {
     use crate::{
         Failure, InFlight, RedisPersistence, Verdict,
         check::{FaultCounts, Figures},
-        provenance::{Date, Machine, Provenance},
+        provenance::{Build, Date, Machine, Provenance},
         report::RunOptions,
     };
 
@@ -291,6 +291,7 @@ mod tests {
                 commit: COMMIT.to_owned(),
                 machine: Some(machine(2)),
                 harness_version: Some("0.1.0".to_owned()),
+                build: Some(Build::Release),
             },
         }
     }
@@ -362,6 +363,7 @@ mod tests {
             commit: format!("{COMMIT}-dirty"),
             machine: None,
             harness_version: None,
+            build: None,
         };
         let markdown = markdown(&[failed]);
         let row = markdown.lines().nth(2).unwrap();
