@@ -70,8 +70,9 @@ pub struct Settings {
     pub ttl: Duration,
 }
 
-/// The figures of a run.
+/// The figures of a run. A figure a report does not have (written before it was counted) is 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Figures {
     /// Logical operations (keys).
     pub operations: u64,
@@ -117,8 +118,10 @@ pub struct Figures {
     pub unexpected_answers: u64,
 }
 
-/// How many faults of each kind the run injected.
+/// How many faults of each kind the run injected. A kind a report does not have (written before
+/// it existed) is 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct FaultCounts {
     /// Gateways SIGKILLed (SQLite store restarts included: they kill every gateway).
     pub gateway_kills: u64,

@@ -8,8 +8,10 @@
 //! each, while a seeded schedule SIGKILLs gateways, stops them past their lease, restarts the
 //! store, and slows the upstream down or has it answer 503. The upstream refuses a request
 //! whose fencing token is lower than one it applied for the operation. Then [`check()`] reads
-//! the history: duplicates, stale writes, lost operations, stuck keys. `docs/reliability.md`
-//! explains the run and its figures.
+//! the history: duplicates, stale writes, lost operations, stuck keys. With `--json`, the run's
+//! [`Report`] records its figures, options and [`provenance`] (date, commit, machine);
+//! `idem-chaos report FILE…` prints many reports as one markdown table ([`summary`]).
+//! `docs/reliability.md` explains the run and its figures.
 //!
 //! # Examples
 //!
@@ -67,11 +69,13 @@ mod injector;
 pub mod options;
 mod process;
 mod progress;
+pub mod provenance;
 mod proxy;
 pub mod report;
 pub mod resources;
 mod run;
 pub mod store;
+pub mod summary;
 mod upstream;
 
 pub use check::{Failure, Figures, Verdict, check};

@@ -1,5 +1,5 @@
 //! [`Report`]: a run's settings, figures and verdict, as the table `idem-chaos run` prints and
-//! as JSON (`--json FILE`).
+//! as JSON (`--json FILE`), with where the run comes from ([`Provenance`]).
 //!
 //! # Examples
 //!
@@ -7,6 +7,7 @@
 //! use idem_chaos::{
 //!     Ambiguous, InFlight, Report, StoreKind, Verdict,
 //!     check::{FaultCounts, Figures},
+//!     provenance::Provenance,
 //! };
 //!
 //! let report = Report {
@@ -26,6 +27,8 @@
 //!         failures: vec![],
 //!     },
 //!     resources: Default::default(),
+//!     options: None,
+//!     provenance: Provenance::now(),
 //! };
 //! assert!(report.table().contains("PASS"));
 //! let json = serde_json::to_string(&report)?;
@@ -33,14 +36,18 @@
 //! # Ok::<(), serde_json::Error>(())
 //! ```
 
-use std::{collections::BTreeMap, fmt::Write as _};
+use std::{collections::BTreeMap, fmt::Write as _, path::Path};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Ambiguous, InFlight, StoreKind, Verdict, resources::Resources};
+use crate::{
+    Ambiguous, Error, FaultKind, InFlight, RedisPersistence, RunArgs, StoreKind, Verdict,
+    provenance::Provenance, resources::Resources, run::millis,
+};
 
-/// What a run did and found.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// What a run did and found. Reports written before a field was added still parse: the
+/// field is `None` (or its documented default).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     /// The store.
     pub store: StoreKind,
@@ -68,9 +75,83 @@ pub struct Report {
     /// The gateways' memory and descriptors and the store's size, sampled through the run.
     #[serde(default)]
     pub resources: Resources,
+    /// The run's other options.
+    #[serde(default)]
+    pub options: Option<RunOptions>,
+    /// When, from which source and where the run was made.
+    #[serde(flatten)]
+    pub provenance: Provenance,
+}
+
+/// The options of a run that [`Report`]'s own fields do not give, as `idem-chaos run` took
+/// them (defaults included). An option added later needs `#[serde(default)]`, so that the
+/// committed reports still parse.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunOptions {
+    /// `--faults`: the kinds injected.
+    pub faults: Vec<FaultKind>,
+    /// `--drop-rate`.
+    pub drop_rate: f64,
+    /// `--kill-every`, in milliseconds.
+    pub kill_every_ms: u64,
+    /// `--pause-every`, in milliseconds.
+    pub pause_every_ms: u64,
+    /// `--store-restart-every`, in milliseconds.
+    pub store_restart_every_ms: u64,
+    /// `--slow-every`, in milliseconds.
+    pub slow_every_ms: u64,
+    /// `--errors-every`, in milliseconds.
+    pub errors_every_ms: u64,
+    /// `--window`, in milliseconds.
+    pub window_ms: u64,
+    /// `--attempt-timeout`, in milliseconds.
+    pub attempt_timeout_ms: u64,
+    /// `--deadline`, in milliseconds.
+    pub deadline_ms: u64,
+    /// `--redis-persistence`.
+    pub redis_persistence: RedisPersistence,
+    /// `--clock-step-every`, in milliseconds.
+    #[serde(default)]
+    pub clock_step_every_ms: u64,
+    /// `--sample-every`, in milliseconds.
+    #[serde(default)]
+    pub sample_every_ms: u64,
+    /// `--soak`.
+    #[serde(default)]
+    pub soak: bool,
+}
+
+impl From<&RunArgs> for RunOptions {
+    fn from(args: &RunArgs) -> Self {
+        Self {
+            faults: args.faults.clone(),
+            drop_rate: args.drop_rate,
+            kill_every_ms: millis(args.kill_every.0),
+            pause_every_ms: millis(args.pause_every.0),
+            store_restart_every_ms: millis(args.store_restart_every.0),
+            slow_every_ms: millis(args.slow_every.0),
+            errors_every_ms: millis(args.errors_every.0),
+            window_ms: millis(args.window.0),
+            attempt_timeout_ms: millis(args.attempt_timeout.0),
+            deadline_ms: millis(args.deadline.0),
+            redis_persistence: args.redis_persistence,
+            clock_step_every_ms: millis(args.clock_step_every.0),
+            sample_every_ms: millis(args.sample_every.0),
+            soak: args.soak,
+        }
+    }
 }
 
 impl Report {
+    /// Reads a report written by `--json`.
+    pub fn read(path: &Path) -> Result<Self, Error> {
+        let json = std::fs::read(path).map_err(Error::io(format!("read {}", path.display())))?;
+        serde_json::from_slice(&json).map_err(|source| Error::NotAReport {
+            path: path.to_owned(),
+            source,
+        })
+    }
+
     /// Whether every expectation was met.
     pub fn passed(&self) -> bool {
         self.verdict.passed()
@@ -201,6 +282,8 @@ mod tests {
                 failures,
             },
             resources: Resources::default(),
+            options: None,
+            provenance: Provenance::now(),
         }
     }
 

@@ -16,6 +16,7 @@ use crate::{
     injector::Injector,
     options::Keep,
     progress::Progress,
+    provenance::Provenance,
     proxy::DropProxy,
     resources::{self, Resources, Sampler},
     store::StoreServer,
@@ -182,6 +183,8 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
         statuses: check::statuses(&history),
         verdict,
         resources: Resources { samples, watched },
+        options: Some(args.into()),
+        provenance: Provenance::now(),
     };
     if let Some(path) = &args.history {
         write_json(path, &history, "history")?;
@@ -251,6 +254,6 @@ fn write_json(path: &Path, value: &impl serde::Serialize, what: &'static str) ->
     std::fs::write(path, json).map_err(Error::io(format!("write {}", path.display())))
 }
 
-fn millis(duration: Duration) -> u64 {
+pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
