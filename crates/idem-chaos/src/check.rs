@@ -8,7 +8,12 @@
 //!   busy store delays that, and the gateway keeps trying for a lease while the store is down)
 //!   — and no caller got its result. On SQLite the store is in the gateways: a gateway stopped
 //!   inside a write transaction holds the file's lock, and no gateway records anything until it
-//!   continues, so a pause interrupts the executions of every gateway.
+//!   continues, so a pause interrupts the executions of every gateway. A **partition** of the
+//!   gateway's link to its store or its upstream interrupts its executions the same way, from
+//!   the cut to the heal: cut from the store, the gateway can neither renew its lease nor record
+//!   the result; cut from the upstream, its request arrives late or its answer does not come
+//!   back. A partition stops no process, so it never holds up another gateway, on SQLite
+//!   either.
 //! - A duplicate is **explained** when each of its extra executions follows an interrupted
 //!   execution of the same operation; each interrupted execution explains one extra execution.
 //! - A **stale write** is a request whose fencing token is lower than one the upstream already
@@ -84,9 +89,13 @@ pub struct Figures {
     pub interrupted: u64,
     /// Executions that a pause interrupted and no kill did, whose result no caller got.
     pub interrupted_by_pause: u64,
+    /// Executions that a partition of their gateway interrupted and no kill or pause did,
+    /// whose result no caller got.
+    #[serde(default)]
+    pub interrupted_by_partition: u64,
     /// Operations executed more than once.
     pub duplicates: u64,
-    /// Duplicates whose every extra execution a kill or a pause explains.
+    /// Duplicates whose every extra execution a kill, a pause or a partition explains.
     pub explained_duplicates: u64,
     /// Requests the upstream refused because a higher fencing token had been applied for their
     /// operation: late writes of a gateway that lost its key.
@@ -128,6 +137,9 @@ pub struct FaultCounts {
     pub slow_windows: u64,
     /// Windows of an upstream answering 503.
     pub error_windows: u64,
+    /// Gateways cut from their store or their upstream for a while.
+    #[serde(default)]
+    pub partitions: u64,
     /// The longest store restart, from going down to answering again, in milliseconds: keys
     /// whose result could not be recorded for a lease free up, and with `--ambiguous retry`
     /// execute again (the gateway's cases 4 and 5), so it must stay well under the lease.
@@ -143,8 +155,8 @@ pub enum Failure {
         /// How many operations.
         count: u64,
     },
-    /// `--ambiguous retry` executed operations more than once without a kill or a pause to
-    /// explain it.
+    /// `--ambiguous retry` executed operations more than once without a kill, a pause or a
+    /// partition to explain it.
     UnexplainedDuplicates {
         /// How many operations.
         count: u64,
@@ -197,8 +209,8 @@ impl fmt::Display for Failure {
             }
             Self::UnexplainedDuplicates { count } => write!(
                 f,
-                "{count} operation(s) executed more than once without a gateway kill or pause \
-                 during the upstream call"
+                "{count} operation(s) executed more than once without a gateway kill, pause or \
+                 partition during the upstream call"
             ),
             Self::StaleWritesApplied { count } => write!(
                 f,
@@ -260,6 +272,7 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
     } = settings;
     let mut kills: Vec<(GatewayId, Stamp)> = Vec::new();
     let mut pauses: Vec<(GatewayId, Stamp, Stamp)> = Vec::new();
+    let mut partitions: Vec<(GatewayId, Stamp, Stamp)> = Vec::new();
     for fault in &history.faults {
         match *fault {
             FaultEvent::GatewayKilled { gateway, at } => kills.push((gateway, at)),
@@ -268,6 +281,12 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
                 from,
                 until,
             } => pauses.push((gateway, from, until)),
+            FaultEvent::Partitioned {
+                gateway,
+                from,
+                until,
+                ..
+            } => partitions.push((gateway, from, until)),
             _ => {}
         }
     }
@@ -305,7 +324,14 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
                     && in_hands(execution, from, until)
             })
     };
-    let interrupted = |execution: &Execution| killed(execution) || paused(execution);
+    let partitioned = |execution: &Execution| {
+        unanswered(execution)
+            && partitions.iter().any(|&(gateway, from, until)| {
+                gateway == execution.gateway && in_hands(execution, from, until)
+            })
+    };
+    let interrupted =
+        |execution: &Execution| killed(execution) || paused(execution) || partitioned(execution);
 
     let mut by_key: HashMap<&str, Vec<&Execution>> = HashMap::new();
     for execution in &history.executions {
@@ -321,6 +347,13 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
                 .executions
                 .iter()
                 .filter(|e| paused(e) && !killed(e))
+                .count(),
+        ),
+        interrupted_by_partition: count(
+            history
+                .executions
+                .iter()
+                .filter(|e| partitioned(e) && !killed(e) && !paused(e))
                 .count(),
         ),
         stale_writes_refused: count(history.stale_writes.len()),
@@ -464,6 +497,7 @@ fn fault_counts(history: &History) -> FaultCounts {
             }
             FaultEvent::UpstreamSlow { .. } => counts.slow_windows += 1,
             FaultEvent::UpstreamFailing { .. } => counts.error_windows += 1,
+            FaultEvent::Partitioned { .. } => counts.partitions += 1,
             FaultEvent::GatewayRestarted { .. } => {}
         }
     }
@@ -488,7 +522,10 @@ pub(crate) fn statuses(history: &History) -> BTreeMap<u16, u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::{Attempt, Operation, StaleWrite};
+    use crate::{
+        faults::{Link, PartitionMode},
+        history::{Attempt, Operation, StaleWrite},
+    };
 
     fn settings(ambiguous: Ambiguous) -> Settings {
         Settings {
@@ -538,6 +575,16 @@ mod tests {
     fn pause(gateway: u8, from: u64, until: u64) -> FaultEvent {
         FaultEvent::GatewayPaused {
             gateway: GatewayId(gateway),
+            from: at(from),
+            until: at(until),
+        }
+    }
+
+    fn partition(gateway: u8, link: Link, from: u64, until: u64) -> FaultEvent {
+        FaultEvent::Partitioned {
+            gateway: GatewayId(gateway),
+            link,
+            mode: PartitionMode::BothWays,
             from: at(from),
             until: at(until),
         }
@@ -791,6 +838,7 @@ mod tests {
                 until: at(6),
             },
             pause(1, 7, 8),
+            partition(0, Link::Store, 9, 10),
         ]);
         history.attempts = vec![
             Attempt {
@@ -819,6 +867,7 @@ mod tests {
                 dropped_answers: 1,
                 slow_windows: 1,
                 error_windows: 0,
+                partitions: 1,
                 longest_store_outage_ms: 1,
             }
         );
@@ -942,5 +991,89 @@ mod tests {
         assert_eq!(verdict.figures.stale_writes_applied, 0);
         assert_eq!(verdict.figures.stale_writes_refused, 1);
         assert_eq!(verdict.failures, []);
+    }
+    #[test]
+    fn a_partition_during_the_call_explains_the_duplicate_in_retry_mode() {
+        // Gateway 0 cut at 0.9 s, during the first execution, for 4 s: from the store, it could
+        // neither renew nor record; from the upstream, its answer did not come back.
+        for link in [Link::Store, Link::Upstream] {
+            let history = executed_twice(vec![partition(0, link, 900, 4_900)]);
+            let verdict = check(&history, settings(Ambiguous::Retry));
+            assert_eq!(verdict.figures.interrupted, 0);
+            assert_eq!(verdict.figures.interrupted_by_pause, 0);
+            assert_eq!(verdict.figures.interrupted_by_partition, 1);
+            assert_eq!(verdict.figures.explained_duplicates, 1);
+            assert_eq!(verdict.failures, []);
+            // Reject mode never executes twice, cut off or not.
+            assert_eq!(
+                check(&history, settings(Ambiguous::Reject)).failures,
+                [Failure::Duplicates { count: 1 }]
+            );
+        }
+    }
+
+    #[test]
+    fn a_request_held_until_the_partition_heals_was_in_its_gateways_hands() {
+        // Healed at 0.8 s, the held request reached the upstream at 1 s, within the slack.
+        // Healed at 0.7 s, 300 ms before: sent after the partition.
+        let verdict = check(
+            &executed_twice(vec![partition(0, Link::Upstream, 200, 800)]),
+            settings(Ambiguous::Retry),
+        );
+        assert_eq!(verdict.figures.interrupted_by_partition, 1);
+        assert_eq!(verdict.figures.explained_duplicates, 1);
+        let verdict = check(
+            &executed_twice(vec![partition(0, Link::Upstream, 200, 700)]),
+            settings(Ambiguous::Retry),
+        );
+        assert_eq!(verdict.figures.interrupted_by_partition, 0);
+        assert_eq!(verdict.figures.explained_duplicates, 0);
+    }
+
+    #[test]
+    fn a_partition_of_another_gateway_explains_nothing_on_any_store() {
+        let history = executed_twice(vec![partition(1, Link::Upstream, 900, 4_900)]);
+        for store in [StoreKind::Sqlite, StoreKind::Postgres, StoreKind::Redis] {
+            let verdict = check(
+                &history,
+                Settings {
+                    store,
+                    ..settings(Ambiguous::Retry)
+                },
+            );
+            // Gateway 1 was cut during op-2's only execution, whose result its caller got; and
+            // a partition stops no process, so it holds no SQLite lock.
+            assert_eq!(verdict.figures.interrupted_by_partition, 0);
+            assert_eq!(
+                verdict.failures,
+                [Failure::UnexplainedDuplicates { count: 1 }]
+            );
+        }
+    }
+
+    #[test]
+    fn a_pause_and_a_partition_of_one_execution_explain_one_extra_execution() {
+        let mut history = executed_twice(vec![
+            pause(0, 900, 4_900),
+            partition(0, Link::Store, 950, 2_000),
+        ]);
+        history
+            .executions
+            .push(execution(4, "op-1", 1, 7_000, 7_050));
+        history.operations[0] = answered("op-1", 4);
+        let verdict = check(&history, settings(Ambiguous::Retry));
+        // Counted once, as a pause.
+        assert_eq!(verdict.figures.interrupted_by_pause, 1);
+        assert_eq!(verdict.figures.interrupted_by_partition, 0);
+        assert_eq!(verdict.figures.explained_duplicates, 0);
+        assert!(!verdict.passed());
+        // A partition of gateway 1 during the second execution explains the third.
+        history
+            .faults
+            .push(partition(1, Link::Upstream, 4_010, 5_000));
+        let verdict = check(&history, settings(Ambiguous::Retry));
+        assert_eq!(verdict.figures.interrupted_by_partition, 1);
+        assert_eq!(verdict.figures.explained_duplicates, 1);
+        assert!(verdict.passed());
     }
 }

@@ -28,6 +28,8 @@ use std::{
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use crate::faults::{Link, PartitionMode};
+
 /// A moment of the run: microseconds since it started.
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
@@ -233,6 +235,19 @@ pub enum FaultEvent {
         /// Until.
         until: Stamp,
     },
+    /// A gateway was cut from its store or its upstream.
+    Partitioned {
+        /// Which.
+        gateway: GatewayId,
+        /// From what.
+        link: Link,
+        /// How.
+        mode: PartitionMode,
+        /// When the link was cut.
+        from: Stamp,
+        /// When it was whole again.
+        until: Stamp,
+    },
 }
 
 /// The state of a key's record in the store at the end of the run.
@@ -288,6 +303,7 @@ pub(crate) struct Tally {
     pub(crate) kills: usize,
     pub(crate) pauses: usize,
     pub(crate) store_restarts: usize,
+    pub(crate) partitions: usize,
 }
 
 impl Recorder {
@@ -380,6 +396,11 @@ impl Recorder {
                 .faults
                 .iter()
                 .filter(|f| matches!(f, FaultEvent::StoreRestarted { .. }))
+                .count(),
+            partitions: history
+                .faults
+                .iter()
+                .filter(|f| matches!(f, FaultEvent::Partitioned { .. }))
                 .count(),
         })
     }

@@ -1,17 +1,20 @@
 //! The fault injector: takes each action of the [`Schedule`] at its time, on the run's
 //! gateways, store and upstream, and records it in the history.
 //!
-//! Kills and store restarts take turns (a SQLite restart kills every gateway); pauses and the
-//! slow and 503 windows of the upstream run beside them, so that a slow restart does not
-//! shorten them. A pause waits for its gateway to be up, and a kill ends it.
+//! Kills and store restarts take turns (a SQLite restart kills every gateway); pauses,
+//! partitions and the slow and 503 windows of the upstream run beside them, so that a slow
+//! restart does not shorten them. A pause waits for its gateway to be up, and a kill ends it. A
+//! partition cuts a link whatever the gateway does meanwhile: a gateway killed and started
+//! again during it reconnects through the cut link.
 
 use std::time::Duration;
 
 use crate::{
     Error, GatewayId, Schedule,
-    faults::{Action, Scheduled},
+    faults::{Action, Link, PartitionMode, Scheduled},
     gateway_process::{GatewayProcess, Running},
     history::{FaultEvent, Recorder},
+    link::{GatewayLinks, LinkProxy},
     progress::Progress,
     store::StoreServer,
     upstream::Upstream,
@@ -25,6 +28,8 @@ pub(crate) struct Injector<'a> {
     pub(crate) gateways: &'a mut [GatewayProcess],
     pub(crate) store: &'a mut StoreServer,
     pub(crate) upstream: &'a Upstream,
+    /// Each gateway's link proxies, by gateway.
+    pub(crate) links: &'a [GatewayLinks],
     pub(crate) recorder: &'a Recorder,
     pub(crate) progress: &'a Progress,
 }
@@ -43,6 +48,7 @@ impl Injector<'_> {
             gateways,
             store,
             upstream,
+            links,
             recorder,
             progress,
         } = self;
@@ -56,6 +62,33 @@ impl Injector<'_> {
                     sleep_until(recorder, start + fault.at).await;
                     pause(running, gateway, length, recorder, progress).await?;
                 }
+            }
+            Ok::<(), Error>(())
+        };
+        let partitions = async {
+            for fault in schedule.faults() {
+                let Action::Partition {
+                    gateway,
+                    link,
+                    mode,
+                    length,
+                } = fault.action
+                else {
+                    continue;
+                };
+                let Some(proxy) = links
+                    .get(usize::from(gateway.0))
+                    .and_then(|links| links.get(link))
+                else {
+                    continue;
+                };
+                sleep_until(recorder, start + fault.at).await;
+                let cut = Cut {
+                    gateway,
+                    link,
+                    mode,
+                };
+                partition(proxy, cut, length, recorder, progress).await;
             }
             Ok::<(), Error>(())
         };
@@ -96,6 +129,7 @@ impl Injector<'_> {
         tokio::try_join!(
             servers,
             pauses,
+            partitions,
             windows(|action| matches!(action, Action::Slow(_))),
             windows(|action| matches!(action, Action::Errors(_))),
         )?;
@@ -133,12 +167,55 @@ async fn pause(
     Ok(())
 }
 
+/// A partition: which gateway, which link, how.
+#[derive(Debug, Clone, Copy)]
+struct Cut {
+    gateway: GatewayId,
+    link: Link,
+    mode: PartitionMode,
+}
+
+/// Cuts a link through its proxy for `length`, then heals it.
+async fn partition(
+    proxy: &LinkProxy,
+    cut: Cut,
+    length: Duration,
+    recorder: &Recorder,
+    progress: &Progress,
+) {
+    let Cut {
+        gateway,
+        link,
+        mode,
+    } = cut;
+    let from = recorder.now();
+    proxy.cut(mode);
+    progress.event(format_args!(
+        "{gateway} cut from its {link} for {} ms: {mode}",
+        length.as_millis()
+    ));
+    tokio::time::sleep(length).await;
+    proxy.heal();
+    let until = recorder.now();
+    recorder.fault(FaultEvent::Partitioned {
+        gateway,
+        link,
+        mode,
+        from,
+        until,
+    });
+    progress.event(format_args!("{gateway} reaches its {link} again"));
+}
+
 /// A slow or 503 window of the upstream, from now until its end.
 async fn window(upstream: &Upstream, recorder: &Recorder, progress: &Progress, action: Action) {
     let (length, set): (Duration, fn(&Upstream, bool)) = match action {
         Action::Slow(length) => (length, Upstream::set_slow),
         Action::Errors(length) => (length, Upstream::set_failing),
-        Action::KillGateway(_) | Action::PauseGateway(..) | Action::RestartStore => return,
+        Action::KillGateway(_)
+        | Action::PauseGateway(..)
+        | Action::RestartStore
+        | Action::Partition { .. } => return,
     };
     let from = recorder.now();
     set(upstream, true);
