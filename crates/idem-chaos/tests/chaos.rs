@@ -143,7 +143,7 @@ fn reject_never_executes_twice(store: &str, in_flight: InFlight) {
 
 /// `--ambiguous retry`: an operation executes again only after a kill, a pause or a partition
 /// cut its execution off, one extra execution for each.
-fn retry_executes_again_only_after_a_kill_or_pause(store: &str, in_flight: InFlight) {
+fn retry_executes_again_only_after_a_kill_pause_or_partition(store: &str, in_flight: InFlight) {
     let (code, report) = chaos(store, "retry", in_flight);
     assert_eq!(report.ambiguous, Ambiguous::Retry);
     assert_eq!(report.in_flight, in_flight);
@@ -164,13 +164,13 @@ fn sqlite_reject_never_executes_twice() {
 }
 
 #[test]
-fn sqlite_retry_executes_again_only_after_a_kill_or_pause() {
-    retry_executes_again_only_after_a_kill_or_pause("sqlite", InFlight::Reject);
+fn sqlite_retry_executes_again_only_after_a_kill_pause_or_partition() {
+    retry_executes_again_only_after_a_kill_pause_or_partition("sqlite", InFlight::Reject);
 }
 
 #[test]
 fn sqlite_wait_mode_keeps_the_expectations() {
-    retry_executes_again_only_after_a_kill_or_pause("sqlite", InFlight::Wait);
+    retry_executes_again_only_after_a_kill_pause_or_partition("sqlite", InFlight::Wait);
 }
 
 #[test]
@@ -181,9 +181,9 @@ fn postgres_reject_never_executes_twice() {
 }
 
 #[test]
-fn postgres_retry_executes_again_only_after_a_kill_or_pause() {
+fn postgres_retry_executes_again_only_after_a_kill_pause_or_partition() {
     if Server::Postgres.url().is_some() {
-        retry_executes_again_only_after_a_kill_or_pause("postgres", InFlight::Reject);
+        retry_executes_again_only_after_a_kill_pause_or_partition("postgres", InFlight::Reject);
     }
 }
 
@@ -202,16 +202,16 @@ fn redis_reject_never_executes_twice() {
 }
 
 #[test]
-fn redis_retry_executes_again_only_after_a_kill_or_pause() {
+fn redis_retry_executes_again_only_after_a_kill_pause_or_partition() {
     if Server::Redis.url().is_some() {
-        retry_executes_again_only_after_a_kill_or_pause("redis", InFlight::Reject);
+        retry_executes_again_only_after_a_kill_pause_or_partition("redis", InFlight::Reject);
     }
 }
 
 #[test]
 fn redis_wait_mode_keeps_the_expectations() {
     if Server::Redis.url().is_some() {
-        retry_executes_again_only_after_a_kill_or_pause("redis", InFlight::Wait);
+        retry_executes_again_only_after_a_kill_pause_or_partition("redis", InFlight::Wait);
     }
 }
 
