@@ -83,12 +83,7 @@ impl Injector<'_> {
                     continue;
                 };
                 sleep_until(recorder, start + fault.at).await;
-                let cut = Cut {
-                    gateway,
-                    link,
-                    mode,
-                };
-                partition(proxy, cut, length, recorder, progress).await;
+                partition(proxy, (gateway, link, mode), length, recorder, progress).await;
             }
             Ok::<(), Error>(())
         };
@@ -167,27 +162,14 @@ async fn pause(
     Ok(())
 }
 
-/// A partition: which gateway, which link, how.
-#[derive(Debug, Clone, Copy)]
-struct Cut {
-    gateway: GatewayId,
-    link: Link,
-    mode: PartitionMode,
-}
-
-/// Cuts a link through its proxy for `length`, then heals it.
+/// Cuts `gateway`'s `link` through its proxy, as `mode` says, for `length`, then heals it.
 async fn partition(
     proxy: &LinkProxy,
-    cut: Cut,
+    (gateway, link, mode): (GatewayId, Link, PartitionMode),
     length: Duration,
     recorder: &Recorder,
     progress: &Progress,
 ) {
-    let Cut {
-        gateway,
-        link,
-        mode,
-    } = cut;
     let from = recorder.now();
     proxy.cut(mode);
     progress.event(format_args!(
