@@ -8,7 +8,12 @@
 //!   busy store delays that, and the gateway keeps trying for a lease while the store is down)
 //!   — and no caller got its result. On SQLite the store is in the gateways: a gateway stopped
 //!   inside a write transaction holds the file's lock, and no gateway records anything until it
-//!   continues, so a pause interrupts the executions of every gateway.
+//!   continues, so a pause interrupts the executions of every gateway. A **partition** of the
+//!   gateway's link to its store or its upstream interrupts its executions the same way, from
+//!   the cut to the heal: cut from the store, the gateway can neither renew its lease nor record
+//!   the result; cut from the upstream, its request arrives late or its answer does not come
+//!   back. A partition stops no process, so it never holds up another gateway, on SQLite
+//!   either.
 //! - A duplicate is **explained** when each of its extra executions follows an interrupted
 //!   execution of the same operation; each interrupted execution explains one extra execution.
 //! - A **stale write** is a request whose fencing token is lower than one the upstream already
@@ -89,9 +94,13 @@ pub struct Figures {
     /// did, whose result no caller got.
     #[serde(default)]
     pub interrupted_by_clock_step: u64,
+    /// Executions that a partition of their gateway interrupted and no kill or pause did,
+    /// whose result no caller got.
+    #[serde(default)]
+    pub interrupted_by_partition: u64,
     /// Operations executed more than once.
     pub duplicates: u64,
-    /// Duplicates whose every extra execution a kill or a pause explains.
+    /// Duplicates whose every extra execution a kill, a pause or a partition explains.
     pub explained_duplicates: u64,
     /// Requests the upstream refused because a higher fencing token had been applied for their
     /// operation: late writes of a gateway that lost its key.
@@ -141,6 +150,9 @@ pub struct FaultCounts {
     /// The furthest a gateway's clock was from true time, in milliseconds.
     #[serde(default)]
     pub largest_clock_offset_ms: u64,
+    /// Gateways cut from their store or their upstream for a while.
+    #[serde(default)]
+    pub partitions: u64,
     /// The longest store restart, from going down to answering again, in milliseconds: keys
     /// whose result could not be recorded for a lease free up, and with `--ambiguous retry`
     /// execute again (the gateway's cases 4 and 5), so it must stay well under the lease.
@@ -156,8 +168,8 @@ pub enum Failure {
         /// How many operations.
         count: u64,
     },
-    /// `--ambiguous retry` executed operations more than once without a kill or a pause to
-    /// explain it.
+    /// `--ambiguous retry` executed operations more than once without a kill, a pause or a
+    /// partition to explain it.
     UnexplainedDuplicates {
         /// How many operations.
         count: u64,
@@ -223,8 +235,8 @@ impl fmt::Display for Failure {
             }
             Self::UnexplainedDuplicates { count } => write!(
                 f,
-                "{count} operation(s) executed more than once without a gateway kill, pause or \
-                 clock step during the upstream call"
+                "{count} operation(s) executed more than once without a gateway kill, pause, \
+                 partition or clock step during the upstream call"
             ),
             Self::StaleWritesApplied { count } => write!(
                 f,
@@ -296,6 +308,7 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
     let mut kills: Vec<(GatewayId, Stamp)> = Vec::new();
     let mut pauses: Vec<(GatewayId, Stamp, Stamp)> = Vec::new();
     let mut clocks = Clocks::default();
+    let mut partitions: Vec<(GatewayId, Stamp, Stamp)> = Vec::new();
     for fault in &history.faults {
         match *fault {
             FaultEvent::GatewayKilled { gateway, at } => kills.push((gateway, at)),
@@ -309,6 +322,12 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
                 at,
                 offset_ms,
             } => clocks.steps.push((gateway, at, offset_ms)),
+            FaultEvent::Partitioned {
+                gateway,
+                from,
+                until,
+                ..
+            } => partitions.push((gateway, from, until)),
             _ => {}
         }
     }
@@ -364,8 +383,15 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
                 .any(|&(_, at, _)| in_hands(execution, at, at))
                 || clocks.disagree_at(execution.start))
     };
-    let interrupted =
-        |execution: &Execution| killed(execution) || paused(execution) || skewed(execution);
+    let partitioned = |execution: &Execution| {
+        unanswered(execution)
+            && partitions.iter().any(|&(gateway, from, until)| {
+                gateway == execution.gateway && in_hands(execution, from, until)
+            })
+    };
+    let interrupted = |execution: &Execution| {
+        killed(execution) || paused(execution) || partitioned(execution) || skewed(execution)
+    };
 
     let mut by_key: HashMap<&str, Vec<&Execution>> = HashMap::new();
     for execution in &history.executions {
@@ -383,11 +409,18 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
                 .filter(|e| paused(e) && !killed(e))
                 .count(),
         ),
+        interrupted_by_partition: count(
+            history
+                .executions
+                .iter()
+                .filter(|e| partitioned(e) && !killed(e) && !paused(e))
+                .count(),
+        ),
         interrupted_by_clock_step: count(
             history
                 .executions
                 .iter()
-                .filter(|e| skewed(e) && !paused(e) && !killed(e))
+                .filter(|e| skewed(e) && !partitioned(e) && !paused(e) && !killed(e))
                 .count(),
         ),
         stale_writes_refused: count(history.stale_writes.len()),
@@ -572,6 +605,7 @@ fn fault_counts(history: &History) -> FaultCounts {
                 counts.largest_clock_offset_ms =
                     counts.largest_clock_offset_ms.max(offset_ms.unsigned_abs());
             }
+            FaultEvent::Partitioned { .. } => counts.partitions += 1,
             FaultEvent::GatewayRestarted { .. } => {}
         }
     }
@@ -596,7 +630,10 @@ pub(crate) fn statuses(history: &History) -> BTreeMap<u16, u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::{Attempt, Operation, StaleWrite};
+    use crate::{
+        faults::{Link, PartitionMode},
+        history::{Attempt, Operation, StaleWrite},
+    };
 
     fn settings(ambiguous: Ambiguous) -> Settings {
         Settings {
@@ -646,6 +683,16 @@ mod tests {
     fn pause(gateway: u8, from: u64, until: u64) -> FaultEvent {
         FaultEvent::GatewayPaused {
             gateway: GatewayId(gateway),
+            from: at(from),
+            until: at(until),
+        }
+    }
+
+    fn partition(gateway: u8, link: Link, from: u64, until: u64) -> FaultEvent {
+        FaultEvent::Partitioned {
+            gateway: GatewayId(gateway),
+            link,
+            mode: PartitionMode::BothWays,
             from: at(from),
             until: at(until),
         }
@@ -908,6 +955,7 @@ mod tests {
             },
             pause(1, 7, 8),
             step(0, 9, -3_000),
+            partition(0, Link::Store, 9, 10),
         ]);
         history.attempts = vec![
             Attempt {
@@ -938,6 +986,7 @@ mod tests {
                 error_windows: 0,
                 clock_steps: 1,
                 largest_clock_offset_ms: 3_000,
+                partitions: 1,
                 longest_store_outage_ms: 1,
             }
         );
@@ -1061,6 +1110,90 @@ mod tests {
         assert_eq!(verdict.figures.stale_writes_applied, 0);
         assert_eq!(verdict.figures.stale_writes_refused, 1);
         assert_eq!(verdict.failures, []);
+    }
+    #[test]
+    fn a_partition_during_the_call_explains_the_duplicate_in_retry_mode() {
+        // Gateway 0 cut at 0.9 s, during the first execution, for 4 s: from the store, it could
+        // neither renew nor record; from the upstream, its answer did not come back.
+        for link in [Link::Store, Link::Upstream] {
+            let history = executed_twice(vec![partition(0, link, 900, 4_900)]);
+            let verdict = check(&history, settings(Ambiguous::Retry));
+            assert_eq!(verdict.figures.interrupted, 0);
+            assert_eq!(verdict.figures.interrupted_by_pause, 0);
+            assert_eq!(verdict.figures.interrupted_by_partition, 1);
+            assert_eq!(verdict.figures.explained_duplicates, 1);
+            assert_eq!(verdict.failures, []);
+            // Reject mode never executes twice, cut off or not.
+            assert_eq!(
+                check(&history, settings(Ambiguous::Reject)).failures,
+                [Failure::Duplicates { count: 1 }]
+            );
+        }
+    }
+
+    #[test]
+    fn a_request_held_until_the_partition_heals_was_in_its_gateways_hands() {
+        // Healed at 0.8 s, the held request reached the upstream at 1 s, within the slack.
+        // Healed at 0.7 s, 300 ms before: sent after the partition.
+        let verdict = check(
+            &executed_twice(vec![partition(0, Link::Upstream, 200, 800)]),
+            settings(Ambiguous::Retry),
+        );
+        assert_eq!(verdict.figures.interrupted_by_partition, 1);
+        assert_eq!(verdict.figures.explained_duplicates, 1);
+        let verdict = check(
+            &executed_twice(vec![partition(0, Link::Upstream, 200, 700)]),
+            settings(Ambiguous::Retry),
+        );
+        assert_eq!(verdict.figures.interrupted_by_partition, 0);
+        assert_eq!(verdict.figures.explained_duplicates, 0);
+    }
+
+    #[test]
+    fn a_partition_of_another_gateway_explains_nothing_on_any_store() {
+        let history = executed_twice(vec![partition(1, Link::Upstream, 900, 4_900)]);
+        for store in [StoreKind::Sqlite, StoreKind::Postgres, StoreKind::Redis] {
+            let verdict = check(
+                &history,
+                Settings {
+                    store,
+                    ..settings(Ambiguous::Retry)
+                },
+            );
+            // Gateway 1 was cut during op-2's only execution, whose result its caller got; and
+            // a partition stops no process, so it holds no SQLite lock.
+            assert_eq!(verdict.figures.interrupted_by_partition, 0);
+            assert_eq!(
+                verdict.failures,
+                [Failure::UnexplainedDuplicates { count: 1 }]
+            );
+        }
+    }
+
+    #[test]
+    fn a_pause_and_a_partition_of_one_execution_explain_one_extra_execution() {
+        let mut history = executed_twice(vec![
+            pause(0, 900, 4_900),
+            partition(0, Link::Store, 950, 2_000),
+        ]);
+        history
+            .executions
+            .push(execution(4, "op-1", 1, 7_000, 7_050));
+        history.operations[0] = answered("op-1", 4);
+        let verdict = check(&history, settings(Ambiguous::Retry));
+        // Counted once, as a pause.
+        assert_eq!(verdict.figures.interrupted_by_pause, 1);
+        assert_eq!(verdict.figures.interrupted_by_partition, 0);
+        assert_eq!(verdict.figures.explained_duplicates, 0);
+        assert!(!verdict.passed());
+        // A partition of gateway 1 during the second execution explains the third.
+        history
+            .faults
+            .push(partition(1, Link::Upstream, 4_010, 5_000));
+        let verdict = check(&history, settings(Ambiguous::Retry));
+        assert_eq!(verdict.figures.interrupted_by_partition, 1);
+        assert_eq!(verdict.figures.explained_duplicates, 1);
+        assert!(verdict.passed());
     }
 
     fn sqlite(ambiguous: Ambiguous) -> Settings {

@@ -23,6 +23,8 @@
 //!     window: Duration::from_secs(2),
 //!     clock_step_every: Duration::from_secs(6),
 //!     spared: None,
+//!     partition_every: Duration::from_secs(5),
+//!     store_link: true,
 //! };
 //! let schedule = Schedule::new(&plan, 42);
 //! assert_eq!(schedule, Schedule::new(&plan, 42));
@@ -30,7 +32,7 @@
 //! assert!(schedule.faults().iter().all(|f| matches!(f.action, Action::KillGateway(_))));
 //! ```
 
-use std::time::Duration;
+use std::{fmt, time::Duration};
 
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
@@ -65,6 +67,66 @@ pub enum FaultKind {
     /// right again, as an NTP step would. Only the SQLite store reads the gateway's clock; the
     /// PostgreSQL and Redis stores read their server's, so on them nothing is stepped.
     ClockSteps,
+    /// For 0.3 to 3 leases, a gateway is cut from its store (PostgreSQL, Redis) or from its
+    /// upstream: the link's traffic is black-holed one way or both, or every connection is
+    /// reset.
+    Partitions,
+}
+
+/// A network link of a gateway, which a partition cuts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Link {
+    /// To the store's server (PostgreSQL or Redis; a SQLite file has no network link).
+    Store,
+    /// To the upstream.
+    Upstream,
+}
+
+impl fmt::Display for Link {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Store => "store",
+            Self::Upstream => "upstream",
+        })
+    }
+}
+
+/// What a partition does to a link's traffic while it lasts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PartitionMode {
+    /// Bytes from the gateway to the server are held: requests do not arrive, and new
+    /// connections stall.
+    GatewayToServer,
+    /// Bytes from the server to the gateway are held: requests arrive and are acted on, their
+    /// answers do not come back, and new connections stall.
+    ServerToGateway,
+    /// Both directions are held.
+    BothWays,
+    /// Every connection is reset (RST), and new ones are reset at once.
+    Reset,
+}
+
+impl PartitionMode {
+    /// Every mode, in the order the schedule draws from.
+    pub const ALL: [Self; 4] = [
+        Self::GatewayToServer,
+        Self::ServerToGateway,
+        Self::BothWays,
+        Self::Reset,
+    ];
+}
+
+impl fmt::Display for PartitionMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::GatewayToServer => "gateway-to-server traffic black-holed",
+            Self::ServerToGateway => "server-to-gateway traffic black-holed",
+            Self::BothWays => "traffic black-holed both ways",
+            Self::Reset => "every connection reset",
+        })
+    }
 }
 
 /// What the schedule is drawn from.
@@ -95,6 +157,12 @@ pub struct Plan {
     /// A gateway that is never killed (a soak watches its memory): kills drawn for it go to
     /// the other gateway.
     pub spared: Option<GatewayId>,
+    /// The mean time from the end of one partition to the start of the next (each lasts from
+    /// 0.3 to 3 leases).
+    pub partition_every: Duration,
+    /// Whether the gateways reach the store over the network (PostgreSQL, Redis): only then are
+    /// they cut from it.
+    pub store_link: bool,
 }
 
 /// One step of the schedule.
@@ -113,11 +181,22 @@ pub enum Action {
     /// This gateway's clock is set this many milliseconds ahead of true time (behind when
     /// negative; 0 sets it right).
     StepClock(GatewayId, i64),
+    /// Cut a gateway's link for a while.
+    Partition {
+        /// The gateway.
+        gateway: GatewayId,
+        /// Its link.
+        link: Link,
+        /// How.
+        mode: PartitionMode,
+        /// For how long.
+        length: Duration,
+    },
 }
 
 impl Action {
-    /// Whether the action kills or restarts servers: those take turns. Pauses and the
-    /// upstream's windows run beside them.
+    /// Whether the action kills or restarts servers: those take turns. Pauses, partitions and
+    /// the upstream's windows run beside them.
     pub fn is_on_servers(self) -> bool {
         matches!(self, Self::KillGateway(_) | Self::RestartStore)
     }
@@ -212,6 +291,36 @@ impl Schedule {
                 Action::Errors,
             );
         }
+        if wants(FaultKind::Partitions) {
+            let links: &[Link] = if plan.store_link {
+                &[Link::Store, Link::Upstream]
+            } else {
+                &[Link::Upstream]
+            };
+            let mut rng = stream(6);
+            let mut at = Duration::ZERO;
+            loop {
+                at += around(&mut rng, plan.partition_every);
+                if at >= plan.duration {
+                    break;
+                }
+                let gateway = GatewayId(rng.u8(..plan.gateways.max(1)));
+                let link = links[rng.usize(..links.len())];
+                let mode = PartitionMode::ALL[rng.usize(..PartitionMode::ALL.len())];
+                let length = partition_length(&mut rng, plan.lease);
+                faults.push(Scheduled {
+                    at,
+                    action: Action::Partition {
+                        gateway,
+                        link,
+                        mode,
+                        length,
+                    },
+                });
+                // One partition at a time, as pauses.
+                at += length;
+            }
+        }
         if wants(FaultKind::ClockSteps) {
             let mut rng = stream(9);
             let mut at = Duration::ZERO;
@@ -300,6 +409,15 @@ fn pause_length(rng: &mut fastrand::Rng, lease: Duration) -> Duration {
     Duration::from_millis(rng.u64(lease * 3 / 2..=lease * 3))
 }
 
+/// A partition's length, drawn uniformly from 0.3 to 3 leases: some end before the gateway's
+/// keys are free for the other gateway, some after.
+fn partition_length(rng: &mut fastrand::Rng, lease: Duration) -> Duration {
+    let lease = u64::try_from(lease.as_millis())
+        .unwrap_or(u64::MAX / 3)
+        .max(1);
+    Duration::from_millis(rng.u64((lease * 3 / 10).max(1)..=lease * 3))
+}
+
 /// A duration drawn uniformly from half to one and a half times `mean` (at least 1 ms).
 fn around(rng: &mut fastrand::Rng, mean: Duration) -> Duration {
     let mean = u64::try_from(mean.as_millis()).unwrap_or(u64::MAX).max(1);
@@ -325,6 +443,8 @@ mod tests {
             window: Duration::from_secs(2),
             clock_step_every: Duration::from_secs(6),
             spared: None,
+            partition_every: Duration::from_secs(5),
+            store_link: true,
         }
     }
 
@@ -338,6 +458,7 @@ mod tests {
             FaultKind::Errors,
             FaultKind::TwoGateways,
             FaultKind::ClockSteps,
+            FaultKind::Partitions,
         ]
     }
 
@@ -484,6 +605,98 @@ mod tests {
         // In time order among the others.
         let times: Vec<Duration> = with_all.faults().iter().map(|f| f.at).collect();
         assert!(times.is_sorted());
+    }
+
+    fn partitions(
+        schedule: &Schedule,
+    ) -> Vec<(Duration, GatewayId, Link, PartitionMode, Duration)> {
+        schedule
+            .faults()
+            .iter()
+            .filter_map(|f| match f.action {
+                Action::Partition {
+                    gateway,
+                    link,
+                    mode,
+                    length,
+                } => Some((f.at, gateway, link, mode, length)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn partitions_come_one_after_the_other_on_every_link_in_every_mode() {
+        let partitions = partitions(&Schedule::new(&plan(vec![FaultKind::Partitions]), 19));
+        // 60 s at one partition every 2.5 to 7.5 s after the end of the last, 0.6 to 6 s long.
+        assert!((6..=19).contains(&partitions.len()), "{partitions:?}");
+        let mut free_from = Duration::ZERO;
+        let (mut shorter, mut longer) = (false, false);
+        for &(at, _, _, _, length) in &partitions {
+            let gap = at - free_from;
+            assert!(
+                (Duration::from_millis(2500)..=Duration::from_millis(7500)).contains(&gap),
+                "{partitions:?}"
+            );
+            assert!(
+                (Duration::from_millis(600)..=Duration::from_secs(6)).contains(&length),
+                "{partitions:?}"
+            );
+            shorter |= length < Duration::from_secs(2);
+            longer |= length > Duration::from_secs(2);
+            free_from = at + length;
+        }
+        // Some end within the lease, some after it.
+        assert!(shorter && longer, "{partitions:?}");
+        for gateway in [GatewayId(0), GatewayId(1)] {
+            assert!(partitions.iter().any(|p| p.1 == gateway), "{partitions:?}");
+        }
+        for link in [Link::Store, Link::Upstream] {
+            assert!(partitions.iter().any(|p| p.2 == link), "{partitions:?}");
+        }
+        for mode in PartitionMode::ALL {
+            assert!(partitions.iter().any(|p| p.3 == mode), "{partitions:?}");
+        }
+    }
+
+    #[test]
+    fn without_a_store_link_only_upstreams_are_cut() {
+        let plan = Plan {
+            store_link: false,
+            ..plan(vec![FaultKind::Partitions])
+        };
+        let partitions = partitions(&Schedule::new(&plan, 19));
+        assert!(!partitions.is_empty());
+        assert!(
+            partitions.iter().all(|p| p.2 == Link::Upstream),
+            "{partitions:?}"
+        );
+    }
+
+    #[test]
+    fn partitions_have_a_stream_of_their_own() {
+        let others = |schedule: &Schedule| -> Vec<Scheduled> {
+            schedule
+                .faults()
+                .iter()
+                .copied()
+                .filter(|f| !matches!(f.action, Action::Partition { .. }))
+                .collect()
+        };
+        let without: Vec<FaultKind> = all()
+            .into_iter()
+            .filter(|kind| *kind != FaultKind::Partitions)
+            .collect();
+        let with_all = Schedule::new(&plan(all()), 23);
+        assert!(!partitions(&with_all).is_empty());
+        assert_eq!(
+            others(&with_all),
+            others(&Schedule::new(&plan(without), 23))
+        );
+        assert_eq!(
+            partitions(&with_all),
+            partitions(&Schedule::new(&plan(vec![FaultKind::Partitions]), 23))
+        );
     }
 
     fn clock_steps(schedule: &Schedule) -> Vec<(GatewayId, i64)> {

@@ -28,6 +28,8 @@ use std::{
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use crate::faults::{Link, PartitionMode};
+
 /// A moment of the run: microseconds since it started.
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
@@ -243,6 +245,19 @@ pub enum FaultEvent {
         /// Its new offset from true time.
         offset_ms: i64,
     },
+    /// A gateway was cut from its store or its upstream.
+    Partitioned {
+        /// Which.
+        gateway: GatewayId,
+        /// From what.
+        link: Link,
+        /// How.
+        mode: PartitionMode,
+        /// When the link was cut.
+        from: Stamp,
+        /// When it was whole again.
+        until: Stamp,
+    },
 }
 
 /// The state of a key's record in the store at the end of the run.
@@ -298,6 +313,7 @@ pub(crate) struct Tally {
     pub(crate) kills: usize,
     pub(crate) pauses: usize,
     pub(crate) store_restarts: usize,
+    pub(crate) partitions: usize,
 }
 
 impl Recorder {
@@ -390,6 +406,11 @@ impl Recorder {
                 .faults
                 .iter()
                 .filter(|f| matches!(f, FaultEvent::StoreRestarted { .. }))
+                .count(),
+            partitions: history
+                .faults
+                .iter()
+                .filter(|f| matches!(f, FaultEvent::Partitioned { .. }))
                 .count(),
         })
     }

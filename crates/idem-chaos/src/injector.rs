@@ -1,17 +1,20 @@
 //! The fault injector: takes each action of the [`Schedule`] at its time, on the run's
 //! gateways, store and upstream, and records it in the history.
 //!
-//! Kills and store restarts take turns (a SQLite restart kills every gateway); pauses and the
-//! slow and 503 windows of the upstream run beside them, so that a slow restart does not
-//! shorten them. A pause waits for its gateway to be up, and a kill ends it.
+//! Kills and store restarts take turns (a SQLite restart kills every gateway); pauses,
+//! partitions and the slow and 503 windows of the upstream run beside them, so that a slow
+//! restart does not shorten them. A pause waits for its gateway to be up, and a kill ends it. A
+//! partition cuts a link whatever the gateway does meanwhile: a gateway killed and started
+//! again during it reconnects through the cut link.
 
 use std::time::Duration;
 
 use crate::{
     Error, GatewayId, Schedule,
-    faults::{Action, Scheduled},
+    faults::{Action, Link, PartitionMode, Scheduled},
     gateway_process::{ClockFile, GatewayProcess, Running},
     history::{FaultEvent, Recorder},
+    link::{GatewayLinks, LinkProxy},
     progress::Progress,
     store::StoreServer,
     upstream::Upstream,
@@ -25,6 +28,8 @@ pub(crate) struct Injector<'a> {
     pub(crate) gateways: &'a mut [GatewayProcess],
     pub(crate) store: &'a mut StoreServer,
     pub(crate) upstream: &'a Upstream,
+    /// Each gateway's link proxies, by gateway.
+    pub(crate) links: &'a [GatewayLinks],
     pub(crate) recorder: &'a Recorder,
     pub(crate) progress: &'a Progress,
     /// The gateway a soak never kills: SQLite's store restarts kill only the others.
@@ -45,6 +50,7 @@ impl Injector<'_> {
             gateways,
             store,
             upstream,
+            links,
             recorder,
             progress,
             spared,
@@ -72,6 +78,28 @@ impl Injector<'_> {
                     sleep_until(recorder, start + fault.at).await;
                     pause(running, gateway, length, recorder, progress).await?;
                 }
+            }
+            Ok::<(), Error>(())
+        };
+        let partitions = async {
+            for fault in schedule.faults() {
+                let Action::Partition {
+                    gateway,
+                    link,
+                    mode,
+                    length,
+                } = fault.action
+                else {
+                    continue;
+                };
+                let Some(proxy) = links
+                    .get(usize::from(gateway.0))
+                    .and_then(|links| links.get(link))
+                else {
+                    continue;
+                };
+                sleep_until(recorder, start + fault.at).await;
+                partition(proxy, (gateway, link, mode), length, recorder, progress).await;
             }
             Ok::<(), Error>(())
         };
@@ -114,6 +142,7 @@ impl Injector<'_> {
             servers,
             pauses,
             clock_steps,
+            partitions,
             windows(|action| matches!(action, Action::Slow(_))),
             windows(|action| matches!(action, Action::Errors(_))),
         )?;
@@ -183,6 +212,33 @@ async fn pause(
     Ok(())
 }
 
+/// Cuts `gateway`'s `link` through its proxy, as `mode` says, for `length`, then heals it.
+async fn partition(
+    proxy: &LinkProxy,
+    (gateway, link, mode): (GatewayId, Link, PartitionMode),
+    length: Duration,
+    recorder: &Recorder,
+    progress: &Progress,
+) {
+    let from = recorder.now();
+    proxy.cut(mode);
+    progress.event(format_args!(
+        "{gateway} cut from its {link} for {} ms: {mode}",
+        length.as_millis()
+    ));
+    tokio::time::sleep(length).await;
+    proxy.heal();
+    let until = recorder.now();
+    recorder.fault(FaultEvent::Partitioned {
+        gateway,
+        link,
+        mode,
+        from,
+        until,
+    });
+    progress.event(format_args!("{gateway} reaches its {link} again"));
+}
+
 /// A slow or 503 window of the upstream, from now until its end.
 async fn window(upstream: &Upstream, recorder: &Recorder, progress: &Progress, action: Action) {
     let (length, set): (Duration, fn(&Upstream, bool)) = match action {
@@ -192,6 +248,7 @@ async fn window(upstream: &Upstream, recorder: &Recorder, progress: &Progress, a
         | Action::PauseGateway(..)
         | Action::RestartStore
         | Action::StepClock(..) => return,
+        Action::Partition { .. } => return,
     };
     let from = recorder.now();
     set(upstream, true);

@@ -6,7 +6,8 @@
 //! file, or a PostgreSQL or Redis server of its own), two gateways sharing it, and a proxy in
 //! front of them that drops some of their answers. Callers make logical operations, one key
 //! each, while a seeded schedule SIGKILLs gateways, stops them past their lease, restarts the
-//! store, and slows the upstream down or has it answer 503. The upstream refuses a request
+//! store, cuts a gateway from its store or its upstream (through a proxy on each link), and
+//! slows the upstream down or has it answer 503. The upstream refuses a request
 //! whose fencing token is lower than one it applied for the operation. Then [`check()`] reads
 //! the history: duplicates, stale writes, lost operations, stuck keys. With `--json`, the run's
 //! [`Report`] records its figures, options and [`provenance`] (date, commit, machine);
@@ -66,6 +67,7 @@ pub mod gateway_process;
 pub mod history;
 mod http_client;
 mod injector;
+mod link;
 pub mod options;
 mod process;
 mod progress;

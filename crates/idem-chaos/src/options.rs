@@ -79,7 +79,8 @@ pub enum Keep {
 #[serde(rename_all = "snake_case")]
 pub enum Ambiguous {
     /// Release the key on an ambiguous outcome: an operation may execute again, but only when a
-    /// gateway died, or was paused past its lease, while its upstream call ran.
+    /// gateway died, was paused, or was cut from its store or upstream, while its upstream call
+    /// ran.
     Retry,
     /// Record "outcome unknown": no operation ever executes twice.
     Reject,
@@ -123,7 +124,8 @@ pub struct RunArgs {
     pub store: StoreKind,
 
     /// The gateways' --ambiguous mode: reject expects no duplicate at all, retry expects
-    /// duplicates only where a gateway was killed or paused during the upstream call.
+    /// duplicates only where a gateway was killed, paused or partitioned during the upstream
+    /// call.
     #[arg(long, value_enum, default_value_t = Ambiguous::Retry)]
     pub ambiguous: Ambiguous,
 
@@ -152,7 +154,7 @@ pub struct RunArgs {
         value_enum,
         value_delimiter = ',',
         value_name = "LIST",
-        default_value = "drops,kills,pauses,store-restarts,slow,errors,two-gateways,clock-steps"
+        default_value = "drops,kills,pauses,store-restarts,slow,errors,two-gateways,partitions,clock-steps"
     )]
     pub faults: Vec<FaultKind>,
 
@@ -185,6 +187,11 @@ pub struct RunArgs {
     /// How long a slow or 503 window lasts, on average.
     #[arg(long, value_name = "DURATION", default_value = "2s")]
     pub window: HumanDuration,
+
+    /// The mean time between two partitions, from the end of one to the start of the next
+    /// (each cuts one gateway from its store or its upstream for 0.3 to 3 leases).
+    #[arg(long, value_name = "DURATION", default_value = "5s")]
+    pub partition_every: HumanDuration,
 
     /// The mean time between two clock steps (on SQLite, the only store that reads the
     /// gateways' clocks).
@@ -267,6 +274,8 @@ impl RunArgs {
             window: self.window.0,
             clock_step_every: self.clock_step_every.0,
             spared: self.soak.then_some(GatewayId(0)),
+            partition_every: self.partition_every.0,
+            store_link: self.store != StoreKind::Sqlite,
         }
     }
 

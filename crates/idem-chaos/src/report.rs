@@ -178,11 +178,12 @@ impl Report {
         let _ = writeln!(
             out,
             "faults: {} gateway kills, {} gateway pauses, {} store restarts (the longest {} ms), \
-             {} dropped answers, {} slow windows, {} 503 windows\n",
+             {} partitions, {} dropped answers, {} slow windows, {} 503 windows\n",
             faults.gateway_kills,
             faults.gateway_pauses,
             faults.store_restarts,
             faults.longest_store_outage_ms,
+            faults.partitions,
             faults.dropped_answers,
             faults.slow_windows,
             faults.error_windows,
@@ -202,6 +203,10 @@ impl Report {
             (
                 "executions interrupted by a gateway pause",
                 f.interrupted_by_pause,
+            ),
+            (
+                "executions interrupted by a partition",
+                f.interrupted_by_partition,
             ),
             (
                 "executions cut short by a clock step",
@@ -235,7 +240,7 @@ impl Report {
             let expectation = match self.ambiguous {
                 Ambiguous::Reject => "no operation executed twice",
                 Ambiguous::Retry => {
-                    "every duplicate follows a gateway kill, pause or clock step during the \
+                    "every duplicate follows a gateway kill, pause, partition or clock step during the \
                      upstream call"
                 }
             };
@@ -277,6 +282,7 @@ mod tests {
                 faults: FaultCounts {
                     gateway_kills: 3,
                     gateway_pauses: 4,
+                    partitions: 6,
                     ..FaultCounts::default()
                 },
                 failures,
@@ -295,15 +301,16 @@ mod tests {
     }
 
     #[test]
-    fn the_table_shows_pauses_and_stale_writes() {
+    fn the_table_shows_pauses_partitions_and_stale_writes() {
         let table = report(
             Figures {
                 operations: 100,
                 executions: 102,
                 interrupted: 1,
                 interrupted_by_pause: 2,
-                duplicates: 2,
-                explained_duplicates: 2,
+                interrupted_by_partition: 3,
+                duplicates: 5,
+                explained_duplicates: 5,
                 stale_writes_refused: 5,
                 succeeded: 100,
                 ..Figures::default()
@@ -327,9 +334,17 @@ mod tests {
             row(&table, "executions interrupted by a gateway pause"),
             Some("2")
         );
+        assert!(
+            table.contains("(the longest 0 ms), 6 partitions,"),
+            "{table}"
+        );
+        assert_eq!(
+            row(&table, "executions interrupted by a partition"),
+            Some("3")
+        );
         assert_eq!(
             row(&table, "explained by a fault during the call"),
-            Some("2")
+            Some("5")
         );
         assert_eq!(
             row(&table, "stale writes refused by the upstream"),
@@ -338,7 +353,7 @@ mod tests {
         assert_eq!(row(&table, "stale writes applied"), Some("0"));
         assert!(
             table.contains(
-                "PASS: every duplicate follows a gateway kill, pause or clock step during the \
+                "PASS: every duplicate follows a gateway kill, pause, partition or clock step during the \
                  upstream call; no stale write applied"
             ),
             "{table}"
@@ -368,7 +383,9 @@ mod tests {
         assert_eq!(json["figures"]["stale_writes_applied"], 1);
         assert_eq!(json["figures"]["stale_writes_refused"], 0);
         assert_eq!(json["figures"]["interrupted_by_pause"], 0);
+        assert_eq!(json["figures"]["interrupted_by_partition"], 0);
         assert_eq!(json["faults"]["gateway_pauses"], 4);
+        assert_eq!(json["faults"]["partitions"], 6);
         assert_eq!(
             json["failures"],
             serde_json::json!([{ "kind": "stale_writes_applied", "count": 1 }])

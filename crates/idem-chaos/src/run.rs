@@ -14,6 +14,7 @@ use crate::{
     history::Recorder,
     http_client::http_client,
     injector::Injector,
+    link::{GatewayLinks, LinkProxy},
     options::Keep,
     progress::Progress,
     provenance::Provenance,
@@ -72,8 +73,31 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
     let upstream = Upstream::start(gateways, slow_latency, seed, recorder.clone()).await?;
     let client = http_client();
     let mut processes = Vec::new();
+    let mut links = Vec::new();
     for id in (0..gateways).map(GatewayId) {
-        let serve_args = serve_args(args, &upstream.url(id), &store.url(), slow_latency);
+        // With partitions, each gateway reaches its upstream and its store's server through
+        // proxies of its own; the harness keeps the direct addresses.
+        let gateway_links = if args.injects(FaultKind::Partitions) {
+            GatewayLinks {
+                store: match store.addr() {
+                    Some(addr) => Some(LinkProxy::start(addr).await?),
+                    None => None,
+                },
+                upstream: Some(LinkProxy::start(upstream.addr(id)).await?),
+            }
+        } else {
+            GatewayLinks::default()
+        };
+        let upstream_url = match &gateway_links.upstream {
+            Some(proxy) => format!("http://{}", proxy.addr()),
+            None => upstream.url(id),
+        };
+        let store_url = match &gateway_links.store {
+            Some(proxy) => store.url_at(proxy.addr()),
+            None => store.url(),
+        };
+        links.push(gateway_links);
+        let serve_args = serve_args(args, &upstream_url, &store_url, slow_latency);
         processes.push(
             GatewayProcess::start(id, program, serve_args, dir.path(), client.clone()).await?,
         );
@@ -119,6 +143,7 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
         gateways: &mut processes,
         store: &mut store,
         upstream: &upstream,
+        links: &links,
         recorder: &recorder,
         progress: &progress,
         spared: plan.spared,
@@ -209,7 +234,10 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
 
 /// The `idem serve` flags of a gateway: its upstream and store, the run's modes, the fencing
 /// header the upstream checks, and an upstream timeout well above the slow upstream's latency
-/// (a timeout would be an ambiguous outcome of its own, not the fault under test). In wait mode,
+/// (a timeout would be an ambiguous outcome of its own, not the fault under test). A call into
+/// a black-holed link ends when the partition heals (3 leases at most, under the upstream
+/// timeout with the default lease), or at the timeout: the upstream's, or the store's (a third
+/// of the lease, so that a renewal cut off is tried again within the lease). In wait mode,
 /// a request waits half the callers' attempt timeout, so that its 409 reaches the caller.
 fn serve_args(
     args: &RunArgs,

@@ -49,6 +49,9 @@ const COLUMNS: &[Column] = &[
     ("interrupted by a pause", |r| {
         count(r.verdict.figures.interrupted_by_pause)
     }),
+    ("interrupted by a partition", |r| {
+        count(r.verdict.figures.interrupted_by_partition)
+    }),
     ("cut short by a clock step", |r| {
         count(r.verdict.figures.interrupted_by_clock_step)
     }),
@@ -72,6 +75,7 @@ const COLUMNS: &[Column] = &[
     ("kills", |r| count(r.verdict.faults.gateway_kills)),
     ("pauses", |r| count(r.verdict.faults.gateway_pauses)),
     ("store restarts (longest)", store_restarts),
+    ("partitions", |r| count(r.verdict.faults.partitions)),
     ("clock steps", |r| count(r.verdict.faults.clock_steps)),
     ("dropped answers", |r| {
         count(r.verdict.faults.dropped_answers)
@@ -344,15 +348,16 @@ mod tests {
             markdown,
             "| store | `--ambiguous` | `--in-flight` | duration | faults | operations | attempts \
              | executions | interrupted by a kill | interrupted by a pause \
-             | cut short by a clock step | duplicates | explained by a fault \
-             | stale writes refused | stale writes applied | outcome unknown | stored 503 | lost \
-             | stuck | forgotten | kills | pauses | store restarts (longest) | clock steps \
-             | dropped answers | seed | date | commit | result |\n\
+             | interrupted by a partition | cut short by a clock step | duplicates \
+             | explained by a fault | stale writes refused | stale writes applied \
+             | outcome unknown | stored 503 | lost | stuck | forgotten | kills | pauses \
+             | store restarts (longest) | partitions | clock steps | dropped answers | seed | date \
+             | commit | result |\n\
              | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- \
              | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- \
-             | --- |\n\
+             | --- | --- | --- |\n\
              | SQLite | reject | reject | 3m | all | 35,986 | 42,781 | 35,197 | 489 | 12 | 0 | 0 \
-             | 0 | 0 | 0 | 494 | 784 | 0 | 0 | 0 | 107 | 30 | 24 (1,390 ms) | 0 | 4,148 \
+             | 0 | 0 | 0 | 0 | 494 | 784 | 0 | 0 | 0 | 107 | 30 | 24 (1,390 ms) | 0 | 0 | 4,148 \
              | 13394291223333250591 | 2026-12-02 | cc5a88c1d2 | PASS |\n\
              \n\
              - 1 run on AMD EPYC 7B13, 2 logical cores, 8.0 GiB of memory, Linux 6.8.0\n"
@@ -383,7 +388,7 @@ mod tests {
             .lines()
             .skip(2)
             .take(reports.len())
-            .map(|line| line.split(" | ").nth(25).unwrap())
+            .map(|line| line.split(" | ").nth(27).unwrap())
             .collect();
         assert_eq!(seeds, ["1", "2", "3", "4", "5", "6"], "{markdown}");
         assert!(

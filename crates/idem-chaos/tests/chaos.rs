@@ -1,6 +1,6 @@
 //! The short form of the chaos runs, as CI runs them: `idem-chaos run` for each store and each
 //! `--ambiguous` mode, and for each store once more with `--in-flight wait`, 8 seconds of every
-//! fault each (pauses included), checked on the JSON report.
+//! fault each (pauses and partitions included), checked on the JSON report.
 //!
 //! The runs take turns (each starts two gateways, a store and 16 callers on a 2-core machine).
 //! PostgreSQL and Redis runs start servers of their own, but run only when the suites of those
@@ -30,7 +30,7 @@ static RUNS: Mutex<()> = Mutex::new(());
 const SEED: &str = "20261130";
 
 /// The short form: 8 seconds of every fault, at means short enough for at least one of each.
-/// (The last pause may end up to 3 leases after the 8 seconds.)
+/// (The last pause or partition may end up to 3 leases after the 8 seconds.)
 const SHORT: &[&str] = &[
     "--duration",
     "8s",
@@ -46,6 +46,8 @@ const SHORT: &[&str] = &[
     "4s",
     "--window",
     "1s",
+    "--partition-every",
+    "2s",
 ];
 
 /// The short form for `store`, `--ambiguous mode`, `--in-flight in_flight`.
@@ -118,11 +120,12 @@ fn assert_sound(code: Option<i32>, report: &Report) {
     assert!(faults.dropped_answers > 0, "{faults:?}");
     assert!(faults.slow_windows > 0, "{faults:?}");
     assert!(faults.error_windows > 0, "{faults:?}");
+    assert!(faults.partitions > 0, "{faults:?}");
     assert_eq!(report.gateways, 2);
 }
 
-/// `--ambiguous reject`: nothing executes twice; each execution a kill or a pause cut off
-/// became an "outcome unknown".
+/// `--ambiguous reject`: nothing executes twice; each execution a kill, a pause or a partition
+/// cut off became an "outcome unknown".
 fn reject_never_executes_twice(store: &str, in_flight: InFlight) {
     let (code, report) = chaos(store, "reject", in_flight);
     assert_eq!(report.ambiguous, Ambiguous::Reject);
@@ -132,14 +135,14 @@ fn reject_never_executes_twice(store: &str, in_flight: InFlight) {
     assert_eq!(f.duplicates, 0);
     assert_eq!(f.explained_duplicates, 0);
     assert!(
-        f.interrupted + f.interrupted_by_pause <= f.outcome_unknown,
+        f.interrupted + f.interrupted_by_pause + f.interrupted_by_partition <= f.outcome_unknown,
         "{f:?}"
     );
 }
 
-/// `--ambiguous retry`: an operation executes again only after a kill or a pause cut its
-/// execution off, one extra execution for each.
-fn retry_executes_again_only_after_a_kill_or_pause(store: &str, in_flight: InFlight) {
+/// `--ambiguous retry`: an operation executes again only after a kill, a pause or a partition
+/// cut its execution off, one extra execution for each.
+fn retry_executes_again_only_after_a_kill_pause_or_partition(store: &str, in_flight: InFlight) {
     let (code, report) = chaos(store, "retry", in_flight);
     assert_eq!(report.ambiguous, Ambiguous::Retry);
     assert_eq!(report.in_flight, in_flight);
@@ -147,7 +150,7 @@ fn retry_executes_again_only_after_a_kill_or_pause(store: &str, in_flight: InFli
     let f = &report.verdict.figures;
     assert_eq!(f.duplicates, f.explained_duplicates);
     assert!(
-        f.interrupted + f.interrupted_by_pause >= f.duplicates,
+        f.interrupted + f.interrupted_by_pause + f.interrupted_by_partition >= f.duplicates,
         "{f:?}"
     );
     assert_eq!(f.outcome_unknown, 0);
@@ -160,13 +163,13 @@ fn sqlite_reject_never_executes_twice() {
 }
 
 #[test]
-fn sqlite_retry_executes_again_only_after_a_kill_or_pause() {
-    retry_executes_again_only_after_a_kill_or_pause("sqlite", InFlight::Reject);
+fn sqlite_retry_executes_again_only_after_a_kill_pause_or_partition() {
+    retry_executes_again_only_after_a_kill_pause_or_partition("sqlite", InFlight::Reject);
 }
 
 #[test]
 fn sqlite_wait_mode_keeps_the_expectations() {
-    retry_executes_again_only_after_a_kill_or_pause("sqlite", InFlight::Wait);
+    retry_executes_again_only_after_a_kill_pause_or_partition("sqlite", InFlight::Wait);
 }
 
 #[test]
@@ -177,9 +180,9 @@ fn postgres_reject_never_executes_twice() {
 }
 
 #[test]
-fn postgres_retry_executes_again_only_after_a_kill_or_pause() {
+fn postgres_retry_executes_again_only_after_a_kill_pause_or_partition() {
     if Server::Postgres.url().is_some() {
-        retry_executes_again_only_after_a_kill_or_pause("postgres", InFlight::Reject);
+        retry_executes_again_only_after_a_kill_pause_or_partition("postgres", InFlight::Reject);
     }
 }
 
@@ -198,16 +201,16 @@ fn redis_reject_never_executes_twice() {
 }
 
 #[test]
-fn redis_retry_executes_again_only_after_a_kill_or_pause() {
+fn redis_retry_executes_again_only_after_a_kill_pause_or_partition() {
     if Server::Redis.url().is_some() {
-        retry_executes_again_only_after_a_kill_or_pause("redis", InFlight::Reject);
+        retry_executes_again_only_after_a_kill_pause_or_partition("redis", InFlight::Reject);
     }
 }
 
 #[test]
 fn redis_wait_mode_keeps_the_expectations() {
     if Server::Redis.url().is_some() {
-        retry_executes_again_only_after_a_kill_or_pause("redis", InFlight::Wait);
+        retry_executes_again_only_after_a_kill_pause_or_partition("redis", InFlight::Wait);
     }
 }
 

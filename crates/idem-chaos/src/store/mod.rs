@@ -7,7 +7,10 @@
 mod postgres;
 mod redis;
 
-use std::path::{Path, PathBuf};
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+};
 
 pub use self::{postgres::PostgresServer, redis::RedisServer};
 use crate::{Error, StoreKind, options::RedisPersistence};
@@ -61,6 +64,25 @@ impl StoreServer {
                 .collect(),
             Self::Postgres(server) => vec![server.data().join("base")],
             Self::Redis(server) => vec![server.dir().to_owned()],
+        }
+    }
+
+    /// The server's address; `None` for SQLite, which has no network link.
+    pub fn addr(&self) -> Option<SocketAddr> {
+        match self {
+            Self::Sqlite(_) => None,
+            Self::Postgres(server) => Some(server.addr()),
+            Self::Redis(server) => Some(server.addr()),
+        }
+    }
+
+    /// The gateways' `--store` when they reach the server at `addr` (a proxy in front of it);
+    /// SQLite's file as it is.
+    pub fn url_at(&self, addr: SocketAddr) -> String {
+        match self {
+            Self::Sqlite(_) => self.url(),
+            Self::Postgres(_) => PostgresServer::url_at(addr),
+            Self::Redis(_) => RedisServer::url_at(addr),
         }
     }
 
