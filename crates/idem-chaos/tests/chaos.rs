@@ -10,13 +10,14 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use std::{
+    collections::BTreeSet,
     fs::File,
     process::Command,
     sync::{Mutex, PoisonError},
     time::{Duration, Instant},
 };
 
-use idem_chaos::{Ambiguous, Failure, InFlight, Report, StoreKind};
+use idem_chaos::{Ambiguous, Failure, GatewayId, InFlight, Report, StoreKind};
 use idem_test_support::Server;
 
 /// How long a short run may take in all, faults, waits and checks included: far above the
@@ -48,12 +49,15 @@ const SHORT: &[&str] = &[
     "1s",
     "--partition-every",
     "2s",
+    "--clock-step-every",
+    "2s",
 ];
 
 /// The short form for `store`, `--ambiguous mode`, `--in-flight in_flight`.
 fn chaos(store: &str, mode: &str, in_flight: InFlight) -> (Option<i32>, Report) {
     let in_flight = in_flight.to_string();
-    run(store, mode, &[SHORT, &["--in-flight", &in_flight]].concat())
+    let args = ["--in-flight", &in_flight, "--sample-every", "2s"];
+    run(store, mode, &[SHORT, &args].concat())
 }
 
 /// Runs `idem-chaos run --store STORE --ambiguous MODE ARGS…` with 16 callers to its end, and
@@ -121,7 +125,25 @@ fn assert_sound(code: Option<i32>, report: &Report) {
     assert!(faults.slow_windows > 0, "{faults:?}");
     assert!(faults.error_windows > 0, "{faults:?}");
     assert!(faults.partitions > 0, "{faults:?}");
+    // Only SQLite reads the gateways' clocks: the other stores' runs step none.
+    if report.store == StoreKind::Sqlite {
+        assert!(faults.clock_steps > 0, "{faults:?}");
+    } else {
+        assert_eq!(faults.clock_steps, 0, "{faults:?}");
+    }
     assert_eq!(report.gateways, 2);
+    // Sampled from the start, every 2 s, until the faults stop.
+    let samples = &report.resources.samples;
+    assert!(samples.len() >= 4, "{samples:?}");
+    assert!(samples.iter().all(|s| s.store_bytes > 0), "{samples:?}");
+    assert!(
+        samples
+            .iter()
+            .flat_map(|s| &s.gateways)
+            .all(|p| p.rss_bytes > 0 && p.fds > 0),
+        "{samples:?}"
+    );
+    assert_eq!(report.resources.watched, None);
 }
 
 /// `--ambiguous reject`: nothing executes twice; each execution a kill, a pause or a partition
@@ -150,11 +172,42 @@ fn retry_executes_again_only_after_a_kill_pause_or_partition(store: &str, in_fli
     let f = &report.verdict.figures;
     assert_eq!(f.duplicates, f.explained_duplicates);
     assert!(
-        f.interrupted + f.interrupted_by_pause + f.interrupted_by_partition >= f.duplicates,
+        f.interrupted
+            + f.interrupted_by_pause
+            + f.interrupted_by_partition
+            + f.interrupted_by_clock_step
+            >= f.duplicates,
         "{f:?}"
     );
     assert_eq!(f.outcome_unknown, 0);
     assert_eq!(f.refused, 0);
+}
+
+/// A soak spares its watched gateway from kills and SQLite's store restarts, and judges its
+/// memory and descriptors over the last two thirds of the run.
+#[test]
+fn a_soak_watches_one_gateway_that_is_never_killed() {
+    let (code, report) = run(
+        "sqlite",
+        "reject",
+        &[SHORT, &["--soak", "--sample-every", "500ms"]].concat(),
+    );
+    assert_eq!(code, Some(0), "{:?}", report.verdict.failures);
+    assert!(report.verdict.faults.gateway_kills > 0);
+    let watched = report.resources.watched.expect("a soak's trend");
+    assert_eq!(watched.gateway, GatewayId(0));
+    assert_eq!(watched.from_ms, 8_000 / 3);
+    // One process all along: gateway 0 was never killed.
+    let pids: BTreeSet<u32> = report
+        .resources
+        .samples
+        .iter()
+        .flat_map(|s| &s.gateways)
+        .filter(|p| p.gateway == GatewayId(0))
+        .map(|p| p.pid)
+        .collect();
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    assert!(watched.samples >= 8, "{watched:?}");
 }
 
 #[test]
