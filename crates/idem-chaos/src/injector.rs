@@ -20,8 +20,12 @@ use crate::{
     upstream::Upstream,
 };
 
-/// How many times a gateway that exits while starting is started again.
-const RESTART_TRIES: u32 = 3;
+/// How long a gateway that exits while starting is started again, as a supervisor would: far
+/// longer than a partition of its store link (3 leases at most) or a store restart.
+const RESTART_FOR: Duration = Duration::from_secs(60);
+
+/// The pause between two starts of a gateway that exited while starting.
+const RESTART_BACKOFF: Duration = Duration::from_millis(200);
 
 /// What the faults act on.
 pub(crate) struct Injector<'a> {
@@ -300,18 +304,18 @@ impl Servers<'_> {
     }
 
     async fn restart(&mut self, gateway: GatewayId) -> Result<(), Error> {
-        let mut failed = 0;
-        // On SQLite, a gateway stopped inside a write transaction holds the file's lock, and one
-        // that starts meanwhile cannot migrate the file within its busy timeout: it exits, and is
-        // started again, as a supervisor would.
+        let give_up = tokio::time::Instant::now() + RESTART_FOR;
+        // A gateway exits when it cannot open its store: on SQLite, while a gateway stopped
+        // inside a write transaction holds the file's lock past the busy timeout; on a server,
+        // while a partition cuts the gateway from it. It is started again, as a supervisor would.
         while let Err(error) = self.gateways[usize::from(gateway.0)].restart().await {
-            failed += 1;
-            if failed > RESTART_TRIES || !matches!(error, Error::Exited { .. }) {
+            if tokio::time::Instant::now() > give_up || !matches!(error, Error::Exited { .. }) {
                 return Err(error);
             }
             self.progress.event(format_args!(
                 "{gateway} exited while starting ({error}): starting it again"
             ));
+            tokio::time::sleep(RESTART_BACKOFF).await;
         }
         let at = self.recorder.now();
         self.recorder
