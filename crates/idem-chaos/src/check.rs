@@ -8,7 +8,12 @@
 //!   busy store delays that, and the gateway keeps trying for a lease while the store is down)
 //!   — and no caller got its result. On SQLite the store is in the gateways: a gateway stopped
 //!   inside a write transaction holds the file's lock, and no gateway records anything until it
-//!   continues, so a pause interrupts the executions of every gateway.
+//!   continues, so a pause interrupts the executions of every gateway. A **partition** of the
+//!   gateway's link to its store or its upstream interrupts its executions the same way, from
+//!   the cut to the heal: cut from the store, the gateway can neither renew its lease nor record
+//!   the result; cut from the upstream, its request arrives late or its answer does not come
+//!   back. A partition stops no process, so it never holds up another gateway, on SQLite
+//!   either.
 //! - On a Redis Cluster, a failover interrupts every execution in its gateway's hands from the
 //!   master's kill until its replica took over: the store cannot record results meanwhile.
 //! - A duplicate is **explained** when each of its extra executions follows an interrupted
@@ -51,7 +56,7 @@
 //! See the crate documentation.
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     fmt,
     time::Duration,
 };
@@ -94,8 +99,9 @@ pub struct Settings {
     pub ttl: Duration,
 }
 
-/// The figures of a run.
+/// The figures of a run. A figure a report does not have (written before it was counted) is 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Figures {
     /// Logical operations (keys).
     pub operations: u64,
@@ -108,14 +114,22 @@ pub struct Figures {
     pub interrupted: u64,
     /// Executions that a pause interrupted and no kill did, whose result no caller got.
     pub interrupted_by_pause: u64,
+    /// Executions that a clock step may have cut short (SQLite only), and no kill or pause
+    /// did, whose result no caller got.
+    #[serde(default)]
+    pub interrupted_by_clock_step: u64,
+    /// Executions that a partition of their gateway interrupted and no kill or pause did,
+    /// whose result no caller got.
+    #[serde(default)]
+    pub interrupted_by_partition: u64,
     /// Executions that a Redis Cluster failover interrupted and no kill or pause did, whose
     /// result no caller got: the store was unavailable while their gateway held them.
     #[serde(default)]
     pub interrupted_by_failover: u64,
     /// Operations executed more than once.
     pub duplicates: u64,
-    /// Duplicates whose every extra execution is explained: by a kill or a pause
-    /// (`--ambiguous retry`), or by a failover (Redis Cluster).
+    /// Duplicates whose every extra execution is explained: by a kill, a pause, a partition or
+    /// a clock step (`--ambiguous retry`), or by a failover (Redis Cluster).
     pub explained_duplicates: u64,
     /// Duplicates explained, at least one extra execution by a failover.
     #[serde(default)]
@@ -153,8 +167,10 @@ pub struct Figures {
     pub unexpected_answers: u64,
 }
 
-/// How many faults of each kind the run injected.
+/// How many faults of each kind the run injected. A kind a report does not have (written before
+/// it existed) is 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct FaultCounts {
     /// Gateways SIGKILLed (SQLite store restarts included: they kill every gateway).
     pub gateway_kills: u64,
@@ -175,6 +191,15 @@ pub struct FaultCounts {
     pub slow_windows: u64,
     /// Windows of an upstream answering 503.
     pub error_windows: u64,
+    /// Steps of a gateway's clock (injected on SQLite only).
+    #[serde(default)]
+    pub clock_steps: u64,
+    /// The furthest a gateway's clock was from true time, in milliseconds.
+    #[serde(default)]
+    pub largest_clock_offset_ms: u64,
+    /// Gateways cut from their store or their upstream for a while.
+    #[serde(default)]
+    pub partitions: u64,
     /// The longest store restart, from going down to answering again, in milliseconds: keys
     /// whose result could not be recorded for a lease free up, and with `--ambiguous retry`
     /// execute again (the gateway's cases 4 and 5), so it must stay well under the lease.
@@ -190,8 +215,8 @@ pub enum Failure {
         /// How many operations.
         count: u64,
     },
-    /// `--ambiguous retry` executed operations more than once without a kill or a pause to
-    /// explain it.
+    /// `--ambiguous retry` executed operations more than once without a kill, a pause or a
+    /// partition to explain it.
     UnexplainedDuplicates {
         /// How many operations.
         count: u64,
@@ -231,6 +256,19 @@ pub enum Failure {
         /// How many.
         count: u64,
     },
+    /// A soak's watched gateway grew its resident memory across the window
+    /// ([`resources`](crate::resources) says by how much it may).
+    MemoryGrew {
+        /// By how many bytes, along the least-squares line.
+        bytes: i64,
+    },
+    /// A soak's watched gateway held more and more file descriptors open.
+    DescriptorsGrew {
+        /// The most open in the window's first third.
+        from: u64,
+        /// The most open in its last third.
+        to: u64,
+    },
 }
 
 impl fmt::Display for Failure {
@@ -244,8 +282,8 @@ impl fmt::Display for Failure {
             }
             Self::UnexplainedDuplicates { count } => write!(
                 f,
-                "{count} operation(s) executed more than once without a gateway kill or pause \
-                 during the upstream call"
+                "{count} operation(s) executed more than once without a gateway kill, pause, \
+                 partition or clock step during the upstream call"
             ),
             Self::StaleWritesApplied { count } => write!(
                 f,
@@ -275,6 +313,15 @@ impl fmt::Display for Failure {
                     "{count} unexpected definite answer(s) (a 4xx, or a 5xx not replayed)"
                 )
             }
+            Self::MemoryGrew { bytes } => write!(
+                f,
+                "the watched gateway's resident memory grew by {} KiB over the soak's window",
+                bytes / 1024
+            ),
+            Self::DescriptorsGrew { from, to } => write!(
+                f,
+                "the watched gateway's open file descriptors grew from at most {from} to {to}"
+            ),
         }
     }
 }
@@ -309,6 +356,8 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
     let mut pauses: Vec<(GatewayId, Stamp, Stamp)> = Vec::new();
     // Each failover's kill, and when its replica took over.
     let mut failovers: Vec<(Stamp, Stamp)> = Vec::new();
+    let mut clocks = Clocks::default();
+    let mut partitions: Vec<(GatewayId, Stamp, Stamp)> = Vec::new();
     for fault in &history.faults {
         match *fault {
             FaultEvent::Failover { down, promoted, .. } if store == StoreKind::RedisCluster => {
@@ -320,6 +369,17 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
                 from,
                 until,
             } => pauses.push((gateway, from, until)),
+            FaultEvent::ClockStepped {
+                gateway,
+                at,
+                offset_ms,
+            } => clocks.steps.push((gateway, at, offset_ms)),
+            FaultEvent::Partitioned {
+                gateway,
+                from,
+                until,
+                ..
+            } => partitions.push((gateway, from, until)),
             _ => {}
         }
     }
@@ -357,6 +417,30 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
                     && in_hands(execution, from, until)
             })
     };
+    clocks
+        .gateways
+        .extend(history.executions.iter().map(|e| e.gateway));
+    clocks
+        .gateways
+        .extend(clocks.steps.iter().map(|&(gateway, ..)| gateway));
+    // On SQLite, where the store reads the gateways' clocks: a step while the execution was in
+    // its gateway's hands, or gateways whose clocks disagreed when it started, can make its key
+    // look free to a gateway (itself included) before its lease ran out.
+    let skewed = |execution: &Execution| {
+        unanswered(execution)
+            && store == StoreKind::Sqlite
+            && (clocks
+                .steps
+                .iter()
+                .any(|&(_, at, _)| in_hands(execution, at, at))
+                || clocks.disagree_at(execution.start))
+    };
+    let partitioned = |execution: &Execution| {
+        unanswered(execution)
+            && partitions.iter().any(|&(gateway, from, until)| {
+                gateway == execution.gateway && in_hands(execution, from, until)
+            })
+    };
     // A failover leaves the master's slots unavailable for longer than a lease: a gateway that
     // cannot record a result meanwhile leaves the key to the next attempt (the gateway's case
     // 4), as if it had been stopped. Which keys the master held is not known: any execution
@@ -367,8 +451,13 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
                 .iter()
                 .any(|&(down, promoted)| in_hands(execution, down, promoted))
     };
-    let interrupted =
-        |execution: &Execution| killed(execution) || paused(execution) || failed_over(execution);
+    let interrupted = |execution: &Execution| {
+        killed(execution)
+            || paused(execution)
+            || partitioned(execution)
+            || skewed(execution)
+            || failed_over(execution)
+    };
     // When a gateway first answered 2xx naming each execution.
     let mut acknowledged: HashMap<u64, Stamp> = HashMap::new();
     for answer in history.attempts.iter().filter_map(|a| a.answer) {
@@ -405,6 +494,20 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
                 .executions
                 .iter()
                 .filter(|e| paused(e) && !killed(e))
+                .count(),
+        ),
+        interrupted_by_partition: count(
+            history
+                .executions
+                .iter()
+                .filter(|e| partitioned(e) && !killed(e) && !paused(e))
+                .count(),
+        ),
+        interrupted_by_clock_step: count(
+            history
+                .executions
+                .iter()
+                .filter(|e| skewed(e) && !partitioned(e) && !paused(e) && !killed(e))
                 .count(),
         ),
         interrupted_by_failover: count(
@@ -515,8 +618,12 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
                 false
             }
         };
-        let kept =
-            operation.started.saturating_add(ttl) > history.records_read.saturating_add(TTL_MARGIN);
+        // A clock behind true time writes records that expire that much sooner; one ahead
+        // purges them that much sooner.
+        let kept = operation.started.saturating_add(ttl)
+            > history
+                .records_read
+                .saturating_add(TTL_MARGIN + clocks.furthest());
         if stored
             && kept
             && history.records.get(&operation.key) == Some(&RecordState::Absent)
@@ -539,6 +646,38 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
         figures,
         faults: fault_counts(history),
         failures: failures(&figures, ambiguous),
+    }
+}
+
+/// The clock steps of a run, in time order, and the gateways whose clocks they set.
+#[derive(Default)]
+struct Clocks {
+    steps: Vec<(GatewayId, Stamp, i64)>,
+    gateways: BTreeSet<GatewayId>,
+}
+
+impl Clocks {
+    /// Whether two gateways' clocks were set apart at `at`.
+    fn disagree_at(&self, at: Stamp) -> bool {
+        // A gateway without a step yet is on true time.
+        let mut offsets: HashMap<GatewayId, i64> =
+            self.gateways.iter().map(|&gateway| (gateway, 0)).collect();
+        for &(gateway, _, offset) in self.steps.iter().filter(|step| step.1 <= at) {
+            offsets.insert(gateway, offset);
+        }
+        let low = offsets.values().min();
+        low != offsets.values().max()
+    }
+
+    /// The furthest any clock was set from true time.
+    fn furthest(&self) -> Duration {
+        let furthest = self
+            .steps
+            .iter()
+            .map(|&(_, _, offset)| offset.unsigned_abs())
+            .max()
+            .unwrap_or(0);
+        Duration::from_millis(furthest)
     }
 }
 
@@ -610,6 +749,12 @@ fn fault_counts(history: &History) -> FaultCounts {
                     .longest_failover_ms
                     .max(u64::try_from(election.as_millis()).unwrap_or(u64::MAX));
             }
+            FaultEvent::ClockStepped { offset_ms, .. } => {
+                counts.clock_steps += 1;
+                counts.largest_clock_offset_ms =
+                    counts.largest_clock_offset_ms.max(offset_ms.unsigned_abs());
+            }
+            FaultEvent::Partitioned { .. } => counts.partitions += 1,
             FaultEvent::GatewayRestarted { .. } => {}
         }
     }
@@ -634,7 +779,10 @@ pub(crate) fn statuses(history: &History) -> BTreeMap<u16, u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::{Answer, Attempt, Operation, StaleWrite};
+    use crate::{
+        faults::{Link, PartitionMode},
+        history::{Answer, Attempt, Operation, StaleWrite},
+    };
 
     fn settings(ambiguous: Ambiguous) -> Settings {
         Settings {
@@ -689,7 +837,25 @@ mod tests {
         }
     }
 
+    fn partition(gateway: u8, link: Link, from: u64, until: u64) -> FaultEvent {
+        FaultEvent::Partitioned {
+            gateway: GatewayId(gateway),
+            link,
+            mode: PartitionMode::BothWays,
+            from: at(from),
+            until: at(until),
+        }
+    }
+
     /// `op-1` executed at 1 s through gateway 0, and again at 4 s through gateway 1.
+    fn step(gateway: u8, ms: u64, offset_ms: i64) -> FaultEvent {
+        FaultEvent::ClockStepped {
+            gateway: GatewayId(gateway),
+            at: at(ms),
+            offset_ms,
+        }
+    }
+
     fn executed_twice(faults: Vec<FaultEvent>) -> History {
         History {
             operations: vec![answered("op-1", 2), answered("op-2", 3)],
@@ -937,6 +1103,8 @@ mod tests {
                 until: at(6),
             },
             pause(1, 7, 8),
+            step(0, 9, -3_000),
+            partition(0, Link::Store, 9, 10),
         ]);
         history.attempts = vec![
             Attempt {
@@ -967,6 +1135,9 @@ mod tests {
                 dropped_answers: 1,
                 slow_windows: 1,
                 error_windows: 0,
+                clock_steps: 1,
+                largest_clock_offset_ms: 3_000,
+                partitions: 1,
                 longest_store_outage_ms: 1,
                 failovers: 0,
                 longest_failover_ms: 0,
@@ -1092,6 +1263,162 @@ mod tests {
         assert_eq!(verdict.figures.stale_writes_applied, 0);
         assert_eq!(verdict.figures.stale_writes_refused, 1);
         assert_eq!(verdict.failures, []);
+    }
+    #[test]
+    fn a_partition_during_the_call_explains_the_duplicate_in_retry_mode() {
+        // Gateway 0 cut at 0.9 s, during the first execution, for 4 s: from the store, it could
+        // neither renew nor record; from the upstream, its answer did not come back.
+        for link in [Link::Store, Link::Upstream] {
+            let history = executed_twice(vec![partition(0, link, 900, 4_900)]);
+            let verdict = check(&history, settings(Ambiguous::Retry));
+            assert_eq!(verdict.figures.interrupted, 0);
+            assert_eq!(verdict.figures.interrupted_by_pause, 0);
+            assert_eq!(verdict.figures.interrupted_by_partition, 1);
+            assert_eq!(verdict.figures.explained_duplicates, 1);
+            assert_eq!(verdict.failures, []);
+            // Reject mode never executes twice, cut off or not.
+            assert_eq!(
+                check(&history, settings(Ambiguous::Reject)).failures,
+                [Failure::Duplicates { count: 1 }]
+            );
+        }
+    }
+
+    #[test]
+    fn a_request_held_until_the_partition_heals_was_in_its_gateways_hands() {
+        // Healed at 0.8 s, the held request reached the upstream at 1 s, within the slack.
+        // Healed at 0.7 s, 300 ms before: sent after the partition.
+        let verdict = check(
+            &executed_twice(vec![partition(0, Link::Upstream, 200, 800)]),
+            settings(Ambiguous::Retry),
+        );
+        assert_eq!(verdict.figures.interrupted_by_partition, 1);
+        assert_eq!(verdict.figures.explained_duplicates, 1);
+        let verdict = check(
+            &executed_twice(vec![partition(0, Link::Upstream, 200, 700)]),
+            settings(Ambiguous::Retry),
+        );
+        assert_eq!(verdict.figures.interrupted_by_partition, 0);
+        assert_eq!(verdict.figures.explained_duplicates, 0);
+    }
+
+    #[test]
+    fn a_partition_of_another_gateway_explains_nothing_on_any_store() {
+        let history = executed_twice(vec![partition(1, Link::Upstream, 900, 4_900)]);
+        for store in [StoreKind::Sqlite, StoreKind::Postgres, StoreKind::Redis] {
+            let verdict = check(
+                &history,
+                Settings {
+                    store,
+                    ..settings(Ambiguous::Retry)
+                },
+            );
+            // Gateway 1 was cut during op-2's only execution, whose result its caller got; and
+            // a partition stops no process, so it holds no SQLite lock.
+            assert_eq!(verdict.figures.interrupted_by_partition, 0);
+            assert_eq!(
+                verdict.failures,
+                [Failure::UnexplainedDuplicates { count: 1 }]
+            );
+        }
+    }
+
+    #[test]
+    fn a_pause_and_a_partition_of_one_execution_explain_one_extra_execution() {
+        let mut history = executed_twice(vec![
+            pause(0, 900, 4_900),
+            partition(0, Link::Store, 950, 2_000),
+        ]);
+        history
+            .executions
+            .push(execution(4, "op-1", 1, 7_000, 7_050));
+        history.operations[0] = answered("op-1", 4);
+        let verdict = check(&history, settings(Ambiguous::Retry));
+        // Counted once, as a pause.
+        assert_eq!(verdict.figures.interrupted_by_pause, 1);
+        assert_eq!(verdict.figures.interrupted_by_partition, 0);
+        assert_eq!(verdict.figures.explained_duplicates, 0);
+        assert!(!verdict.passed());
+        // A partition of gateway 1 during the second execution explains the third.
+        history
+            .faults
+            .push(partition(1, Link::Upstream, 4_010, 5_000));
+        let verdict = check(&history, settings(Ambiguous::Retry));
+        assert_eq!(verdict.figures.interrupted_by_partition, 1);
+        assert_eq!(verdict.figures.explained_duplicates, 1);
+        assert!(verdict.passed());
+    }
+
+    fn sqlite(ambiguous: Ambiguous) -> Settings {
+        Settings {
+            store: StoreKind::Sqlite,
+            ..settings(ambiguous)
+        }
+    }
+
+    #[test]
+    fn a_clock_step_during_the_call_explains_the_duplicate_on_sqlite_in_retry_mode() {
+        // Gateway 1's clock jumped 5 s ahead at 1.02 s, while gateway 0's execution ran: gateway
+        // 0's lease looked run out to it.
+        let history = executed_twice(vec![step(1, 1_020, 5_000)]);
+        let verdict = check(&history, sqlite(Ambiguous::Retry));
+        assert_eq!(verdict.figures.interrupted_by_clock_step, 1);
+        assert_eq!(verdict.figures.explained_duplicates, 1);
+        assert!(verdict.passed());
+        // PostgreSQL and Redis read their server's clock: a gateway's step explains nothing.
+        let verdict = check(&history, settings(Ambiguous::Retry));
+        assert_eq!(verdict.figures.interrupted_by_clock_step, 0);
+        assert_eq!(
+            verdict.failures,
+            [Failure::UnexplainedDuplicates { count: 1 }]
+        );
+        // Reject mode never executes twice, whatever the clocks say.
+        assert_eq!(
+            check(&history, sqlite(Ambiguous::Reject)).failures,
+            [Failure::Duplicates { count: 1 }]
+        );
+    }
+
+    #[test]
+    fn clocks_set_apart_before_the_call_explain_it_and_clocks_set_right_do_not() {
+        // Set apart at 0.2 s and still apart when the first execution started at 1 s.
+        let apart = executed_twice(vec![step(0, 200, -4_000)]);
+        let verdict = check(&apart, sqlite(Ambiguous::Retry));
+        assert_eq!(verdict.figures.explained_duplicates, 1);
+        // Set right again at 0.5 s: the gateways agreed for the whole call.
+        let right = executed_twice(vec![step(0, 200, -4_000), step(0, 500, 0)]);
+        let verdict = check(&right, sqlite(Ambiguous::Retry));
+        assert_eq!(verdict.figures.interrupted_by_clock_step, 0);
+        assert_eq!(
+            verdict.failures,
+            [Failure::UnexplainedDuplicates { count: 1 }]
+        );
+        // Both a second ahead: they agree, and a gateway alone keeps its leases by its own clock.
+        let together = executed_twice(vec![step(0, 200, 1_000), step(1, 300, 1_000)]);
+        let verdict = check(&together, sqlite(Ambiguous::Retry));
+        assert_eq!(verdict.figures.explained_duplicates, 0);
+    }
+
+    #[test]
+    fn a_record_may_be_gone_as_much_sooner_as_a_clock_was_off() {
+        // Started at 58 s with a 60 s TTL: kept until 118 s. Read at 115.5 s, 2.5 s sooner.
+        let mut history = History {
+            operations: vec![answered("k", 1)],
+            executions: vec![execution(1, "k", 0, 58_000, 58_020)],
+            records_read: at(115_500),
+            records: [("k".to_owned(), RecordState::Absent)].into(),
+            ..History::default()
+        };
+        history.operations[0].started = at(58_000);
+        assert_eq!(
+            check(&history, sqlite(Ambiguous::Reject)).failures,
+            [Failure::Forgotten { count: 1 }]
+        );
+        // A clock 3 s behind wrote it: it expired up to 3 s sooner in true time.
+        history.faults.push(step(0, 50_000, -3_000));
+        let verdict = check(&history, sqlite(Ambiguous::Reject));
+        assert_eq!(verdict.figures.forgotten, 0);
+        assert!(verdict.passed());
     }
 
     fn failover(down: u64) -> FaultEvent {

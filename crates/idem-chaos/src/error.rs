@@ -98,6 +98,15 @@ pub enum Error {
     /// A caller could not send its request at all (an invalid key or URL: a harness bug).
     #[error("a caller could not send its request")]
     Client(#[source] Box<idem_client::Error>),
+    /// A file given as a run's report is not one.
+    #[error("{} is not a chaos run's report", path.display())]
+    NotAReport {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
     /// The report or history could not be serialized.
     #[error("cannot serialize the {what}")]
     Json {

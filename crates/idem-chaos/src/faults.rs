@@ -21,6 +21,10 @@
 //!     slow_every: Duration::from_secs(10),
 //!     errors_every: Duration::from_secs(10),
 //!     window: Duration::from_secs(2),
+//!     clock_step_every: Duration::from_secs(6),
+//!     spared: None,
+//!     partition_every: Duration::from_secs(5),
+//!     store_link: true,
 //! };
 //! let schedule = Schedule::new(&plan, 42);
 //! assert_eq!(schedule, Schedule::new(&plan, 42));
@@ -28,7 +32,7 @@
 //! assert!(schedule.faults().iter().all(|f| matches!(f.action, Action::KillGateway(_))));
 //! ```
 
-use std::time::Duration;
+use std::{fmt, time::Duration};
 
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
@@ -60,6 +64,70 @@ pub enum FaultKind {
     /// Two gateways share the store and the proxy spreads attempts over both (without it, one
     /// gateway).
     TwoGateways,
+    /// A gateway's wall clock steps forward or back, by half a lease to three leases, or is set
+    /// right again, as an NTP step would. Only the SQLite store reads the gateway's clock; the
+    /// PostgreSQL and Redis stores read their server's, so on them nothing is stepped.
+    ClockSteps,
+    /// For 0.3 to 3 leases, a gateway is cut from its store (PostgreSQL, Redis) or from its
+    /// upstream: the link's traffic is black-holed one way or both, or every connection is
+    /// reset.
+    Partitions,
+}
+
+/// A network link of a gateway, which a partition cuts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Link {
+    /// To the store's server (PostgreSQL or Redis; a SQLite file has no network link).
+    Store,
+    /// To the upstream.
+    Upstream,
+}
+
+impl fmt::Display for Link {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Store => "store",
+            Self::Upstream => "upstream",
+        })
+    }
+}
+
+/// What a partition does to a link's traffic while it lasts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PartitionMode {
+    /// Bytes from the gateway to the server are held: requests do not arrive, and new
+    /// connections stall.
+    GatewayToServer,
+    /// Bytes from the server to the gateway are held: requests arrive and are acted on, their
+    /// answers do not come back, and new connections stall.
+    ServerToGateway,
+    /// Both directions are held.
+    BothWays,
+    /// Every connection is reset (RST), and new ones are reset at once.
+    Reset,
+}
+
+impl PartitionMode {
+    /// Every mode, in the order the schedule draws from.
+    pub const ALL: [Self; 4] = [
+        Self::GatewayToServer,
+        Self::ServerToGateway,
+        Self::BothWays,
+        Self::Reset,
+    ];
+}
+
+impl fmt::Display for PartitionMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::GatewayToServer => "gateway-to-server traffic black-holed",
+            Self::ServerToGateway => "server-to-gateway traffic black-holed",
+            Self::BothWays => "traffic black-holed both ways",
+            Self::Reset => "every connection reset",
+        })
+    }
 }
 
 /// What the schedule is drawn from.
@@ -85,6 +153,17 @@ pub struct Plan {
     pub errors_every: Duration,
     /// The mean length of a slow or 503 window.
     pub window: Duration,
+    /// The mean time between two clock steps.
+    pub clock_step_every: Duration,
+    /// A gateway that is never killed (a soak watches its memory): kills drawn for it go to
+    /// the other gateway.
+    pub spared: Option<GatewayId>,
+    /// The mean time from the end of one partition to the start of the next (each lasts from
+    /// 0.3 to 3 leases).
+    pub partition_every: Duration,
+    /// Whether the gateways reach the store over the network (PostgreSQL, Redis): only then are
+    /// they cut from it.
+    pub store_link: bool,
 }
 
 /// One step of the schedule.
@@ -100,11 +179,25 @@ pub enum Action {
     Slow(Duration),
     /// The upstream answers 503 for this long.
     Errors(Duration),
+    /// This gateway's clock is set this many milliseconds ahead of true time (behind when
+    /// negative; 0 sets it right).
+    StepClock(GatewayId, i64),
+    /// Cut a gateway's link for a while.
+    Partition {
+        /// The gateway.
+        gateway: GatewayId,
+        /// Its link.
+        link: Link,
+        /// How.
+        mode: PartitionMode,
+        /// For how long.
+        length: Duration,
+    },
 }
 
 impl Action {
-    /// Whether the action kills or restarts servers: those take turns. Pauses and the
-    /// upstream's windows run beside them.
+    /// Whether the action kills or restarts servers: those take turns. Pauses, partitions and
+    /// the upstream's windows run beside them.
     pub fn is_on_servers(self) -> bool {
         matches!(self, Self::KillGateway(_) | Self::RestartStore)
     }
@@ -141,7 +234,7 @@ impl Schedule {
                 if at >= plan.duration {
                     break;
                 }
-                let gateway = GatewayId(rng.u8(..plan.gateways.max(1)));
+                let gateway = plan.spare(GatewayId(rng.u8(..plan.gateways.max(1))));
                 faults.push(Scheduled {
                     at,
                     action: Action::KillGateway(gateway),
@@ -199,6 +292,51 @@ impl Schedule {
                 Action::Errors,
             );
         }
+        if wants(FaultKind::Partitions) {
+            let links: &[Link] = if plan.store_link {
+                &[Link::Store, Link::Upstream]
+            } else {
+                &[Link::Upstream]
+            };
+            let mut rng = stream(6);
+            let mut at = Duration::ZERO;
+            loop {
+                at += around(&mut rng, plan.partition_every);
+                if at >= plan.duration {
+                    break;
+                }
+                let gateway = GatewayId(rng.u8(..plan.gateways.max(1)));
+                let link = links[rng.usize(..links.len())];
+                let mode = PartitionMode::ALL[rng.usize(..PartitionMode::ALL.len())];
+                let length = partition_length(&mut rng, plan.lease);
+                faults.push(Scheduled {
+                    at,
+                    action: Action::Partition {
+                        gateway,
+                        link,
+                        mode,
+                        length,
+                    },
+                });
+                // One partition at a time, as pauses.
+                at += length;
+            }
+        }
+        if wants(FaultKind::ClockSteps) {
+            let mut rng = stream(9);
+            let mut at = Duration::ZERO;
+            loop {
+                at += around(&mut rng, plan.clock_step_every);
+                if at >= plan.duration {
+                    break;
+                }
+                let gateway = GatewayId(rng.u8(..plan.gateways.max(1)));
+                faults.push(Scheduled {
+                    at,
+                    action: Action::StepClock(gateway, clock_offset(&mut rng, plan.lease)),
+                });
+            }
+        }
         faults.sort_by_key(|fault| fault.at);
         Self { faults }
     }
@@ -233,6 +371,36 @@ fn windows(
     }
 }
 
+impl Plan {
+    /// `gateway`, or the other one if `gateway` is spared.
+    fn spare(&self, gateway: GatewayId) -> GatewayId {
+        if self.spared == Some(gateway) && self.gateways > 1 {
+            GatewayId((gateway.0 + 1) % self.gateways)
+        } else {
+            gateway
+        }
+    }
+}
+
+/// The furthest a stepped clock is from true time: three leases.
+pub fn max_clock_offset(lease: Duration) -> Duration {
+    lease * 3
+}
+
+/// A clock's new offset from true time, in milliseconds: one step in three sets it right (0);
+/// the others put it from half a lease to three leases ahead or behind, mostly further than the
+/// lease, so that the gateways disagree on whether a lease has run out.
+fn clock_offset(rng: &mut fastrand::Rng, lease: Duration) -> i64 {
+    if rng.u8(..3) == 0 {
+        return 0;
+    }
+    let furthest = i64::try_from(max_clock_offset(lease).as_millis())
+        .unwrap_or(i64::MAX)
+        .max(2);
+    let offset = rng.i64(furthest / 6..=furthest);
+    if rng.bool() { offset } else { -offset }
+}
+
 /// A pause's length, drawn uniformly from 1.5 to 3 leases: longer than the lease, so that
 /// the gateway's keys are free for the other gateway before it continues.
 fn pause_length(rng: &mut fastrand::Rng, lease: Duration) -> Duration {
@@ -240,6 +408,15 @@ fn pause_length(rng: &mut fastrand::Rng, lease: Duration) -> Duration {
         .unwrap_or(u64::MAX / 3)
         .max(1);
     Duration::from_millis(rng.u64(lease * 3 / 2..=lease * 3))
+}
+
+/// A partition's length, drawn uniformly from 0.3 to 3 leases: some end before the gateway's
+/// keys are free for the other gateway, some after.
+fn partition_length(rng: &mut fastrand::Rng, lease: Duration) -> Duration {
+    let lease = u64::try_from(lease.as_millis())
+        .unwrap_or(u64::MAX / 3)
+        .max(1);
+    Duration::from_millis(rng.u64((lease * 3 / 10).max(1)..=lease * 3))
 }
 
 /// A duration drawn uniformly from half to one and a half times `mean` (at least 1 ms).
@@ -265,6 +442,10 @@ mod tests {
             slow_every: Duration::from_secs(10),
             errors_every: Duration::from_secs(10),
             window: Duration::from_secs(2),
+            clock_step_every: Duration::from_secs(6),
+            spared: None,
+            partition_every: Duration::from_secs(5),
+            store_link: true,
         }
     }
 
@@ -277,6 +458,8 @@ mod tests {
             FaultKind::Slow,
             FaultKind::Errors,
             FaultKind::TwoGateways,
+            FaultKind::ClockSteps,
+            FaultKind::Partitions,
         ]
     }
 
@@ -423,5 +606,155 @@ mod tests {
         // In time order among the others.
         let times: Vec<Duration> = with_all.faults().iter().map(|f| f.at).collect();
         assert!(times.is_sorted());
+    }
+
+    fn partitions(
+        schedule: &Schedule,
+    ) -> Vec<(Duration, GatewayId, Link, PartitionMode, Duration)> {
+        schedule
+            .faults()
+            .iter()
+            .filter_map(|f| match f.action {
+                Action::Partition {
+                    gateway,
+                    link,
+                    mode,
+                    length,
+                } => Some((f.at, gateway, link, mode, length)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn partitions_come_one_after_the_other_on_every_link_in_every_mode() {
+        let partitions = partitions(&Schedule::new(&plan(vec![FaultKind::Partitions]), 19));
+        // 60 s at one partition every 2.5 to 7.5 s after the end of the last, 0.6 to 6 s long.
+        assert!((6..=19).contains(&partitions.len()), "{partitions:?}");
+        let mut free_from = Duration::ZERO;
+        let (mut shorter, mut longer) = (false, false);
+        for &(at, _, _, _, length) in &partitions {
+            let gap = at - free_from;
+            assert!(
+                (Duration::from_millis(2500)..=Duration::from_millis(7500)).contains(&gap),
+                "{partitions:?}"
+            );
+            assert!(
+                (Duration::from_millis(600)..=Duration::from_secs(6)).contains(&length),
+                "{partitions:?}"
+            );
+            shorter |= length < Duration::from_secs(2);
+            longer |= length > Duration::from_secs(2);
+            free_from = at + length;
+        }
+        // Some end within the lease, some after it.
+        assert!(shorter && longer, "{partitions:?}");
+        for gateway in [GatewayId(0), GatewayId(1)] {
+            assert!(partitions.iter().any(|p| p.1 == gateway), "{partitions:?}");
+        }
+        for link in [Link::Store, Link::Upstream] {
+            assert!(partitions.iter().any(|p| p.2 == link), "{partitions:?}");
+        }
+        for mode in PartitionMode::ALL {
+            assert!(partitions.iter().any(|p| p.3 == mode), "{partitions:?}");
+        }
+    }
+
+    #[test]
+    fn without_a_store_link_only_upstreams_are_cut() {
+        let plan = Plan {
+            store_link: false,
+            ..plan(vec![FaultKind::Partitions])
+        };
+        let partitions = partitions(&Schedule::new(&plan, 19));
+        assert!(!partitions.is_empty());
+        assert!(
+            partitions.iter().all(|p| p.2 == Link::Upstream),
+            "{partitions:?}"
+        );
+    }
+
+    #[test]
+    fn partitions_have_a_stream_of_their_own() {
+        let others = |schedule: &Schedule| -> Vec<Scheduled> {
+            schedule
+                .faults()
+                .iter()
+                .copied()
+                .filter(|f| !matches!(f.action, Action::Partition { .. }))
+                .collect()
+        };
+        let without: Vec<FaultKind> = all()
+            .into_iter()
+            .filter(|kind| *kind != FaultKind::Partitions)
+            .collect();
+        let with_all = Schedule::new(&plan(all()), 23);
+        assert!(!partitions(&with_all).is_empty());
+        assert_eq!(
+            others(&with_all),
+            others(&Schedule::new(&plan(without), 23))
+        );
+        assert_eq!(
+            partitions(&with_all),
+            partitions(&Schedule::new(&plan(vec![FaultKind::Partitions]), 23))
+        );
+    }
+
+    fn clock_steps(schedule: &Schedule) -> Vec<(GatewayId, i64)> {
+        schedule
+            .faults()
+            .iter()
+            .filter_map(|f| match f.action {
+                Action::StepClock(gateway, offset) => Some((gateway, offset)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn clock_steps_go_both_ways_on_both_gateways_within_three_leases() {
+        let steps = clock_steps(&Schedule::new(&plan(vec![FaultKind::ClockSteps]), 19));
+        // 60 s at one step every 3 to 9 s.
+        assert!((6..=20).contains(&steps.len()), "{steps:?}");
+        assert!(steps.iter().any(|&(_, offset)| offset == 0), "{steps:?}");
+        assert!(steps.iter().any(|&(_, offset)| offset > 0), "{steps:?}");
+        assert!(steps.iter().any(|&(_, offset)| offset < 0), "{steps:?}");
+        for &(_, offset) in &steps {
+            assert!(
+                offset == 0 || (1000..=6000).contains(&offset.abs()),
+                "{steps:?}"
+            );
+        }
+        for gateway in [GatewayId(0), GatewayId(1)] {
+            assert!(steps.iter().any(|&(g, _)| g == gateway), "{steps:?}");
+        }
+        // A stream of their own: the other kinds keep their times.
+        let kills = |schedule: &Schedule| -> Vec<Scheduled> {
+            schedule
+                .faults()
+                .iter()
+                .copied()
+                .filter(|f| matches!(f.action, Action::KillGateway(_)))
+                .collect()
+        };
+        assert_eq!(
+            kills(&Schedule::new(&plan(all()), 19)),
+            kills(&Schedule::new(&plan(vec![FaultKind::Kills]), 19))
+        );
+    }
+
+    #[test]
+    fn a_spared_gateway_is_never_killed_and_the_kills_go_to_the_other() {
+        let mut spared = plan(vec![FaultKind::Kills]);
+        spared.spared = Some(GatewayId(0));
+        let all_kills = Schedule::new(&plan(vec![FaultKind::Kills]), 23);
+        let schedule = Schedule::new(&spared, 23);
+        assert_eq!(schedule.faults().len(), all_kills.faults().len());
+        assert!(
+            schedule
+                .faults()
+                .iter()
+                .all(|f| f.action == Action::KillGateway(GatewayId(1)))
+        );
     }
 }

@@ -9,12 +9,16 @@ use std::{
     ffi::OsString,
     net::SocketAddr,
     path::{Path, PathBuf},
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicI64, Ordering},
+    },
     time::Duration,
 };
 
 use http::StatusCode;
-use idem_gateway::{Cli, cli::Command};
+use idem_core::{Clock, SystemClock, Timestamp};
+use idem_gateway::{Cli, Config, Gateway, StoreUrl, cli::Command};
 use tokio::{process::Child, sync::Mutex};
 
 use crate::{
@@ -25,13 +29,87 @@ use crate::{
 };
 
 /// Runs `idem serve ARGS…` in this process until SIGTERM or SIGINT: the body of the hidden
-/// `idem-chaos gateway ARGS…` subcommand.
+/// `idem-chaos gateway ARGS…` subcommand. With [`CLOCK_FILE`] set, a SQLite store reads time
+/// from a [`SteppedClock`] that follows that file; the other stores read their server's clock.
 pub async fn serve(args: Vec<OsString>) -> Result<(), idem_gateway::Error> {
     let argv = ["idem".into(), "serve".into()].into_iter().chain(args);
     let Command::Serve(args) = Cli::parse_from_env_and_file(argv)?.command else {
         unreachable!("the subcommand is serve");
     };
-    idem_gateway::serve(&args).await
+    let mut config = Config::try_from(&*args)?;
+    if let Some(path) = std::env::var_os(CLOCK_FILE) {
+        config.store = match config.store {
+            StoreUrl::Sqlite(options) => {
+                StoreUrl::Sqlite(options.clock(SteppedClock::follow(PathBuf::from(path))))
+            }
+            other => other,
+        };
+    }
+    idem_gateway::logging::init(args.log.log_format, &args.log.log_level)?;
+    let shutdown = idem_gateway::shutdown_signal();
+    Gateway::bind(config).await?.run(shutdown).await
+}
+
+/// The environment variable that names a gateway's clock file: its offset from true time, in
+/// milliseconds, as a decimal number (negative: behind).
+pub const CLOCK_FILE: &str = "IDEM_CHAOS_CLOCK_FILE";
+
+/// How often a [`SteppedClock`] reads its file again.
+const CLOCK_FILE_POLL: Duration = Duration::from_millis(10);
+
+/// The system clock, ahead of true time by the offset its file holds (behind when negative);
+/// a thread reads the file every 10 ms, so that a step takes effect within that. A missing or
+/// unreadable file leaves the offset as it was.
+#[derive(Debug, Clone)]
+pub struct SteppedClock {
+    offset: Arc<AtomicI64>,
+}
+
+impl SteppedClock {
+    /// A clock that follows the offset in `path`; the thread ends with the process.
+    pub fn follow(path: PathBuf) -> Self {
+        let offset = Arc::new(AtomicI64::new(read_offset(&path).unwrap_or(0)));
+        let follower = Arc::clone(&offset);
+        std::thread::Builder::new()
+            .name("idem-chaos-clock".into())
+            .spawn(move || {
+                loop {
+                    if let Some(read) = read_offset(&path) {
+                        follower.store(read, Ordering::Relaxed);
+                    }
+                    std::thread::sleep(CLOCK_FILE_POLL);
+                }
+            })
+            .expect("the clock's thread starts");
+        Self { offset }
+    }
+}
+
+impl Clock for SteppedClock {
+    fn now(&self) -> Timestamp {
+        let now = SystemClock.now().as_millis();
+        let offset = self.offset.load(Ordering::Relaxed);
+        Timestamp::from_millis(now.saturating_add_signed(offset))
+    }
+}
+
+fn read_offset(path: &Path) -> Option<i64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// A gateway's clock file, which its [`SteppedClock`] follows across restarts.
+#[derive(Debug, Clone)]
+pub(crate) struct ClockFile(PathBuf);
+
+impl ClockFile {
+    /// Sets the gateway's clock `offset` milliseconds from true time: written whole to a new
+    /// file, then renamed over the old one, so that a read never sees half of it.
+    pub(crate) fn step(&self, offset: i64) -> Result<(), Error> {
+        let next = self.0.with_extension("next");
+        std::fs::write(&next, offset.to_string())
+            .and_then(|()| std::fs::rename(&next, &self.0))
+            .map_err(Error::io(format!("step the clock in {}", self.0.display())))
+    }
 }
 
 /// How to start the gateways: the program, run as `PROGRAM gateway ARGS…`.
@@ -47,6 +125,7 @@ pub(crate) struct GatewayProcess {
     listen: SocketAddr,
     admin: SocketAddr,
     log: PathBuf,
+    clock: PathBuf,
     child: Option<Child>,
     running: Running,
     client: HttpClient,
@@ -72,6 +151,11 @@ impl Running {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// The process id while the gateway is up and ready.
+    pub(crate) async fn pid(&self) -> Option<u32> {
+        *self.0.lock().await
     }
 
     /// SIGCONTs process `pid`, unless it was killed since it was stopped.
@@ -122,12 +206,24 @@ impl GatewayProcess {
             listen,
             admin,
             log: dir.join(format!("gateway-{}.log", id.0)),
+            clock: dir.join(format!("gateway-{}.clock", id.0)),
             child: None,
             running: Running::default(),
             client,
         };
+        gateway.clock().step(0)?;
         gateway.restart().await?;
         Ok(gateway)
+    }
+
+    /// Which gateway.
+    pub(crate) fn id(&self) -> GatewayId {
+        self.id
+    }
+
+    /// Its clock file, for clock steps.
+    pub(crate) fn clock(&self) -> ClockFile {
+        ClockFile(self.clock.clone())
     }
 
     /// Where the gateway accepts requests.
@@ -168,6 +264,7 @@ impl GatewayProcess {
                 command.env_remove(name);
             }
         }
+        command.env(CLOCK_FILE, &self.clock);
         let mut child = command.spawn().map_err(Error::io(format!(
             "start {} (setpriv, from util-linux)",
             self.id

@@ -28,6 +28,8 @@ use std::{
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use crate::faults::{Link, PartitionMode};
+
 /// A moment of the run: microseconds since it started.
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
@@ -258,6 +260,29 @@ pub enum FaultEvent {
         /// Until.
         until: Stamp,
     },
+    /// A gateway's clock was set `offset_ms` milliseconds from true time (behind when
+    /// negative; 0: right again).
+    ClockStepped {
+        /// Which.
+        gateway: GatewayId,
+        /// When.
+        at: Stamp,
+        /// Its new offset from true time.
+        offset_ms: i64,
+    },
+    /// A gateway was cut from its store or its upstream.
+    Partitioned {
+        /// Which.
+        gateway: GatewayId,
+        /// From what.
+        link: Link,
+        /// How.
+        mode: PartitionMode,
+        /// When the link was cut.
+        from: Stamp,
+        /// When it was whole again.
+        until: Stamp,
+    },
 }
 
 /// The state of a key's record in the store at the end of the run.
@@ -313,6 +338,7 @@ pub(crate) struct Tally {
     pub(crate) kills: usize,
     pub(crate) pauses: usize,
     pub(crate) store_restarts: usize,
+    pub(crate) partitions: usize,
 }
 
 impl Recorder {
@@ -410,6 +436,11 @@ impl Recorder {
                         FaultEvent::StoreRestarted { .. } | FaultEvent::Failover { .. }
                     )
                 })
+                .count(),
+            partitions: history
+                .faults
+                .iter()
+                .filter(|f| matches!(f, FaultEvent::Partitioned { .. }))
                 .count(),
         })
     }

@@ -2,32 +2,42 @@
 //! gateways, store and upstream, and records it in the history.
 //!
 //! Kills and store restarts take turns (a SQLite restart kills every gateway; a Redis Cluster's
-//! is a failover); pauses and the slow and 503 windows of the upstream run beside them, so that
-//! a slow restart does not shorten them. A pause waits for its gateway to be up, and a kill ends
-//! it.
+//! is a failover); pauses, partitions, clock steps and the slow and 503 windows of the upstream
+//! run beside them, so that a slow restart does not shorten them. A pause waits for its gateway
+//! to be up, and a kill ends it. A partition cuts a link whatever the gateway does meanwhile: a
+//! gateway killed and started again during it reconnects through the cut link.
 
 use std::time::Duration;
 
 use crate::{
     Error, GatewayId, Schedule,
-    faults::{Action, Scheduled},
-    gateway_process::{GatewayProcess, Running},
+    faults::{Action, Link, PartitionMode, Scheduled},
+    gateway_process::{ClockFile, GatewayProcess, Running},
     history::{FaultEvent, Recorder},
+    link::{GatewayLinks, LinkProxy},
     progress::Progress,
     store::{RedisCluster, StoreServer},
     upstream::Upstream,
 };
 
-/// How many times a gateway that exits while starting is started again.
-const RESTART_TRIES: u32 = 3;
+/// How long a gateway that exits while starting is started again, as a supervisor would: far
+/// longer than a partition of its store link (3 leases at most) or a store restart.
+const RESTART_FOR: Duration = Duration::from_secs(60);
+
+/// The pause between two starts of a gateway that exited while starting.
+const RESTART_BACKOFF: Duration = Duration::from_millis(200);
 
 /// What the faults act on.
 pub(crate) struct Injector<'a> {
     pub(crate) gateways: &'a mut [GatewayProcess],
     pub(crate) store: &'a mut StoreServer,
     pub(crate) upstream: &'a Upstream,
+    /// Each gateway's link proxies, by gateway.
+    pub(crate) links: &'a [GatewayLinks],
     pub(crate) recorder: &'a Recorder,
     pub(crate) progress: &'a Progress,
+    /// The gateway a soak never kills: SQLite's store restarts kill only the others.
+    pub(crate) spared: Option<GatewayId>,
 }
 
 impl Injector<'_> {
@@ -44,10 +54,25 @@ impl Injector<'_> {
             gateways,
             store,
             upstream,
+            links,
             recorder,
             progress,
+            spared,
         } = self;
         let running: Vec<Running> = gateways.iter().map(GatewayProcess::running).collect();
+        let clocks: Vec<ClockFile> = gateways.iter().map(GatewayProcess::clock).collect();
+        let clock_steps = async {
+            for fault in schedule.faults() {
+                let Action::StepClock(gateway, offset) = fault.action else {
+                    continue;
+                };
+                if let Some(clock) = clocks.get(usize::from(gateway.0)) {
+                    sleep_until(recorder, start + fault.at).await;
+                    step_clock(clock, gateway, offset, recorder, progress)?;
+                }
+            }
+            Ok::<(), Error>(())
+        };
         let pauses = async {
             for fault in schedule.faults() {
                 let Action::PauseGateway(gateway, length) = fault.action else {
@@ -60,11 +85,34 @@ impl Injector<'_> {
             }
             Ok::<(), Error>(())
         };
+        let partitions = async {
+            for fault in schedule.faults() {
+                let Action::Partition {
+                    gateway,
+                    link,
+                    mode,
+                    length,
+                } = fault.action
+                else {
+                    continue;
+                };
+                let Some(proxy) = links
+                    .get(usize::from(gateway.0))
+                    .and_then(|links| links.get(link))
+                else {
+                    continue;
+                };
+                sleep_until(recorder, start + fault.at).await;
+                partition(proxy, (gateway, link, mode), length, recorder, progress).await;
+            }
+            Ok::<(), Error>(())
+        };
         let mut servers = Servers {
             gateways,
             store,
             recorder,
             progress,
+            spared,
         };
         let servers = async {
             for fault in schedule
@@ -97,12 +145,46 @@ impl Injector<'_> {
         tokio::try_join!(
             servers,
             pauses,
+            clock_steps,
+            partitions,
             windows(|action| matches!(action, Action::Slow(_))),
             windows(|action| matches!(action, Action::Errors(_))),
         )?;
         sleep_until(recorder, start + duration).await;
+        // Every clock is set right for the end of the run, as the step's time says.
+        let stepped = schedule
+            .faults()
+            .iter()
+            .filter_map(|fault| match fault.action {
+                Action::StepClock(gateway, _) => Some(gateway),
+                _ => None,
+            })
+            .collect::<std::collections::BTreeSet<_>>();
+        for gateway in stepped {
+            if let Some(clock) = clocks.get(usize::from(gateway.0)) {
+                step_clock(clock, gateway, 0, recorder, progress)?;
+            }
+        }
         Ok(())
     }
+}
+
+/// Sets `gateway`'s clock `offset` milliseconds from true time, and records it.
+fn step_clock(
+    clock: &ClockFile,
+    gateway: GatewayId,
+    offset: i64,
+    recorder: &Recorder,
+    progress: &Progress,
+) -> Result<(), Error> {
+    clock.step(offset)?;
+    recorder.fault(FaultEvent::ClockStepped {
+        gateway,
+        at: recorder.now(),
+        offset_ms: offset,
+    });
+    progress.event(format_args!("{gateway}'s clock is {offset:+} ms off"));
+    Ok(())
 }
 
 async fn sleep_until(recorder: &Recorder, at: Duration) {
@@ -134,12 +216,43 @@ async fn pause(
     Ok(())
 }
 
+/// Cuts `gateway`'s `link` through its proxy, as `mode` says, for `length`, then heals it.
+async fn partition(
+    proxy: &LinkProxy,
+    (gateway, link, mode): (GatewayId, Link, PartitionMode),
+    length: Duration,
+    recorder: &Recorder,
+    progress: &Progress,
+) {
+    let from = recorder.now();
+    proxy.cut(mode);
+    progress.event(format_args!(
+        "{gateway} cut from its {link} for {} ms: {mode}",
+        length.as_millis()
+    ));
+    tokio::time::sleep(length).await;
+    proxy.heal();
+    let until = recorder.now();
+    recorder.fault(FaultEvent::Partitioned {
+        gateway,
+        link,
+        mode,
+        from,
+        until,
+    });
+    progress.event(format_args!("{gateway} reaches its {link} again"));
+}
+
 /// A slow or 503 window of the upstream, from now until its end.
 async fn window(upstream: &Upstream, recorder: &Recorder, progress: &Progress, action: Action) {
     let (length, set): (Duration, fn(&Upstream, bool)) = match action {
         Action::Slow(length) => (length, Upstream::set_slow),
         Action::Errors(length) => (length, Upstream::set_failing),
-        Action::KillGateway(_) | Action::PauseGateway(..) | Action::RestartStore => return,
+        Action::KillGateway(_)
+        | Action::PauseGateway(..)
+        | Action::RestartStore
+        | Action::StepClock(..) => return,
+        Action::Partition { .. } => return,
     };
     let from = recorder.now();
     set(upstream, true);
@@ -166,6 +279,7 @@ struct Servers<'a> {
     store: &'a mut StoreServer,
     recorder: &'a Recorder,
     progress: &'a Progress,
+    spared: Option<GatewayId>,
 }
 
 impl Servers<'_> {
@@ -190,18 +304,18 @@ impl Servers<'_> {
     }
 
     async fn restart(&mut self, gateway: GatewayId) -> Result<(), Error> {
-        let mut failed = 0;
-        // On SQLite, a gateway stopped inside a write transaction holds the file's lock, and one
-        // that starts meanwhile cannot migrate the file within its busy timeout: it exits, and is
-        // started again, as a supervisor would.
+        let give_up = tokio::time::Instant::now() + RESTART_FOR;
+        // A gateway exits when it cannot open its store: on SQLite, while a gateway stopped
+        // inside a write transaction holds the file's lock past the busy timeout; on a server,
+        // while a partition cuts the gateway from it. It is started again, as a supervisor would.
         while let Err(error) = self.gateways[usize::from(gateway.0)].restart().await {
-            failed += 1;
-            if failed > RESTART_TRIES || !matches!(error, Error::Exited { .. }) {
+            if tokio::time::Instant::now() > give_up || !matches!(error, Error::Exited { .. }) {
                 return Err(error);
             }
             self.progress.event(format_args!(
                 "{gateway} exited while starting ({error}): starting it again"
             ));
+            tokio::time::sleep(RESTART_BACKOFF).await;
         }
         let at = self.recorder.now();
         self.recorder
@@ -213,12 +327,14 @@ impl Servers<'_> {
     async fn restart_store(&mut self) -> Result<(), Error> {
         let down = self.recorder.now();
         match &mut *self.store {
-            // The store is in the gateways: every one dies, and comes back on the same file.
+            // The store is in the gateways: every one dies (but a soak's spared one), and comes
+            // back on the same file.
             StoreServer::Sqlite(_) => {
                 self.progress
                     .event("SQLite store restart: every gateway is killed");
                 let all: Vec<GatewayId> = (0..self.gateways.len())
                     .map(|i| GatewayId(u8::try_from(i).expect("at most 2 gateways")))
+                    .filter(|&gateway| Some(gateway) != self.spared)
                     .collect();
                 for &gateway in &all {
                     self.kill(gateway).await?;

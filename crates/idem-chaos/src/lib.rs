@@ -6,11 +6,15 @@
 //! file, or a PostgreSQL or Redis server or a Redis Cluster of its own), two gateways sharing
 //! it, and a proxy in front of them that drops some of their answers. Callers make logical
 //! operations, one key each, while a seeded schedule SIGKILLs gateways, stops them past their
-//! lease, restarts the store (on a cluster: kills a master and lets its replica take over), and
+//! lease, restarts the store (on a cluster: kills a master and lets its replica take over), cuts
+//! a gateway from its store or its upstream (through a proxy on each link), steps their clocks,
+//! and
 //! slows the upstream down or has it answer 503. The upstream refuses a request
 //! whose fencing token is lower than one it applied for the operation. Then [`check()`] reads
-//! the history: duplicates, stale writes, lost operations, stuck keys. `docs/reliability.md`
-//! explains the run and its figures.
+//! the history: duplicates, stale writes, lost operations, stuck keys. With `--json`, the run's
+//! [`Report`] records its figures, options and [`provenance`] (date, commit, machine);
+//! `idem-chaos report FILE…` prints many reports as one markdown table ([`summary`]).
+//! `docs/reliability.md` explains the run and its figures.
 //!
 //! # Examples
 //!
@@ -65,13 +69,17 @@ pub mod gateway_process;
 pub mod history;
 mod http_client;
 mod injector;
+mod link;
 pub mod options;
 mod process;
 mod progress;
+pub mod provenance;
 mod proxy;
 pub mod report;
+pub mod resources;
 mod run;
 pub mod store;
+pub mod summary;
 mod upstream;
 
 pub use check::{Failure, Figures, Verdict, check};

@@ -1,10 +1,10 @@
 //! `idem-chaos`: runs real idem gateways under faults and checks what happened.
 
-use std::{ffi::OsString, process::ExitCode};
+use std::{ffi::OsString, future::Future, path::PathBuf, process::ExitCode};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use idem_chaos::{GatewayProgram, RunArgs};
+use idem_chaos::{GatewayProgram, Report, RunArgs};
 
 /// Jepsen-style chaos runs of the idem gateway: many callers, injected faults, a checked
 /// history.
@@ -24,6 +24,17 @@ enum Command {
                             the run and its report."
     )]
     Run(Box<RunArgs>),
+    /// Print the reports of runs (`run --json FILE`) as one markdown table, as
+    /// docs/reliability.md shows them.
+    #[command(
+        after_help = "Exit code: 0, or 2 when a file cannot be read or is not a report (the \
+                      error names it)."
+    )]
+    Report {
+        /// The reports.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
     /// `idem serve` with these arguments: the gateway processes of a run.
     #[command(hide = true, disable_help_flag = true)]
     Gateway {
@@ -33,28 +44,42 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
-    {
-        Ok(runtime) => runtime,
-        Err(error) => return failure(&error),
-    };
-    match cli.command {
-        Command::Run(args) => match runtime.block_on(run(&args)) {
+    match Cli::parse().command {
+        Command::Run(args) => match block_on(run(&args)) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::FAILURE,
             Err(error) => failure(&error),
         },
+        Command::Report { files } => match report(&files) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => failure(&error),
+        },
         Command::Gateway { args } => {
-            match runtime.block_on(idem_chaos::gateway_process::serve(args)) {
+            match block_on(async { Ok(idem_chaos::gateway_process::serve(args).await?) }) {
                 Ok(()) => ExitCode::SUCCESS,
-                Err(error) => failure(&error.into()),
+                Err(error) => failure(&error),
             }
         }
     }
+}
+
+/// Runs `future` to its end on a multi-threaded runtime.
+fn block_on<T>(future: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?
+        .block_on(future)
+}
+
+/// Reads every report, then prints their table.
+fn report(files: &[PathBuf]) -> anyhow::Result<()> {
+    let reports = files
+        .iter()
+        .map(|file| Report::read(file))
+        .collect::<Result<Vec<_>, _>>()?;
+    print!("{}", idem_chaos::summary::markdown(&reports));
+    Ok(())
 }
 
 /// Runs, prints the table; whether the run passed.

@@ -25,7 +25,7 @@ use clap::{Args, ValueEnum};
 use idem_gateway::HumanDuration;
 use serde::{Deserialize, Serialize};
 
-use crate::{FaultKind, faults::Plan};
+use crate::{FaultKind, GatewayId, faults::Plan};
 
 /// The store the gateways share.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
@@ -84,7 +84,8 @@ pub enum Keep {
 #[serde(rename_all = "snake_case")]
 pub enum Ambiguous {
     /// Release the key on an ambiguous outcome: an operation may execute again, but only when a
-    /// gateway died, or was paused past its lease, while its upstream call ran.
+    /// gateway died, was paused, or was cut from its store or upstream, while its upstream call
+    /// ran.
     Retry,
     /// Record "outcome unknown": no operation ever executes twice.
     Reject,
@@ -128,7 +129,8 @@ pub struct RunArgs {
     pub store: StoreKind,
 
     /// The gateways' --ambiguous mode: reject expects no duplicate at all, retry expects
-    /// duplicates only where a gateway was killed or paused during the upstream call.
+    /// duplicates only where a gateway was killed, paused or partitioned during the upstream
+    /// call.
     #[arg(long, value_enum, default_value_t = Ambiguous::Retry)]
     pub ambiguous: Ambiguous,
 
@@ -157,7 +159,7 @@ pub struct RunArgs {
         value_enum,
         value_delimiter = ',',
         value_name = "LIST",
-        default_value = "drops,kills,pauses,store-restarts,slow,errors,two-gateways"
+        default_value = "drops,kills,pauses,store-restarts,slow,errors,two-gateways,partitions,clock-steps"
     )]
     pub faults: Vec<FaultKind>,
 
@@ -190,6 +192,27 @@ pub struct RunArgs {
     /// How long a slow or 503 window lasts, on average.
     #[arg(long, value_name = "DURATION", default_value = "2s")]
     pub window: HumanDuration,
+
+    /// The mean time between two partitions, from the end of one to the start of the next
+    /// (each cuts one gateway from its store or its upstream for 0.3 to 3 leases).
+    #[arg(long, value_name = "DURATION", default_value = "5s")]
+    pub partition_every: HumanDuration,
+
+    /// The mean time between two clock steps (on SQLite, the only store that reads the
+    /// gateways' clocks).
+    #[arg(long, value_name = "DURATION", default_value = "6s")]
+    pub clock_step_every: HumanDuration,
+
+    /// How often the gateways' resident memory and open file descriptors, and the store's size
+    /// on disk, are sampled.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub sample_every: HumanDuration,
+
+    /// A soak: the first gateway is never killed (kills, and SQLite's store restarts, spare it),
+    /// and the run also fails if its memory or its open file descriptors grew over the last two
+    /// thirds of the run. For runs of an hour; needs two-gateways.
+    #[arg(long)]
+    pub soak: bool,
 
     /// The gateways' --lease: how soon a killed gateway's keys are free again.
     #[arg(long, value_name = "DURATION", default_value = "2s")]
@@ -239,7 +262,13 @@ impl RunArgs {
     pub fn plan(&self) -> Plan {
         Plan {
             duration: self.duration.0,
-            faults: self.faults.clone(),
+            // Only SQLite reads the gateways' clocks: elsewhere a step would change nothing.
+            faults: self
+                .faults
+                .iter()
+                .copied()
+                .filter(|&f| f != FaultKind::ClockSteps || self.store == StoreKind::Sqlite)
+                .collect(),
             gateways: self.gateways(),
             kill_every: self.kill_every.0,
             pause_every: self.pause_every.0,
@@ -248,6 +277,10 @@ impl RunArgs {
             slow_every: self.slow_every.0,
             errors_every: self.errors_every.0,
             window: self.window.0,
+            clock_step_every: self.clock_step_every.0,
+            spared: self.soak.then_some(GatewayId(0)),
+            partition_every: self.partition_every.0,
+            store_link: !matches!(self.store, StoreKind::Sqlite | StoreKind::RedisCluster),
         }
     }
 

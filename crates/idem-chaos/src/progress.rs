@@ -74,12 +74,13 @@ fn summary(recorder: &Recorder) -> String {
     let tally = recorder.tally();
     format!(
         "{} operations, {} attempts, {} answers dropped, {} gateway kills, {} gateway pauses, \
-         {} store restarts",
+         {} store restarts, {} partitions",
         tally.operations,
         tally.attempts,
         tally.dropped,
         tally.kills,
         tally.pauses,
-        tally.store_restarts
+        tally.store_restarts,
+        tally.partitions
     )
 }

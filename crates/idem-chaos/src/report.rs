@@ -1,5 +1,5 @@
 //! [`Report`]: a run's settings, figures and verdict, as the table `idem-chaos run` prints and
-//! as JSON (`--json FILE`).
+//! as JSON (`--json FILE`), with where the run comes from ([`Provenance`]).
 //!
 //! # Examples
 //!
@@ -7,6 +7,7 @@
 //! use idem_chaos::{
 //!     Ambiguous, InFlight, Report, StoreKind, Verdict,
 //!     check::{FaultCounts, Figures},
+//!     provenance::Provenance,
 //! };
 //!
 //! let report = Report {
@@ -25,6 +26,9 @@
 //!         faults: FaultCounts::default(),
 //!         failures: vec![],
 //!     },
+//!     resources: Default::default(),
+//!     options: None,
+//!     provenance: Provenance::now(),
 //! };
 //! assert!(report.table().contains("PASS"));
 //! let json = serde_json::to_string(&report)?;
@@ -32,14 +36,18 @@
 //! # Ok::<(), serde_json::Error>(())
 //! ```
 
-use std::{collections::BTreeMap, fmt::Write as _};
+use std::{collections::BTreeMap, fmt::Write as _, path::Path};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Ambiguous, InFlight, StoreKind, Verdict};
+use crate::{
+    Ambiguous, Error, FaultKind, InFlight, RedisPersistence, RunArgs, StoreKind, Verdict,
+    provenance::Provenance, resources::Resources, run::millis,
+};
 
-/// What a run did and found.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// What a run did and found. Reports written before a field was added still parse: the
+/// field is `None` (or its documented default).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     /// The store.
     pub store: StoreKind,
@@ -64,9 +72,86 @@ pub struct Report {
     /// The figures and what failed.
     #[serde(flatten)]
     pub verdict: Verdict,
+    /// The gateways' memory and descriptors and the store's size, sampled through the run.
+    #[serde(default)]
+    pub resources: Resources,
+    /// The run's other options.
+    #[serde(default)]
+    pub options: Option<RunOptions>,
+    /// When, from which source and where the run was made.
+    #[serde(flatten)]
+    pub provenance: Provenance,
+}
+
+/// The options of a run that [`Report`]'s own fields do not give, as `idem-chaos run` took
+/// them (defaults included). An option added later needs `#[serde(default)]`, so that the
+/// committed reports still parse.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunOptions {
+    /// `--faults`: the kinds injected.
+    pub faults: Vec<FaultKind>,
+    /// `--drop-rate`.
+    pub drop_rate: f64,
+    /// `--kill-every`, in milliseconds.
+    pub kill_every_ms: u64,
+    /// `--pause-every`, in milliseconds.
+    pub pause_every_ms: u64,
+    /// `--store-restart-every`, in milliseconds.
+    pub store_restart_every_ms: u64,
+    /// `--slow-every`, in milliseconds.
+    pub slow_every_ms: u64,
+    /// `--errors-every`, in milliseconds.
+    pub errors_every_ms: u64,
+    /// `--window`, in milliseconds.
+    pub window_ms: u64,
+    /// `--attempt-timeout`, in milliseconds.
+    pub attempt_timeout_ms: u64,
+    /// `--deadline`, in milliseconds.
+    pub deadline_ms: u64,
+    /// `--redis-persistence`.
+    pub redis_persistence: RedisPersistence,
+    /// `--clock-step-every`, in milliseconds.
+    #[serde(default)]
+    pub clock_step_every_ms: u64,
+    /// `--sample-every`, in milliseconds.
+    #[serde(default)]
+    pub sample_every_ms: u64,
+    /// `--soak`.
+    #[serde(default)]
+    pub soak: bool,
+}
+
+impl From<&RunArgs> for RunOptions {
+    fn from(args: &RunArgs) -> Self {
+        Self {
+            faults: args.faults.clone(),
+            drop_rate: args.drop_rate,
+            kill_every_ms: millis(args.kill_every.0),
+            pause_every_ms: millis(args.pause_every.0),
+            store_restart_every_ms: millis(args.store_restart_every.0),
+            slow_every_ms: millis(args.slow_every.0),
+            errors_every_ms: millis(args.errors_every.0),
+            window_ms: millis(args.window.0),
+            attempt_timeout_ms: millis(args.attempt_timeout.0),
+            deadline_ms: millis(args.deadline.0),
+            redis_persistence: args.redis_persistence,
+            clock_step_every_ms: millis(args.clock_step_every.0),
+            sample_every_ms: millis(args.sample_every.0),
+            soak: args.soak,
+        }
+    }
 }
 
 impl Report {
+    /// Reads a report written by `--json`.
+    pub fn read(path: &Path) -> Result<Self, Error> {
+        let json = std::fs::read(path).map_err(Error::io(format!("read {}", path.display())))?;
+        serde_json::from_slice(&json).map_err(|source| Error::NotAReport {
+            path: path.to_owned(),
+            source,
+        })
+    }
+
     /// Whether every expectation was met.
     pub fn passed(&self) -> bool {
         self.verdict.passed()
@@ -103,14 +188,22 @@ impl Report {
         };
         let _ = writeln!(
             out,
-            "faults: {} gateway kills, {} gateway pauses, {store_restarts}, {} dropped answers, \
-             {} slow windows, {} 503 windows\n",
+            "faults: {} gateway kills, {} gateway pauses, {store_restarts}, {} partitions, \
+             {} dropped answers, {} slow windows, {} 503 windows\n",
             faults.gateway_kills,
             faults.gateway_pauses,
+            faults.partitions,
             faults.dropped_answers,
             faults.slow_windows,
             faults.error_windows,
         );
+        if faults.clock_steps > 0 {
+            let _ = writeln!(
+                out,
+                "clock steps: {} (the furthest {} ms from true time)\n",
+                faults.clock_steps, faults.largest_clock_offset_ms,
+            );
+        }
         let rows = [
             ("logical operations", f.operations),
             ("attempts", f.attempts),
@@ -121,12 +214,20 @@ impl Report {
                 f.interrupted_by_pause,
             ),
             (
+                "executions interrupted by a partition",
+                f.interrupted_by_partition,
+            ),
+            (
+                "executions cut short by a clock step",
+                f.interrupted_by_clock_step,
+            ),
+            (
                 "executions interrupted by a failover",
                 f.interrupted_by_failover,
             ),
             ("duplicates (executed more than once)", f.duplicates),
             (
-                "  explained by a kill or pause during the call",
+                "  explained by a fault during the call",
                 f.explained_duplicates - f.explained_by_failover,
             ),
             ("  explained by a failover", f.explained_by_failover),
@@ -153,6 +254,7 @@ impl Report {
             let _ = writeln!(out, "  {label:<46} {value:>9}");
         }
         out.push('\n');
+        self.resources.describe(&mut out);
         if self.passed() {
             let expectation = match (self.ambiguous, self.store) {
                 (Ambiguous::Reject, StoreKind::RedisCluster) => {
@@ -160,11 +262,12 @@ impl Report {
                 }
                 (Ambiguous::Reject, _) => "no operation executed twice",
                 (Ambiguous::Retry, StoreKind::RedisCluster) => {
-                    "every duplicate follows a gateway kill or pause during the upstream call, \
-                     or a failover that lost its record"
+                    "every duplicate follows a gateway kill, pause, partition or failover during \
+                     the upstream call, or a failover that lost its record"
                 }
                 (Ambiguous::Retry, _) => {
-                    "every duplicate follows a gateway kill or pause during the upstream call"
+                    "every duplicate follows a gateway kill, pause, partition or clock step \
+                     during the upstream call"
                 }
             };
             let _ = writeln!(
@@ -205,10 +308,14 @@ mod tests {
                 faults: FaultCounts {
                     gateway_kills: 3,
                     gateway_pauses: 4,
+                    partitions: 6,
                     ..FaultCounts::default()
                 },
                 failures,
             },
+            resources: Resources::default(),
+            options: None,
+            provenance: Provenance::now(),
         }
     }
 
@@ -220,15 +327,16 @@ mod tests {
     }
 
     #[test]
-    fn the_table_shows_pauses_and_stale_writes() {
+    fn the_table_shows_pauses_partitions_and_stale_writes() {
         let table = report(
             Figures {
                 operations: 100,
                 executions: 102,
                 interrupted: 1,
                 interrupted_by_pause: 2,
-                duplicates: 2,
-                explained_duplicates: 2,
+                interrupted_by_partition: 3,
+                duplicates: 5,
+                explained_duplicates: 5,
                 stale_writes_refused: 5,
                 succeeded: 100,
                 ..Figures::default()
@@ -252,9 +360,17 @@ mod tests {
             row(&table, "executions interrupted by a gateway pause"),
             Some("2")
         );
+        assert!(
+            table.contains("(the longest 0 ms), 6 partitions,"),
+            "{table}"
+        );
         assert_eq!(
-            row(&table, "explained by a kill or pause during the call"),
-            Some("2")
+            row(&table, "executions interrupted by a partition"),
+            Some("3")
+        );
+        assert_eq!(
+            row(&table, "explained by a fault during the call"),
+            Some("5")
         );
         assert_eq!(
             row(&table, "stale writes refused by the upstream"),
@@ -263,8 +379,8 @@ mod tests {
         assert_eq!(row(&table, "stale writes applied"), Some("0"));
         assert!(
             table.contains(
-                "PASS: every duplicate follows a gateway kill or pause during the upstream call; \
-                 no stale write applied"
+                "PASS: every duplicate follows a gateway kill, pause, partition or clock step during the \
+                 upstream call; no stale write applied"
             ),
             "{table}"
         );
@@ -293,7 +409,9 @@ mod tests {
         assert_eq!(json["figures"]["stale_writes_applied"], 1);
         assert_eq!(json["figures"]["stale_writes_refused"], 0);
         assert_eq!(json["figures"]["interrupted_by_pause"], 0);
+        assert_eq!(json["figures"]["interrupted_by_partition"], 0);
         assert_eq!(json["faults"]["gateway_pauses"], 4);
+        assert_eq!(json["faults"]["partitions"], 6);
         assert_eq!(
             json["failures"],
             serde_json::json!([{ "kind": "stale_writes_applied", "count": 1 }])
@@ -327,7 +445,7 @@ mod tests {
         );
         assert!(!table.contains("store restarts"), "{table}");
         assert_eq!(
-            row(&table, "explained by a kill or pause during the call"),
+            row(&table, "explained by a fault during the call"),
             Some("1")
         );
         assert_eq!(row(&table, "explained by a failover"), Some("2"));

@@ -9,13 +9,17 @@ use crate::{
     Error, FaultKind, GatewayId, InFlight, Report, RunArgs, Schedule, admin,
     callers::{self, CallerSettings},
     check::{self, Settings, check},
+    faults::max_clock_offset,
     gateway_process::{GatewayProcess, GatewayProgram},
     history::Recorder,
     http_client::http_client,
     injector::Injector,
+    link::{GatewayLinks, LinkProxy},
     options::Keep,
     progress::Progress,
+    provenance::Provenance,
     proxy::DropProxy,
+    resources::{self, Resources, Sampler},
     store::StoreServer,
     upstream::{FENCING_HEADER, Upstream},
 };
@@ -30,6 +34,11 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
     if args.ttl.0 < args.deadline.0 * 2 {
         return Err(Error::Options(
             "--ttl must be at least twice --deadline: a retry after the TTL executes again",
+        ));
+    }
+    if args.soak && args.gateways() < 2 {
+        return Err(Error::Options(
+            "--soak needs two-gateways: one is watched and never killed, the other is",
         ));
     }
     let seed = args.seed.unwrap_or_else(|| fastrand::u64(..));
@@ -65,8 +74,31 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
     let upstream = Upstream::start(gateways, slow_latency, seed, recorder.clone()).await?;
     let client = http_client();
     let mut processes = Vec::new();
+    let mut links = Vec::new();
     for id in (0..gateways).map(GatewayId) {
-        let serve_args = serve_args(args, &upstream.url(id), &store.url(), slow_latency);
+        // With partitions, each gateway reaches its upstream and its store's server through
+        // proxies of its own; the harness keeps the direct addresses.
+        let gateway_links = if args.injects(FaultKind::Partitions) {
+            GatewayLinks {
+                store: match store.addr() {
+                    Some(addr) => Some(LinkProxy::start(addr).await?),
+                    None => None,
+                },
+                upstream: Some(LinkProxy::start(upstream.addr(id)).await?),
+            }
+        } else {
+            GatewayLinks::default()
+        };
+        let upstream_url = match &gateway_links.upstream {
+            Some(proxy) => format!("http://{}", proxy.addr()),
+            None => upstream.url(id),
+        };
+        let store_url = match &gateway_links.store {
+            Some(proxy) => store.url_at(proxy.addr()),
+            None => store.url(),
+        };
+        links.push(gateway_links);
+        let serve_args = serve_args(args, &upstream_url, &store_url, slow_latency);
         processes.push(
             GatewayProcess::start(id, program, serve_args, dir.path(), client.clone()).await?,
         );
@@ -85,9 +117,18 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
     )
     .await?;
 
-    let schedule = Schedule::new(&args.plan(), seed);
+    let plan = args.plan();
+    let schedule = Schedule::new(&plan, seed);
     let progress = Progress::start(duration, recorder.clone());
     let stop = tokio_util::sync::CancellationToken::new();
+    let sampling = tokio::spawn(
+        Sampler {
+            gateways: processes.iter().map(|p| (p.id(), p.running())).collect(),
+            store_files: store.files(),
+            recorder: recorder.clone(),
+        }
+        .run(args.sample_every.0, stop.clone()),
+    );
     let callers = tokio::spawn(callers::run(
         proxy.url(),
         CallerSettings {
@@ -103,8 +144,10 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
         gateways: &mut processes,
         store: &mut store,
         upstream: &upstream,
+        links: &links,
         recorder: &recorder,
         progress: &progress,
+        spared: plan.spared,
     }
     .run(&schedule, start, duration)
     .await;
@@ -116,11 +159,17 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
     }
     progress.event("faults stopped, no new operation: waiting for the last outcomes");
     callers.await.expect("the callers do not panic")?;
+    // A clock that was ahead wrote leases that end that much later in true time.
+    let settle = if plan.faults.contains(&FaultKind::ClockSteps) {
+        lease + max_clock_offset(lease)
+    } else {
+        lease
+    };
     progress.event(format_args!(
-        "every operation has its outcome; waiting one lease ({}) before reading the records",
-        args.lease
+        "every operation has its outcome; waiting {} before reading the records",
+        HumanDuration(settle)
     ));
-    tokio::time::sleep(lease).await;
+    tokio::time::sleep(settle).await;
     let records = admin::record_states(&client, &processes[0].admin_url(), recorder.keys()).await?;
     // Records expire while tens of thousands are read: the forgotten check counts from the end.
     let read = recorder.now();
@@ -130,7 +179,23 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
     store.stop().await;
     drop(progress);
 
+    let samples = sampling.await.unwrap_or_default();
     let history = recorder.finish(records, read);
+    let mut verdict = check(
+        &history,
+        Settings {
+            store: args.store,
+            ambiguous: args.ambiguous,
+            lease,
+            ttl: args.ttl.0,
+        },
+    );
+    let watched = plan
+        .spared
+        .and_then(|gateway| resources::trend(&samples, gateway, millis(duration)));
+    verdict
+        .failures
+        .extend(watched.and_then(|trend| trend.grew()));
     let report = Report {
         store: args.store,
         ambiguous: args.ambiguous,
@@ -142,15 +207,10 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
         ttl_ms: millis(args.ttl.0),
         seed,
         statuses: check::statuses(&history),
-        verdict: check(
-            &history,
-            Settings {
-                store: args.store,
-                ambiguous: args.ambiguous,
-                lease,
-                ttl: args.ttl.0,
-            },
-        ),
+        verdict,
+        resources: Resources { samples, watched },
+        options: Some(args.into()),
+        provenance: Provenance::now(),
     };
     if let Some(path) = &args.history {
         write_json(path, &history, "history")?;
@@ -175,7 +235,10 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
 
 /// The `idem serve` flags of a gateway: its upstream and store, the run's modes, the fencing
 /// header the upstream checks, and an upstream timeout well above the slow upstream's latency
-/// (a timeout would be an ambiguous outcome of its own, not the fault under test). In wait mode,
+/// (a timeout would be an ambiguous outcome of its own, not the fault under test). A call into
+/// a black-holed link ends when the partition heals (3 leases at most, under the upstream
+/// timeout with the default lease), or at the timeout: the upstream's, or the store's (a third
+/// of the lease, so that a renewal cut off is tried again within the lease). In wait mode,
 /// a request waits half the callers' attempt timeout, so that its 409 reaches the caller.
 fn serve_args(
     args: &RunArgs,
@@ -220,6 +283,6 @@ fn write_json(path: &Path, value: &impl serde::Serialize, what: &'static str) ->
     std::fs::write(path, json).map_err(Error::io(format!("write {}", path.display())))
 }
 
-fn millis(duration: Duration) -> u64 {
+pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }

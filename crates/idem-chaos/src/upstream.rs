@@ -127,7 +127,12 @@ impl Upstream {
 
     /// `http://127.0.0.1:PORT`: the `--upstream` of `gateway`.
     pub(crate) fn url(&self, gateway: GatewayId) -> String {
-        format!("http://{}", self.addrs[usize::from(gateway.0)])
+        format!("http://{}", self.addr(gateway))
+    }
+
+    /// Where `gateway`'s requests are received.
+    pub(crate) fn addr(&self, gateway: GatewayId) -> SocketAddr {
+        self.addrs[usize::from(gateway.0)]
     }
 
     /// Slows answers down, or makes them fast again.

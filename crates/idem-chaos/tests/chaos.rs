@@ -1,6 +1,6 @@
 //! The short form of the chaos runs, as CI runs them: `idem-chaos run` for each store and each
 //! `--ambiguous` mode, and for each store once more with `--in-flight wait`, 8 seconds of every
-//! fault each (pauses included), checked on the JSON report.
+//! fault each (pauses and partitions included), checked on the JSON report.
 //!
 //! The runs take turns (each starts two gateways, a store and 16 callers on a 2-core machine).
 //! PostgreSQL and Redis runs start servers of their own, but run only when the suites of those
@@ -11,13 +11,14 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use std::{
+    collections::BTreeSet,
     fs::File,
     process::Command,
     sync::{Mutex, PoisonError},
     time::{Duration, Instant},
 };
 
-use idem_chaos::{Ambiguous, Failure, InFlight, Report, StoreKind};
+use idem_chaos::{Ambiguous, Failure, GatewayId, InFlight, Report, StoreKind};
 use idem_test_support::Server;
 
 /// How long a short run may take in all, faults, waits and checks included: far above the
@@ -31,7 +32,7 @@ static RUNS: Mutex<()> = Mutex::new(());
 const SEED: &str = "20261130";
 
 /// The short form: 8 seconds of every fault, at means short enough for at least one of each.
-/// (The last pause may end up to 3 leases after the 8 seconds.)
+/// (The last pause or partition may end up to 3 leases after the 8 seconds.)
 const SHORT: &[&str] = &[
     "--duration",
     "8s",
@@ -47,12 +48,17 @@ const SHORT: &[&str] = &[
     "4s",
     "--window",
     "1s",
+    "--partition-every",
+    "2s",
+    "--clock-step-every",
+    "2s",
 ];
 
 /// The short form for `store`, `--ambiguous mode`, `--in-flight in_flight`.
 fn chaos(store: &str, mode: &str, in_flight: InFlight) -> (Option<i32>, Report) {
     let in_flight = in_flight.to_string();
-    run(store, mode, &[SHORT, &["--in-flight", &in_flight]].concat())
+    let args = ["--in-flight", &in_flight, "--sample-every", "2s"];
+    run(store, mode, &[SHORT, &args].concat())
 }
 
 /// Runs `idem-chaos run --store STORE --ambiguous MODE ARGS…` with 16 callers to its end, and
@@ -125,11 +131,30 @@ fn assert_sound(code: Option<i32>, report: &Report) {
     assert!(faults.dropped_answers > 0, "{faults:?}");
     assert!(faults.slow_windows > 0, "{faults:?}");
     assert!(faults.error_windows > 0, "{faults:?}");
+    assert!(faults.partitions > 0, "{faults:?}");
+    // Only SQLite reads the gateways' clocks: the other stores' runs step none.
+    if report.store == StoreKind::Sqlite {
+        assert!(faults.clock_steps > 0, "{faults:?}");
+    } else {
+        assert_eq!(faults.clock_steps, 0, "{faults:?}");
+    }
     assert_eq!(report.gateways, 2);
+    // Sampled from the start, every 2 s, until the faults stop.
+    let samples = &report.resources.samples;
+    assert!(samples.len() >= 4, "{samples:?}");
+    assert!(samples.iter().all(|s| s.store_bytes > 0), "{samples:?}");
+    assert!(
+        samples
+            .iter()
+            .flat_map(|s| &s.gateways)
+            .all(|p| p.rss_bytes > 0 && p.fds > 0),
+        "{samples:?}"
+    );
+    assert_eq!(report.resources.watched, None);
 }
 
-/// `--ambiguous reject`: nothing executes twice; each execution a kill or a pause cut off
-/// became an "outcome unknown".
+/// `--ambiguous reject`: nothing executes twice; each execution a kill, a pause or a partition
+/// cut off became an "outcome unknown".
 fn reject_never_executes_twice(store: &str, in_flight: InFlight) {
     let (code, report) = chaos(store, "reject", in_flight);
     assert_eq!(report.ambiguous, Ambiguous::Reject);
@@ -140,14 +165,14 @@ fn reject_never_executes_twice(store: &str, in_flight: InFlight) {
     assert_eq!(f.explained_duplicates, 0);
     assert_eq!(f.lost_to_failover, 0);
     assert!(
-        f.interrupted + f.interrupted_by_pause <= f.outcome_unknown,
+        f.interrupted + f.interrupted_by_pause + f.interrupted_by_partition <= f.outcome_unknown,
         "{f:?}"
     );
 }
 
-/// `--ambiguous retry`: an operation executes again only after a kill or a pause cut its
-/// execution off, one extra execution for each.
-fn retry_executes_again_only_after_a_kill_or_pause(store: &str, in_flight: InFlight) {
+/// `--ambiguous retry`: an operation executes again only after a kill, a pause or a partition
+/// cut its execution off, one extra execution for each.
+fn retry_executes_again_only_after_a_kill_pause_or_partition(store: &str, in_flight: InFlight) {
     let (code, report) = chaos(store, "retry", in_flight);
     assert_eq!(report.ambiguous, Ambiguous::Retry);
     assert_eq!(report.in_flight, in_flight);
@@ -155,11 +180,42 @@ fn retry_executes_again_only_after_a_kill_or_pause(store: &str, in_flight: InFli
     let f = &report.verdict.figures;
     assert_eq!(f.duplicates, f.explained_duplicates);
     assert!(
-        f.interrupted + f.interrupted_by_pause >= f.duplicates,
+        f.interrupted
+            + f.interrupted_by_pause
+            + f.interrupted_by_partition
+            + f.interrupted_by_clock_step
+            >= f.duplicates,
         "{f:?}"
     );
     assert_eq!(f.outcome_unknown, 0);
     assert_eq!(f.refused, 0);
+}
+
+/// A soak spares its watched gateway from kills and SQLite's store restarts, and judges its
+/// memory and descriptors over the last two thirds of the run.
+#[test]
+fn a_soak_watches_one_gateway_that_is_never_killed() {
+    let (code, report) = run(
+        "sqlite",
+        "reject",
+        &[SHORT, &["--soak", "--sample-every", "500ms"]].concat(),
+    );
+    assert_eq!(code, Some(0), "{:?}", report.verdict.failures);
+    assert!(report.verdict.faults.gateway_kills > 0);
+    let watched = report.resources.watched.expect("a soak's trend");
+    assert_eq!(watched.gateway, GatewayId(0));
+    assert_eq!(watched.from_ms, 8_000 / 3);
+    // One process all along: gateway 0 was never killed.
+    let pids: BTreeSet<u32> = report
+        .resources
+        .samples
+        .iter()
+        .flat_map(|s| &s.gateways)
+        .filter(|p| p.gateway == GatewayId(0))
+        .map(|p| p.pid)
+        .collect();
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    assert!(watched.samples >= 8, "{watched:?}");
 }
 
 #[test]
@@ -168,13 +224,13 @@ fn sqlite_reject_never_executes_twice() {
 }
 
 #[test]
-fn sqlite_retry_executes_again_only_after_a_kill_or_pause() {
-    retry_executes_again_only_after_a_kill_or_pause("sqlite", InFlight::Reject);
+fn sqlite_retry_executes_again_only_after_a_kill_pause_or_partition() {
+    retry_executes_again_only_after_a_kill_pause_or_partition("sqlite", InFlight::Reject);
 }
 
 #[test]
 fn sqlite_wait_mode_keeps_the_expectations() {
-    retry_executes_again_only_after_a_kill_or_pause("sqlite", InFlight::Wait);
+    retry_executes_again_only_after_a_kill_pause_or_partition("sqlite", InFlight::Wait);
 }
 
 #[test]
@@ -185,9 +241,9 @@ fn postgres_reject_never_executes_twice() {
 }
 
 #[test]
-fn postgres_retry_executes_again_only_after_a_kill_or_pause() {
+fn postgres_retry_executes_again_only_after_a_kill_pause_or_partition() {
     if Server::Postgres.url().is_some() {
-        retry_executes_again_only_after_a_kill_or_pause("postgres", InFlight::Reject);
+        retry_executes_again_only_after_a_kill_pause_or_partition("postgres", InFlight::Reject);
     }
 }
 
@@ -206,16 +262,16 @@ fn redis_reject_never_executes_twice() {
 }
 
 #[test]
-fn redis_retry_executes_again_only_after_a_kill_or_pause() {
+fn redis_retry_executes_again_only_after_a_kill_pause_or_partition() {
     if Server::Redis.url().is_some() {
-        retry_executes_again_only_after_a_kill_or_pause("redis", InFlight::Reject);
+        retry_executes_again_only_after_a_kill_pause_or_partition("redis", InFlight::Reject);
     }
 }
 
 #[test]
 fn redis_wait_mode_keeps_the_expectations() {
     if Server::Redis.url().is_some() {
-        retry_executes_again_only_after_a_kill_or_pause("redis", InFlight::Wait);
+        retry_executes_again_only_after_a_kill_pause_or_partition("redis", InFlight::Wait);
     }
 }
 

@@ -9,7 +9,10 @@ mod postgres;
 mod redis;
 mod redis_cluster;
 
-use std::path::{Path, PathBuf};
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+};
 
 pub use self::{
     postgres::PostgresServer,
@@ -62,6 +65,41 @@ impl StoreServer {
             Self::Postgres(server) => server.url(),
             Self::Redis(server) => server.url(),
             Self::RedisCluster(cluster) => cluster.url(),
+        }
+    }
+
+    /// The files whose size is the store's size on disk: SQLite's database and its write-ahead
+    /// log, PostgreSQL's databases (not its write-ahead log, which it recycles), Redis's files.
+    pub fn files(&self) -> Vec<PathBuf> {
+        match self {
+            Self::Sqlite(path) => ["", "-wal"]
+                .iter()
+                .map(|suffix| PathBuf::from(format!("{}{suffix}", path.display())))
+                .collect(),
+            Self::Postgres(server) => vec![server.data().join("base")],
+            Self::Redis(server) => vec![server.dir().to_owned()],
+            Self::RedisCluster(cluster) => cluster.dirs(),
+        }
+    }
+
+    /// The server's address; `None` for SQLite, which has no network link, and for a Redis
+    /// Cluster, whose nodes tell clients each other's addresses: a proxy in front of one would
+    /// not stay in the way.
+    pub fn addr(&self) -> Option<SocketAddr> {
+        match self {
+            Self::Sqlite(_) | Self::RedisCluster(_) => None,
+            Self::Postgres(server) => Some(server.addr()),
+            Self::Redis(server) => Some(server.addr()),
+        }
+    }
+
+    /// The gateways' `--store` when they reach the server at `addr` (a proxy in front of it);
+    /// SQLite's file as it is.
+    pub fn url_at(&self, addr: SocketAddr) -> String {
+        match self {
+            Self::Sqlite(_) | Self::RedisCluster(_) => self.url(),
+            Self::Postgres(_) => PostgresServer::url_at(addr),
+            Self::Redis(_) => RedisServer::url_at(addr),
         }
     }
 

@@ -30,6 +30,11 @@ pub struct PostgresServer {
 }
 
 impl PostgresServer {
+    /// Its files' directory.
+    pub fn data(&self) -> &Path {
+        &self.data
+    }
+
     /// Creates a cluster in `dir` (`initdb`) and starts its server.
     pub async fn start(dir: &Path) -> Result<Self, Error> {
         let bin = bin_dir().await?;
@@ -76,7 +81,17 @@ impl PostgresServer {
 
     /// `postgres://postgres@127.0.0.1:PORT/postgres`.
     pub fn url(&self) -> String {
-        format!("postgres://postgres@{}/postgres", self.addr)
+        Self::url_at(self.addr)
+    }
+
+    /// The server's URL as reached at `addr`.
+    pub fn url_at(addr: SocketAddr) -> String {
+        format!("postgres://postgres@{addr}/postgres")
+    }
+
+    /// Where the server listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
     }
 
     /// Crashes the server (`pg_ctl stop -m immediate`: no checkpoint, crash recovery at the

@@ -78,12 +78,22 @@ impl RedisServer {
 
     /// `redis://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
-        format!("redis://{}", self.addr)
+        Self::url_at(self.addr)
     }
 
-    /// Where it listens.
+    /// The server's URL as reached at `addr`.
+    pub fn url_at(addr: SocketAddr) -> String {
+        format!("redis://{addr}")
+    }
+
+    /// Where the server listens.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Its files' directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// Whether it was started and not stopped since.

@@ -14,7 +14,7 @@
 
 use std::{
     net::SocketAddr,
-    path::Path,
+    path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
@@ -50,6 +50,14 @@ pub struct RedisCluster {
 }
 
 impl RedisCluster {
+    /// Every node's files' directory.
+    pub fn dirs(&self) -> Vec<PathBuf> {
+        self.nodes
+            .iter()
+            .map(|node| node.dir().to_owned())
+            .collect()
+    }
+
     /// Starts 6 nodes with their files in `dir`, makes them a cluster of 3 masters with a
     /// replica each, and waits until every node says `cluster_state:ok`. Failovers pick their
     /// master from `seed`.
