@@ -196,6 +196,19 @@ pub enum Action {
 }
 
 impl Action {
+    /// The kind of fault the action is drawn for.
+    pub fn kind(self) -> FaultKind {
+        match self {
+            Self::KillGateway(_) => FaultKind::Kills,
+            Self::PauseGateway(..) => FaultKind::Pauses,
+            Self::RestartStore => FaultKind::StoreRestarts,
+            Self::Slow(_) => FaultKind::Slow,
+            Self::Errors(_) => FaultKind::Errors,
+            Self::Partition { .. } => FaultKind::Partitions,
+            Self::StepClock(..) => FaultKind::ClockSteps,
+        }
+    }
+
     /// Whether the action kills or restarts servers: those take turns. Pauses, partitions and
     /// the upstream's windows run beside them.
     pub fn is_on_servers(self) -> bool {
@@ -523,21 +536,6 @@ mod tests {
         assert!(free_from <= Duration::from_secs(60));
     }
 
-    #[test]
-    fn turning_one_kind_off_keeps_the_times_of_the_others() {
-        let kills = |schedule: &Schedule| -> Vec<Scheduled> {
-            schedule
-                .faults()
-                .iter()
-                .copied()
-                .filter(|f| matches!(f.action, Action::KillGateway(_)))
-                .collect()
-        };
-        let with_all = Schedule::new(&plan(all()), 11);
-        let kills_only = Schedule::new(&plan(vec![FaultKind::Kills]), 11);
-        assert_eq!(kills(&with_all), kills(&kills_only));
-    }
-
     fn pauses(schedule: &Schedule) -> Vec<(Duration, GatewayId, Duration)> {
         schedule
             .faults()
@@ -575,37 +573,6 @@ mod tests {
         for gateway in [GatewayId(0), GatewayId(1)] {
             assert!(pauses.iter().any(|&(_, g, _)| g == gateway), "{pauses:?}");
         }
-    }
-
-    #[test]
-    fn pauses_have_a_stream_of_their_own() {
-        let others = |schedule: &Schedule| -> Vec<Scheduled> {
-            schedule
-                .faults()
-                .iter()
-                .copied()
-                .filter(|f| !matches!(f.action, Action::PauseGateway(..)))
-                .collect()
-        };
-        let without_pauses: Vec<FaultKind> = all()
-            .into_iter()
-            .filter(|kind| *kind != FaultKind::Pauses)
-            .collect();
-        let with_all = Schedule::new(&plan(all()), 17);
-        assert!(!pauses(&with_all).is_empty());
-        // The other faults keep their times with or without pauses, and the pauses theirs
-        // with or without the others.
-        assert_eq!(
-            others(&with_all),
-            others(&Schedule::new(&plan(without_pauses), 17))
-        );
-        assert_eq!(
-            pauses(&with_all),
-            pauses(&Schedule::new(&plan(vec![FaultKind::Pauses]), 17))
-        );
-        // In time order among the others.
-        let times: Vec<Duration> = with_all.faults().iter().map(|f| f.at).collect();
-        assert!(times.is_sorted());
     }
 
     fn partitions(
@@ -674,32 +641,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn partitions_have_a_stream_of_their_own() {
-        let others = |schedule: &Schedule| -> Vec<Scheduled> {
-            schedule
-                .faults()
-                .iter()
-                .copied()
-                .filter(|f| !matches!(f.action, Action::Partition { .. }))
-                .collect()
-        };
-        let without: Vec<FaultKind> = all()
-            .into_iter()
-            .filter(|kind| *kind != FaultKind::Partitions)
-            .collect();
-        let with_all = Schedule::new(&plan(all()), 23);
-        assert!(!partitions(&with_all).is_empty());
-        assert_eq!(
-            others(&with_all),
-            others(&Schedule::new(&plan(without), 23))
-        );
-        assert_eq!(
-            partitions(&with_all),
-            partitions(&Schedule::new(&plan(vec![FaultKind::Partitions]), 23))
-        );
-    }
-
     fn clock_steps(schedule: &Schedule) -> Vec<(GatewayId, i64)> {
         schedule
             .faults()
@@ -728,19 +669,6 @@ mod tests {
         for gateway in [GatewayId(0), GatewayId(1)] {
             assert!(steps.iter().any(|&(g, _)| g == gateway), "{steps:?}");
         }
-        // A stream of their own: the other kinds keep their times.
-        let kills = |schedule: &Schedule| -> Vec<Scheduled> {
-            schedule
-                .faults()
-                .iter()
-                .copied()
-                .filter(|f| matches!(f.action, Action::KillGateway(_)))
-                .collect()
-        };
-        assert_eq!(
-            kills(&Schedule::new(&plan(all()), 19)),
-            kills(&Schedule::new(&plan(vec![FaultKind::Kills]), 19))
-        );
     }
 
     #[test]
@@ -756,5 +684,37 @@ mod tests {
                 .iter()
                 .all(|f| f.action == Action::KillGateway(GatewayId(1)))
         );
+    }
+
+    #[test]
+    fn each_kind_has_a_stream_of_its_own() {
+        let of = |schedule: &Schedule, kind: FaultKind, wanted: bool| -> Vec<Scheduled> {
+            schedule
+                .faults()
+                .iter()
+                .copied()
+                .filter(|f| (f.action.kind() == kind) == wanted)
+                .collect()
+        };
+        let with_all = Schedule::new(&plan(all()), 17);
+        // In time order, all kinds together.
+        let times: Vec<Duration> = with_all.faults().iter().map(|f| f.at).collect();
+        assert!(times.is_sorted());
+        for kind in all() {
+            if matches!(kind, FaultKind::Drops | FaultKind::TwoGateways) {
+                continue; // no scheduled actions
+            }
+            let without: Vec<FaultKind> = all().into_iter().filter(|k| *k != kind).collect();
+            let alone = Schedule::new(&plan(vec![kind]), 17);
+            assert!(!of(&with_all, kind, true).is_empty(), "{kind:?}");
+            // The kind keeps its times with or without the others, and the others theirs with
+            // or without it.
+            assert_eq!(of(&with_all, kind, true), alone.faults(), "{kind:?}");
+            assert_eq!(
+                of(&with_all, kind, false),
+                Schedule::new(&plan(without), 17).faults(),
+                "{kind:?}"
+            );
+        }
     }
 }
