@@ -1,7 +1,7 @@
 //! Reading every key's record at the end of a run, through a gateway's admin API
 //! (`GET /v1/keys/{key}`, the anonymous scope: callers send no `Authorization`).
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, time::Duration};
 
 use futures_util::{StreamExt as _, TryStreamExt as _, stream};
 use http::StatusCode;
@@ -15,6 +15,13 @@ use crate::{
 
 /// Records read at once.
 const CONCURRENCY: usize = 16;
+
+/// How many times a read the gateway answers 503 (its store call timed out or failed: a busy
+/// machine, a server still recovering) is tried in all.
+const TRIES: u32 = 10;
+
+/// The pause before a read is tried again.
+const RETRY_AFTER: Duration = Duration::from_millis(200);
 
 /// The admin API's record, as far as the run needs it.
 #[derive(Deserialize)]
@@ -38,7 +45,15 @@ pub(crate) async fn record_states(
     stream::iter(keys)
         .map(|key| async move {
             let url = format!("{admin_url}/v1/keys/{key}");
-            let (status, body) = get(client, &url).await?;
+            let mut tries = 1;
+            let (status, body) = loop {
+                let (status, body) = get(client, &url).await?;
+                if status != StatusCode::SERVICE_UNAVAILABLE || tries == TRIES {
+                    break (status, body);
+                }
+                tries += 1;
+                tokio::time::sleep(RETRY_AFTER).await;
+            };
             let state = match status {
                 StatusCode::NOT_FOUND => RecordState::Absent,
                 StatusCode::OK => {
