@@ -780,8 +780,8 @@ pub(crate) fn statuses(history: &History) -> BTreeMap<u16, u64> {
 mod tests {
     use super::*;
     use crate::{
-        faults::{Link, PartitionMode},
         history::{Answer, Attempt, Operation, StaleWrite},
+        history::{Link, PartitionMode},
     };
 
     fn settings(ambiguous: Ambiguous) -> Settings {

@@ -32,12 +32,12 @@
 //! assert!(schedule.faults().iter().all(|f| matches!(f.action, Action::KillGateway(_))));
 //! ```
 
-use std::{fmt, time::Duration};
+use std::time::Duration;
 
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
-use crate::GatewayId;
+use crate::history::{GatewayId, Link, PartitionMode};
 
 /// A kind of fault, as `--faults` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
@@ -72,62 +72,6 @@ pub enum FaultKind {
     /// upstream: the link's traffic is black-holed one way or both, or every connection is
     /// reset.
     Partitions,
-}
-
-/// A network link of a gateway, which a partition cuts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Link {
-    /// To the store's server (PostgreSQL or Redis; a SQLite file has no network link).
-    Store,
-    /// To the upstream.
-    Upstream,
-}
-
-impl fmt::Display for Link {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Store => "store",
-            Self::Upstream => "upstream",
-        })
-    }
-}
-
-/// What a partition does to a link's traffic while it lasts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PartitionMode {
-    /// Bytes from the gateway to the server are held: requests do not arrive, and new
-    /// connections stall.
-    GatewayToServer,
-    /// Bytes from the server to the gateway are held: requests arrive and are acted on, their
-    /// answers do not come back, and new connections stall.
-    ServerToGateway,
-    /// Both directions are held.
-    BothWays,
-    /// Every connection is reset (RST), and new ones are reset at once.
-    Reset,
-}
-
-impl PartitionMode {
-    /// Every mode, in the order the schedule draws from.
-    pub const ALL: [Self; 4] = [
-        Self::GatewayToServer,
-        Self::ServerToGateway,
-        Self::BothWays,
-        Self::Reset,
-    ];
-}
-
-impl fmt::Display for PartitionMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::GatewayToServer => "gateway-to-server traffic black-holed",
-            Self::ServerToGateway => "server-to-gateway traffic black-holed",
-            Self::BothWays => "traffic black-holed both ways",
-            Self::Reset => "every connection reset",
-        })
-    }
 }
 
 /// What the schedule is drawn from.

@@ -28,8 +28,6 @@ use std::{
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::faults::{Link, PartitionMode};
-
 /// A moment of the run: microseconds since it started.
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
@@ -74,6 +72,62 @@ pub struct GatewayId(pub u8);
 impl fmt::Display for GatewayId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "gateway {}", self.0)
+    }
+}
+
+/// A network link of a gateway, which a partition cuts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Link {
+    /// To the store's server (PostgreSQL or Redis; a SQLite file has no network link).
+    Store,
+    /// To the upstream.
+    Upstream,
+}
+
+impl fmt::Display for Link {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Store => "store",
+            Self::Upstream => "upstream",
+        })
+    }
+}
+
+/// What a partition does to a link's traffic while it lasts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PartitionMode {
+    /// Bytes from the gateway to the server are held: requests do not arrive, and new
+    /// connections stall.
+    GatewayToServer,
+    /// Bytes from the server to the gateway are held: requests arrive and are acted on, their
+    /// answers do not come back, and new connections stall.
+    ServerToGateway,
+    /// Both directions are held.
+    BothWays,
+    /// Every connection is reset (RST), and new ones are reset at once.
+    Reset,
+}
+
+impl PartitionMode {
+    /// Every mode, in the order the schedule draws from.
+    pub const ALL: [Self; 4] = [
+        Self::GatewayToServer,
+        Self::ServerToGateway,
+        Self::BothWays,
+        Self::Reset,
+    ];
+}
+
+impl fmt::Display for PartitionMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::GatewayToServer => "gateway-to-server traffic black-holed",
+            Self::ServerToGateway => "server-to-gateway traffic black-holed",
+            Self::BothWays => "traffic black-holed both ways",
+            Self::Reset => "every connection reset",
+        })
     }
 }
 

@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use crate::{
     Error, GatewayId, Schedule,
-    faults::{Action, Link, PartitionMode, Scheduled},
+    faults::{Action, Scheduled},
     gateway_process::{ClockFile, GatewayProcess, Running},
     history::{FaultEvent, Recorder},
+    history::{Link, PartitionMode},
     link::{GatewayLinks, LinkProxy},
     progress::Progress,
     store::{RedisCluster, StoreServer},

@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     Error,
-    faults::{Link, PartitionMode},
+    history::{Link, PartitionMode},
 };
 
 /// The most connections one link carries at once.

@@ -36,13 +36,13 @@
 //! # Ok::<(), serde_json::Error>(())
 //! ```
 
-use std::{collections::BTreeMap, fmt::Write as _, path::Path};
+use std::{collections::BTreeMap, fmt::Write as _, path::Path, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
 use crate::{
     Ambiguous, Error, FaultKind, InFlight, RedisPersistence, RunArgs, StoreKind, Verdict,
-    provenance::Provenance, resources::Resources, run::millis,
+    provenance::Provenance, resources::Resources,
 };
 
 /// What a run did and found. Reports written before a field was added still parse: the
@@ -281,6 +281,11 @@ impl Report {
         }
         out
     }
+}
+
+/// A duration in whole milliseconds, as reports write it (saturating).
+pub(crate) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

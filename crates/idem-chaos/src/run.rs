@@ -19,6 +19,7 @@ use crate::{
     progress::Progress,
     provenance::Provenance,
     proxy::DropProxy,
+    report::millis,
     resources::{self, Resources, Sampler},
     store::StoreServer,
     upstream::{FENCING_HEADER, Upstream},
@@ -281,8 +282,4 @@ fn serve_args(
 fn write_json(path: &Path, value: &impl serde::Serialize, what: &'static str) -> Result<(), Error> {
     let json = serde_json::to_vec_pretty(value).map_err(|source| Error::Json { what, source })?;
     std::fs::write(path, json).map_err(Error::io(format!("write {}", path.display())))
-}
-
-pub(crate) fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
