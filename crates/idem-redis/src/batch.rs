@@ -1,9 +1,10 @@
 //! Natural batching: the operations that arrive while a script call is on its way go together
 //! in the next one.
 //!
-//! At most one script call of a store is on its way at a time. An operation that finds none
-//! goes at once, alone, sent by its caller: an idle store adds no wait and no hop to another
-//! task. One that finds a call on its way waits in the store's queue; when that call is
+//! Operations queue in lanes: a single server is one lane, a Redis Cluster has one lane per
+//! slot. At most one script call of a lane is on its way at a time. An operation that finds
+//! none goes at once, alone, sent by its caller: an idle lane adds no wait and no hop to
+//! another task. One that finds a call on its way waits in the lane's queue; when that call is
 //! answered, a task takes whatever the queue holds (up to the batch size, and up to
 //! [`MAX_BATCH_BYTES`] of keys and arguments) and sends it as one `EVALSHA` of the script,
 //! which runs the operations in order and answers each one's reply in its place, hands each
@@ -11,29 +12,31 @@
 //! arrive during a round trip share the next one, so Redis runs one script, with one `TIME`, one
 //! parse and one reply, for many keys.
 //!
-//! - **Order.** One call is on its way at a time, and a batch runs its operations in the
-//!   queue's order, so two operations on one key run in the order they were queued, within a
-//!   batch and across batches (even when a batch is sent again after `NOSCRIPT`).
+//! - **Order.** One call of a lane is on its way at a time, a key always falls in the same lane,
+//!   and a batch runs its operations in the queue's order, so two operations on one key run in
+//!   the order they were queued, within a batch and across batches (even when a batch is sent
+//!   again after `NOSCRIPT`).
 //! - **Failures are each operation's own.** An operation that fails inside the script (an
 //!   unreadable record) has an error in its place; the others' replies stand. A failure of the
 //!   whole call (the connection, a timeout) is every operation's failure, as it would have been
 //!   for each sent alone.
-//! - **Redis Cluster**: a script's keys must share one slot, so a batch is split by slot, and
-//!   the slots' calls go at once (pipelined on the nodes' connections). idem's keys carry a hash
-//!   tag per address, so on a cluster a call rarely carries more than one operation.
+//! - **Redis Cluster**: a script's keys must share one slot, hence a lane per slot. The lanes'
+//!   calls go independently (pipelined on the nodes' connections), so a master that stalls or
+//!   fails over holds up the operations of its own slots only, not those of the healthy
+//!   masters. idem's keys carry a hash tag per address, so on a cluster a call rarely carries
+//!   more than one operation.
 //! - **An accepted operation runs**, even when its caller stops waiting for it, as an operation
 //!   already written to the connection would: a caller that sent its own operation and is
 //!   dropped leaves it to a task, which then serves the queue.
 
 use std::{
-    collections::{HashMap, VecDeque},
-    mem,
+    collections::{HashMap, VecDeque, hash_map::Entry},
     sync::{Arc, Mutex, MutexGuard, PoisonError},
 };
 
-use futures_util::future::{BoxFuture, join_all};
+use futures_util::future::BoxFuture;
 use idem_core::StoreError;
-use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value};
+use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value, cluster_routing::Slot};
 use tokio::{
     runtime::Handle,
     sync::{Semaphore, oneshot},
@@ -48,7 +51,8 @@ use crate::{
 /// server's limits and does not hold Redis for long.
 pub(crate) const MAX_BATCH_BYTES: usize = 1024 * 1024;
 
-/// A store's queue and the connection its script calls go on. Clones of the store share it.
+/// A store's lanes and the connection their script calls go on. Clones of the store share
+/// them.
 pub(crate) struct Batcher {
     shared: Arc<Shared>,
 }
@@ -56,19 +60,17 @@ pub(crate) struct Batcher {
 struct Shared {
     connection: Connection,
     batch_size: usize,
-    /// One permit per operation that may wait in the queue.
+    /// One permit per operation that may wait in a lane's queue, whichever lane.
     room: Semaphore,
-    state: Mutex<State>,
+    /// The busy lanes, each with the operations waiting for its next call. A lane is here while
+    /// a script call of it is on its way or a task serves its queue: its operations then wait.
+    lanes: Mutex<HashMap<Lane, VecDeque<Call>>>,
     /// Where the task that serves the queue runs: the runtime the store was opened in.
     runtime: Handle,
 }
 
-#[derive(Default)]
-struct State {
-    /// Whether a script call is on its way, or a task serves the queue: operations then wait.
-    busy: bool,
-    queue: VecDeque<Call>,
-}
+/// Where an operation queues: `None` on a single server, its slot on a cluster.
+type Lane = Option<Slot>;
 
 struct Call {
     operation: Operation,
@@ -76,38 +78,42 @@ struct Call {
 }
 
 impl Batcher {
-    /// A queue for `connection`: at most the options' batch size of operations per script call,
-    /// at most their queue capacity waiting for one (callers wait for room beyond that); both
-    /// at least 1. Call it inside the Tokio runtime the store will run in.
+    /// Lanes for `connection`: at most the options' batch size of operations per script call,
+    /// at most their queue capacity waiting, over all lanes (callers wait for room beyond that);
+    /// both at least 1. Call it inside the Tokio runtime the store will run in.
     pub(crate) fn new(connection: Connection, options: &RedisOptions) -> Self {
         Self {
             shared: Arc::new(Shared {
                 connection,
                 batch_size: options.batch_size,
                 room: Semaphore::new(options.queue_capacity),
-                state: Mutex::default(),
+                lanes: Mutex::default(),
                 runtime: Handle::current(),
             }),
         }
     }
 
-    /// Runs `operation`, alone at once if no script call is on its way, else in the next batch,
-    /// and returns its own reply.
+    /// Runs `operation`, alone at once if no script call of its lane is on its way, else in
+    /// the lane's next batch, and returns its own reply.
     pub(crate) async fn call(&self, operation: Operation) -> Result<Value, StoreError> {
         let stopped = || StoreError::unavailable(Error::Stopped);
         let room = self.shared.room.acquire().await.map_err(|_| stopped())?;
+        let lane = match self.shared.connection {
+            Connection::Single(_) => None,
+            Connection::Cluster(_) => Some(operation.slot()),
+        };
         let (reply, answer) = oneshot::channel();
         let call = Call { operation, reply };
-        let leader = {
-            let mut state = self.shared.lock();
-            if state.busy {
-                state.queue.push_back(call);
+        let leader = match self.shared.lock().entry(lane) {
+            Entry::Occupied(mut queue) => {
+                queue.get_mut().push_back(call);
                 room.forget(); // given back when a batch takes the call
                 None
-            } else {
-                state.busy = true;
+            }
+            Entry::Vacant(idle) => {
+                idle.insert(VecDeque::new());
                 drop(room);
-                Some(Leader::new(Arc::clone(&self.shared), call))
+                Some(Leader::new(Arc::clone(&self.shared), lane, call))
             }
         };
         if let Some(leader) = leader {
@@ -118,54 +124,61 @@ impl Batcher {
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // The state is whole between statements: a panic elsewhere cannot leave it half-changed.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, HashMap<Lane, VecDeque<Call>>> {
+        // The lanes are whole between statements: a panic elsewhere cannot leave them
+        // half-changed.
+        self.lanes.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Leaves the store idle if the queue is empty.
-    fn idle_if_empty(&self) -> bool {
-        let mut state = self.lock();
-        state.busy = !state.queue.is_empty();
-        !state.busy
-    }
-
-    /// The next batch, in the queue's order, or `None` (and no longer busy) when the queue is
-    /// empty.
-    fn next_batch(&self) -> Option<Vec<Call>> {
-        let mut state = self.lock();
-        if state.queue.is_empty() {
-            state.busy = false;
-            return None;
+    /// Leaves `lane` idle if its queue is empty.
+    fn idle_if_empty(&self, lane: Lane) -> bool {
+        let mut lanes = self.lock();
+        let idle = lanes.get(&lane).is_none_or(VecDeque::is_empty);
+        if idle {
+            lanes.remove(&lane);
         }
-        let mut batch = Vec::with_capacity(self.batch_size.min(state.queue.len()));
+        idle
+    }
+
+    /// The lane's next batch, in its queue's order, or `None` (and the lane idle) when the
+    /// queue is empty.
+    fn next_batch(&self, lane: Lane) -> Option<Vec<Call>> {
+        let mut lanes = self.lock();
+        let Some(queue) = lanes.get_mut(&lane).filter(|queue| !queue.is_empty()) else {
+            lanes.remove(&lane);
+            return None;
+        };
+        let mut batch = Vec::with_capacity(self.batch_size.min(queue.len()));
         let mut bytes = 0;
-        while let Some(call) = state.queue.front() {
+        while let Some(call) = queue.front() {
             bytes += call.operation.size();
             if batch.len() == self.batch_size || (bytes > MAX_BATCH_BYTES && !batch.is_empty()) {
                 break;
             }
-            batch.extend(state.queue.pop_front());
+            batch.extend(queue.pop_front());
         }
-        drop(state);
+        drop(lanes);
         self.room.add_permits(batch.len());
         Some(batch)
     }
 }
 
-/// A caller sending its own operation, which no other call precedes. Once it is answered (or if
-/// the caller is dropped first), the queue that formed meanwhile is served by a task.
+/// A caller sending its own operation, which no other call of its lane precedes. Once it is
+/// answered (or if the caller is dropped first), the lane's queue that formed meanwhile is
+/// served by a task.
 struct Leader {
     shared: Arc<Shared>,
+    lane: Lane,
     sending: Option<BoxFuture<'static, ()>>,
 }
 
 impl Leader {
-    fn new(shared: Arc<Shared>, call: Call) -> Self {
+    fn new(shared: Arc<Shared>, lane: Lane, call: Call) -> Self {
         let connection = shared.connection.clone();
-        let sending = Box::pin(async move { dispatch(&connection, vec![call]).await });
+        let sending = Box::pin(async move { execute(&connection, vec![call]).await });
         Self {
             shared,
+            lane,
             sending: Some(sending),
         }
     }
@@ -181,11 +194,12 @@ impl Leader {
 impl Drop for Leader {
     fn drop(&mut self) {
         let sending = self.sending.take();
-        if sending.is_none() && self.shared.idle_if_empty() {
+        if sending.is_none() && self.shared.idle_if_empty(self.lane) {
             return;
         }
         let serving = Serving {
             shared: Arc::clone(&self.shared),
+            lane: self.lane,
             done: false,
         };
         // The caller's own call, if the caller was dropped while it was on its way, then the
@@ -199,19 +213,21 @@ impl Drop for Leader {
     }
 }
 
-/// The task's right to send the store's next script calls: what `busy` stands for. Dropped
-/// before the queue is empty (its runtime shut down), it fails the waiting calls, whose
-/// callers hear that the store stopped, and frees the store for callers in another runtime.
+/// The task's right to send a lane's next script calls: what the lane's presence in the map
+/// stands for. Dropped before the queue is empty (its runtime shut down), it fails the waiting
+/// calls, whose callers hear that the store stopped, and frees the lane for callers in another
+/// runtime.
 struct Serving {
     shared: Arc<Shared>,
+    lane: Lane,
     done: bool,
 }
 
 impl Serving {
-    /// Sends batches until the queue is empty.
+    /// Sends the lane's batches until its queue is empty.
     async fn serve(mut self) {
-        while let Some(batch) = self.shared.next_batch() {
-            dispatch(&self.shared.connection, batch).await;
+        while let Some(batch) = self.shared.next_batch(self.lane) {
+            execute(&self.shared.connection, batch).await;
         }
         self.done = true;
     }
@@ -222,40 +238,12 @@ impl Drop for Serving {
         if self.done {
             return;
         }
-        let mut state = self.shared.lock();
-        let failed = mem::take(&mut state.queue);
-        state.busy = false;
-        drop(state);
+        let failed = self.shared.lock().remove(&self.lane).unwrap_or_default();
         self.shared.room.add_permits(failed.len());
     }
 }
 
-/// Sends a batch: as one script call on a single server; split by slot on a cluster, the
-/// slots' calls at once.
-async fn dispatch(connection: &Connection, batch: Vec<Call>) {
-    match connection {
-        Connection::Single(_) => execute(connection, batch).await,
-        Connection::Cluster(_) => {
-            join_all(by_slot(batch).map(|calls| execute(connection, calls))).await;
-        }
-    }
-}
-
-/// The calls grouped by the slot of their keys, each group in the calls' order.
-fn by_slot(batch: Vec<Call>) -> impl Iterator<Item = Vec<Call>> {
-    let mut groups: Vec<Vec<Call>> = Vec::new();
-    let mut slots = HashMap::new();
-    for call in batch {
-        let group = *slots.entry(call.operation.slot()).or_insert_with(|| {
-            groups.push(Vec::new());
-            groups.len() - 1
-        });
-        groups[group].push(call);
-    }
-    groups.into_iter()
-}
-
-/// Sends `calls` as one script call and hands each caller its reply.
+/// Sends `calls`, all of one lane, as one script call and hands each caller its reply.
 async fn execute(connection: &Connection, calls: Vec<Call>) {
     let command = script_call(connection, &calls);
     let replies = match connection

@@ -112,20 +112,20 @@ impl RedisOptions {
 
     /// Sets the most operations one script call carries (64 by default; at least 1).
     ///
-    /// The store's calls wait in one queue, and the operations that arrive while a script call
-    /// is on its way go together in the next one, up to this many (and up to 1 MiB of keys and
-    /// arguments): Redis then runs one script for many keys. An operation that finds no call on
-    /// its way goes at once, alone. On a single server a batch spans any keys, so a proxy in
-    /// front of Redis must send each script call to one server; on a cluster a batch is split
-    /// by slot.
+    /// The store's calls wait in one queue (on a cluster, one per slot), and the operations that
+    /// arrive while a script call is on its way go together in the next one, up to this many
+    /// (and up to 1 MiB of keys and arguments): Redis then runs one script for many keys. An
+    /// operation that finds no call on its way goes at once, alone. On a single server a batch
+    /// spans any keys, so a proxy in front of Redis must send each script call to one server;
+    /// on a cluster a batch holds keys of one slot.
     #[must_use]
     pub fn batch_size(mut self, operations: usize) -> Self {
         self.batch_size = operations.max(1);
         self
     }
 
-    /// Sets how many operations may wait for the next script call (1,024 by default; at least
-    /// 1). A caller that finds the queue full waits for room, so a slow Redis slows its callers
+    /// Sets how many operations may wait for the next script call, over all queues (1,024 by
+    /// default; at least 1). A caller that finds the queue full waits for room, so a slow Redis slows its callers
     /// instead of queueing without bound.
     #[must_use]
     pub fn queue_capacity(mut self, operations: usize) -> Self {

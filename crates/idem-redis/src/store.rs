@@ -29,12 +29,13 @@ use crate::{
 /// concurrent callers, in this process or in others, behave as if they ran one after the other.
 /// Alone, a new key takes two round trips (acquire, complete), a replay one.
 ///
-/// - **Batching**: the store sends one script call at a time. An operation that finds none on
-///   its way goes at once; those that arrive meanwhile wait in a bounded queue
-///   ([`queue_capacity`](RedisOptions::queue_capacity)) and go together in the next call, up to
-///   [`batch_size`](RedisOptions::batch_size) of them, run in the queue's order, each with its
-///   own reply or error. So many concurrent keys share each round trip and each call's cost in
-///   Redis, and two operations on one key never swap.
+/// - **Batching**: the store sends one script call at a time (on a cluster, one per slot). An
+///   operation that finds none on its way goes at once; those that arrive meanwhile wait in a
+///   bounded queue ([`queue_capacity`](RedisOptions::queue_capacity)) and go together in the
+///   next call, up to [`batch_size`](RedisOptions::batch_size) of them, run in the queue's
+///   order, each with its own reply or error. So many concurrent keys share each round trip and
+///   each call's cost in Redis, two operations on one key never swap, and on a cluster a master
+///   that stalls holds up its own slots only.
 /// - **Time** is the server's `TIME`, never the caller's clock, so instances with skewed clocks
 ///   agree.
 /// - **Expiry** is the server's: each record key expires (`PEXPIREAT`) when the record does, so

@@ -1,8 +1,8 @@
 //! The store on a Redis Cluster of three masters that this test binary starts on loopback ports
 //! (`redis-server --cluster-enabled yes` ×3, `redis-cli --cluster create`), shared by its tests,
 //! each under its own key prefix: the whole contract on a manual clock, records spread over the
-//! shards, contended acquires from two instances, wake-ups over sharded pub/sub, and batches
-//! split by slot.
+//! shards, contended acquires from two instances, wake-ups over sharded pub/sub, queues per
+//! slot (order kept, a stalled master holding up its own slots only).
 //!
 //! The servers are started from a thread that never ends, through `setpriv --pdeathsig KILL`:
 //! the kernel kills them when the test process ends, however it ends (see `support`).
@@ -275,7 +275,7 @@ async fn changed_wakes_a_waiter_on_another_instance_over_sharded_pub_sub() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn operations_on_one_key_keep_their_order_when_batches_are_split_by_slot() {
+async fn operations_on_one_key_keep_their_order_in_the_queues_per_slot() {
     if idem_test_support::Server::Redis.url().is_none() {
         return;
     }
@@ -289,4 +289,76 @@ async fn operations_on_one_key_keep_their_order_when_batches_are_split_by_slot()
             .expect("open the store");
         operations_on_one_key_keep_their_order(&store, "ordered", 40).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_master_holds_up_its_own_slots_only() {
+    const ADDRESSES: usize = 32;
+    const PAUSE: Duration = Duration::from_millis(1500);
+    if idem_test_support::Server::Redis.url().is_none() {
+        return;
+    }
+    let prefix = fresh_prefix();
+    let store = open(&prefix).await;
+    let stalled = &cluster()[0];
+    let keys_on_stalled = || -> usize {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{{{prefix}:*}}"))
+            .query(&mut inspect(stalled))
+            .expect("KEYS");
+        keys.len()
+    };
+    // An address on the stalled master: the one whose record appears there.
+    let mut probe = 0;
+    let (held, lease) = loop {
+        let held = address(&format!("probe-{probe}"));
+        let before = keys_on_stalled();
+        let lease = acquired(&store, &held, &fingerprint(1)).await;
+        if keys_on_stalled() > before {
+            break (held, lease);
+        }
+        probe += 1;
+    };
+    let before = keys_on_stalled();
+    // The master runs no write, scripts included, until the pause ends; reads still answer.
+    let paused_at = Instant::now();
+    let () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(PAUSE.as_millis().to_string())
+        .arg("WRITE")
+        .query(&mut inspect(stalled))
+        .expect("CLIENT PAUSE");
+    // A completion on its way to the stalled master, which answers it after the pause.
+    let completing = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store
+                .complete(&held, lease.token, &response(1).into(), TTL)
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let acquires: Vec<_> = (0..ADDRESSES)
+        .map(|n| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                acquired(&store, &address(&format!("stall-{n}")), &fingerprint(1)).await;
+                Instant::now()
+            })
+        })
+        .collect();
+    let mut before_the_pause_ended = 0;
+    for acquire in acquires {
+        let done = acquire.await.expect("the acquire ran");
+        before_the_pause_ended += usize::from(done < paused_at + PAUSE);
+    }
+    completing.await.expect("the completion ran").unwrap();
+    let on_the_stalled_master = keys_on_stalled() - before;
+    assert!(
+        on_the_stalled_master > 0,
+        "no address of {ADDRESSES} on {stalled}"
+    );
+    // Each acquire on another master was answered while the stalled one held the completion
+    // and its own acquires.
+    assert_eq!(before_the_pause_ended, ADDRESSES - on_the_stalled_master);
 }
