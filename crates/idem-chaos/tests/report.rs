@@ -90,16 +90,13 @@ fn a_file_that_is_not_a_report_is_named_and_exits_2() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("not-a-report.json");
     std::fs::write(&path, r#"{"store": "sqlite"}"#).unwrap();
-    let output = report(&[&path]);
-    assert_eq!(output.status.code(), Some(2));
-    assert_eq!(output.stdout, b"");
-    assert_eq!(
-        String::from_utf8(output.stderr).unwrap(),
-        format!(
+    assert_refused(
+        &[&path],
+        &format!(
             "error: {} is not a chaos run's report: missing field `ambiguous` at line 1 column \
              19\n",
             path.display()
-        )
+        ),
     );
 }
 
@@ -107,16 +104,21 @@ fn a_file_that_is_not_a_report_is_named_and_exits_2() {
 fn a_missing_file_is_named_and_exits_2() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("missing.json");
-    let output = report(&[&path]);
-    assert_eq!(output.status.code(), Some(2));
-    assert_eq!(output.stdout, b"");
-    assert_eq!(
-        String::from_utf8(output.stderr).unwrap(),
-        format!(
+    assert_refused(
+        &[&path],
+        &format!(
             "error: cannot read {}: No such file or directory (os error 2)\n",
             path.display()
-        )
+        ),
     );
+}
+
+/// `idem-chaos report FILES` exits 2, prints nothing, and says exactly `message`.
+fn assert_refused<S: AsRef<std::ffi::OsStr>>(files: &[S], message: &str) {
+    let output = report(files);
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(output.stdout, b"");
+    assert_eq!(String::from_utf8(output.stderr).unwrap(), message);
 }
 
 #[test]
