@@ -779,10 +779,7 @@ pub(crate) fn statuses(history: &History) -> BTreeMap<u16, u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        history::{Answer, Attempt, Operation, StaleWrite},
-        history::{Link, PartitionMode},
-    };
+    use crate::history::{Answer, Attempt, Link, Operation, PartitionMode, StaleWrite};
 
     fn settings(ambiguous: Ambiguous) -> Settings {
         Settings {

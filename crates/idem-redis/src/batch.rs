@@ -30,7 +30,8 @@
 //!   dropped leaves it to a task, which then serves the queue.
 
 use std::{
-    collections::{HashMap, VecDeque, hash_map::Entry},
+    collections::{HashMap, VecDeque},
+    mem,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
 };
 
@@ -62,15 +63,23 @@ struct Shared {
     batch_size: usize,
     /// One permit per operation that may wait in a lane's queue, whichever lane.
     room: Semaphore,
-    /// The busy lanes, each with the operations waiting for its next call. A lane is here while
-    /// a script call of it is on its way or a task serves its queue: its operations then wait.
-    lanes: Mutex<HashMap<Lane, VecDeque<Call>>>,
+    /// The lanes that have been used: one on a single server, at most one per slot (16,384) on
+    /// a cluster. A lane stays once made, so that a busy lane's queue keeps its room.
+    lanes: Mutex<HashMap<Lane, State>>,
     /// Where the task that serves the queue runs: the runtime the store was opened in.
     runtime: Handle,
 }
 
 /// Where an operation queues: `None` on a single server, its slot on a cluster.
 type Lane = Option<Slot>;
+
+#[derive(Default)]
+struct State {
+    /// Whether a script call of the lane is on its way, or a task serves its queue: its
+    /// operations then wait.
+    busy: bool,
+    queue: VecDeque<Call>,
+}
 
 struct Call {
     operation: Operation,
@@ -104,14 +113,15 @@ impl Batcher {
         };
         let (reply, answer) = oneshot::channel();
         let call = Call { operation, reply };
-        let leader = match self.shared.lock().entry(lane) {
-            Entry::Occupied(mut queue) => {
-                queue.get_mut().push_back(call);
+        let leader = {
+            let mut lanes = self.shared.lock();
+            let state = lanes.entry(lane).or_default();
+            if state.busy {
+                state.queue.push_back(call);
                 room.forget(); // given back when a batch takes the call
                 None
-            }
-            Entry::Vacant(idle) => {
-                idle.insert(VecDeque::new());
+            } else {
+                state.busy = true;
                 drop(room);
                 Some(Leader::new(Arc::clone(&self.shared), lane, call))
             }
@@ -124,7 +134,7 @@ impl Batcher {
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, HashMap<Lane, VecDeque<Call>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Lane, State>> {
         // The lanes are whole between statements: a panic elsewhere cannot leave them
         // half-changed.
         self.lanes.lock().unwrap_or_else(PoisonError::into_inner)
@@ -133,21 +143,21 @@ impl Shared {
     /// Leaves `lane` idle if its queue is empty.
     fn idle_if_empty(&self, lane: Lane) -> bool {
         let mut lanes = self.lock();
-        let idle = lanes.get(&lane).is_none_or(VecDeque::is_empty);
-        if idle {
-            lanes.remove(&lane);
-        }
-        idle
+        let state = lanes.entry(lane).or_default();
+        state.busy = !state.queue.is_empty();
+        !state.busy
     }
 
     /// The lane's next batch, in its queue's order, or `None` (and the lane idle) when the
     /// queue is empty.
     fn next_batch(&self, lane: Lane) -> Option<Vec<Call>> {
         let mut lanes = self.lock();
-        let Some(queue) = lanes.get_mut(&lane).filter(|queue| !queue.is_empty()) else {
-            lanes.remove(&lane);
+        let state = lanes.entry(lane).or_default();
+        if state.queue.is_empty() {
+            state.busy = false;
             return None;
-        };
+        }
+        let queue = &mut state.queue;
         let mut batch = Vec::with_capacity(self.batch_size.min(queue.len()));
         let mut bytes = 0;
         while let Some(call) = queue.front() {
@@ -213,8 +223,7 @@ impl Drop for Leader {
     }
 }
 
-/// The task's right to send a lane's next script calls: what the lane's presence in the map
-/// stands for. Dropped before the queue is empty (its runtime shut down), it fails the waiting
+/// The task's right to send a lane's next script calls: what the lane's `busy` stands for. Dropped before the queue is empty (its runtime shut down), it fails the waiting
 /// calls, whose callers hear that the store stopped, and frees the lane for callers in another
 /// runtime.
 struct Serving {
@@ -238,7 +247,11 @@ impl Drop for Serving {
         if self.done {
             return;
         }
-        let failed = self.shared.lock().remove(&self.lane).unwrap_or_default();
+        let mut lanes = self.shared.lock();
+        let state = lanes.entry(self.lane).or_default();
+        let failed = mem::take(&mut state.queue);
+        state.busy = false;
+        drop(lanes);
         self.shared.room.add_permits(failed.len());
     }
 }

@@ -125,8 +125,8 @@ impl RedisOptions {
     }
 
     /// Sets how many operations may wait for the next script call, over all queues (1,024 by
-    /// default; at least 1). A caller that finds the queue full waits for room, so a slow Redis slows its callers
-    /// instead of queueing without bound.
+    /// default; at least 1). A caller that finds the queues full waits for room, so a slow
+    /// Redis slows its callers instead of queueing without bound.
     #[must_use]
     pub fn queue_capacity(mut self, operations: usize) -> Self {
         self.queue_capacity = operations.max(1);
