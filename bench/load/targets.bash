@@ -102,7 +102,7 @@ redis_pids() { echo "$REDIS_PID"; }
 
 # measure NAME URL KEYS CONNECTIONS GATEWAY_PIDS [STORE_PIDS_FUNCTION]: one wrk run (wrk_run),
 # with the CPU time each party used during it appended to $WORK/cpu as "NAME requests machine
-# busy, machine total, gateway, upstream, store, wrk" in clock ticks.
+# busy, machine total, gateway, upstream, store, wrk, stolen" in clock ticks.
 measure() {
   local name="$1" url="$2" keys="$3" conns="$4" gateway_pids="$5" store="${6:-}"
   local store_pids="" before after machine_before machine_after
@@ -121,7 +121,8 @@ before, after = [list(map(int, a.split())) for a in sys.argv[5:7]]
 wrk_seconds = sum(map(float, sys.argv[7].split()))
 tck = int(sys.argv[8])
 deltas = [b - a for a, b in zip(before, after)]
-print(name, requests, ma[0] - mb[0], ma[1] - mb[1], *deltas, round(wrk_seconds * tck))
+print(name, requests, ma[0] - mb[0], ma[1] - mb[1], *deltas, round(wrk_seconds * tck),
+      ma[2] - mb[2])
 PY
 }
 
@@ -134,9 +135,11 @@ proc_ticks() {
   echo "$ticks"
 }
 
-# machine_ticks: the busy and the total CPU time of the machine so far, in clock ticks.
+# machine_ticks: the machine's CPU time so far, in clock ticks: busy (user, nice, system, irq,
+# softirq), all of it (idle, iowait and steal included), and stolen (the time a virtual
+# machine's host ran something else while this machine had work to run).
 machine_ticks() {
-  awk '/^cpu / { busy = $2 + $3 + $4 + $7 + $8 + $9; print busy, busy + $5 + $6 }' /proc/stat
+  awk '/^cpu / { busy = $2 + $3 + $4 + $7 + $8; print busy, busy + $5 + $6 + $9, $9 }' /proc/stat
 }
 
 # The steps of a round.

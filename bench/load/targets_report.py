@@ -4,8 +4,8 @@ went, and every target's ratio round by round, as markdown.
 Usage: targets_report.py RESULTS CPU FSYNCS DURATION CONNECTIONS CLK_TCK
 
 RESULTS has one line per wrk run, "name requests/s p50_ms p99_ms", in the order of the runs; CPU
-one per measured run, "name requests machine_busy machine_total gateway upstream store wrk" in
-clock ticks; FSYNCS one per SQLite run, "flushes requests".
+one per measured run, "name requests machine_busy machine_total gateway upstream store wrk
+stolen" in clock ticks; FSYNCS one per SQLite run, "flushes requests".
 """
 
 import datetime
@@ -19,7 +19,7 @@ runs = {}  # name -> [(rps, p50, p99)], one per round
 for line in open(results):
     name, rps, p50, p99 = line.split()
     runs.setdefault(name, []).append((float(rps), float(p50), float(p99)))
-cpu = {}  # name -> [[requests, busy, total, gateway, upstream, store, wrk]], one per round
+cpu = {}  # name -> [[requests, busy, total, gateway, upstream, store, wrk, stolen]], one per round
 for line in open(cpu_file):
     name, *values = line.split()
     cpu.setdefault(name, []).append([float(v) for v in values])
@@ -56,26 +56,28 @@ print(
 )
 print(
     "| configuration | requests/s | p50 | p99 | vs. plain proxy | CPU per request: "
-    "proxy or gateway | store server | upstream | wrk | machine busy |"
+    "proxy or gateway | store server | upstream | wrk | machine busy | stolen |"
 )
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 proxy = median("plain_proxy", 0)
 for key, label in LABELS:
     if key not in runs:
         continue
     rps, p50, p99 = (median(key, c) for c in range(3))
-    cells = ["—"] * 5
+    cells = ["—"] * 6
     if key in cpu:
         per_request = lambda col: statistics.median(
             r[col] * tick_us / r[0] for r in cpu[key]
         )
         busy = statistics.median(r[1] / r[2] for r in cpu[key])
+        stolen = statistics.median(r[7] / r[2] for r in cpu[key])
         cells = [
             f"{per_request(3):.0f} µs" if key != "direct" else "—",
             f"{per_request(5):.0f} µs" if key in ("postgres_new_keys", "redis_new_keys") else "—",
             f"{per_request(4):.0f} µs",
             f"{per_request(6):.0f} µs",
             f"{busy:.0%}",
+            f"{stolen:.0%}",
         ]
     print(
         f"| {label} | {rps:,.0f} | {p50:.2f} ms | {p99:.2f} ms | {rps / proxy:.2f}× | "
@@ -119,4 +121,43 @@ if fsyncs:
         f"| SQLite: fsync + fdatasync per new key (perf stat, the gateway) | **{per_key(m)}** "
         f"({per_key(min(values))}–{per_key(max(values))}) | {', '.join(per_key(v) for v in values)} "
         f"| ≤ 0.25 | {'yes' if m <= 0.25 else '**no**'} |"
+    )
+
+# The CPU ceilings: every party of a measurement (the gateway or proxy, the store's server, the
+# upstream, wrk) shares the machine's cores, so while the cores are the limit, a ratio of two
+# configurations cannot pass the inverse ratio of their CPU per request, all parties together.
+ceilings = [
+    ("gateway plain proxy / nginx", "nginx", "plain_proxy"),
+    ("memory store, new keys / plain proxy", "plain_proxy", "memory_new_keys"),
+    ("SQLite, new keys / memory store", "memory_new_keys", "sqlite_new_keys"),
+    ("PostgreSQL, new keys / plain proxy", "plain_proxy", "postgres_new_keys"),
+    ("Redis, new keys / plain proxy", "plain_proxy", "redis_new_keys"),
+]
+
+
+def all_parties_us(run):
+    requests, _busy, _total, gateway, upstream, store, wrk, _stolen = run
+    return (gateway + upstream + store + wrk) * tick_us / requests
+
+
+print()
+print(
+    "| ratio | CPU per request, all parties | its CPU ceiling | measured | measured / ceiling "
+    "| machine busy, stolen |"
+)
+print("| --- | --- | --- | --- | --- | --- |")
+for label, base, name in ceilings:
+    if base not in cpu or name not in cpu:
+        continue
+    base_us = [all_parties_us(run) for run in cpu[base]]
+    name_us = [all_parties_us(run) for run in cpu[name]]
+    ceiling = [b / n for b, n in zip(base_us, name_us)]
+    measured = each_round(lambda b, n: n[0] / b[0], base, name)
+    share = [m / c for m, c in zip(measured, ceiling)]
+    busy = statistics.median(r[1] / r[2] for r in cpu[name])
+    stolen = statistics.median(r[7] / r[2] for r in cpu[name])
+    print(
+        f"| {label} | {statistics.median(base_us):.0f} → {statistics.median(name_us):.0f} µs "
+        f"| {statistics.median(ceiling):.2f}× | {statistics.median(measured):.2f}× "
+        f"| {statistics.median(share):.0%} | {busy:.0%}, {stolen:.0%} |"
     )
