@@ -21,6 +21,7 @@ run_targets() {
   : >"$WORK/results"
   : >"$WORK/cpu"
   : >"$WORK/fsyncs"
+  : >"$WORK/writer"
   command -v perf >/dev/null || need perf linux-perf
 
   start_nginx
@@ -59,7 +60,7 @@ run_targets() {
     in_round_order "$round" "${steps[@]}"
   done
 
-  python3 bench/load/targets_report.py "$WORK/results" "$WORK/cpu" "$WORK/fsyncs" \
+  python3 bench/load/targets_report.py "$WORK/results" "$WORK/cpu" "$WORK/fsyncs" "$WORK/writer" \
     "$DURATION" "$CONNECTIONS" "$(getconf CLK_TCK)" >"$REPORT"
   cat "$REPORT"
 }
@@ -159,7 +160,16 @@ sqlite_new_keys() {
     -o "$WORK/perf.sqlite" &
   local perf=$!
   sleep 0.2
+  # The store's one writer thread (named idem-sqlite-writer, which the kernel cuts to 15
+  # characters): its CPU time over the measurement's wall time says how near it is to a core.
+  local writer="/proc/$SQLITE_PID/task/$(grep -lx idem-sqlite-wri /proc/"$SQLITE_PID"/task/*/comm |
+    head -1 | cut -d/ -f5)/stat" writer_before started
+  writer_before="$(awk '{ print $14 + $15 }' "$writer")"
+  started="$(date +%s.%N)"
   measure sqlite_new_keys "$SQLITE_GATEWAY" unique "$CONNECTIONS" "$SQLITE_PID"
+  echo "$(($(awk '{ print $14 + $15 }' "$writer") - writer_before))" \
+    "$(awk -v s="$started" -v e="$(date +%s.%N)" 'BEGIN { print e - s }')" \
+    "$(requests sqlite_new_keys)" >>"$WORK/writer"
   kill -INT "$perf"
   wait "$perf" 2>/dev/null || true
   echo "$(awk -F, '/sys_enter_f/ { n += $1 } END { print n + 0 }' "$WORK/perf.sqlite")" \

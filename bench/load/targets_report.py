@@ -1,18 +1,19 @@
 """The report of `scripts/load` (targets): the configurations' figures, where each request's CPU
 went, and every target's ratio round by round, as markdown.
 
-Usage: targets_report.py RESULTS CPU FSYNCS DURATION CONNECTIONS CLK_TCK
+Usage: targets_report.py RESULTS CPU FSYNCS WRITER DURATION CONNECTIONS CLK_TCK
 
 RESULTS has one line per wrk run, "name requests/s p50_ms p99_ms", in the order of the runs; CPU
 one per measured run, "name requests machine_busy machine_total gateway upstream store wrk
-stolen" in clock ticks; FSYNCS one per SQLite run, "flushes requests".
+stolen" in clock ticks; FSYNCS one per SQLite run, "flushes requests"; WRITER one per SQLite run, "ticks
+seconds requests": the CPU time of the store's writer thread, the run's wall time, its requests.
 """
 
 import datetime
 import statistics
 import sys
 
-results, cpu_file, fsyncs_file, duration, connections, clk_tck = sys.argv[1:7]
+results, cpu_file, fsyncs_file, writer_file, duration, connections, clk_tck = sys.argv[1:8]
 tick_us = 1e6 / float(clk_tck)
 
 runs = {}  # name -> [(rps, p50, p99)], one per round
@@ -24,6 +25,7 @@ for line in open(cpu_file):
     name, *values = line.split()
     cpu.setdefault(name, []).append([float(v) for v in values])
 fsyncs = [tuple(map(float, line.split())) for line in open(fsyncs_file)]
+writer = [tuple(map(float, line.split())) for line in open(writer_file)]
 rounds = len(runs["plain_proxy"])
 
 
@@ -160,4 +162,15 @@ for label, base, name in ceilings:
         f"| {label} | {statistics.median(base_us):.0f} → {statistics.median(name_us):.0f} µs "
         f"| {statistics.median(ceiling):.2f}× | {statistics.median(measured):.2f}× "
         f"| {statistics.median(share):.0%} | {busy:.0%}, {stolen:.0%} |"
+    )
+
+if writer:
+    # SQLite has one writer thread: a new key's two writes are its statements and its share of a
+    # commit. Near one core, the writer is the limit, however many cores are free.
+    per_key = statistics.median(ticks * tick_us / requests for ticks, _, requests in writer)
+    core = statistics.median(ticks / float(clk_tck) / seconds for ticks, seconds, _ in writer)
+    print()
+    print(
+        f"SQLite's writer thread: {per_key:.0f} µs per new key, busy {core:.0%} of one core "
+        f"(medians of {len(writer)} rounds)."
     )
