@@ -11,8 +11,9 @@
 #
 # CPU: around each measurement the harness reads the CPU time of the gateway measured, of the
 # upstream, of nginx, of the store's server (PostgreSQL's processes, redis-server) and of wrk,
-# and the whole machine's busy time (/proc/stat), each divided by the requests wrk made, so the
-# report says where every request's CPU went and how busy the machine was.
+# and the whole machine's busy and stolen time (/proc/stat), each divided by the requests wrk
+# made, so the report says where every request's CPU went, how busy the machine was, and each
+# throughput target's CPU ceiling: the most its ratio can reach while the cores are the limit.
 #
 # SQLite's flushes: `perf stat` counts the gateway's fsync and fdatasync calls (kernel
 # tracepoints: nothing stops the gateway) during each SQLite measurement, per new key.
