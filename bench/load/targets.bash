@@ -163,12 +163,12 @@ sqlite_new_keys() {
   sleep 0.2
   # The store's one writer thread (named idem-sqlite-writer, which the kernel cuts to 15
   # characters): its CPU time over the measurement's wall time says how near it is to a core.
-  local writer="/proc/$SQLITE_PID/task/$(grep -lx idem-sqlite-wri /proc/"$SQLITE_PID"/task/*/comm |
-    head -1 | cut -d/ -f5)/stat" writer_before started
-  writer_before="$(awk '{ print $14 + $15 }' "$writer")"
+  local writer writer_before started
+  writer="$(grep -lx idem-sqlite-wri /proc/"$SQLITE_PID"/task/*/comm | head -1 | cut -d/ -f5)"
+  writer_before="$(cpu_ticks "$writer")"
   started="$(date +%s.%N)"
   measure sqlite_new_keys "$SQLITE_GATEWAY" unique "$CONNECTIONS" "$SQLITE_PID"
-  echo "$(($(awk '{ print $14 + $15 }' "$writer") - writer_before))" \
+  echo "$(($(cpu_ticks "$writer") - writer_before))" \
     "$(awk -v s="$started" -v e="$(date +%s.%N)" 'BEGIN { print e - s }')" \
     "$(requests sqlite_new_keys)" >>"$WORK/writer"
   kill -INT "$perf"

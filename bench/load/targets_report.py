@@ -5,8 +5,9 @@ Usage: targets_report.py RESULTS CPU FSYNCS WRITER DURATION CONNECTIONS CLK_TCK
 
 RESULTS has one line per wrk run, "name requests/s p50_ms p99_ms", in the order of the runs; CPU
 one per measured run, "name requests machine_busy machine_total gateway upstream store wrk
-stolen" in clock ticks; FSYNCS one per SQLite run, "flushes requests"; WRITER one per SQLite run, "ticks
-seconds requests": the CPU time of the store's writer thread, the run's wall time, its requests.
+stolen" in clock ticks; FSYNCS one per SQLite run, "flushes requests"; WRITER one per SQLite
+run, "ticks seconds requests": the CPU time of the store's writer thread, the run's wall time,
+its requests.
 """
 
 import datetime
@@ -31,6 +32,12 @@ rounds = len(runs["plain_proxy"])
 
 def median(name, column):
     return statistics.median(run[column] for run in runs[name])
+
+
+def machine_share(name, column):
+    """The median over the rounds of `name` of the machine's time in CPU column `column` (busy 1,
+    stolen 7) over all its time (column 2)."""
+    return statistics.median(r[column] / r[2] for r in cpu[name])
 
 
 def each_round(f, *names):
@@ -71,15 +78,13 @@ for key, label in LABELS:
         per_request = lambda col: statistics.median(
             r[col] * tick_us / r[0] for r in cpu[key]
         )
-        busy = statistics.median(r[1] / r[2] for r in cpu[key])
-        stolen = statistics.median(r[7] / r[2] for r in cpu[key])
         cells = [
             f"{per_request(3):.0f} µs" if key != "direct" else "—",
             f"{per_request(5):.0f} µs" if key in ("postgres_new_keys", "redis_new_keys") else "—",
             f"{per_request(4):.0f} µs",
             f"{per_request(6):.0f} µs",
-            f"{busy:.0%}",
-            f"{stolen:.0%}",
+            f"{machine_share(key, 1):.0%}",
+            f"{machine_share(key, 7):.0%}",
         ]
     print(
         f"| {label} | {rps:,.0f} | {p50:.2f} ms | {p99:.2f} ms | {rps / proxy:.2f}× | "
@@ -156,21 +161,20 @@ for label, base, name in ceilings:
     ceiling = [b / n for b, n in zip(base_us, name_us)]
     measured = each_round(lambda b, n: n[0] / b[0], base, name)
     share = [m / c for m, c in zip(measured, ceiling)]
-    busy = statistics.median(r[1] / r[2] for r in cpu[name])
-    stolen = statistics.median(r[7] / r[2] for r in cpu[name])
     print(
         f"| {label} | {statistics.median(base_us):.0f} → {statistics.median(name_us):.0f} µs "
         f"| {statistics.median(ceiling):.2f}× | {statistics.median(measured):.2f}× "
-        f"| {statistics.median(share):.0%} | {busy:.0%}, {stolen:.0%} |"
+        f"| {statistics.median(share):.0%} "
+        f"| {machine_share(name, 1):.0%}, {machine_share(name, 7):.0%} |"
     )
 
 if writer:
     # SQLite has one writer thread: a new key's two writes are its statements and its share of a
     # commit. Near one core, the writer is the limit, however many cores are free.
-    per_key = statistics.median(ticks * tick_us / requests for ticks, _, requests in writer)
+    writer_us = statistics.median(ticks * tick_us / requests for ticks, _, requests in writer)
     core = statistics.median(ticks / float(clk_tck) / seconds for ticks, seconds, _ in writer)
     print()
     print(
-        f"SQLite's writer thread: {per_key:.0f} µs per new key, busy {core:.0%} of one core "
+        f"SQLite's writer thread: {writer_us:.0f} µs per new key, busy {core:.0%} of one core "
         f"(medians of {len(writer)} rounds)."
     )
