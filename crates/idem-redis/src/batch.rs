@@ -81,6 +81,19 @@ struct State {
     queue: VecDeque<Call>,
 }
 
+impl State {
+    /// Leaves the lane idle if its queue is empty, with room for at most `keep` calls: a queue
+    /// that a burst grew gives the rest back, so that the lanes of a cluster (up to 16,384, each
+    /// kept once made) do not each hold on to the largest queue they ever had.
+    fn idle_if_empty(&mut self, keep: usize) -> bool {
+        self.busy = !self.queue.is_empty();
+        if !self.busy {
+            self.queue.shrink_to(keep);
+        }
+        !self.busy
+    }
+}
+
 struct Call {
     operation: Operation,
     reply: oneshot::Sender<RedisResult<Value>>,
@@ -142,10 +155,10 @@ impl Shared {
 
     /// Leaves `lane` idle if its queue is empty.
     fn idle_if_empty(&self, lane: Lane) -> bool {
-        let mut lanes = self.lock();
-        let state = lanes.entry(lane).or_default();
-        state.busy = !state.queue.is_empty();
-        !state.busy
+        self.lock()
+            .entry(lane)
+            .or_default()
+            .idle_if_empty(self.batch_size)
     }
 
     /// The lane's next batch, in its queue's order, or `None` (and the lane idle) when the
@@ -153,8 +166,7 @@ impl Shared {
     fn next_batch(&self, lane: Lane) -> Option<Vec<Call>> {
         let mut lanes = self.lock();
         let state = lanes.entry(lane).or_default();
-        if state.queue.is_empty() {
-            state.busy = false;
+        if state.idle_if_empty(self.batch_size) {
             return None;
         }
         let queue = &mut state.queue;
@@ -223,9 +235,9 @@ impl Drop for Leader {
     }
 }
 
-/// The task's right to send a lane's next script calls: what the lane's `busy` stands for. Dropped before the queue is empty (its runtime shut down), it fails the waiting
-/// calls, whose callers hear that the store stopped, and frees the lane for callers in another
-/// runtime.
+/// The task's right to send a lane's next script calls: what the lane's `busy` stands for.
+/// Dropped before the queue is empty (its runtime shut down), it fails the waiting calls, whose
+/// callers hear that the store stopped, and frees the lane for callers in another runtime.
 struct Serving {
     shared: Arc<Shared>,
     lane: Lane,
@@ -299,4 +311,44 @@ fn script_call(connection: &Connection, calls: &[Call]) -> Cmd {
         command.arg(call.operation.args());
     }
     command
+}
+
+#[cfg(test)]
+mod tests {
+    use idem_core::Address;
+
+    use super::*;
+    use crate::{KeyPrefix, keys::Keys, operation::Kind};
+
+    fn call() -> Call {
+        let address = Address::anonymous("k".parse().unwrap());
+        let keys = Keys::new(&KeyPrefix::default(), &address);
+        Call {
+            operation: Operation::new(Kind::Get, &keys, ""),
+            reply: oneshot::channel().0,
+        }
+    }
+
+    #[test]
+    fn an_idle_lane_keeps_room_for_at_most_a_batch() {
+        let mut state = State {
+            busy: true,
+            queue: (0..1000).map(|_| call()).collect(),
+        };
+        assert!(!state.idle_if_empty(64), "a lane with a queue stays busy");
+        assert!(state.busy);
+        assert!(state.queue.capacity() >= 1000);
+
+        state.queue.clear();
+        assert!(state.idle_if_empty(64));
+        assert!(!state.busy);
+        assert_eq!(state.queue.capacity(), 64);
+
+        // A queue smaller than a batch keeps its room: a busy single server reuses it.
+        state.queue.extend((0..10).map(|_| call()));
+        let small = state.queue.capacity();
+        state.queue.clear();
+        assert!(state.idle_if_empty(64));
+        assert_eq!(state.queue.capacity(), small);
+    }
 }
