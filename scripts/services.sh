@@ -97,18 +97,25 @@ ensure_kafka_build_tools() {
   fi
 }
 
-# The Kafka tests' broker: tansu, a Kafka-protocol broker written in Rust that installs from
-# crates.io (no JVM, no Debian package), built once into $IDEM_TOOLS (the CI cache) and run with
-# its in-memory storage. Its log goes to $TMPDIR/idem-tansu.log; it outlives this script.
+# The Kafka tests' broker: tansu, a Kafka-protocol broker written in Rust that builds from
+# crates.io (no JVM, no Debian package), built once into $IDEM_TOOLS (the CI cache) from
+# scripts/tansu, whose Cargo.lock has no yanked crate (tansu's published one has), and run with its
+# in-memory storage. Its log goes to $TMPDIR/idem-tansu.log; it outlives this script.
 # IDEM_TANSU names the binary, for the tests that start a broker of their own.
 ensure_kafka() {
   local tools="${IDEM_TOOLS:-$HOME/.cache/idem-tools}"
+  local recipe built
+  recipe="$(dirname "${BASH_SOURCE[0]}")/tansu"
+  # Built again whenever scripts/tansu changes (its copy beside the binary says what was built).
+  built="$tools/idem-tansu.built"
+  if [ ! -x "$tools/bin/tansu" ] ||
+    ! cat "$recipe/Cargo.toml" "$recipe/Cargo.lock" "$recipe/main.rs" | cmp -s - "$built"; then
+    echo "building tansu with cargo into $tools (once: it takes about 15 minutes)" >&2
+    # --force: it replaces a `tansu` installed before, from tansu's own lock or an older one.
+    CARGO_INSTALL_ROOT="$tools" cargo install --locked --force --path "$recipe"
+    cat "$recipe/Cargo.toml" "$recipe/Cargo.lock" "$recipe/main.rs" >"$built"
+  fi
   if ! listening 9092; then
-    if [ ! -x "$tools/bin/tansu" ]; then
-      echo "installing tansu with cargo into $tools (once: it takes about 15 minutes)" >&2
-      CARGO_INSTALL_ROOT="$tools" cargo install --locked tansu --version '^0.6' \
-        --features dynostore,postgres
-    fi
     local log="${TMPDIR:-/tmp}/idem-tansu.log"
     nohup "$tools/bin/tansu" broker \
       --listener-url tcp://127.0.0.1:9092 \
