@@ -15,7 +15,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use idem_messaging::{ConsumerName, Error, Handled, Incoming, MessageId, OutboxMessage, PgInbox};
+use idem_messaging::{
+    ConsumerName, Error, Handled, Incoming, MessageId, Outbox, OutboxMessage, PgInbox,
+};
 use tokio::{
     io::{AsyncBufReadExt, BufReader},
     process::{Child, Command},
@@ -24,7 +26,7 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::ledger::TestSchema;
+use crate::{journal::Journal, ledger::TestSchema};
 
 /// Messages per run: `IDEM_FAULT_MESSAGES`, 2,000 by default (the CI form).
 pub fn message_count() -> usize {
@@ -85,6 +87,7 @@ pub struct Consumer {
     name: ConsumerName,
     tally: Arc<Tally>,
     crash_at: usize,
+    journal: Journal,
     pub stop: CancellationToken,
 }
 
@@ -99,6 +102,12 @@ pub enum Next {
 }
 
 impl Consumer {
+    /// Records what went wrong on the consumer's side (a lost connection, a failed receive), for
+    /// the journal a failed run prints.
+    pub fn note(&self, line: impl Into<String>) {
+        self.journal.write("consumer", line);
+    }
+
     /// Handles one message. Once `crash_at` messages are processed, the next first delivery is
     /// committed and then abandoned without an ack, as by a consumer that died at that instant.
     pub async fn handle<M: Incoming>(&self, message: M) -> Next {
@@ -121,6 +130,9 @@ impl Consumer {
                 Handled::Processed(()) => {
                     self.tally.processed.fetch_add(1, Ordering::SeqCst);
                     self.tally.crashes.fetch_add(1, Ordering::SeqCst);
+                    self.note(format!(
+                        "crashes on purpose after committing {id}, before its ack"
+                    ));
                     drop(message); // never acknowledged
                     Next::Reconnect
                 }
@@ -128,7 +140,10 @@ impl Consumer {
                     self.tally.skipped.fetch_add(1, Ordering::SeqCst);
                     match message.ack().await {
                         Ok(()) => Next::Continue,
-                        Err(_) => Next::Reconnect,
+                        Err(error) => {
+                            self.note(format!("cannot acknowledge a duplicate: {error}"));
+                            Next::Reconnect
+                        }
                     }
                 }
             };
@@ -155,7 +170,10 @@ impl Consumer {
                 Next::Continue
             }
             // The broker went away mid-message: whatever committed is skipped on redelivery.
-            Err(Error::Settle(_)) => Next::Reconnect,
+            Err(error @ Error::Settle(_)) => {
+                self.note(format!("cannot settle a message, reconnecting: {error}"));
+                Next::Reconnect
+            }
             Err(error) => panic!("the ledger consumer failed: {error}"),
         }
     }
@@ -163,17 +181,23 @@ impl Consumer {
 
 /// A relay process (`idem-fault-relay`) and what it says on stdout.
 struct RelayChild {
+    name: String,
     child: Child,
     halted: Arc<Notify>,
+    /// Its batches with confirmations.
+    batches: Arc<AtomicUsize>,
 }
 
 impl RelayChild {
+    /// Starts the relay `name`; its confirmations count in `confirmed`, its other output goes to
+    /// `journal`.
     fn spawn(
         name: &str,
         schema: &TestSchema,
         broker: &impl FaultBroker,
         halt_after: Option<u32>,
         confirmed: &Arc<AtomicUsize>,
+        journal: &Journal,
     ) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_idem-fault-relay"));
         command
@@ -187,30 +211,42 @@ impl RelayChild {
             .env("IDEM_RELAY_POLL_MS", "100")
             .env("IDEM_RELAY_ORDERING", "1")
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .kill_on_drop(true);
         if let Some(batches) = halt_after {
             command.env("IDEM_FAULT_HALT_AFTER", batches.to_string());
         }
         let mut child = command.spawn().expect("start idem-fault-relay");
+        journal.capture(name, child.stderr.take().unwrap());
         let halted = Arc::new(Notify::new());
+        let batches = Arc::new(AtomicUsize::new(0));
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         tokio::spawn({
-            let (halted, confirmed) = (Arc::clone(&halted), Arc::clone(confirmed));
-            let name = name.to_owned();
+            let (halted, confirmed, batches) = (
+                Arc::clone(&halted),
+                Arc::clone(confirmed),
+                Arc::clone(&batches),
+            );
+            let (name, journal) = (name.to_owned(), journal.clone());
             async move {
                 while let Ok(Some(line)) = lines.next_line().await {
                     if let Some(count) = line.strip_prefix("confirmed ") {
                         confirmed.fetch_add(count.parse().unwrap(), Ordering::SeqCst);
+                        batches.fetch_add(1, Ordering::SeqCst);
                     } else if line == "halted" {
                         halted.notify_one();
                     } else {
-                        eprintln!("{name}: {line}");
+                        journal.write(&name, line);
                     }
                 }
             }
         });
-        Self { child, halted }
+        Self {
+            name: name.to_owned(),
+            child,
+            halted,
+            batches,
+        }
     }
 
     /// SIGKILL.
@@ -336,11 +372,13 @@ struct Report {
     relays_killed: usize,
     consumer_crashes: usize,
     broker_restarts: usize,
+    /// Each relay's batches with confirmations, as the table says it.
+    relay_batches: String,
 }
 
 /// Runs the scenario on `broker`, prints what it found, and asserts that nothing was lost,
-/// duplicated, made up or reordered.
-pub async fn run<B: FaultBroker>(mut broker: B, postgres: &str) {
+/// duplicated, made up or reordered. What the relays and the consumer say goes to `journal`.
+pub async fn run<B: FaultBroker>(mut broker: B, postgres: &str, journal: &Journal) {
     let started = Instant::now();
     let messages = message_count();
     let schema = Arc::new(TestSchema::new(postgres).await);
@@ -359,13 +397,14 @@ pub async fn run<B: FaultBroker>(mut broker: B, postgres: &str) {
         name: "ledger".parse().unwrap(),
         tally: Arc::clone(&tally),
         crash_at: messages / 4,
+        journal: journal.clone(),
         stop: stop.clone(),
     });
 
     // Two relays compete; the first stops dead after its third confirmed batch.
     let confirmed = Arc::new(AtomicUsize::new(0));
-    let doomed = RelayChild::spawn("relay-a", &schema, &broker, Some(3), &confirmed);
-    let steady = RelayChild::spawn("relay-b", &schema, &broker, None, &confirmed);
+    let doomed = RelayChild::spawn("relay-a", &schema, &broker, Some(3), &confirmed, journal);
+    let steady = RelayChild::spawn("relay-b", &schema, &broker, None, &confirmed, journal);
     let producers = tokio::spawn(produce(
         Arc::clone(&schema),
         broker.destination(),
@@ -375,12 +414,23 @@ pub async fn run<B: FaultBroker>(mut broker: B, postgres: &str) {
     ));
 
     let deadline = Duration::from_secs(120) + Duration::from_millis(messages as u64 * 20);
-    tokio::time::timeout(deadline, doomed.halted.notified())
+    let standing = Standing {
+        schema: &schema,
+        outbox: &outbox,
+        tally: &tally,
+        confirmed: &confirmed,
+    };
+    if tokio::time::timeout(deadline, doomed.halted.notified())
         .await
-        .expect("relay-a reaches its third batch");
+        .is_err()
+    {
+        let now = standing.describe(&[&doomed, &steady]).await;
+        panic!("relay-a did not reach its third batch within {deadline:?}: {now}");
+    }
     // Confirmed by the broker, not marked sent: SIGKILL, and a new relay in its place.
+    let doomed_batches = doomed.batches.load(Ordering::SeqCst);
     doomed.kill().await;
-    let replacement = RelayChild::spawn("relay-a2", &schema, &broker, None, &confirmed);
+    let replacement = RelayChild::spawn("relay-a2", &schema, &broker, None, &confirmed, journal);
 
     let halfway = tokio::time::timeout(deadline, async {
         while tally.processed.load(Ordering::SeqCst) < messages / 2 {
@@ -388,7 +438,10 @@ pub async fn run<B: FaultBroker>(mut broker: B, postgres: &str) {
         }
     })
     .await;
-    halfway.expect("half of the messages reach the ledger");
+    if halfway.is_err() {
+        let now = standing.describe(&[&replacement, &steady]).await;
+        panic!("half of the messages did not reach the ledger within {deadline:?}: {now}");
+    }
     broker.restart().await;
 
     let sent = producers.await.unwrap();
@@ -404,8 +457,16 @@ pub async fn run<B: FaultBroker>(mut broker: B, postgres: &str) {
         }
     })
     .await;
+    let unfinished = match done {
+        Ok(()) => None,
+        Err(_) => Some(standing.describe(&[&replacement, &steady]).await),
+    };
     // Stray copies still on their way (redeliveries after an ack wait) get the time to arrive.
     tokio::time::sleep(Duration::from_secs(3)).await;
+    let relay_batches = format!(
+        "relay-a {doomed_batches}, {}",
+        batches_of(&[&replacement, &steady])
+    );
     replacement.terminate().await;
     steady.terminate().await;
     stop.cancel();
@@ -435,10 +496,13 @@ pub async fn run<B: FaultBroker>(mut broker: B, postgres: &str) {
         relays_killed: 1,
         consumer_crashes: tally.crashes.load(Ordering::SeqCst),
         broker_restarts: 1,
+        relay_batches,
     };
     print::<B>(messages, &report, started.elapsed());
     assert_eq!(sent as i64, report.sent);
-    done.expect("every committed message reaches the ledger");
+    if let Some(now) = unfinished {
+        panic!("not every committed message reached the ledger within {deadline:?}: {now}");
+    }
     assert_eq!(report.effects, report.sent);
     assert_eq!(report.lost, 0);
     assert_eq!(report.duplicated, 0);
@@ -449,6 +513,43 @@ pub async fn run<B: FaultBroker>(mut broker: B, postgres: &str) {
     assert!(report.published >= report.sent as usize, "{report:?}");
     // The crashed consumer's message came back (each broker's way) and was skipped.
     assert!(report.skipped >= 1, "{report:?}");
+}
+
+/// What a wait that timed out says of where the run stands.
+struct Standing<'a> {
+    schema: &'a TestSchema,
+    outbox: &'a Outbox,
+    tally: &'a Tally,
+    confirmed: &'a AtomicUsize,
+}
+
+impl Standing<'_> {
+    async fn describe(&self, relays: &[&RelayChild]) -> String {
+        let committed = self
+            .schema
+            .count("SELECT count(*) FROM {schema}.sent")
+            .await;
+        let pending = match self.outbox.pending(&self.schema.pool).await {
+            Ok(pending) => pending.to_string(),
+            Err(error) => format!("unknown ({error})"),
+        };
+        format!(
+            "{committed} messages committed, {pending} pending in the outbox, {} confirmed by \
+             the broker, {} processed by the consumer; batches confirmed: {}",
+            self.confirmed.load(Ordering::SeqCst),
+            self.tally.processed.load(Ordering::SeqCst),
+            batches_of(relays)
+        )
+    }
+}
+
+/// Each relay's batches with confirmations so far: `relay-b 12, relay-a2 9`.
+fn batches_of(relays: &[&RelayChild]) -> String {
+    let batches: Vec<String> = relays
+        .iter()
+        .map(|relay| format!("{} {}", relay.name, relay.batches.load(Ordering::SeqCst)))
+        .collect();
+    batches.join(", ")
 }
 
 /// Messages of a key booked out of their enqueue order: the ledger's ids are the consumer's
@@ -475,7 +576,7 @@ async fn order_violations(schema: &TestSchema) -> usize {
 
 /// Straight to stderr, so that the table shows even when the test passes.
 fn print<B: FaultBroker>(messages: usize, report: &Report, elapsed: Duration) {
-    let rows: [(&str, String); 12] = [
+    let rows: [(&str, String); 13] = [
         ("sent (committed in the outbox)", report.sent.to_string()),
         (
             "published attempts (broker confirmations)",
@@ -500,6 +601,7 @@ fn print<B: FaultBroker>(messages: usize, report: &Report, elapsed: Duration) {
             report.consumer_crashes.to_string(),
         ),
         (B::RESTART, report.broker_restarts.to_string()),
+        ("batches confirmed, per relay", report.relay_batches.clone()),
     ];
     let mut table = format!(
         "\nfault test, {}: {messages} messages, {KEYS} keys, 2 relays, {:.1} s\n",

@@ -9,7 +9,6 @@
 //! the consumer resumes at its committed offset after its crash.
 
 use std::{
-    process::Stdio,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -21,6 +20,7 @@ use idem_messaging::kafka::{
         admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
         client::DefaultClientContext,
         consumer::{Consumer as _, StreamConsumer},
+        error::KafkaError,
     },
 };
 use idem_test_support::{TcpProxy, free_port, require};
@@ -29,7 +29,10 @@ use tokio::{
     task::JoinHandle,
 };
 
-use crate::harness::{self, Consumer, FaultBroker, Next};
+use crate::{
+    harness::{self, Consumer, FaultBroker, Next},
+    journal::Journal,
+};
 
 const TOPIC: &str = "faults";
 const PARTITIONS: i32 = 4;
@@ -43,19 +46,22 @@ struct Tansu {
 }
 
 impl Tansu {
-    async fn start() -> Self {
+    /// Starts the broker, its log (`RUST_LOG=info`) in `journal`, and creates the topic.
+    async fn start(journal: &Journal) -> Self {
         // The proxy's port is tansu's advertised listener: chosen before tansu starts.
         let port = free_port();
         let proxy = TcpProxy::start(&format!("127.0.0.1:{port}")).await;
         let binary = std::env::var("IDEM_TANSU").unwrap_or_else(|_| "tansu".into());
+        let log = journal.log_file("tansu");
         let broker = Command::new(&binary)
             .args(["broker", "--listener-url"])
             .arg(format!("tcp://127.0.0.1:{port}"))
             .arg("--advertised-listener-url")
             .arg(format!("tcp://{}", proxy.address()))
             .args(["--storage-engine", "memory://tansu/"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .env("RUST_LOG", "info")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
             .kill_on_drop(true)
             .spawn()
             .unwrap_or_else(|error| {
@@ -90,14 +96,13 @@ impl Tansu {
 
     /// A consumer in the group `ledger`, configured as the inbox needs it (offsets committed
     /// only past what the inbox committed).
-    fn consumer(servers: &str) -> Option<Arc<StreamConsumer>> {
+    fn consumer(servers: &str) -> Result<Arc<StreamConsumer>, KafkaError> {
         let consumer: StreamConsumer = consumer_config(servers, "ledger")
             .set("session.timeout.ms", "6000")
             .set("auto.commit.interval.ms", "100")
-            .create()
-            .ok()?;
-        consumer.subscribe(&[TOPIC]).ok()?;
-        Some(Arc::new(consumer))
+            .create()?;
+        consumer.subscribe(&[TOPIC])?;
+        Ok(Arc::new(consumer))
     }
 }
 
@@ -125,9 +130,13 @@ impl FaultBroker for Tansu {
         let servers = self.proxy.address();
         tokio::spawn(async move {
             while !consumer.stop.is_cancelled() {
-                let Some(kafka) = Tansu::consumer(&servers) else {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    continue;
+                let kafka = match Tansu::consumer(&servers) {
+                    Ok(kafka) => kafka,
+                    Err(error) => {
+                        consumer.note(format!("cannot create a consumer: {error}"));
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        continue;
+                    }
                 };
                 loop {
                     let next = tokio::select! {
@@ -135,9 +144,13 @@ impl FaultBroker for Tansu {
                         () = consumer.stop.cancelled() => break,
                     };
                     // The broker away, or a rebalance: librdkafka recovers by itself.
-                    let Ok(message) = next else {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
+                    let message = match next {
+                        Ok(message) => message,
+                        Err(error) => {
+                            consumer.note(format!("receive failed: {error}"));
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        }
                     };
                     let message = KafkaMessage::new(&message, Arc::clone(&kafka));
                     if let Next::Reconnect = consumer.handle(message).await {
@@ -165,6 +178,8 @@ async fn nothing_is_lost_duplicated_or_reordered_through_kafka_faults() {
     let postgres = require!(Postgres);
     // Where Kafka is set up for the tests, tansu is installed: this test runs a broker of its own.
     let _ = require!(Kafka);
-    let tansu = Tansu::start().await;
-    harness::run(tansu, &postgres).await;
+    let journal = Journal::new();
+    let _printed = journal.print_on_failure();
+    let tansu = Tansu::start(&journal).await;
+    harness::run(tansu, &postgres, &journal).await;
 }

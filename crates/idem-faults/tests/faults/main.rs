@@ -18,6 +18,7 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 mod harness;
+mod journal;
 #[cfg(feature = "kafka")]
 mod kafka;
 mod ledger;

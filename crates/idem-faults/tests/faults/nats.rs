@@ -17,7 +17,10 @@ use tokio::{
 
 use idem_test_support::{free_port, require};
 
-use crate::harness::{self, Consumer, FaultBroker, Next};
+use crate::{
+    harness::{self, Consumer, FaultBroker, Next},
+    journal::Journal,
+};
 
 const STREAM: &str = "FAULTS";
 const SUBJECT: &str = "faults";
@@ -26,14 +29,18 @@ struct NatsServer {
     port: u16,
     store: TempDir,
     server: Option<Child>,
+    /// Where the server logs, across its restart.
+    log: std::fs::File,
 }
 
 impl NatsServer {
-    async fn start() -> Self {
+    /// Starts the server, its log in `journal`, and creates the stream.
+    async fn start(journal: &Journal) -> Self {
         let mut server = Self {
             port: free_port(),
             store: tempfile::tempdir().unwrap(),
             server: None,
+            log: journal.log_file("nats-server"),
         };
         server.launch().await;
         let client = async_nats::connect(server.relay_url()).await.unwrap();
@@ -61,7 +68,7 @@ impl NatsServer {
             ])
             .arg(self.store.path())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(self.log.try_clone().unwrap())
             .kill_on_drop(true)
             .spawn()
             .expect("start nats-server (Debian's package nats-server)");
@@ -123,15 +130,16 @@ impl FaultBroker for NatsServer {
         tokio::spawn(async move {
             while !consumer.stop.is_cancelled() {
                 let messages = match Self::consumer(&url).await {
-                    Ok(pull) => pull.messages().await,
-                    Err(_) => {
+                    Ok(pull) => pull.messages().await.map_err(Into::into),
+                    Err(error) => Err(error),
+                };
+                let mut messages = match messages {
+                    Ok(messages) => messages,
+                    Err(error) => {
+                        consumer.note(format!("cannot consume: {error}"));
                         tokio::time::sleep(Duration::from_millis(200)).await;
                         continue;
                     }
-                };
-                let Ok(mut messages) = messages else {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    continue;
                 };
                 loop {
                     let next = tokio::select! {
@@ -139,7 +147,17 @@ impl FaultBroker for NatsServer {
                         () = consumer.stop.cancelled() => return,
                     };
                     // Missed heartbeats while the server restarts, or the end: start again.
-                    let Some(Ok(message)) = next else { break };
+                    let message = match next {
+                        Some(Ok(message)) => message,
+                        Some(Err(error)) => {
+                            consumer.note(format!("receive failed, reconnecting: {error}"));
+                            break;
+                        }
+                        None => {
+                            consumer.note("the message stream ended; reconnecting");
+                            break;
+                        }
+                    };
                     if let Next::Reconnect = consumer.handle(message).await {
                         break;
                     }
@@ -154,6 +172,8 @@ async fn nothing_is_lost_duplicated_or_reordered_through_nats_faults() {
     let postgres = require!(Postgres);
     // Where NATS is set up for the tests, nats-server is installed: this test runs its own.
     let _ = require!(Nats);
-    let server = NatsServer::start().await;
-    harness::run(server, &postgres).await;
+    let journal = Journal::new();
+    let _printed = journal.print_on_failure();
+    let server = NatsServer::start(&journal).await;
+    harness::run(server, &postgres, &journal).await;
 }

@@ -16,7 +16,10 @@ use tokio_util::sync::CancellationToken;
 
 use idem_test_support::{free_port, require};
 
-use crate::harness::{self, Consumer, FaultBroker, Next};
+use crate::{
+    harness::{self, Consumer, FaultBroker, Next},
+    journal::Journal,
+};
 
 const QUEUE: &str = "faults";
 /// The longest the consumer waits for one step with the broker (connect, consume, handle a
@@ -32,7 +35,8 @@ struct RabbitNode {
 }
 
 impl RabbitNode {
-    async fn start() -> Self {
+    /// Starts the node, its log's tail in `journal`, and declares the queue.
+    async fn start(journal: &Journal) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let node = Self {
@@ -55,6 +59,10 @@ impl RabbitNode {
             .arg(path))
         .await;
         run(Command::new("chmod").arg("755").arg(path)).await;
+        journal.tail(
+            "rabbitmq",
+            path.join("log").join(format!("{}.log", node.name)),
+        );
         node.launch().await;
 
         let connection = Connection::connect(&node.url(), ConnectionProperties::default())
@@ -152,9 +160,18 @@ impl FaultBroker for RabbitNode {
                 let Some(connect) = step(&consumer.stop, connect).await else {
                     return;
                 };
-                let Ok(Ok(connection)) = connect else {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    continue;
+                let connection = match connect {
+                    Ok(Ok(connection)) => connection,
+                    Ok(Err(error)) => {
+                        consumer.note(format!("cannot connect: {error}"));
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        continue;
+                    }
+                    Err(_) => {
+                        consumer.note(format!("cannot connect within {STEP:?}"));
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        continue;
+                    }
                 };
                 let deliveries = async {
                     let channel = connection.create_channel().await?;
@@ -168,24 +185,50 @@ impl FaultBroker for RabbitNode {
                         )
                         .await
                 };
-                let Ok(Ok(mut deliveries)) = tokio::time::timeout(STEP, deliveries).await else {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    continue;
+                let mut deliveries = match tokio::time::timeout(STEP, deliveries).await {
+                    Ok(Ok(deliveries)) => deliveries,
+                    Ok(Err(error)) => {
+                        consumer.note(format!("cannot consume: {error}"));
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        continue;
+                    }
+                    Err(_) => {
+                        consumer.note(format!("cannot consume within {STEP:?}"));
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        continue;
+                    }
                 };
                 loop {
                     let next = tokio::select! {
                         next = deliveries.next() => next,
                         () = consumer.stop.cancelled() => return,
                     };
-                    let Some(Ok(delivery)) = next else { break };
+                    let delivery = match next {
+                        Some(Ok(delivery)) => delivery,
+                        Some(Err(error)) => {
+                            consumer.note(format!("receive failed, reconnecting: {error}"));
+                            break;
+                        }
+                        None => {
+                            consumer.note("the consumer was cancelled; reconnecting");
+                            break;
+                        }
+                    };
                     // An ack on a connection the restart cut may never be answered: treat a
                     // step that takes too long as a crash (the inbox skips the redelivery).
                     let Some(handled) = step(&consumer.stop, consumer.handle(delivery)).await
                     else {
                         return;
                     };
-                    if !matches!(handled, Ok(Next::Continue)) {
-                        break;
+                    match handled {
+                        Ok(Next::Continue) => {}
+                        Ok(Next::Reconnect) => break,
+                        Err(_) => {
+                            consumer.note(format!(
+                                "handling a delivery took over {STEP:?}; reconnecting"
+                            ));
+                            break;
+                        }
                     }
                 }
                 // A crash: the unacknowledged deliveries go back to the queue, in order.
@@ -200,8 +243,10 @@ async fn nothing_is_lost_duplicated_or_reordered_through_rabbitmq_faults() {
     let postgres = require!(Postgres);
     // Where RabbitMQ is set up for the tests, it is installed: this test runs a node of its own.
     let _ = require!(Amqp);
-    let node = RabbitNode::start().await;
-    harness::run(node, &postgres).await;
+    let journal = Journal::new();
+    let _printed = journal.print_on_failure();
+    let node = RabbitNode::start(&journal).await;
+    harness::run(node, &postgres, &journal).await;
 }
 
 /// `work` within [`STEP`] (`Err` past it), or `None` once the test stops.

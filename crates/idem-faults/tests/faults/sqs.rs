@@ -20,7 +20,10 @@ use idem_messaging::sqs::{
 use idem_test_support::{TcpProxy, require, unique_name};
 use tokio::task::JoinHandle;
 
-use crate::harness::{self, Consumer, FaultBroker, Next};
+use crate::{
+    harness::{self, Consumer, FaultBroker, Next},
+    journal::Journal,
+};
 
 /// How long a received message stays hidden: how soon the crashed consumer's comes back.
 const VISIBILITY: Duration = Duration::from_secs(3);
@@ -122,9 +125,13 @@ impl FaultBroker for Sqs {
                     () = consumer.stop.cancelled() => return,
                 };
                 // SQS away: try again.
-                let Ok(messages) = received else {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    continue;
+                let messages = match received {
+                    Ok(messages) => messages,
+                    Err(error) => {
+                        consumer.note(format!("receive failed: {error}"));
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        continue;
+                    }
                 };
                 for message in messages {
                     if let Next::Reconnect = consumer.handle(message).await {
@@ -140,9 +147,13 @@ impl FaultBroker for Sqs {
 async fn nothing_is_lost_duplicated_or_reordered_through_sqs_faults() {
     let postgres = require!(Postgres);
     let server = require!(Sqs);
+    // moto's server is shared (scripts/services.sh logs it): the journal has the relays' and the
+    // consumer's side.
+    let journal = Journal::new();
+    let _printed = journal.print_on_failure();
     let sqs = Sqs::start(&server).await;
     let queue = sqs.url.clone();
-    harness::run(sqs, &postgres).await;
+    harness::run(sqs, &postgres, &journal).await;
     // The proxy went with the fixture: straight to the server.
     client(&server)
         .delete_queue()
