@@ -47,14 +47,7 @@ impl Journal {
     /// Adds `line` to what `source` said.
     pub fn write(&self, source: &str, line: impl Into<String>) {
         let mut sources = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let index = match sources.lines.iter().position(|(name, _)| name == source) {
-            Some(index) => index,
-            None => {
-                sources.lines.push((source.to_owned(), VecDeque::new()));
-                sources.lines.len() - 1
-            }
-        };
-        let lines = &mut sources.lines[index].1;
+        let lines = sources.lines_of(source);
         if lines.len() == LINES {
             lines.pop_front();
         }
@@ -64,6 +57,11 @@ impl Journal {
     /// Copies every line `output` (a child process's stdout or stderr) writes to `source`, until
     /// it ends.
     pub fn capture(&self, source: &str, output: impl AsyncRead + Unpin + Send + 'static) {
+        // Listed even if it says nothing: a relay that said nothing is a finding too.
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .lines_of(source);
         let (journal, source) = (self.clone(), source.to_owned());
         tokio::spawn(async move {
             let mut lines = BufReader::new(output).lines();
@@ -118,6 +116,20 @@ impl Journal {
         // eprintln!, not a raw write: libtest shows it with the failure.
         eprintln!("{out}");
         let _ = std::io::stderr().flush();
+    }
+}
+
+impl Sources {
+    /// The lines `source` said, a new source listed last.
+    fn lines_of(&mut self, source: &str) -> &mut VecDeque<String> {
+        let index = match self.lines.iter().position(|(name, _)| name == source) {
+            Some(index) => index,
+            None => {
+                self.lines.push((source.to_owned(), VecDeque::new()));
+                self.lines.len() - 1
+            }
+        };
+        &mut self.lines[index].1
     }
 }
 

@@ -46,7 +46,7 @@ struct Tansu {
 }
 
 impl Tansu {
-    /// Starts the broker, its log (`RUST_LOG=info`) in `journal`, and creates the topic.
+    /// Starts the broker, its warnings and errors in `journal`, and creates the topic.
     async fn start(journal: &Journal) -> Self {
         // The proxy's port is tansu's advertised listener: chosen before tansu starts.
         let port = free_port();
@@ -59,7 +59,9 @@ impl Tansu {
             .arg("--advertised-listener-url")
             .arg(format!("tcp://{}", proxy.address()))
             .args(["--storage-engine", "memory://tansu/"])
-            .env("RUST_LOG", "info")
+            // At `info` tansu logs every request: the tail would hold nothing else.
+            .env("RUST_LOG", "warn")
+            .env("NO_COLOR", "1")
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .kill_on_drop(true)

@@ -1,9 +1,10 @@
 //! Jepsen-style fault tests, one per broker: messages pushed from the outbox through the broker
 //! into an inbox consumer whose handler books a ledger row, while a relay process (`idem relay`'s
-//! code, as `idem-fault-relay`) is SIGKILLed
-//! between publish and mark-sent, two relay processes compete, the consumer crashes after its
-//! commit and before its ack, and the broker is restarted once. At the end each prints a table
-//! and asserts that nothing was lost, duplicated or made up, and that per-key order held.
+//! code, as `idem-fault-relay`) is SIGKILLed between publish and mark-sent, two relay processes
+//! then compete, the consumer crashes after its commit and before its ack, and the broker is
+//! restarted once. At the end each prints a table and asserts that nothing was lost, duplicated
+//! or made up, and that per-key order held. A run that fails prints what every party said: the
+//! relays' output, the consumer's failures and the broker's log.
 //!
 //! `IDEM_FAULT_MESSAGES` sets the number of messages (default 2,000, the CI form);
 //! `scripts/faults` runs the full form, 10,000.
