@@ -108,6 +108,12 @@ impl Consumer {
         self.journal.write("consumer", line);
     }
 
+    /// Notes a failure to reach the broker, then waits a moment before the consumer tries again.
+    pub async fn retry_after(&self, failure: impl Into<String>) {
+        self.note(failure);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
     /// Handles one message. Once `crash_at` messages are processed, the next first delivery is
     /// committed and then abandoned without an ack, as by a consumer that died at that instant.
     pub async fn handle<M: Incoming>(&self, message: M) -> Next {

@@ -135,8 +135,9 @@ impl FaultBroker for Tansu {
                 let kafka = match Tansu::consumer(&servers) {
                     Ok(kafka) => kafka,
                     Err(error) => {
-                        consumer.note(format!("cannot create a consumer: {error}"));
-                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        consumer
+                            .retry_after(format!("cannot create a consumer: {error}"))
+                            .await;
                         continue;
                     }
                 };
@@ -149,8 +150,9 @@ impl FaultBroker for Tansu {
                     let message = match next {
                         Ok(message) => message,
                         Err(error) => {
-                            consumer.note(format!("receive failed: {error}"));
-                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            consumer
+                                .retry_after(format!("receive failed: {error}"))
+                                .await;
                             continue;
                         }
                     };

@@ -136,8 +136,9 @@ impl FaultBroker for NatsServer {
                 let mut messages = match messages {
                     Ok(messages) => messages,
                     Err(error) => {
-                        consumer.note(format!("cannot consume: {error}"));
-                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        consumer
+                            .retry_after(format!("cannot consume: {error}"))
+                            .await;
                         continue;
                     }
                 };

@@ -160,16 +160,12 @@ impl FaultBroker for RabbitNode {
                 let Some(connect) = step(&consumer.stop, connect).await else {
                     return;
                 };
-                let connection = match connect {
-                    Ok(Ok(connection)) => connection,
-                    Ok(Err(error)) => {
-                        consumer.note(format!("cannot connect: {error}"));
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                        continue;
-                    }
-                    Err(_) => {
-                        consumer.note(format!("cannot connect within {STEP:?}"));
-                        tokio::time::sleep(Duration::from_millis(200)).await;
+                let connection = match answered(connect) {
+                    Ok(connection) => connection,
+                    Err(error) => {
+                        consumer
+                            .retry_after(format!("cannot connect: {error}"))
+                            .await;
                         continue;
                     }
                 };
@@ -185,16 +181,12 @@ impl FaultBroker for RabbitNode {
                         )
                         .await
                 };
-                let mut deliveries = match tokio::time::timeout(STEP, deliveries).await {
-                    Ok(Ok(deliveries)) => deliveries,
-                    Ok(Err(error)) => {
-                        consumer.note(format!("cannot consume: {error}"));
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                        continue;
-                    }
-                    Err(_) => {
-                        consumer.note(format!("cannot consume within {STEP:?}"));
-                        tokio::time::sleep(Duration::from_millis(200)).await;
+                let mut deliveries = match answered(tokio::time::timeout(STEP, deliveries).await) {
+                    Ok(deliveries) => deliveries,
+                    Err(error) => {
+                        consumer
+                            .retry_after(format!("cannot consume: {error}"))
+                            .await;
                         continue;
                     }
                 };
@@ -224,9 +216,7 @@ impl FaultBroker for RabbitNode {
                         Ok(Next::Continue) => {}
                         Ok(Next::Reconnect) => break,
                         Err(_) => {
-                            consumer.note(format!(
-                                "handling a delivery took over {STEP:?}; reconnecting"
-                            ));
+                            consumer.note(format!("no answer within {STEP:?}; reconnecting"));
                             break;
                         }
                     }
@@ -247,6 +237,17 @@ async fn nothing_is_lost_duplicated_or_reordered_through_rabbitmq_faults() {
     let _printed = journal.print_on_failure();
     let node = RabbitNode::start(&journal).await;
     harness::run(node, &postgres, &journal).await;
+}
+
+/// A step's outcome, its error or its timeout as text.
+fn answered<T, E: std::fmt::Display>(
+    outcome: Result<Result<T, E>, tokio::time::error::Elapsed>,
+) -> Result<T, String> {
+    match outcome {
+        Ok(Ok(done)) => Ok(done),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(_) => Err(format!("no answer within {STEP:?}")),
+    }
 }
 
 /// `work` within [`STEP`] (`Err` past it), or `None` once the test stops.

@@ -128,8 +128,9 @@ impl FaultBroker for Sqs {
                 let messages = match received {
                     Ok(messages) => messages,
                     Err(error) => {
-                        consumer.note(format!("receive failed: {error}"));
-                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        consumer
+                            .retry_after(format!("receive failed: {error}"))
+                            .await;
                         continue;
                     }
                 };
