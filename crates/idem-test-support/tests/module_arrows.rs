@@ -1,8 +1,11 @@
 //! The dependency arrows between the modules of each crate run one way: no two sibling modules
-//! of a crate import each other, directly or through a longer loop.
+//! import each other, directly or through a longer loop, at the crate's root or inside any module
+//! folder.
 //!
-//! A module's imports are read from its source: every `crate::NAME` path, where a name that the
-//! crate root re-exports counts as the module it comes from. Inline `#[cfg(test)]` modules and
+//! A module's imports are read from its source, its submodules' included: every `crate::…`,
+//! `super::…` and `self::…` path, resolved from the crate root, is an arrow from the module to
+//! the sibling it reaches, where a name that their parent imports from one of its children
+//! (`pub use a::X`, `use self::a::X`) counts as that child. Inline `#[cfg(test)]` modules and
 //! comments are left out: tests may reach anywhere.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
@@ -67,127 +70,262 @@ fn is_ident(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
 }
 
-/// The first segment of every `crate::…` path, expanding `crate::{a, b::c}` groups.
-fn crate_paths(code: &str) -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
-    let mut rest = code;
-    while let Some(at) = rest.find("crate::") {
-        let before = rest[..at].chars().next_back();
-        rest = &rest[at + "crate::".len()..];
-        if before.is_some_and(is_ident) {
-            continue; // `idem_crate::` and the like
-        }
+/// Where a path starts: the crate root, `n` modules up from the file's (`super::` n times), or
+/// the file's own module (`self::`, or a `use` of a name in scope).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Anchor {
+    Crate,
+    Super(usize),
+    Module,
+}
+
+/// Every `crate::…`, `super::…` and `self::…` path of `code`, each as its anchor and its
+/// segments, with `{a, b::{c, self}}` groups expanded into one path per item (`self` standing
+/// for the group's prefix).
+fn paths(code: &str) -> Vec<(Anchor, Vec<String>)> {
+    let mut found = Vec::new();
+    let mut at = 0;
+    while at < code.len() {
+        let rest = &code[at..];
+        let before = code[..at].chars().next_back();
+        let start = ["crate::", "super::", "self::"]
+            .into_iter()
+            .find(|prefix| rest.starts_with(prefix));
+        let Some(prefix) = start.filter(|_| !before.is_some_and(is_ident)) else {
+            at += rest.chars().next().map_or(1, char::len_utf8);
+            continue;
+        };
+        let mut tail = &rest[prefix.len()..];
+        let anchor = match prefix {
+            "crate::" => Anchor::Crate,
+            "self::" => Anchor::Module,
+            _ => {
+                let mut up = 1;
+                while let Some(more) = tail.strip_prefix("super::") {
+                    up += 1;
+                    tail = more;
+                }
+                Anchor::Super(up)
+            }
+        };
+        let consumed = expand(tail, &mut Vec::new(), &mut |segments| {
+            found.push((anchor, segments));
+        });
+        at = code.len() - tail.len() + consumed.max(1);
+    }
+    found
+}
+
+/// Reads one path tail (`a::b::C`, `a::{b, c::D}`) after `prefix`, calling `each` with every
+/// full path; returns how many bytes it read.
+fn expand(tail: &str, prefix: &mut Vec<String>, each: &mut dyn FnMut(Vec<String>)) -> usize {
+    let depth = prefix.len();
+    let mut at = 0;
+    loop {
+        let rest = &tail[at..];
         if let Some(group) = rest.strip_prefix('{') {
-            let mut depth = 1;
-            let end = group
-                .char_indices()
-                .find(|&(_, c)| {
-                    match c {
-                        '{' => depth += 1,
-                        '}' => depth -= 1,
-                        _ => {}
-                    }
-                    depth == 0
-                })
-                .map_or(group.len(), |(i, _)| i);
-            // Split the group's top-level items and take each one's first segment.
-            let mut depth = 0;
-            let mut item = String::new();
-            for c in group[..end].chars().chain([',']) {
-                match c {
-                    '{' => {
-                        depth += 1;
-                        item.push(c);
-                    }
-                    '}' => {
-                        depth -= 1;
-                        item.push(c);
-                    }
-                    ',' if depth == 0 => {
-                        let first: String =
-                            item.trim().chars().take_while(|&c| is_ident(c)).collect();
-                        if !first.is_empty() {
-                            names.insert(first);
-                        }
-                        item.clear();
-                    }
-                    c => item.push(c),
+            let mut read = 1;
+            let mut inner = group;
+            loop {
+                let item = inner.trim_start();
+                read += inner.len() - item.len();
+                if item.starts_with('}') {
+                    read += 1;
+                    break;
+                }
+                if item.is_empty() {
+                    break;
+                }
+                let used = expand(item, prefix, each);
+                read += used;
+                inner = &item[used..];
+                let next = inner.trim_start();
+                read += inner.len() - next.len();
+                inner = next;
+                if let Some(after) = inner.strip_prefix(',') {
+                    read += 1;
+                    inner = after;
                 }
             }
-        } else {
-            let first: String = rest.chars().take_while(|&c| is_ident(c)).collect();
-            if !first.is_empty() {
-                names.insert(first);
-            }
+            prefix.truncate(depth);
+            return at + read;
+        }
+        let name: String = rest.chars().take_while(|&c| is_ident(c)).collect();
+        if name.is_empty() {
+            break;
+        }
+        at += name.len();
+        if name != "self" {
+            prefix.push(name);
+        }
+        match tail[at..].strip_prefix("::") {
+            Some(_) => at += 2,
+            None => break,
         }
     }
-    names
+    each(prefix.clone());
+    prefix.truncate(depth);
+    // `X as Y`: the alias names nothing of the crate.
+    let rest = &tail[at..];
+    let trimmed = rest.trim_start();
+    if let Some(alias) = trimmed.strip_prefix("as ") {
+        let alias = alias.trim_start();
+        let name = alias.chars().take_while(|&c| is_ident(c)).count();
+        at += rest.len() - alias.len() + name;
+    }
+    at
 }
 
-/// What the crate root re-exports: a name to the module it comes from.
-fn reexports(root: &str) -> BTreeMap<String, String> {
-    let mut map = BTreeMap::new();
-    for statement in code(root).split(';') {
-        let statement = statement.trim();
-        let Some(at) = statement.find("use ") else {
-            continue;
+/// A path of `anchor` and `segments`, used in the module `from`, as a path from the crate root.
+fn absolute(from: &[String], anchor: Anchor, segments: &[String]) -> Option<Vec<String>> {
+    let base = match anchor {
+        Anchor::Crate => &[][..],
+        Anchor::Module => from,
+        Anchor::Super(up) => from.get(..from.len().checked_sub(up)?)?,
+    };
+    Some(base.iter().chain(segments).cloned().collect())
+}
+
+/// A crate's modules: each one's path from the root (the root is `[]`), its source without
+/// comments and tests, and its child modules.
+struct Modules {
+    code: BTreeMap<Vec<String>, String>,
+}
+
+impl Modules {
+    fn read(krate: &Path) -> Self {
+        let src = krate.join("src");
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        let mut code: BTreeMap<Vec<String>, String> = BTreeMap::new();
+        for file in files {
+            let relative = file.strip_prefix(&src).expect("under src");
+            let mut parts: Vec<String> = relative
+                .with_extension("")
+                .iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect();
+            if parts.first().is_some_and(|p| p == "bin") {
+                continue; // each binary is a crate of its own
+            }
+            if parts.last().is_some_and(|p| p == "mod")
+                || parts.len() == 1 && matches!(parts[0].as_str(), "lib" | "main")
+            {
+                parts.pop();
+            }
+            let source = fs::read_to_string(&file).expect("a readable file");
+            code.entry(parts)
+                .or_default()
+                .push_str(&self::code(&source));
+        }
+        Self { code }
+    }
+
+    fn children(&self, parent: &[String]) -> BTreeSet<String> {
+        self.code
+            .keys()
+            .filter(|path| path.len() == parent.len() + 1 && path.starts_with(parent))
+            .map(|path| path[parent.len()].clone())
+            .collect()
+    }
+
+    /// The names a module's own file brings into scope from its children (`use self::a::X`,
+    /// `pub use a::{X, Y}`): children reach them through the parent (`super::X`, `crate::X`).
+    fn imported(&self, module: &[String]) -> BTreeMap<String, String> {
+        let children = self.children(module);
+        let mut names = BTreeMap::new();
+        let Some(code) = self.code.get(module) else {
+            return names;
         };
-        if !statement[..at].trim_start().starts_with("pub") {
-            continue;
+        for statement in code.split(';') {
+            let Some(at) = statement.find("use ") else {
+                continue;
+            };
+            // Only a `use` item of the module: after nothing but its visibility and attributes
+            // (not `because ` in a string, not a `use` inside a body).
+            let lead = statement[..at].trim();
+            let item = lead.is_empty()
+                || lead.ends_with("pub")
+                || lead.ends_with(')') && lead.contains("pub(")
+                || lead.ends_with(']');
+            if !item || lead.contains(['{', '}']) {
+                continue;
+            }
+            let tail = statement[at + 4..].trim();
+            let (anchor, tail) = match tail.strip_prefix("crate::") {
+                Some(rest) => (Anchor::Crate, rest),
+                None => match tail.strip_prefix("super::") {
+                    Some(_) => continue,
+                    None => (Anchor::Module, tail.strip_prefix("self::").unwrap_or(tail)),
+                },
+            };
+            expand(tail, &mut Vec::new(), &mut |segments| {
+                let Some(path) = absolute(module, anchor, &segments) else {
+                    return;
+                };
+                let Some(child) = path.get(module.len()).filter(|_| path.starts_with(module))
+                else {
+                    return;
+                };
+                if children.contains(child) && path.len() > module.len() + 1 {
+                    let name = path.last().expect("a name").clone();
+                    names.entry(name).or_insert_with(|| child.clone());
+                }
+            });
         }
-        let path = statement[at + 4..].trim().trim_start_matches("self::");
-        let module: String = path.chars().take_while(|&c| is_ident(c)).collect();
-        let rest = &path[module.len()..];
-        for name in rest.split(|c: char| !is_ident(c)).filter(|n| !n.is_empty()) {
-            if name != "self" && name != "as" {
-                map.entry(name.to_owned()).or_insert_with(|| module.clone());
+        names
+    }
+
+    /// For every module that has children: each child and the siblings it imports, its
+    /// descendants' imports included.
+    fn graphs(&self) -> BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> {
+        let mut graphs: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+        for parent in self.code.keys() {
+            let children = self.children(parent);
+            if !children.is_empty() {
+                let graph = graphs.entry(parent.clone()).or_default();
+                for child in children {
+                    graph.entry(child).or_default();
+                }
             }
         }
-    }
-    map
-}
-
-/// For one crate: each top-level module and the sibling modules it imports.
-fn module_graph(krate: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let src = krate.join("src");
-    let root = ["lib.rs", "main.rs"]
-        .iter()
-        .filter_map(|f| fs::read_to_string(src.join(f)).ok())
-        .collect::<String>();
-    let reexported = reexports(&root);
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for file in files {
-        let relative = file.strip_prefix(&src).expect("under src");
-        let mut parts: Vec<String> = relative
-            .with_extension("")
-            .iter()
-            .map(|p| p.to_string_lossy().into_owned())
+        let imported: BTreeMap<Vec<String>, BTreeMap<String, String>> = graphs
+            .keys()
+            .map(|parent| (parent.clone(), self.imported(parent)))
             .collect();
-        if parts.last().is_some_and(|p| p == "mod") {
-            parts.pop();
-        }
-        let Some(module) = parts.first().cloned() else {
-            continue;
-        };
-        if matches!(module.as_str(), "lib" | "main" | "bin") {
-            continue;
-        }
-        let source = fs::read_to_string(&file).expect("a readable file");
-        let imports = graph.entry(module.clone()).or_default();
-        for name in crate_paths(&code(&source)) {
-            let target = reexported.get(&name).cloned().unwrap_or(name);
-            if target != module {
-                imports.insert(target);
+        for (module, code) in &self.code {
+            for (anchor, segments) in paths(code) {
+                let Some(target) = absolute(module, anchor, &segments) else {
+                    continue;
+                };
+                let common = module
+                    .iter()
+                    .zip(&target)
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                // A module's own descendants, and the module itself, are not arrows.
+                let (Some(from), Some(name)) = (module.get(common), target.get(common)) else {
+                    continue;
+                };
+                let parent = &module[..common];
+                let Some(graph) = graphs.get_mut(parent) else {
+                    continue;
+                };
+                let to = if graph.contains_key(name) {
+                    name.clone()
+                } else {
+                    match imported[parent].get(name) {
+                        Some(child) => child.clone(),
+                        None => continue, // an item of the parent itself
+                    }
+                };
+                if &to != from {
+                    graph.get_mut(from).expect("a child").insert(to);
+                }
             }
         }
+        graphs
     }
-    let modules: BTreeSet<String> = graph.keys().cloned().collect();
-    for imports in graph.values_mut() {
-        imports.retain(|m| modules.contains(m));
-    }
-    graph
 }
 
 /// Every cycle of the graph, each as the modules on it, found by depth-first search.
@@ -230,8 +368,15 @@ fn no_two_modules_of_a_crate_import_each_other() {
             .expect("a name")
             .to_string_lossy()
             .into_owned();
-        for cycle in cycles(&module_graph(&krate)) {
-            loops.push(format!("{name}: {} -> {}", cycle.join(" -> "), cycle[0]));
+        for (parent, graph) in Modules::read(&krate).graphs() {
+            let within = if parent.is_empty() {
+                name.clone()
+            } else {
+                format!("{name}::{}", parent.join("::"))
+            };
+            for cycle in cycles(&graph) {
+                loops.push(format!("{within}: {} -> {}", cycle.join(" -> "), cycle[0]));
+            }
         }
     }
     assert_eq!(
@@ -253,16 +398,74 @@ fn the_check_finds_a_loop_through_a_reexport() {
         cycles(&graph),
         vec![vec!["a".to_owned(), "b".to_owned(), "c".to_owned()]]
     );
-    let exported =
-        reexports("pub use error::{Error, Kind};\npub use self::store::Store as S;\nuse x::Y;");
-    assert_eq!(exported["Error"], "error");
-    assert_eq!(exported["Kind"], "error");
-    assert_eq!(exported["Store"], "store");
-    assert!(!exported.contains_key("Y"));
+}
+
+#[test]
+fn paths_are_read_with_their_anchor_and_groups_expanded() {
+    let strings = |segments: &[&str]| segments.iter().map(|s| (*s).to_owned()).collect();
     assert_eq!(
-        crate_paths(
-            "use crate::{Error, store::{Store, X}, a::b};\nlet x = crate::Clock::now(); idem_crate::z"
+        paths(
+            "use crate::{Error, store::{Store, self}, a::b};\nlet x = crate::Clock::now(); \
+             idem_crate::z; use super::super::model::{self, Address as A}; self::x::Y"
         ),
-        BTreeSet::from(["Error".into(), "store".into(), "a".into(), "Clock".into()])
+        vec![
+            (Anchor::Crate, strings(&["Error"])),
+            (Anchor::Crate, strings(&["store", "Store"])),
+            (Anchor::Crate, strings(&["store"])),
+            (Anchor::Crate, strings(&["a", "b"])),
+            (Anchor::Crate, strings(&["Clock", "now"])),
+            (Anchor::Super(2), strings(&["model"])),
+            (Anchor::Super(2), strings(&["model", "Address"])),
+            (Anchor::Module, strings(&["x", "Y"])),
+        ]
     );
+    assert_eq!(
+        absolute(
+            &strings(&["gateway", "input"]),
+            Anchor::Super(1),
+            &strings(&["model", "X"])
+        ),
+        Some(strings(&["gateway", "model", "X"]))
+    );
+    assert_eq!(absolute(&strings(&["a"]), Anchor::Super(2), &[]), None);
+}
+
+/// Two folders of a planted crate: a loop between the children of a nested module, through
+/// `super::` and through a name its parent imports, is found; a child's use of its parent's
+/// own items is not an arrow.
+#[test]
+fn the_check_finds_a_loop_between_nested_modules() {
+    let dir = std::env::temp_dir().join(format!("module-arrows-{}", std::process::id()));
+    let src = dir.join("src");
+    fs::create_dir_all(src.join("gateway")).unwrap();
+    fs::write(
+        src.join("lib.rs"),
+        "mod gateway;\npub use gateway::Thing;\n",
+    )
+    .unwrap();
+    fs::write(
+        src.join("gateway/mod.rs"),
+        "mod input;\nmod model;\nmod check;\nuse self::model::Limit;\npub struct Thing;\n",
+    )
+    .unwrap();
+    fs::write(src.join("gateway/input.rs"), "use super::Limit;\n").unwrap();
+    fs::write(
+        src.join("gateway/model.rs"),
+        "use super::{input::Step, Thing};\n",
+    )
+    .unwrap();
+    fs::write(src.join("gateway/check.rs"), "use crate::gateway::model;\n").unwrap();
+    let graphs = Modules::read(&dir).graphs();
+    fs::remove_dir_all(&dir).unwrap();
+    let strings =
+        |names: &[&str]| -> BTreeSet<String> { names.iter().map(|s| (*s).to_owned()).collect() };
+    let gateway = &graphs[&vec!["gateway".to_owned()]];
+    assert_eq!(gateway["input"], strings(&["model"]));
+    assert_eq!(gateway["model"], strings(&["input"]));
+    assert_eq!(gateway["check"], strings(&["model"]));
+    assert_eq!(
+        cycles(gateway),
+        vec![vec!["model".to_owned(), "input".to_owned()]]
+    );
+    assert_eq!(graphs[&Vec::new()]["gateway"], BTreeSet::new());
 }

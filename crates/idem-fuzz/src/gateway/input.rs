@@ -5,8 +5,10 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, Request, header};
 use http_body_util::Full;
 
-use super::model::MAX_BODY;
-
+/// The layer's `max_body`: small, so that bodies over it are common.
+pub(super) const MAX_BODY: usize = 64;
+/// The layer's `max_stored_response`: between the upstream's short and long bodies.
+pub(super) const MAX_STORED_RESPONSE: usize = 32;
 /// At most this many steps run per input, so each input stays fast.
 pub(super) const MAX_STEPS: usize = 8;
 /// Request bodies are cut to this length: a little over the layer's `max_body`.
@@ -116,6 +118,18 @@ pub(super) enum Length {
     Short,
     /// Over `max_stored_response`: delivered whole, but not stored.
     Long,
+}
+
+impl Length {
+    /// The body the upstream sends for `run`: its number, padded to this length.
+    pub(super) fn body(self, run: u64) -> Bytes {
+        let text = format!("run {run};");
+        match self {
+            Self::Empty => Bytes::new(),
+            Self::Short => Bytes::from(text),
+            Self::Long => Bytes::from(format!("{text:.<48}")),
+        }
+    }
 }
 
 /// How the upstream fails, if it does.

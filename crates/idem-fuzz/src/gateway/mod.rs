@@ -18,8 +18,8 @@ use tower::{Layer, Service, ServiceExt, service_fn};
 
 use self::{
     check::{Exchange, Reply},
-    input::{Behaviour, MAX_STEPS, Sent, Session, Settings, Step},
-    model::{Class, Effect, Expected, MAX_BODY, MAX_STORED_RESPONSE, Model},
+    input::{Behaviour, MAX_BODY, MAX_STEPS, MAX_STORED_RESPONSE, Sent, Session, Settings, Step},
+    model::{Class, Effect, Expected, Model},
     upstream::{Upstream, UpstreamBody, UpstreamError},
 };
 

@@ -7,15 +7,7 @@ use http::{HeaderValue, Method};
 use idem_core::{Fingerprint, FingerprintMode, IdempotencyKey};
 use idem_http::problem;
 
-use super::{
-    input::{Behaviour, Failure, Sent, Settings},
-    upstream::body_of,
-};
-
-/// The layer's `max_body`: small, so that bodies over it are common.
-pub(super) const MAX_BODY: usize = 64;
-/// The layer's `max_stored_response`: between the upstream's short and long bodies.
-pub(super) const MAX_STORED_RESPONSE: usize = 32;
+use super::input::{Behaviour, Failure, MAX_BODY, MAX_STORED_RESPONSE, Sent, Settings};
 
 /// Where a key's record lives: the caller (when scoping is on) and the key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -244,7 +236,7 @@ impl Model {
     pub(super) fn execute(&self, behaviour: Behaviour, run: u64) -> (Answer, Effect) {
         let reject = self.settings.reject_ambiguous;
         let status = behaviour.status.code();
-        let body = body_of(behaviour.length, run);
+        let body = behaviour.length.body(run);
         let long = body.len() > MAX_STORED_RESPONSE;
         let kept = if behaviour.status.is_ambiguous() && !reject {
             Effect::Release
@@ -305,7 +297,7 @@ pub(super) fn passthrough(behaviour: Behaviour, run: u64) -> Answer {
         },
         Failure::None => Answer::Upstream {
             status,
-            body: Some(body_of(behaviour.length, run)),
+            body: Some(behaviour.length.body(run)),
             run,
         },
     }

@@ -17,7 +17,7 @@ use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
 use idem_core::IdempotencyKey;
 
 use super::{
-    input::{Behaviour, CALL_HEADER, Failure, Length, Settings},
+    input::{Behaviour, CALL_HEADER, Failure, Settings},
     model::Address,
 };
 
@@ -162,18 +162,8 @@ impl Upstream {
     }
 }
 
-/// The body the upstream sends for `run`: its number, padded to the length asked for.
-pub(super) fn body_of(length: Length, run: u64) -> Bytes {
-    let text = format!("run {run};");
-    match length {
-        Length::Empty => Bytes::new(),
-        Length::Short => Bytes::from(text),
-        Length::Long => Bytes::from(format!("{text:.<48}")),
-    }
-}
-
 fn respond(behaviour: Behaviour, run: u64) -> Result<Response<UpstreamBody>, UpstreamError> {
-    let data = body_of(behaviour.length, run);
+    let data = behaviour.length.body(run);
     let body = match behaviour.failure {
         Failure::BeforeResponse => return Err(UpstreamError),
         Failure::None => Full::new(data)
