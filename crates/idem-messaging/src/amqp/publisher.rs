@@ -11,7 +11,10 @@ use lapin::{
 };
 use tokio::sync::Mutex;
 
-use crate::{Confirmations, Envelope, PublishError, Publisher, broker::TlsFiles};
+use crate::{
+    Confirmations, Envelope, PublishError, Publisher,
+    broker::{TlsFiles, unreachable},
+};
 
 /// AMQP's delivery mode for messages the broker writes to disk (in durable queues).
 const PERSISTENT: u8 = 2;
@@ -308,21 +311,7 @@ impl Publisher for AmqpPublisher {
     async fn publish_batch(&self, batch: &[Envelope]) -> Confirmations {
         let channel = match self.channel().await {
             Ok(channel) => channel,
-            Err(error) => {
-                tracing::warn!(
-                    error = &error as &dyn std::error::Error,
-                    "cannot connect to RabbitMQ"
-                );
-                let mut error = Some(error);
-                return batch
-                    .iter()
-                    .map(|_| {
-                        Err(error
-                            .take()
-                            .unwrap_or_else(|| PublishError::unavailable("cannot connect")))
-                    })
-                    .collect();
-            }
+            Err(error) => return unreachable(batch, "RabbitMQ", error),
         };
         let mut sent = Vec::with_capacity(batch.len());
         for envelope in batch {

@@ -116,6 +116,26 @@ impl PublishError {
     }
 }
 
+/// The confirmations of a batch of which nothing was sent because `broker` could not be reached
+/// (or its client made): `error` for the first message, the same cause named for the others.
+/// Said once in the log, at `warn`.
+pub(crate) fn unreachable(batch: &[Envelope], broker: &str, error: PublishError) -> Confirmations {
+    tracing::warn!(
+        broker,
+        error = &error as &dyn std::error::Error,
+        "cannot connect to the broker"
+    );
+    let mut first = Some(error);
+    batch
+        .iter()
+        .map(|_| {
+            Err(first.take().unwrap_or_else(|| {
+                PublishError::unavailable(format!("cannot connect to {broker}"))
+            }))
+        })
+        .collect()
+}
+
 /// A message received from a broker, as [`Inbox::consume`](crate::Inbox::consume) needs it:
 /// the producer's message id, the payload, and the three ways to settle it.
 ///

@@ -14,7 +14,7 @@ use rdkafka::{
 };
 
 use super::MESSAGE_ID_HEADER;
-use crate::{Confirmations, Envelope, PublishError, Publisher};
+use crate::{Confirmations, Envelope, PublishError, Publisher, broker::unreachable};
 
 /// Produces to Kafka, each message confirmed by its delivery report with `acks=all`: the
 /// [`Publisher`] of the `kafka` feature.
@@ -199,21 +199,7 @@ impl Publisher for KafkaPublisher {
     async fn publish_batch(&self, batch: &[Envelope]) -> Confirmations {
         let producer = match self.producer() {
             Ok(producer) => producer,
-            Err(error) => {
-                tracing::warn!(
-                    error = &error as &dyn std::error::Error,
-                    "cannot create the Kafka producer"
-                );
-                let mut error = Some(error);
-                return batch
-                    .iter()
-                    .map(|_| {
-                        Err(error
-                            .take()
-                            .unwrap_or_else(|| PublishError::unavailable("no producer")))
-                    })
-                    .collect();
-            }
+            Err(error) => return unreachable(batch, "Kafka", error),
         };
         let pending: Vec<_> = batch
             .iter()

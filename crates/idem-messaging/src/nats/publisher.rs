@@ -13,7 +13,10 @@ use async_nats::{
 };
 use tokio::sync::OnceCell;
 
-use crate::{Confirmations, Envelope, PublishError, Publisher, broker::TlsFiles};
+use crate::{
+    Confirmations, Envelope, PublishError, Publisher,
+    broker::{TlsFiles, unreachable},
+};
 
 /// How the publisher's connection shows in the server's monitoring.
 const CONNECTION_NAME: &str = "idem-relay";
@@ -222,21 +225,7 @@ impl Publisher for NatsPublisher {
     async fn publish_batch(&self, batch: &[Envelope]) -> Confirmations {
         let context = match self.context().await {
             Ok(context) => context,
-            Err(error) => {
-                tracing::warn!(
-                    error = &error as &dyn std::error::Error,
-                    "cannot connect to NATS"
-                );
-                let mut error = Some(error);
-                return batch
-                    .iter()
-                    .map(|_| {
-                        Err(error
-                            .take()
-                            .unwrap_or_else(|| PublishError::unavailable("cannot connect")))
-                    })
-                    .collect();
-            }
+            Err(error) => return unreachable(batch, "NATS", error),
         };
         let mut pending = Vec::with_capacity(batch.len());
         for envelope in batch {
