@@ -111,8 +111,13 @@ ensure_kafka() {
   if [ ! -x "$tools/bin/tansu" ] ||
     ! cat "$recipe/Cargo.toml" "$recipe/Cargo.lock" "$recipe/main.rs" | cmp -s - "$built"; then
     echo "building tansu with cargo into $tools (once: it takes about 15 minutes)" >&2
+    # In a directory of its own, removed after, as `cargo install` does for a registry crate;
     # --force: it replaces a `tansu` installed before, from tansu's own lock or an older one.
-    CARGO_INSTALL_ROOT="$tools" cargo install --locked --force --path "$recipe"
+    local target
+    target="$(mktemp -d)"
+    CARGO_INSTALL_ROOT="$tools" cargo install --locked --force --path "$recipe" \
+      --target-dir "$target"
+    rm -rf "$target"
     cat "$recipe/Cargo.toml" "$recipe/Cargo.lock" "$recipe/main.rs" >"$built"
   fi
   if ! listening 9092; then
