@@ -35,86 +35,57 @@ pub trait InboxDatabase: sqlx::Database + crate::sql::Sealed {
     ) -> BoxFuture<'c, Result<u64, sqlx::Error>>;
 }
 
-impl InboxDatabase for Postgres {
-    const MIGRATIONS: &'static [MigrationFile] = &[MigrationFile::new(
-        1,
-        "idem inbox",
-        include_str!("../../migrations/postgres/0001_inbox.sql"),
-    )];
-    const RECORD: &'static str = include_str!("../../sql/postgres/inbox_record.sql");
-    const PURGE: &'static str = include_str!("../../sql/postgres/inbox_purge.sql");
+/// Implements [`InboxDatabase`] for `$database`, whose statements and migrations are the files
+/// of `$dir` (`migrations/$dir/0001_inbox.sql`, `sql/$dir/inbox_*.sql`): the code is the same for
+/// every database, and sqlx has no trait that gives a statement's affected rows whatever the
+/// database.
+macro_rules! inbox_database {
+    ($database:ty, $dir:literal) => {
+        impl InboxDatabase for $database {
+            const MIGRATIONS: &'static [MigrationFile] = &[MigrationFile::new(
+                1,
+                "idem inbox",
+                include_str!(concat!("../../migrations/", $dir, "/0001_inbox.sql")),
+            )];
+            const RECORD: &'static str =
+                include_str!(concat!("../../sql/", $dir, "/inbox_record.sql"));
+            const PURGE: &'static str =
+                include_str!(concat!("../../sql/", $dir, "/inbox_purge.sql"));
 
-    fn record<'c>(
-        connection: &'c mut Self::Connection,
-        statement: &'c str,
-        consumer: &'c str,
-        message_id: &'c str,
-    ) -> BoxFuture<'c, Result<bool, sqlx::Error>> {
-        Box::pin(async move {
-            let done = sqlx::query(AssertSqlSafe(statement))
-                .bind(consumer)
-                .bind(message_id)
-                .execute(connection)
-                .await?;
-            Ok(done.rows_affected() == 1)
-        })
-    }
+            fn record<'c>(
+                connection: &'c mut Self::Connection,
+                statement: &'c str,
+                consumer: &'c str,
+                message_id: &'c str,
+            ) -> BoxFuture<'c, Result<bool, sqlx::Error>> {
+                Box::pin(async move {
+                    let done = sqlx::query(AssertSqlSafe(statement))
+                        .bind(consumer)
+                        .bind(message_id)
+                        .execute(connection)
+                        .await?;
+                    Ok(done.rows_affected() == 1)
+                })
+            }
 
-    fn purge<'c>(
-        pool: &'c Pool<Self>,
-        statement: &'c str,
-        window_millis: i64,
-        batch: i64,
-    ) -> BoxFuture<'c, Result<u64, sqlx::Error>> {
-        Box::pin(async move {
-            let done = sqlx::query(AssertSqlSafe(statement))
-                .bind(window_millis)
-                .bind(batch)
-                .execute(pool)
-                .await?;
-            Ok(done.rows_affected())
-        })
-    }
+            fn purge<'c>(
+                pool: &'c Pool<Self>,
+                statement: &'c str,
+                window_millis: i64,
+                batch: i64,
+            ) -> BoxFuture<'c, Result<u64, sqlx::Error>> {
+                Box::pin(async move {
+                    let done = sqlx::query(AssertSqlSafe(statement))
+                        .bind(window_millis)
+                        .bind(batch)
+                        .execute(pool)
+                        .await?;
+                    Ok(done.rows_affected())
+                })
+            }
+        }
+    };
 }
 
-impl InboxDatabase for Sqlite {
-    const MIGRATIONS: &'static [MigrationFile] = &[MigrationFile::new(
-        1,
-        "idem inbox",
-        include_str!("../../migrations/sqlite/0001_inbox.sql"),
-    )];
-    const RECORD: &'static str = include_str!("../../sql/sqlite/inbox_record.sql");
-    const PURGE: &'static str = include_str!("../../sql/sqlite/inbox_purge.sql");
-
-    fn record<'c>(
-        connection: &'c mut Self::Connection,
-        statement: &'c str,
-        consumer: &'c str,
-        message_id: &'c str,
-    ) -> BoxFuture<'c, Result<bool, sqlx::Error>> {
-        Box::pin(async move {
-            let done = sqlx::query(AssertSqlSafe(statement))
-                .bind(consumer)
-                .bind(message_id)
-                .execute(connection)
-                .await?;
-            Ok(done.rows_affected() == 1)
-        })
-    }
-
-    fn purge<'c>(
-        pool: &'c Pool<Self>,
-        statement: &'c str,
-        window_millis: i64,
-        batch: i64,
-    ) -> BoxFuture<'c, Result<u64, sqlx::Error>> {
-        Box::pin(async move {
-            let done = sqlx::query(AssertSqlSafe(statement))
-                .bind(window_millis)
-                .bind(batch)
-                .execute(pool)
-                .await?;
-            Ok(done.rows_affected())
-        })
-    }
-}
+inbox_database!(Postgres, "postgres");
+inbox_database!(Sqlite, "sqlite");
