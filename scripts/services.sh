@@ -110,7 +110,7 @@ ensure_kafka() {
   built="$tools/idem-tansu.built"
   if [ ! -x "$tools/bin/tansu" ] ||
     ! cat "$recipe/Cargo.toml" "$recipe/Cargo.lock" "$recipe/main.rs" | cmp -s - "$built"; then
-    echo "building tansu with cargo into $tools (once: it takes about 15 minutes)" >&2
+    echo "building tansu with cargo into $tools (once: it takes about 8 minutes)" >&2
     # In a directory of its own, removed after, as `cargo install` does for a registry crate;
     # --force: it replaces a `tansu` installed before, from tansu's own lock or an older one.
     local target
