@@ -311,7 +311,7 @@ impl Publisher for AmqpPublisher {
     async fn publish_batch(&self, batch: &[Envelope]) -> Confirmations {
         let channel = match self.channel().await {
             Ok(channel) => channel,
-            Err(error) => return unreachable(batch, "RabbitMQ", error),
+            Err(error) => return unreachable(batch, "cannot connect to RabbitMQ", error),
         };
         let mut sent = Vec::with_capacity(batch.len());
         for envelope in batch {

@@ -116,22 +116,18 @@ impl PublishError {
     }
 }
 
-/// The confirmations of a batch of which nothing was sent because `broker` could not be reached
-/// (or its client made): `error` for the first message, the same cause named for the others.
-/// Said once in the log, at `warn`.
-pub(crate) fn unreachable(batch: &[Envelope], broker: &str, error: PublishError) -> Confirmations {
-    tracing::warn!(
-        broker,
-        error = &error as &dyn std::error::Error,
-        "cannot connect to the broker"
-    );
+/// The confirmations of a batch of which nothing was sent because the broker could not be
+/// reached (or its client made), which `failure` says ("cannot connect to NATS"): `error` for the
+/// first message, `failure` for the others. Said once in the log, at `warn`.
+pub(crate) fn unreachable(batch: &[Envelope], failure: &str, error: PublishError) -> Confirmations {
+    tracing::warn!(error = &error as &dyn std::error::Error, "{failure}");
     let mut first = Some(error);
     batch
         .iter()
         .map(|_| {
-            Err(first.take().unwrap_or_else(|| {
-                PublishError::unavailable(format!("cannot connect to {broker}"))
-            }))
+            Err(first
+                .take()
+                .unwrap_or_else(|| PublishError::unavailable(failure.to_owned())))
         })
         .collect()
 }

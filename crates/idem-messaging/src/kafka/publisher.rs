@@ -199,7 +199,7 @@ impl Publisher for KafkaPublisher {
     async fn publish_batch(&self, batch: &[Envelope]) -> Confirmations {
         let producer = match self.producer() {
             Ok(producer) => producer,
-            Err(error) => return unreachable(batch, "Kafka", error),
+            Err(error) => return unreachable(batch, "cannot create the Kafka producer", error),
         };
         let pending: Vec<_> = batch
             .iter()

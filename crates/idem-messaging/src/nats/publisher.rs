@@ -225,7 +225,7 @@ impl Publisher for NatsPublisher {
     async fn publish_batch(&self, batch: &[Envelope]) -> Confirmations {
         let context = match self.context().await {
             Ok(context) => context,
-            Err(error) => return unreachable(batch, "NATS", error),
+            Err(error) => return unreachable(batch, "cannot connect to NATS", error),
         };
         let mut pending = Vec::with_capacity(batch.len());
         for envelope in batch {
