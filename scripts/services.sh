@@ -104,12 +104,12 @@ ensure_kafka_build_tools() {
 # IDEM_TANSU names the binary, for the tests that start a broker of their own.
 ensure_kafka() {
   local tools="${IDEM_TOOLS:-$HOME/.cache/idem-tools}"
-  local recipe built
+  local recipe built sources
   recipe="$(dirname "${BASH_SOURCE[0]}")/tansu"
+  sources=("$recipe/Cargo.toml" "$recipe/Cargo.lock" "$recipe/main.rs")
   # Built again whenever scripts/tansu changes (its copy beside the binary says what was built).
   built="$tools/idem-tansu.built"
-  if [ ! -x "$tools/bin/tansu" ] ||
-    ! cat "$recipe/Cargo.toml" "$recipe/Cargo.lock" "$recipe/main.rs" | cmp -s - "$built"; then
+  if [ ! -x "$tools/bin/tansu" ] || ! cat "${sources[@]}" | cmp -s - "$built"; then
     echo "building tansu with cargo into $tools (once: it takes about 8 minutes)" >&2
     # In a directory of its own, removed after, as `cargo install` does for a registry crate;
     # --force: it replaces a `tansu` installed before, from tansu's own lock or an older one.
@@ -118,7 +118,7 @@ ensure_kafka() {
     CARGO_INSTALL_ROOT="$tools" cargo install --locked --force --path "$recipe" \
       --target-dir "$target"
     rm -rf "$target"
-    cat "$recipe/Cargo.toml" "$recipe/Cargo.lock" "$recipe/main.rs" >"$built"
+    cat "${sources[@]}" >"$built"
   fi
   if ! listening 9092; then
     local log="${TMPDIR:-/tmp}/idem-tansu.log"

@@ -186,8 +186,8 @@ fn absolute(from: &[String], anchor: Anchor, segments: &[String]) -> Option<Vec<
     Some(base.iter().chain(segments).cloned().collect())
 }
 
-/// A crate's modules: each one's path from the root (the root is `[]`), its source without
-/// comments and tests, and its child modules.
+/// A crate's modules: each one's path from the root (the root is `[]`) and its source without
+/// comments and tests.
 struct Modules {
     code: BTreeMap<Vec<String>, String>,
 }
@@ -197,7 +197,7 @@ impl Modules {
         let src = krate.join("src");
         let mut files = Vec::new();
         rust_files(&src, &mut files);
-        let mut code: BTreeMap<Vec<String>, String> = BTreeMap::new();
+        let mut sources: BTreeMap<Vec<String>, String> = BTreeMap::new();
         for file in files {
             let relative = file.strip_prefix(&src).expect("under src");
             let mut parts: Vec<String> = relative
@@ -214,11 +214,9 @@ impl Modules {
                 parts.pop();
             }
             let source = fs::read_to_string(&file).expect("a readable file");
-            code.entry(parts)
-                .or_default()
-                .push_str(&self::code(&source));
+            sources.entry(parts).or_default().push_str(&code(&source));
         }
-        Self { code }
+        Self { code: sources }
     }
 
     fn children(&self, parent: &[String]) -> BTreeSet<String> {
