@@ -15,8 +15,8 @@
 #   total_reads_processed: one per batch of bytes read from a connection, so one per round trip
 #   however many commands it carries), around the same start and stop.
 #
-# Figures go to $CARGO_TARGET_DIR/load-counts.txt, the table to load-counts.md and the chart to
-# CHARTS_DIR.
+# Figures go to $CARGO_TARGET_DIR/load-counts.txt, the table to load-counts.md and to RESULTS_DIR
+# as counts.json (bench/load/results.py), and the chart to CHARTS_DIR.
 
 COUNT_CLIENTS="${COUNT_CLIENTS:-1 8 32 128}"
 COUNT_STORES="${COUNT_STORES:-sqlite postgres redis}"
@@ -119,4 +119,6 @@ run_counts() {
     "$BIN/idem-bench-curves" "$COUNTS" --charts "$CHARTS_DIR"
   } >"$CARGO_TARGET_DIR/load-counts.md"
   cat "$CARGO_TARGET_DIR/load-counts.md"
+  python3 bench/load/results.py "$RESULTS_DIR" "$CARGO_TARGET_DIR/load-counts.md" \
+    --note "$DURATION per point, wrk with 2 threads (1 for one client); SQLite's flushes counted by perf stat."
 }

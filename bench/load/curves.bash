@@ -29,7 +29,9 @@
 # API with 64 calls at a time (10 M keys through the gateway would take hours on SQLite); the
 # memory store lives in the gateway's process, so it is filled through the gateway by wrk.
 # Figures go to $CARGO_TARGET_DIR/load-curves.txt (one `CURVE SERIES X METRIC VALUE` line per
-# measurement), the tables to load-curves.md, the charts to CHARTS_DIR.
+# measurement), the tables to load-curves.md, the charts to CHARTS_DIR, and each curve's table to
+# RESULTS_DIR as curve-CURVE.json (curve-connections, curve-body, curve-keys, curve-purge: the
+# curves of this run only; bench/load/results.py).
 
 if [ "${SHORT:-0}" != 0 ]; then
   CURVE_ROUNDS="${CURVE_ROUNDS:-1}"
@@ -320,4 +322,6 @@ run_curves() {
     "$BIN/idem-bench-curves" "$CURVES" --charts "$CHARTS_DIR"
   } >"$CARGO_TARGET_DIR/load-curves.md"
   cat "$CARGO_TARGET_DIR/load-curves.md"
+  python3 bench/load/results.py "$RESULTS_DIR" "$CARGO_TARGET_DIR/load-curves.md" \
+    --note "$DURATION per point, wrk with 2 threads, $CONNECTIONS connections where the curve does not vary them."
 }

@@ -17,6 +17,9 @@
 #
 # SQLite's flushes: `perf stat` counts the gateway's fsync and fdatasync calls (kernel
 # tracepoints: nothing stops the gateway) during each SQLite measurement, per new key.
+#
+# The report's three tables also go to RESULTS_DIR as targets-configurations.json,
+# targets-ratios.json and targets-ceilings.json (bench/load/results.py).
 
 run_targets() {
   : >"$WORK/results"
@@ -62,7 +65,7 @@ run_targets() {
   done
 
   python3 bench/load/targets_report.py "$WORK/results" "$WORK/cpu" "$WORK/fsyncs" "$WORK/writer" \
-    "$DURATION" "$CONNECTIONS" "$(getconf CLK_TCK)" >"$REPORT"
+    "$DURATION" "$CONNECTIONS" "$(getconf CLK_TCK)" "$RESULTS_DIR" >"$REPORT"
   cat "$REPORT"
 }
 

@@ -1,7 +1,9 @@
 """The report of `scripts/load` (targets): the configurations' figures, where each request's CPU
-went, and every target's ratio round by round, as markdown.
+went, and every target's ratio round by round, as markdown; with RESULTS_DIR, each of its three
+tables also as a result file there (bench/load/results.py): targets-configurations.json,
+targets-ratios.json and targets-ceilings.json, which docs/benchmarks.md shows.
 
-Usage: targets_report.py RESULTS CPU FSYNCS WRITER DURATION CONNECTIONS CLK_TCK
+Usage: targets_report.py RESULTS CPU FSYNCS WRITER DURATION CONNECTIONS CLK_TCK [RESULTS_DIR]
 
 RESULTS has one line per wrk run, "name requests/s p50_ms p99_ms", in the order of the runs; CPU
 one per measured run, "name requests machine_busy machine_total gateway upstream store wrk
@@ -11,10 +13,14 @@ its requests.
 """
 
 import datetime
+import os
 import statistics
 import sys
 
+from results import write_table
+
 results, cpu_file, fsyncs_file, writer_file, duration, connections, clk_tck = sys.argv[1:8]
+results_dir = sys.argv[8] if len(sys.argv) > 8 else None
 tick_us = 1e6 / float(clk_tck)
 
 runs = {}  # name -> [(rps, p50, p99)], one per round
@@ -59,16 +65,29 @@ LABELS = [
     ("baseline_new_keys", "`BASELINE` gateway + memory, new keys"),
 ]
 
-print(
-    f"`scripts/load`, {datetime.date.today().isoformat()}: {connections} connections, {duration} "
-    f"per configuration, wrk with 2 threads; medians of {rounds} rounds.\n"
+
+def table(name, columns, rows, notes=()):
+    """Prints a table of the report, its notes under it, and writes its result file."""
+    print("| " + " | ".join(columns) + " |")
+    print("|" + " --- |" * len(columns))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    for note in notes:
+        print(f"\n{note}")
+    print()
+    if results_dir:
+        path = write_table(results_dir, name, columns, rows, notes)
+        print(f"wrote {path}", file=sys.stderr)
+
+
+settings = (
+    f"{connections} connections, {duration} per configuration, wrk with 2 threads; medians of "
+    f"{rounds} rounds."
 )
-print(
-    "| configuration | requests/s | p50 | p99 | vs. plain proxy | CPU per request: "
-    "proxy or gateway | store server | upstream | wrk | machine busy | stolen |"
-)
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print(f"`{os.environ.get('LOAD_COMMAND', 'scripts/load')}`, "
+      f"{datetime.datetime.now(datetime.timezone.utc).date().isoformat()}.\n")
 proxy = median("plain_proxy", 0)
+rows = []
 for key, label in LABELS:
     if key not in runs:
         continue
@@ -86,12 +105,15 @@ for key, label in LABELS:
             f"{machine_share(key, 1):.0%}",
             f"{machine_share(key, 7):.0%}",
         ]
-    print(
-        f"| {label} | {rps:,.0f} | {p50:.2f} ms | {p99:.2f} ms | {rps / proxy:.2f}× | "
-        + " | ".join(cells)
-        + " |"
-    )
-print()
+    rows.append([label, f"{rps:,.0f}", f"{p50:.2f} ms", f"{p99:.2f} ms", f"{rps / proxy:.2f}×"] + cells)
+table(
+    "targets-configurations",
+    ["configuration", "requests/s", "p50", "p99", "vs. plain proxy",
+     "CPU per request: proxy or gateway", "store server", "upstream", "wrk", "machine busy",
+     "stolen"],
+    rows,
+    [settings],
+)
 
 x = lambda v: f"{v:.2f}×"
 ms = lambda v: f"{v:.3f} ms"
@@ -109,8 +131,7 @@ targets = [
     ("plain proxy: this build / `BASELINE`", ("baseline_plain_proxy", "plain_proxy"), lambda b, p: p[0] / b[0], x, "(reported)", None),
     ("memory new keys: this build / `BASELINE`", ("baseline_new_keys", "memory_new_keys"), lambda b, m: m[0] / b[0], x, "(reported)", None),
 ]
-print(f"| target | median of {rounds} rounds (range) | each round | goal | met |")
-print("| --- | --- | --- | --- | --- |")
+rows = []
 for label, names, f, fmt, goal, met in targets:
     if not all(name in runs for name in names):
         continue
@@ -118,17 +139,24 @@ for label, names, f, fmt, goal, met in targets:
     m = statistics.median(values)
     spread = f" ({fmt(min(values))}–{fmt(max(values))})" if rounds > 1 else ""
     verdict = "—" if met is None else ("yes" if met(m) else "**no**")
-    print(
-        f"| {label} | **{fmt(m)}**{spread} | {', '.join(fmt(v) for v in values)} | {goal} | {verdict} |"
-    )
+    rows.append([label, f"**{fmt(m)}**{spread}", ", ".join(fmt(v) for v in values), goal, verdict])
 if fsyncs:
     values = [flushes / requests for flushes, requests in fsyncs]
     m = statistics.median(values)
-    print(
-        f"| SQLite: fsync + fdatasync per new key (perf stat, the gateway) | **{per_key(m)}** "
-        f"({per_key(min(values))}–{per_key(max(values))}) | {', '.join(per_key(v) for v in values)} "
-        f"| ≤ 0.25 | {'yes' if m <= 0.25 else '**no**'} |"
-    )
+    rows.append([
+        "SQLite: fsync + fdatasync per new key (perf stat, the gateway)",
+        f"**{per_key(m)}** ({per_key(min(values))}–{per_key(max(values))})",
+        ", ".join(per_key(v) for v in values),
+        "≤ 0.25",
+        "yes" if m <= 0.25 else "**no**",
+    ])
+table(
+    "targets-ratios",
+    ["target", f"median of {rounds} rounds (range)", "each round", "goal", "met"],
+    rows,
+    [f"Each ratio is computed within a round: the median of the {rounds} rounds, their range in "
+     "brackets."],
+)
 
 # The CPU ceilings: every party of a measurement (the gateway or proxy, the store's server, the
 # upstream, wrk) shares the machine's cores, so while the cores are the limit, a ratio of two
@@ -147,12 +175,7 @@ def all_parties_us(run):
     return (gateway + upstream + store + wrk) * tick_us / requests
 
 
-print()
-print(
-    "| ratio | CPU per request, all parties | its CPU ceiling | measured | measured / ceiling "
-    "| machine busy, stolen |"
-)
-print("| --- | --- | --- | --- | --- | --- |")
+rows = []
 for label, base, name in ceilings:
     if base not in cpu or name not in cpu:
         continue
@@ -161,20 +184,29 @@ for label, base, name in ceilings:
     ceiling = [b / n for b, n in zip(base_us, name_us)]
     measured = each_round(lambda b, n: n[0] / b[0], base, name)
     share = [m / c for m, c in zip(measured, ceiling)]
-    print(
-        f"| {label} | {statistics.median(base_us):.0f} → {statistics.median(name_us):.0f} µs "
-        f"| {statistics.median(ceiling):.2f}× | {statistics.median(measured):.2f}× "
-        f"| {statistics.median(share):.0%} "
-        f"| {machine_share(name, 1):.0%}, {machine_share(name, 7):.0%} |"
-    )
+    rows.append([
+        label,
+        f"{statistics.median(base_us):.0f} → {statistics.median(name_us):.0f} µs",
+        f"{statistics.median(ceiling):.2f}×",
+        f"{statistics.median(measured):.2f}×",
+        f"{statistics.median(share):.0%}",
+        f"{machine_share(name, 1):.0%}, {machine_share(name, 7):.0%}",
+    ])
 
+notes = []
 if writer:
     # SQLite has one writer thread: a new key's two writes are its statements and its share of a
     # commit. Near one core, the writer is the limit, however many cores are free.
     writer_us = statistics.median(ticks * tick_us / requests for ticks, _, requests in writer)
     core = statistics.median(ticks / float(clk_tck) / seconds for ticks, seconds, _ in writer)
-    print()
-    print(
+    notes.append(
         f"SQLite's writer thread: {writer_us:.0f} µs per new key, busy {core:.0%} of one core "
         f"(medians of {len(writer)} rounds)."
     )
+table(
+    "targets-ceilings",
+    ["ratio", "CPU per request, all parties", "its CPU ceiling", "measured", "measured / ceiling",
+     "machine busy, stolen"],
+    rows,
+    notes,
+)
