@@ -97,8 +97,10 @@ mod sql;
 #[cfg(feature = "sqs")]
 pub mod sqs;
 
-pub use broker::{BoxPublisher, Confirmations, DynPublisher, Incoming, PublishError, Publisher};
-pub use broker_url::{BrokerUrl, InvalidBrokerUrl};
+pub use broker::{
+    BoxPublisher, Confirmations, DynPublisher, Incoming, InvalidBrokerUrl, PublishError, Publisher,
+};
+pub use broker_url::BrokerUrl;
 pub use error::{BoxError, Error};
 pub use id::{ConsumerName, InvalidId, MessageId};
 pub use idem_sql::{InvalidName, SchemaName, TableName};

@@ -61,5 +61,7 @@
 
 mod delivery;
 mod publisher;
+mod url;
 
 pub use publisher::AmqpPublisher;
+pub(crate) use url::AmqpUrl;

@@ -44,14 +44,25 @@
 //! ```
 
 mod dyn_publisher;
+// Only RabbitMQ and NATS take certificate files: Kafka's TLS is not compiled in, and SQS is
+// HTTPS through the AWS SDK.
+#[cfg(any(feature = "amqp", feature = "nats"))]
 mod tls;
+mod url;
 
 use std::future::Future;
 
 use crate::{BoxError, Envelope};
 
 pub use dyn_publisher::{BoxPublisher, DynPublisher};
+#[cfg(any(feature = "amqp", feature = "nats"))]
 pub(crate) use tls::TlsFiles;
+pub use url::InvalidBrokerUrl;
+#[cfg(any(feature = "amqp", feature = "nats"))]
+pub(crate) use url::TlsParameters;
+pub(crate) use url::redacted;
+#[cfg(any(feature = "amqp", feature = "nats", feature = "kafka", feature = "sqs"))]
+pub(crate) use url::split_query;
 
 /// One outcome per message of a batch, in the batch's order.
 pub type Confirmations = Vec<Result<(), PublishError>>;

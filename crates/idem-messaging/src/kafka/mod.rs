@@ -58,11 +58,13 @@
 
 mod consumer;
 mod publisher;
+mod url;
 
 pub use consumer::{KafkaMessage, consumer_config};
 pub use publisher::KafkaPublisher;
 /// The rdkafka this module is built on, for the consumer and the settings it takes.
 pub use rdkafka;
+pub(crate) use url::KafkaUrl;
 
 /// The header that carries the outbox id. An outbox header of that name is not sent.
 pub const MESSAGE_ID_HEADER: &str = "message-id";

@@ -71,5 +71,7 @@
 
 mod message;
 mod publisher;
+mod url;
 
 pub use publisher::NatsPublisher;
+pub(crate) use url::NatsUrl;

@@ -65,6 +65,7 @@ mod consumer;
 mod error;
 mod message;
 mod publisher;
+mod url;
 
 use aws_config::{BehaviorVersion, ConfigLoader};
 use aws_smithy_http_client::tls;
@@ -74,6 +75,7 @@ pub use aws_sdk_sqs;
 pub use consumer::SqsConsumer;
 pub use message::SqsMessage;
 pub use publisher::SqsPublisher;
+pub(crate) use url::SqsUrl;
 
 /// The message attribute that carries the outbox id. An outbox header of that name is not sent.
 pub const MESSAGE_ID_ATTRIBUTE: &str = "message-id";

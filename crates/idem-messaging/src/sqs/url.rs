@@ -1,0 +1,147 @@
+//! [`SqsUrl`]: an Amazon SQS URL (`sqs://REGION[?endpoint=URL&profile=NAME]`), as
+//! [`BrokerUrl`](crate::BrokerUrl) takes it.
+
+use crate::{
+    BoxPublisher,
+    broker::{InvalidBrokerUrl, split_query},
+};
+
+use super::SqsPublisher;
+
+/// The parameters an SQS URL takes, as an error says them.
+const KNOWN: &str = "takes endpoint and profile";
+
+/// Where an `sqs://` URL sends: a region, and maybe an endpoint (an SQS-compatible server, a VPC
+/// endpoint) and a profile of the AWS configuration files to take the credentials from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SqsUrl {
+    region: String,
+    endpoint: Option<String>,
+    profile: Option<String>,
+}
+
+impl SqsUrl {
+    /// Reads `rest`, what follows `sqs://`.
+    pub(crate) fn parse(rest: &str) -> Result<Self, InvalidBrokerUrl> {
+        let (region, parameters) = split_query(rest);
+        let valid_region = !region.is_empty()
+            && region
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if !valid_region {
+            return Err(InvalidBrokerUrl::InvalidParameter {
+                name: "region",
+                reason: "an AWS region such as us-east-1 follows sqs://",
+            });
+        }
+        let mut target = Self {
+            region: region.to_owned(),
+            endpoint: None,
+            profile: None,
+        };
+        for parameter in parameters {
+            let value = parameter.value;
+            let (name, slot): (&'static str, _) = match parameter.name {
+                "endpoint" => ("endpoint", &mut target.endpoint),
+                "profile" => ("profile", &mut target.profile),
+                _ => {
+                    return Err(InvalidBrokerUrl::UnknownParameter {
+                        name: parameter.name.to_owned(),
+                        known: KNOWN,
+                    });
+                }
+            };
+            if value.is_empty() {
+                return Err(InvalidBrokerUrl::InvalidParameter {
+                    name,
+                    reason: "empty",
+                });
+            }
+            if name == "endpoint"
+                && !(value.starts_with("https://") || value.starts_with("http://"))
+            {
+                return Err(InvalidBrokerUrl::InvalidParameter {
+                    name,
+                    reason: "an http:// or https:// URL",
+                });
+            }
+            if slot.replace(value.to_owned()).is_some() {
+                return Err(InvalidBrokerUrl::InvalidParameter {
+                    name,
+                    reason: "given twice",
+                });
+            }
+        }
+        Ok(target)
+    }
+
+    /// A publisher to this region: the destination is the queue. Loads its configuration on its
+    /// first batch.
+    pub(crate) fn publisher(&self) -> BoxPublisher {
+        BoxPublisher::new(SqsPublisher::lazy(
+            self.region.clone(),
+            self.endpoint.clone(),
+            self.profile.clone(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::BrokerUrl;
+
+    #[test]
+    fn sqs_takes_a_region_an_endpoint_and_a_profile() {
+        assert_eq!(
+            SqsUrl::parse("eu-west-1"),
+            Ok(SqsUrl {
+                region: "eu-west-1".into(),
+                endpoint: None,
+                profile: None
+            })
+        );
+        let given = "sqs://us-east-1?endpoint=http://127.0.0.1:9324&profile=relay";
+        assert_eq!(
+            SqsUrl::parse(given.strip_prefix("sqs://").unwrap()),
+            Ok(SqsUrl {
+                region: "us-east-1".into(),
+                endpoint: Some("http://127.0.0.1:9324".into()),
+                profile: Some("relay".into())
+            })
+        );
+        assert_eq!(
+            given.parse::<BrokerUrl>().unwrap().to_string(),
+            "sqs://us-east-1?endpoint=http://127.0.0.1:9324&profile=relay"
+        );
+    }
+
+    #[test]
+    fn bad_sqs_urls_are_refused_with_what_is_known() {
+        let error = |url: &str| url.parse::<BrokerUrl>().unwrap_err().to_string();
+        assert_eq!(
+            error("sqs://?endpoint=http://h"),
+            "the broker URL's `region`: an AWS region such as us-east-1 follows sqs://"
+        );
+        assert_eq!(
+            error("sqs://EU_WEST"),
+            "the broker URL's `region`: an AWS region such as us-east-1 follows sqs://"
+        );
+        assert_eq!(
+            error("sqs://us-east-1?queue=q"),
+            "unknown parameter `queue` in the broker URL (takes endpoint and profile)"
+        );
+        assert_eq!(
+            error("sqs://us-east-1?endpoint=127.0.0.1:9324"),
+            "the broker URL's `endpoint`: an http:// or https:// URL"
+        );
+        assert_eq!(
+            error("sqs://us-east-1?profile="),
+            "the broker URL's `profile`: empty"
+        );
+        assert_eq!(
+            error("sqs://us-east-1?profile=a&profile=b"),
+            "the broker URL's `profile`: given twice"
+        );
+    }
+}
