@@ -1,6 +1,112 @@
 //! [`OutboxDatabase`]: the databases an outbox can live in, PostgreSQL and SQLite, and how a
 //! relay claims, settles and gives back its messages in each.
 
+/// The items of [`OutboxDatabase`] that are the same for every database, written once inside
+/// each database's `impl OutboxDatabase`: the migrations (`$version`, `$description`, and the
+/// file of `migrations/$dir/`), the statements (the files `sql/$dir/outbox_*.sql`, all but the
+/// optional `RELEASE`), and the functions that only run one statement and read its rows
+/// (`pending`, `counts`, `dead_letters`, `revive`). sqlx has no trait that gives a statement's
+/// affected rows, or a row's columns, whatever the database.
+///
+/// The database's module gives what its columns hold: `id_param` (a message id as the statements
+/// take it), `id_from_row`, `attempts_from_row` and `message_from_row` (a claimed or dead row's
+/// id, attempts and message). The rest differs and is written there: how a claim is taken, held,
+/// settled and given back, how a message is enqueued, and how a relay hears of new ones.
+macro_rules! outbox_database {
+    (
+        $dir:literal,
+        migrations: [$(($version:literal, $description:literal, $file:literal)),+ $(,)?]
+    ) => {
+        const MIGRATIONS: &'static [idem_sql::MigrationFile] = &[$(idem_sql::MigrationFile::new(
+            $version,
+            $description,
+            include_str!(concat!("../../../migrations/", $dir, "/", $file)),
+        )),+];
+        const ENQUEUE: &'static str =
+            include_str!(concat!("../../../sql/", $dir, "/outbox_enqueue.sql"));
+        const CLAIM: &'static str =
+            include_str!(concat!("../../../sql/", $dir, "/outbox_claim.sql"));
+        const ORDERING: &'static str =
+            include_str!(concat!("../../../sql/", $dir, "/outbox_ordering.sql"));
+        const MARK_SENT: &'static str =
+            include_str!(concat!("../../../sql/", $dir, "/outbox_mark_sent.sql"));
+        const FAIL: &'static str =
+            include_str!(concat!("../../../sql/", $dir, "/outbox_fail.sql"));
+        const DEAD_LETTERS: &'static str =
+            include_str!(concat!("../../../sql/", $dir, "/outbox_dead_letters.sql"));
+        const REVIVE: &'static str =
+            include_str!(concat!("../../../sql/", $dir, "/outbox_revive.sql"));
+        const PENDING: &'static str =
+            include_str!(concat!("../../../sql/", $dir, "/outbox_pending.sql"));
+        const COUNTS: &'static str =
+            include_str!(concat!("../../../sql/", $dir, "/outbox_counts.sql"));
+
+        fn pending<'c>(
+            pool: &'c sqlx::Pool<Self>,
+            outbox: &'c $crate::Outbox<Self>,
+        ) -> futures_util::future::BoxFuture<'c, Result<i64, sqlx::Error>> {
+            Box::pin(
+                sqlx::query_scalar($crate::sql::query_text(&outbox.inner().pending))
+                    .fetch_one(pool),
+            )
+        }
+
+        fn counts<'c>(
+            pool: &'c sqlx::Pool<Self>,
+            outbox: &'c $crate::Outbox<Self>,
+        ) -> futures_util::future::BoxFuture<'c, Result<$crate::OutboxCounts, sqlx::Error>> {
+            Box::pin(async move {
+                let row = sqlx::query($crate::sql::query_text(&outbox.inner().counts))
+                    .fetch_one(pool)
+                    .await?;
+                super::counts_from_row(&row)
+            })
+        }
+
+        fn dead_letters<'c>(
+            pool: &'c sqlx::Pool<Self>,
+            outbox: &'c $crate::Outbox<Self>,
+            limit: u32,
+        ) -> futures_util::future::BoxFuture<'c, Result<Vec<$crate::DeadLetter>, sqlx::Error>> {
+            Box::pin(async move {
+                let rows = sqlx::query($crate::sql::query_text(&outbox.inner().dead_letters))
+                    .bind(i64::from(limit))
+                    .fetch_all(pool)
+                    .await?;
+                rows.iter()
+                    .map(|row| {
+                        let dead_at: i64 = sqlx::Row::try_get(row, "dead_at_millis")?;
+                        Ok($crate::DeadLetter {
+                            id: id_from_row(row)?,
+                            message: message_from_row(row)?,
+                            attempts: attempts_from_row(row)?,
+                            dead_at: std::time::SystemTime::UNIX_EPOCH
+                                + std::time::Duration::from_millis(
+                                    u64::try_from(dead_at).unwrap_or(0),
+                                ),
+                            last_error: sqlx::Row::try_get(row, "last_error")?,
+                        })
+                    })
+                    .collect()
+            })
+        }
+
+        fn revive<'c>(
+            pool: &'c sqlx::Pool<Self>,
+            outbox: &'c $crate::Outbox<Self>,
+            id: uuid::Uuid,
+        ) -> futures_util::future::BoxFuture<'c, Result<bool, sqlx::Error>> {
+            Box::pin(async move {
+                let done = sqlx::query($crate::sql::query_text(&outbox.inner().revive))
+                    .bind(id_param(id))
+                    .execute(pool)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            })
+        }
+    };
+}
+
 mod postgres;
 mod sqlite;
 

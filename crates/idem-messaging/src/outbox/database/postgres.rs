@@ -4,22 +4,15 @@
 //! released untouched by the commit, or by a rollback if the relay gives the batch back or dies.
 //! Its lease is the transaction's idle timeout.
 
-use std::{
-    sync::Arc,
-    time::{Duration, SystemTime},
-};
+use std::{sync::Arc, time::Duration};
 
 use futures_util::future::BoxFuture;
-use idem_sql::MigrationFile;
 use sqlx::{PgPool, Pool, Postgres, Row, Transaction, error::DatabaseError, postgres::PgRow};
 use tokio::{sync::Notify, task::JoinHandle};
 use uuid::Uuid;
 
-use super::{Claimed, OutboxDatabase, counts_from_row, dead_lettered, millis};
-use crate::{
-    BatchReport, DeadLetter, Envelope, MessageId, Outbox, OutboxCounts, OutboxMessage,
-    sql::query_text,
-};
+use super::{Claimed, OutboxDatabase, dead_lettered, millis};
+use crate::{BatchReport, Envelope, MessageId, Outbox, OutboxMessage, sql::query_text};
 
 /// SQLSTATE `idle_in_transaction_session_timeout`: the server ended a claim held longer than its
 /// lease.
@@ -29,29 +22,19 @@ const LEASE_RAN_OUT: &str = "25P03";
 const LISTENER_NAME: &str = "idem-relay-listener";
 
 impl OutboxDatabase for Postgres {
-    const MIGRATIONS: &'static [MigrationFile] = &[
-        MigrationFile::new(
-            1,
-            "idem outbox",
-            include_str!("../../../migrations/postgres/0001_outbox.sql"),
-        ),
-        MigrationFile::new(
-            2,
-            "idem outbox: claims held as transactions",
-            include_str!("../../../migrations/postgres/0002_outbox_held_claims.sql"),
-        ),
-    ];
-    const ENQUEUE: &'static str = include_str!("../../../sql/postgres/outbox_enqueue.sql");
-    const CLAIM: &'static str = include_str!("../../../sql/postgres/outbox_claim.sql");
-    const ORDERING: &'static str = include_str!("../../../sql/postgres/outbox_ordering.sql");
-    const MARK_SENT: &'static str = include_str!("../../../sql/postgres/outbox_mark_sent.sql");
-    const FAIL: &'static str = include_str!("../../../sql/postgres/outbox_fail.sql");
+    outbox_database!(
+        "postgres",
+        migrations: [
+            (1, "idem outbox", "0001_outbox.sql"),
+            (
+                2,
+                "idem outbox: claims held as transactions",
+                "0002_outbox_held_claims.sql"
+            ),
+        ]
+    );
+    // A claim is held by its transaction, not by rows marked with a token: nothing to release.
     const RELEASE: Option<&'static str> = None;
-    const DEAD_LETTERS: &'static str =
-        include_str!("../../../sql/postgres/outbox_dead_letters.sql");
-    const REVIVE: &'static str = include_str!("../../../sql/postgres/outbox_revive.sql");
-    const PENDING: &'static str = include_str!("../../../sql/postgres/outbox_pending.sql");
-    const COUNTS: &'static str = include_str!("../../../sql/postgres/outbox_counts.sql");
 
     /// The claim's transaction, and the messages' row addresses (`ctid`) in the claim's order:
     /// stable while the transaction holds the rows locked, and the cheapest way back to them.
@@ -66,7 +49,7 @@ impl OutboxDatabase for Postgres {
         Box::pin(async move {
             let (names, values): (Vec<String>, Vec<String>) = message.headers.into_iter().unzip();
             sqlx::query(query_text(&outbox.inner().enqueue))
-                .bind(id)
+                .bind(id_param(id))
                 .bind(message.destination)
                 .bind(message.ordering_key)
                 .bind(names)
@@ -75,65 +58,6 @@ impl OutboxDatabase for Postgres {
                 .execute(connection)
                 .await?;
             Ok(())
-        })
-    }
-
-    fn pending<'c>(
-        pool: &'c Pool<Self>,
-        outbox: &'c Outbox<Self>,
-    ) -> BoxFuture<'c, Result<i64, sqlx::Error>> {
-        Box::pin(sqlx::query_scalar(query_text(&outbox.inner().pending)).fetch_one(pool))
-    }
-
-    fn counts<'c>(
-        pool: &'c Pool<Self>,
-        outbox: &'c Outbox<Self>,
-    ) -> BoxFuture<'c, Result<OutboxCounts, sqlx::Error>> {
-        Box::pin(async move {
-            let row = sqlx::query(query_text(&outbox.inner().counts))
-                .fetch_one(pool)
-                .await?;
-            counts_from_row(&row)
-        })
-    }
-
-    fn dead_letters<'c>(
-        pool: &'c Pool<Self>,
-        outbox: &'c Outbox<Self>,
-        limit: u32,
-    ) -> BoxFuture<'c, Result<Vec<DeadLetter>, sqlx::Error>> {
-        Box::pin(async move {
-            let rows = sqlx::query(query_text(&outbox.inner().dead_letters))
-                .bind(i64::from(limit))
-                .fetch_all(pool)
-                .await?;
-            rows.iter()
-                .map(|row| {
-                    let dead_at: i64 = row.try_get("dead_at_millis")?;
-                    Ok(DeadLetter {
-                        id: MessageId::from(row.try_get::<Uuid, _>("id")?),
-                        message: message_from_row(row)?,
-                        attempts: u32::try_from(row.try_get::<i32, _>("attempts")?).unwrap_or(0),
-                        dead_at: SystemTime::UNIX_EPOCH
-                            + Duration::from_millis(u64::try_from(dead_at).unwrap_or(0)),
-                        last_error: row.try_get("last_error")?,
-                    })
-                })
-                .collect()
-        })
-    }
-
-    fn revive<'c>(
-        pool: &'c Pool<Self>,
-        outbox: &'c Outbox<Self>,
-        id: Uuid,
-    ) -> BoxFuture<'c, Result<bool, sqlx::Error>> {
-        Box::pin(async move {
-            let done = sqlx::query(query_text(&outbox.inner().revive))
-                .bind(id)
-                .execute(pool)
-                .await?;
-            Ok(done.rows_affected() == 1)
         })
     }
 
@@ -161,11 +85,10 @@ impl OutboxDatabase for Postgres {
             let mut claimed = rows
                 .iter()
                 .map(|row| {
-                    let attempts: i32 = row.try_get("attempts")?;
                     let envelope = Envelope::new(
-                        MessageId::from(row.try_get::<Uuid, _>("id")?),
+                        id_from_row(row)?,
                         message_from_row(row)?,
-                        u32::try_from(attempts).unwrap_or(0).saturating_add(1),
+                        attempts_from_row(row)?.saturating_add(1),
                     );
                     Ok((row.try_get::<i64, _>("seq")?, row.try_get("row")?, envelope))
                 })
@@ -210,7 +133,7 @@ impl OutboxDatabase for Postgres {
                         .await?;
                     for row in &failed {
                         if row.try_get::<bool, _>("dead")? {
-                            dead.push(MessageId::from(row.try_get::<Uuid, _>("id")?));
+                            dead.push(id_from_row(row)?);
                         }
                     }
                 }
@@ -258,6 +181,21 @@ impl OutboxDatabase for Postgres {
         // A permit is stored until taken, so a burst of notifications wakes the relay once.
         Some(tokio::spawn(listener.run(move |_| wake.notify_one())))
     }
+}
+
+/// A message id as the statements take it: a `uuid`.
+fn id_param(id: Uuid) -> Uuid {
+    id
+}
+
+/// The message id of a claimed, failed or dead row: a `uuid` column.
+fn id_from_row(row: &PgRow) -> Result<MessageId, sqlx::Error> {
+    Ok(MessageId::from(row.try_get::<Uuid, _>("id")?))
+}
+
+/// The failed attempts of a claimed or dead row: an `integer` column, never negative.
+fn attempts_from_row(row: &PgRow) -> Result<u32, sqlx::Error> {
+    Ok(u32::try_from(row.try_get::<i32, _>("attempts")?).unwrap_or(0))
 }
 
 /// The message columns of a claimed or dead row.

@@ -5,40 +5,20 @@
 //! failed attempts and gives the rest back, in one transaction, each statement fenced on the
 //! token: a relay whose lease ran out and whose messages another claim took marks nothing.
 
-use std::{
-    sync::Arc,
-    time::{Duration, SystemTime},
-};
+use std::{sync::Arc, time::Duration};
 
 use futures_util::future::BoxFuture;
-use idem_sql::MigrationFile;
 use sqlx::{Pool, Row, Sqlite, sqlite::SqliteRow};
 use tokio::{sync::Notify, task::JoinHandle};
 use uuid::Uuid;
 
-use super::{Claimed, OutboxDatabase, counts_from_row, dead_lettered, millis};
-use crate::{
-    BatchReport, DeadLetter, Envelope, MessageId, Outbox, OutboxCounts, OutboxMessage,
-    sql::query_text,
-};
+use super::{Claimed, OutboxDatabase, dead_lettered, millis};
+use crate::{BatchReport, Envelope, MessageId, Outbox, OutboxMessage, sql::query_text};
 
 impl OutboxDatabase for Sqlite {
-    const MIGRATIONS: &'static [MigrationFile] = &[MigrationFile::new(
-        1,
-        "idem outbox",
-        include_str!("../../../migrations/sqlite/0001_outbox.sql"),
-    )];
-    const ENQUEUE: &'static str = include_str!("../../../sql/sqlite/outbox_enqueue.sql");
-    const CLAIM: &'static str = include_str!("../../../sql/sqlite/outbox_claim.sql");
-    const ORDERING: &'static str = include_str!("../../../sql/sqlite/outbox_ordering.sql");
-    const MARK_SENT: &'static str = include_str!("../../../sql/sqlite/outbox_mark_sent.sql");
-    const FAIL: &'static str = include_str!("../../../sql/sqlite/outbox_fail.sql");
+    outbox_database!("sqlite", migrations: [(1, "idem outbox", "0001_outbox.sql")]);
     const RELEASE: Option<&'static str> =
         Some(include_str!("../../../sql/sqlite/outbox_release.sql"));
-    const DEAD_LETTERS: &'static str = include_str!("../../../sql/sqlite/outbox_dead_letters.sql");
-    const REVIVE: &'static str = include_str!("../../../sql/sqlite/outbox_revive.sql");
-    const PENDING: &'static str = include_str!("../../../sql/sqlite/outbox_pending.sql");
-    const COUNTS: &'static str = include_str!("../../../sql/sqlite/outbox_counts.sql");
 
     /// The pool, the claim's token, and the messages' ids in the claim's order.
     type Held = (Pool<Sqlite>, String, Vec<String>);
@@ -51,7 +31,7 @@ impl OutboxDatabase for Sqlite {
     ) -> BoxFuture<'c, Result<(), sqlx::Error>> {
         Box::pin(async move {
             sqlx::query(query_text(&outbox.inner().enqueue))
-                .bind(id.hyphenated().to_string())
+                .bind(id_param(id))
                 .bind(message.destination)
                 .bind(message.ordering_key)
                 .bind(headers_to_json(&message.headers))
@@ -59,65 +39,6 @@ impl OutboxDatabase for Sqlite {
                 .execute(connection)
                 .await?;
             Ok(())
-        })
-    }
-
-    fn pending<'c>(
-        pool: &'c Pool<Self>,
-        outbox: &'c Outbox<Self>,
-    ) -> BoxFuture<'c, Result<i64, sqlx::Error>> {
-        Box::pin(sqlx::query_scalar(query_text(&outbox.inner().pending)).fetch_one(pool))
-    }
-
-    fn counts<'c>(
-        pool: &'c Pool<Self>,
-        outbox: &'c Outbox<Self>,
-    ) -> BoxFuture<'c, Result<OutboxCounts, sqlx::Error>> {
-        Box::pin(async move {
-            let row = sqlx::query(query_text(&outbox.inner().counts))
-                .fetch_one(pool)
-                .await?;
-            counts_from_row(&row)
-        })
-    }
-
-    fn dead_letters<'c>(
-        pool: &'c Pool<Self>,
-        outbox: &'c Outbox<Self>,
-        limit: u32,
-    ) -> BoxFuture<'c, Result<Vec<DeadLetter>, sqlx::Error>> {
-        Box::pin(async move {
-            let rows = sqlx::query(query_text(&outbox.inner().dead_letters))
-                .bind(i64::from(limit))
-                .fetch_all(pool)
-                .await?;
-            rows.iter()
-                .map(|row| {
-                    let dead_at: i64 = row.try_get("dead_at_millis")?;
-                    Ok(DeadLetter {
-                        id: id_from_row(row)?,
-                        message: message_from_row(row)?,
-                        attempts: u32::try_from(row.try_get::<i64, _>("attempts")?).unwrap_or(0),
-                        dead_at: SystemTime::UNIX_EPOCH
-                            + Duration::from_millis(u64::try_from(dead_at).unwrap_or(0)),
-                        last_error: row.try_get("last_error")?,
-                    })
-                })
-                .collect()
-        })
-    }
-
-    fn revive<'c>(
-        pool: &'c Pool<Self>,
-        outbox: &'c Outbox<Self>,
-        id: Uuid,
-    ) -> BoxFuture<'c, Result<bool, sqlx::Error>> {
-        Box::pin(async move {
-            let done = sqlx::query(query_text(&outbox.inner().revive))
-                .bind(id.hyphenated().to_string())
-                .execute(pool)
-                .await?;
-            Ok(done.rows_affected() == 1)
         })
     }
 
@@ -149,11 +70,10 @@ impl OutboxDatabase for Sqlite {
             let mut claimed = rows
                 .iter()
                 .map(|row| {
-                    let attempts: i64 = row.try_get("attempts")?;
                     let envelope = Envelope::new(
                         id_from_row(row)?,
                         message_from_row(row)?,
-                        u32::try_from(attempts).unwrap_or(0).saturating_add(1),
+                        attempts_from_row(row)?.saturating_add(1),
                     );
                     Ok((row.try_get::<i64, _>("seq")?, envelope))
                 })
@@ -251,6 +171,11 @@ impl OutboxDatabase for Sqlite {
     }
 }
 
+/// A message id as the statements take it: text, hyphenated.
+fn id_param(id: Uuid) -> String {
+    id.hyphenated().to_string()
+}
+
 /// The message id of a claimed or dead row.
 fn id_from_row(row: &SqliteRow) -> Result<MessageId, sqlx::Error> {
     let id: String = row.try_get("id")?;
@@ -258,6 +183,11 @@ fn id_from_row(row: &SqliteRow) -> Result<MessageId, sqlx::Error> {
         index: "id".to_owned(),
         source: Box::new(error),
     })
+}
+
+/// The failed attempts of a claimed or dead row: an `INTEGER` column, never negative.
+fn attempts_from_row(row: &SqliteRow) -> Result<u32, sqlx::Error> {
+    Ok(u32::try_from(row.try_get::<i64, _>("attempts")?).unwrap_or(0))
 }
 
 /// The message columns of a claimed or dead row.
