@@ -4,7 +4,9 @@
 //! the request [`Fingerprint`], the [`Record`], its states and its [`Outcome`], [`FencingToken`]s and
 //! [`Lease`]s, the [`Policy`], the [`Store`] contract every backend implements, the [`Engine`]
 //! that runs an operation under a key, and [`MemoryStore`], the reference store. With the
-//! `sealing` feature, [`sealing::Sealed`] keeps stored responses encrypted in any store.
+//! `sealing` feature, [`sealing::Sealed`] keeps stored responses encrypted in any store. With the
+//! `clap` feature, [`Ambiguous`] and [`FingerprintMode`] derive `clap::ValueEnum`, so that a
+//! command line takes them as they are.
 //!
 //! The state machine is described in `docs/state-machine.md` of the repository.
 //!
@@ -62,7 +64,7 @@ pub mod transition;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use codec::DecodeError;
 pub use dyn_store::DynStore;
-pub use engine::{Engine, Execution, RunOutcome};
+pub use engine::{Engine, Execution, NotRun, RunOutcome};
 pub use error::StoreError;
 pub use fingerprint::{Fingerprint, FingerprintBuilder, FingerprintMode, InvalidFingerprint};
 pub use key::{IdempotencyKey, KEY_HEADER, KeyError, MAX_KEY_LEN};

@@ -19,6 +19,7 @@ pub enum InFlight {
 /// What to do with an outcome that does not say whether the operation took effect (a 5xx, 408
 /// or 429, or a connection lost after the request was sent).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Ambiguous {
     /// Release the key, so a retry executes again.
     #[default]

@@ -14,10 +14,7 @@ use idem_core::{IdempotencyKey, ListCursor, Scope, StateFilter};
 
 pub use self::{
     method_list::MethodList,
-    serve::{
-        AmbiguousMode, AnonymousMode, FingerprintArg, InFlightMode, ServeArgs, StoreErrorMode,
-        serve,
-    },
+    serve::{ServeArgs, serve},
 };
 pub use crate::logging::LogFormat;
 use crate::{

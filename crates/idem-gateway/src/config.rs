@@ -21,9 +21,9 @@
 //!
 //! let mut config = Config::new("http://127.0.0.1:3000".parse()?);
 //! config.listen = "127.0.0.1:0".parse()?;
-//! config.lease = Duration::from_secs(2);
-//! assert_eq!(config.key_header, "idempotency-key");
-//! assert_eq!(config.ttl, Duration::from_secs(24 * 60 * 60));
+//! config.idempotency.policy.lease = Duration::from_secs(2);
+//! assert_eq!(config.idempotency.key_header, "idempotency-key");
+//! assert_eq!(config.idempotency.policy.ttl, Duration::from_secs(24 * 60 * 60));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -32,11 +32,11 @@ use std::{
     time::Duration,
 };
 
-use http::{HeaderName, Method};
-use idem_core::{Ambiguous, DigestKey, FingerprintMode, InFlight, Policy, sealing::KeyRing};
-use idem_http::{Anonymous, OnStoreError};
+use idem_core::{DigestKey, sealing::KeyRing};
+use idem_http::{ClassifyError, Settings};
 
-use crate::{AdminToken, StoreUrl, Upstream};
+pub use crate::proxy::{DEFAULT_UPSTREAM_IDLE_TIMEOUT, DEFAULT_UPSTREAM_MAX_IDLE};
+use crate::{AdminToken, StoreUrl, Upstream, proxy};
 
 /// Default of `--listen`.
 pub const DEFAULT_LISTEN: SocketAddr = loopback(8080);
@@ -52,10 +52,6 @@ pub const DEFAULT_STORE: &str = "sqlite://idem.db";
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default of `--upstream-timeout`.
 pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(60);
-/// Default of `--upstream-max-idle`: connections to the upstream kept open for the next request.
-pub const DEFAULT_UPSTREAM_MAX_IDLE: usize = 1024;
-/// Default of `--upstream-idle-timeout`.
-pub const DEFAULT_UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Default of `--shutdown-timeout`.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default of `--body-timeout` (the layer alone has none).
@@ -106,60 +102,29 @@ pub struct Config {
     /// The key that makes the digests in logs keyed; `None` leaves them unkeyed. Installed for
     /// the whole process by [`Gateway::bind`](crate::Gateway::bind).
     pub digest_key: Option<DigestKey>,
-    /// The header that carries the idempotency key.
-    pub key_header: HeaderName,
-    /// The methods whose requests are deduplicated.
-    pub methods: Vec<Method>,
-    /// Whether a covered request without a key is refused (400) rather than forwarded.
-    pub require_key: bool,
-    /// How long a completed key is replayed.
-    pub ttl: Duration,
-    /// How long a key is held without renewal.
-    pub lease: Duration,
-    /// What a request whose key is in flight gets.
-    pub in_flight: InFlight,
-    /// In wait mode, how many requests may wait at once.
-    pub max_waiters: usize,
-    /// What happens to ambiguous outcomes.
-    pub ambiguous: Ambiguous,
-    /// The headers hashed into the scope; empty turns scoping off.
-    pub scope_headers: Vec<HeaderName>,
-    /// What a keyed request without any scope header gets.
-    pub anonymous: Anonymous,
-    /// How bodies are fingerprinted.
-    pub fingerprint: FingerprintMode,
-    /// The largest body of a request with a key.
-    pub max_body: usize,
-    /// How long the body of a request with a key may take to arrive.
-    pub body_timeout: Duration,
-    /// The most bytes of request bodies buffered at once, across all requests.
-    pub max_buffered: usize,
-    /// The largest response stored for replay.
-    pub max_stored_response: usize,
-    /// Whether to forward requests without idempotency while the store is unreachable.
-    pub on_store_error: OnStoreError,
-    /// The header that carries each keyed request's fencing token to the upstream; `None` sends
-    /// none.
-    pub fencing_header: Option<HeaderName>,
-    /// The longest one store call may take; `None`: the lease divided by
-    /// [`Policy::STORE_TIMEOUT_LEASE_FRACTION`].
-    pub store_timeout: Option<Duration>,
+    /// What the idempotency layer applies: the key header, the methods, the policy (TTL, lease,
+    /// in-flight requests, ambiguous outcomes, waiters, store calls' time limit), scoping,
+    /// fingerprints, the bounds on bodies and the fencing header. Its `classify_error` is the
+    /// proxy's: only a failure to connect is sure not to have reached the upstream.
+    pub idempotency: Settings,
     /// How long requests in progress may take to finish on shutdown.
     pub shutdown_timeout: Duration,
 }
 
 impl Config {
-    /// The time limit of one store call: [`Config::store_timeout`], or the lease divided by
-    /// [`Policy::STORE_TIMEOUT_LEASE_FRACTION`].
+    /// The time limit of one store call: the policy's store timeout, or the lease divided by
+    /// [`Policy::STORE_TIMEOUT_LEASE_FRACTION`](idem_core::Policy::STORE_TIMEOUT_LEASE_FRACTION).
     pub fn store_call_limit(&self) -> Duration {
-        self.store_timeout
-            .unwrap_or(self.lease / Policy::STORE_TIMEOUT_LEASE_FRACTION)
+        self.idempotency.policy.store_call_limit()
     }
 
-    /// The defaults, forwarding to `upstream`: the gateway's own, [`Policy::default`]'s and the
-    /// idempotency layer's.
+    /// The defaults, forwarding to `upstream`: the gateway's own, and the idempotency layer's
+    /// with a body timeout and a budget of buffered bytes.
     pub fn new(upstream: Upstream) -> Self {
-        let policy = Policy::default();
+        let mut idempotency = Settings::default();
+        idempotency.body_timeout = Some(DEFAULT_BODY_TIMEOUT);
+        idempotency.max_buffered = Some(DEFAULT_MAX_BUFFERED);
+        idempotency.classify_error = ClassifyError::new(proxy::delivery);
         Self {
             listen: DEFAULT_LISTEN,
             max_connections: DEFAULT_MAX_CONNECTIONS,
@@ -177,33 +142,8 @@ impl Config {
                 .expect("the default store URL is valid"),
             encryption: DEFAULT_ENCRYPTION,
             digest_key: DEFAULT_DIGEST_KEY,
-            key_header: header_name(idem_http::DEFAULT_KEY_HEADER),
-            methods: idem_http::DEFAULT_METHODS.to_vec(),
-            require_key: false,
-            ttl: policy.ttl,
-            lease: policy.lease,
-            in_flight: policy.in_flight,
-            max_waiters: policy.max_waiters,
-            ambiguous: policy.ambiguous,
-            scope_headers: idem_http::DEFAULT_SCOPE_HEADERS
-                .into_iter()
-                .map(header_name)
-                .collect(),
-            anonymous: Anonymous::default(),
-            fingerprint: FingerprintMode::default(),
-            max_body: idem_http::DEFAULT_MAX_BODY,
-            body_timeout: DEFAULT_BODY_TIMEOUT,
-            max_buffered: DEFAULT_MAX_BUFFERED,
-            max_stored_response: idem_http::DEFAULT_MAX_STORED_RESPONSE,
-            on_store_error: OnStoreError::default(),
-            fencing_header: None,
-            store_timeout: policy.store_timeout,
+            idempotency,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
         }
     }
-}
-
-/// One of the layer's default header names, which are valid.
-fn header_name(name: &str) -> HeaderName {
-    HeaderName::from_bytes(name.as_bytes()).expect("the layer's default header names are valid")
 }

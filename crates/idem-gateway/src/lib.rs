@@ -20,7 +20,7 @@
 //! ])?;
 //! let Command::Serve(args) = cli.command else { unreachable!() };
 //! let config = Config::try_from(&*args)?;
-//! assert_eq!(config.ttl, std::time::Duration::from_secs(3600));
+//! assert_eq!(config.idempotency.policy.ttl, std::time::Duration::from_secs(3600));
 //! # Ok::<(), idem_gateway::Error>(())
 //! ```
 

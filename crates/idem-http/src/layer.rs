@@ -18,22 +18,15 @@
 //! assert_eq!(layer.engine().policy().ambiguous, Ambiguous::Reject);
 //! ```
 
-use std::{
-    error::Error,
-    fmt,
-    sync::{Arc, OnceLock},
-    time::Duration,
-};
+use std::{error::Error, fmt, sync::Arc, time::Duration};
 
 use http::{HeaderName, Method};
 use idem_core::{Ambiguous, Engine, FingerprintMode, InFlight, Store};
 use tower::Layer;
 
 use crate::{
-    Anonymous, Delivery, Idempotency, OnStoreError,
-    budget::Budget,
-    config::Config,
-    service::{RequestCounters, Shared},
+    Anonymous, ClassifyError, Delivery, Idempotency, OnStoreError, Settings, budget::Budget,
+    service::Shared,
 };
 
 /// Applies [`Idempotency`] to a service: requests that carry an idempotency key run at most once
@@ -60,13 +53,11 @@ use crate::{
 /// Every response carries its [`Outcome`](crate::Outcome) as an extension, and its
 /// [`RequestKey`](crate::RequestKey) when the request had a valid key.
 ///
-/// All the services made by one layer and its clones share one [`Engine`], built from the
-/// settings when [`layer`](Layer::layer) or [`engine`](Self::engine) is first called: configure
-/// the layer before using it (a setter called afterwards starts a new engine).
+/// All the services made by one layer and its clones share one [`Engine`], built with the layer
+/// from its [`Settings`]. Each builder method returns a layer with the setting changed and an
+/// engine of its own: configure the layer before handing it out.
 pub struct IdempotencyLayer<St> {
-    store: St,
-    config: Config,
-    shared: Arc<OnceLock<Arc<Shared<St>>>>,
+    shared: Arc<Shared<St>>,
 }
 
 impl<St: Store + Clone> IdempotencyLayer<St> {
@@ -78,94 +69,95 @@ impl<St: Store + Clone> IdempotencyLayer<St> {
     /// service error taken as [`Delivery::MaybeSent`], at most 1000 waiters, store calls limited
     /// to a third of the lease.
     pub fn new(store: St) -> Self {
+        Self::with_settings(store, Settings::default())
+    }
+
+    /// A layer over `store` applying `settings`, its engine built at once.
+    pub fn with_settings(store: St, settings: Settings) -> Self {
         Self {
-            store,
-            config: Config::default(),
-            shared: Arc::default(),
+            shared: Arc::new(Shared::new(
+                Engine::new(store, settings.policy),
+                settings.max_buffered.map(Budget::new),
+                settings,
+            )),
         }
+    }
+
+    /// The settings this layer applies.
+    pub fn settings(&self) -> &Settings {
+        &self.shared.settings
     }
 
     /// The engine shared by every service this layer and its clones make (for example to call
     /// [`Engine::shutdown`] on graceful shutdown).
     pub fn engine(&self) -> Engine<St> {
-        self.shared().engine.clone()
+        self.shared.engine.clone()
     }
 
-    fn shared(&self) -> Arc<Shared<St>> {
-        let shared = self.shared.get_or_init(|| {
-            Arc::new(Shared {
-                config: self.config.clone(),
-                engine: Engine::new(self.store.clone(), self.config.policy),
-                budget: self.config.max_buffered.map(Budget::new),
-                requests: RequestCounters::register(),
-            })
-        });
-        Arc::clone(shared)
-    }
-
-    fn configure(mut self, change: impl FnOnce(&mut Config)) -> Self {
-        change(&mut self.config);
-        self.shared = Arc::default();
-        self
+    /// This layer's settings with `change` made, and an engine of their own.
+    fn configure(self, change: impl FnOnce(&mut Settings)) -> Self {
+        let mut settings = self.shared.settings.clone();
+        change(&mut settings);
+        Self::with_settings(self.shared.engine.store().clone(), settings)
     }
 
     /// The header that carries the key. Default `Idempotency-Key`.
     #[must_use]
     pub fn key_header(self, name: HeaderName) -> Self {
-        self.configure(|config| config.key_header = name)
+        self.configure(|settings| settings.key_header = name)
     }
 
     /// The methods that keys apply to; other requests pass through. Default `POST` and `PATCH`.
     #[must_use]
     pub fn methods(self, methods: impl IntoIterator<Item = Method>) -> Self {
-        self.configure(|config| config.methods = methods.into_iter().collect())
+        self.configure(|settings| settings.methods = methods.into_iter().collect())
     }
 
     /// Whether a request with a covered method must carry a key (`400` without). Default off.
     #[must_use]
     pub fn require_key(self, required: bool) -> Self {
-        self.configure(|config| config.require_key = required)
+        self.configure(|settings| settings.require_key = required)
     }
 
     /// How long a completed key is replayed, counted from its completion. Default 24 h.
     #[must_use]
     pub fn ttl(self, ttl: Duration) -> Self {
-        self.configure(|config| config.policy = config.policy.ttl(ttl))
+        self.configure(|settings| settings.policy.ttl = ttl)
     }
 
     /// How long a request holds its key without renewing it; renewed every third of it while
     /// the request runs. Default 30 s.
     #[must_use]
     pub fn lease(self, lease: Duration) -> Self {
-        self.configure(|config| config.policy = config.policy.lease(lease))
+        self.configure(|settings| settings.policy.lease = lease)
     }
 
     /// What a request does while another with the same key runs: `409` at once, or wait for its
     /// result. Default [`InFlight::Reject`].
     #[must_use]
     pub fn in_flight(self, mode: InFlight) -> Self {
-        self.configure(|config| config.policy = config.policy.in_flight(mode))
+        self.configure(|settings| settings.policy.in_flight = mode)
     }
 
     /// What happens to a key after a 5xx, 408 or 429, or a response cut off after the request was
     /// sent. Default [`Ambiguous::Retry`] (the key is released).
     #[must_use]
     pub fn ambiguous(self, mode: Ambiguous) -> Self {
-        self.configure(|config| config.policy = config.policy.ambiguous(mode))
+        self.configure(|settings| settings.policy.ambiguous = mode)
     }
 
     /// In wait mode, how many requests may wait at once for keys held by others; a request
     /// beyond it is answered `409` at once. Default 1000.
     #[must_use]
     pub fn max_waiters(self, max_waiters: usize) -> Self {
-        self.configure(|config| config.policy = config.policy.max_waiters(max_waiters))
+        self.configure(|settings| settings.policy.max_waiters = max_waiters)
     }
 
     /// The longest one store call may take before it counts as failed (`503` when the key was
     /// not acquired yet). Default a third of the lease.
     #[must_use]
     pub fn store_timeout(self, timeout: Duration) -> Self {
-        self.configure(|config| config.policy = config.policy.store_timeout(timeout))
+        self.configure(|settings| settings.policy.store_timeout = Some(timeout))
     }
 
     /// The headers whose names and values identify the caller, hashed into the key's scope.
@@ -173,7 +165,7 @@ impl<St: Store + Clone> IdempotencyLayer<St> {
     /// request is in the anonymous scope.
     #[must_use]
     pub fn scope_headers(self, names: impl IntoIterator<Item = HeaderName>) -> Self {
-        self.configure(|config| config.scope_headers = names.into_iter().collect())
+        self.configure(|settings| settings.scope_headers = names.into_iter().collect())
     }
 
     /// What a keyed request without any of the scope headers gets: run in the anonymous scope, or
@@ -185,20 +177,20 @@ impl<St: Store + Clone> IdempotencyLayer<St> {
     /// without its `Set-Cookie` headers: the callers that share that scope are not one client.
     #[must_use]
     pub fn anonymous(self, mode: Anonymous) -> Self {
-        self.configure(|config| config.anonymous = mode)
+        self.configure(|settings| settings.anonymous = mode)
     }
 
     /// How request bodies are fingerprinted. Default [`FingerprintMode::Json`].
     #[must_use]
     pub fn fingerprint(self, mode: FingerprintMode) -> Self {
-        self.configure(|config| config.fingerprint = mode)
+        self.configure(|settings| settings.fingerprint = mode)
     }
 
     /// The largest body of a request with a key (it is buffered to be fingerprinted). Default
     /// 10 MiB.
     #[must_use]
     pub fn max_body(self, bytes: usize) -> Self {
-        self.configure(|config| config.max_body = bytes)
+        self.configure(|settings| settings.max_body = bytes)
     }
 
     /// How long the body of a request with a key may take to arrive in full, counted from when
@@ -208,7 +200,7 @@ impl<St: Store + Clone> IdempotencyLayer<St> {
     /// Default: none.
     #[must_use]
     pub fn body_timeout(self, timeout: Duration) -> Self {
-        self.configure(|config| config.body_timeout = Some(timeout))
+        self.configure(|settings| settings.body_timeout = Some(timeout))
     }
 
     /// The most bytes of request bodies that all the services of this layer buffer at once.
@@ -221,21 +213,21 @@ impl<St: Store + Clone> IdempotencyLayer<St> {
     /// bodies are always refused. Default: no limit.
     #[must_use]
     pub fn max_buffered(self, bytes: usize) -> Self {
-        self.configure(|config| config.max_buffered = Some(bytes))
+        self.configure(|settings| settings.max_buffered = Some(bytes))
     }
 
     /// The largest response body stored; a larger one is delivered whole and its replay is a
     /// problem saying it was not stored. Default 1 MiB.
     #[must_use]
     pub fn max_stored_response(self, bytes: usize) -> Self {
-        self.configure(|config| config.max_stored_response = bytes)
+        self.configure(|settings| settings.max_stored_response = bytes)
     }
 
     /// What to do when the store fails before the key is acquired. Default
     /// [`OnStoreError::Reject`].
     #[must_use]
     pub fn on_store_error(self, mode: OnStoreError) -> Self {
-        self.configure(|config| config.on_store_error = mode)
+        self.configure(|settings| settings.on_store_error = mode)
     }
 
     /// Says whether a request that failed with an error of the inner service may have reached
@@ -245,7 +237,7 @@ impl<St: Store + Clone> IdempotencyLayer<St> {
         self,
         f: impl Fn(&(dyn Error + 'static)) -> Delivery + Send + Sync + 'static,
     ) -> Self {
-        self.configure(|config| config.classify_error = Arc::new(f))
+        self.configure(|settings| settings.classify_error = ClassifyError::new(f))
     }
 
     /// Sends each executed request's fencing token to the inner service in the header `name`
@@ -263,7 +255,7 @@ impl<St: Store + Clone> IdempotencyLayer<St> {
     /// extensions, as an [`idem_core::FencingToken`].
     #[must_use]
     pub fn fencing_header(self, name: HeaderName) -> Self {
-        self.configure(|config| config.fencing_header = Some(name))
+        self.configure(|settings| settings.fencing_header = Some(name))
     }
 }
 
@@ -271,15 +263,13 @@ impl<S, St: Store + Clone> Layer<S> for IdempotencyLayer<St> {
     type Service = Idempotency<S, St>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Idempotency::new(inner, self.shared())
+        Idempotency::new(inner, Arc::clone(&self.shared))
     }
 }
 
-impl<St: Clone> Clone for IdempotencyLayer<St> {
+impl<St> Clone for IdempotencyLayer<St> {
     fn clone(&self) -> Self {
         Self {
-            store: self.store.clone(),
-            config: self.config.clone(),
             shared: Arc::clone(&self.shared),
         }
     }
@@ -288,7 +278,7 @@ impl<St: Clone> Clone for IdempotencyLayer<St> {
 impl<St> fmt::Debug for IdempotencyLayer<St> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("IdempotencyLayer")
-            .field("config", &self.config)
+            .field("settings", &self.shared.settings)
             .finish_non_exhaustive()
     }
 }

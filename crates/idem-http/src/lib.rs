@@ -59,8 +59,8 @@
 //!
 //! # Contents
 //!
-//! - [`IdempotencyLayer`] (settings) and [`Idempotency`] (the service), with [`OnStoreError`],
-//!   [`Anonymous`] and [`Delivery`];
+//! - [`IdempotencyLayer`] and [`Idempotency`] (the service), with their [`Settings`]
+//!   ([`OnStoreError`], [`Anonymous`], [`ClassifyError`] and [`Delivery`]);
 //! - [`ResponseBody`] and [`ResponseFuture`]: what the service returns;
 //! - [`Outcome`] and [`RequestKey`]: response extensions, for logs and metrics;
 //! - [`problem`]: the typed rejections and their problem types;
@@ -80,13 +80,15 @@
 //!
 //! - `axum`: implements [`FromBytes`] for `axum::body::Body`, so that the layer can wrap an axum
 //!   router. It depends on axum-core only, so the application's axum keeps the features it asks for.
+//! - `clap`: derives [`clap::ValueEnum`](https://docs.rs/clap) for [`OnStoreError`] and
+//!   [`Anonymous`] (and, through idem-core's `clap` feature, for its
+//!   [`Ambiguous`](idem_core::Ambiguous) and [`FingerprintMode`](idem_core::FingerprintMode)), so that a command line can take them as they are.
 //! - `tonic`: implements [`FromBytes`] for `tonic::body::Body`, so that the layer can wrap a
 //!   tonic server (gRPC trailers are stored and replayed with the response).
 
 mod body;
 mod budget;
 mod capture;
-mod config;
 mod from_bytes;
 mod future;
 pub mod hop_by_hop;
@@ -95,14 +97,15 @@ mod outcome;
 pub mod problem;
 mod request;
 mod service;
+mod settings;
 
 pub use body::ResponseBody;
-pub use config::{
-    Anonymous, DEFAULT_KEY_HEADER, DEFAULT_MAX_BODY, DEFAULT_MAX_STORED_RESPONSE, DEFAULT_METHODS,
-    DEFAULT_SCOPE_HEADERS, Delivery, OnStoreError,
-};
 pub use from_bytes::FromBytes;
 pub use future::ResponseFuture;
 pub use layer::IdempotencyLayer;
 pub use outcome::{Outcome, RequestKey};
 pub use service::Idempotency;
+pub use settings::{
+    Anonymous, ClassifyError, DEFAULT_KEY_HEADER, DEFAULT_MAX_BODY, DEFAULT_MAX_STORED_RESPONSE,
+    DEFAULT_METHODS, DEFAULT_SCOPE_HEADERS, Delivery, OnStoreError, Settings,
+};

@@ -36,14 +36,15 @@
 use std::{
     error::Error,
     fmt,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, OnceLock},
     task::{Context, Poll},
 };
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use idem_core::{
-    Address, Ambiguous, Engine, Execution, FencingToken, Lease, RunOutcome, Store, StoreError,
+    Address, Ambiguous, Engine, Execution, FencingToken, Lease, NotRun, RunOutcome, Store,
+    StoreError,
 };
 use tower::Service;
 
@@ -52,9 +53,9 @@ use crate::{
     ResponseFuture,
     budget::{Budget, Reservation},
     capture::{capture, drop_cookies, replay_outcome},
-    config::Config,
     problem::Rejection,
     request,
+    settings::Settings,
 };
 
 type BoxError = Box<dyn Error + Send + Sync>;
@@ -68,11 +69,28 @@ const OUTCOME_UNKNOWN_METRIC: &str = "idem_outcome_unknown_total";
 
 /// What every service made by one configured layer shares: its settings and its engine.
 pub(crate) struct Shared<St> {
-    pub(crate) config: Config,
+    pub(crate) settings: Settings,
     pub(crate) engine: Engine<St>,
     /// The budget of buffered request bytes, when there is one.
     pub(crate) budget: Option<Arc<Budget>>,
-    pub(crate) requests: RequestCounters,
+    /// Registered when the layer makes its first service (see [`RequestCounters`]).
+    requests: OnceLock<RequestCounters>,
+}
+
+impl<St> Shared<St> {
+    pub(crate) fn new(engine: Engine<St>, budget: Option<Arc<Budget>>, settings: Settings) -> Self {
+        Self {
+            settings,
+            engine,
+            budget,
+            requests: OnceLock::new(),
+        }
+    }
+
+    /// The request counters, registered in the recorder installed now if they are not yet.
+    fn requests(&self) -> &RequestCounters {
+        self.requests.get_or_init(RequestCounters::register)
+    }
 }
 
 /// The `idem_requests_total` counter of each [`Outcome`], and the `idem_outcome_unknown_total`
@@ -117,6 +135,7 @@ pub struct Idempotency<S, St> {
 
 impl<S, St> Idempotency<S, St> {
     pub(crate) fn new(inner: S, shared: Arc<Shared<St>>) -> Self {
+        shared.requests();
         Self { inner, shared }
     }
 
@@ -154,7 +173,7 @@ impl<S: fmt::Debug, St> fmt::Debug for Idempotency<S, St> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Idempotency")
             .field("inner", &self.inner)
-            .field("config", &self.shared.config)
+            .field("settings", &self.shared.settings)
             .finish_non_exhaustive()
     }
 }
@@ -182,11 +201,11 @@ where
         // The ready service goes with this request; the clone waits for the next poll_ready.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        if let Some(name) = &self.shared.config.fencing_header {
+        if let Some(name) = &self.shared.settings.fencing_header {
             // Only the layer issues fencing tokens: a client's never reaches the inner service.
             request.headers_mut().remove(name);
         }
-        if passes_through(&self.shared.config, &request) {
+        if passes_through(&self.shared.settings, &request) {
             return ResponseFuture::new(pass_through(Arc::clone(&self.shared), inner, request));
         }
         ResponseFuture::new(handle(Arc::clone(&self.shared), inner, request))
@@ -195,9 +214,9 @@ where
 
 /// Whether a request is passed on untouched: its method is not covered, or it has no key and
 /// none is required. Decided from its head alone, before anything of the keyed path is set up.
-fn passes_through<B>(config: &Config, request: &Request<B>) -> bool {
-    !config.methods.contains(request.method())
-        || (!config.require_key && !request.headers().contains_key(&config.key_header))
+fn passes_through<B>(settings: &Settings, request: &Request<B>) -> bool {
+    !settings.methods.contains(request.method())
+        || (!settings.require_key && !request.headers().contains_key(&settings.key_header))
 }
 
 /// Forwards a request that [`passes_through`], and labels its response.
@@ -210,7 +229,7 @@ where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
 {
     let answer = forward(inner, request).await;
-    shared.requests.count(Outcome::Passthrough);
+    shared.requests().count(Outcome::Passthrough);
     let mut response = answer?;
     response.extensions_mut().insert(Outcome::Passthrough);
     Ok(response)
@@ -236,7 +255,7 @@ where
 {
     let mut key = None;
     let (outcome, answer) = respond(&shared, inner, request, &mut key).await;
-    shared.requests.count(outcome);
+    shared.requests().count(outcome);
     if let Some(key) = &key {
         tracing::debug!(
             key = %key.digest(),
@@ -251,14 +270,6 @@ where
         response.extensions_mut().insert(key);
     }
     Ok(response)
-}
-
-/// The request, the service that is ready for it and the buffer budget its body holds, until
-/// the engine's work takes them.
-type Slot<S, B> = Arc<Mutex<Option<(S, Request<B>, Option<Reservation>)>>>;
-
-fn take<S, B>(slot: &Slot<S, B>) -> Option<(S, Request<B>, Option<Reservation>)> {
-    slot.lock().unwrap_or_else(PoisonError::into_inner).take()
 }
 
 /// Checks a covered request in the order of docs/http.md, Responses (key, body, fingerprint),
@@ -279,17 +290,17 @@ where
     ResBody: http_body::Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
-    let config = &shared.config;
+    let settings = &shared.settings;
     // A request without a key gets here only when a key is required (see `passes_through`).
-    let key = match request::key(request.headers(), &config.key_header) {
+    let key = match request::key(request.headers(), &settings.key_header) {
         Ok(Some(key)) => key,
         Ok(None) => {
-            let header = config.key_header.clone();
+            let header = settings.key_header.clone();
             return rejected(Outcome::Invalid, Rejection::MissingKey { header });
         }
         Err(error) => return rejected(Outcome::Invalid, Rejection::InvalidKey(error)),
     };
-    let scope = request::scope(request.headers(), &config.scope_headers);
+    let scope = request::scope(request.headers(), &settings.scope_headers);
     *request_key = Some(RequestKey::new(key.clone(), scope));
     let digest = || {
         request_key
@@ -298,8 +309,8 @@ where
             .unwrap_or_default()
     };
     let anonymous = scope.is_anonymous();
-    if anonymous && config.anonymous == Anonymous::Reject {
-        let headers = config.scope_headers.clone();
+    if anonymous && settings.anonymous == Anonymous::Reject {
+        let headers = settings.scope_headers.clone();
         return rejected(Outcome::Invalid, Rejection::ScopeRequired { headers });
     }
 
@@ -307,10 +318,10 @@ where
     let buffering = request::buffer(
         &parts.headers,
         body,
-        config.max_body,
+        settings.max_body,
         shared.budget.as_ref(),
     );
-    let buffered = match config.body_timeout {
+    let buffered = match settings.body_timeout {
         Some(timeout) => tokio::time::timeout(timeout, buffering)
             .await
             .unwrap_or(Err(Rejection::BodyTimeout { timeout })),
@@ -324,23 +335,22 @@ where
         Err(rejection @ Rejection::Overloaded) => return rejected(Outcome::Overloaded, rejection),
         Err(rejection) => return rejected(Outcome::Invalid, rejection),
     };
-    let fingerprint = request::fingerprint(config.fingerprint, &parts, &body);
+    let fingerprint = request::fingerprint(settings.fingerprint, &parts, &body);
     let request = Request::from_parts(parts, ReqBody::from_bytes(body));
 
-    // The work takes the request when the engine starts it; if the store fails before that, it
-    // is still here for a passthrough.
-    let slot: Slot<S, ReqBody> = Arc::new(Mutex::new(Some((inner, request, held))));
+    // The work's input: the service that is ready for the request, the request, and the buffer
+    // budget its body holds. The engine hands it back if the store fails before the key is
+    // acquired, for a passthrough.
+    let input = (inner, request, held);
     let work = {
-        let slot = Arc::clone(&slot);
         let shared = Arc::clone(shared);
-        move |lease: Lease| {
-            let (inner, request, held) = take(&slot).expect("the engine starts the work once");
+        move |(inner, request, held), lease: Lease| {
             execute(shared, inner, request, held, anonymous, lease.token)
         }
     };
     match shared
         .engine
-        .run(Address::new(scope, key), fingerprint, work)
+        .run_with(Address::new(scope, key), fingerprint, input, work)
         .await
     {
         Ok(RunOutcome::Executed(answer)) => (Outcome::Executed, answer),
@@ -349,7 +359,7 @@ where
                 // Records stored before cookies were dropped at store time may still hold some.
                 idem_core::Outcome::Response(stored) if anonymous => drop_cookies(stored),
                 idem_core::Outcome::Response(_) => {}
-                idem_core::Outcome::Unknown => shared.requests.count_outcome_unknown(),
+                idem_core::Outcome::Unknown => shared.requests().count_outcome_unknown(),
             }
             (Outcome::Replayed, Ok(replay_outcome(stored)))
         }
@@ -357,14 +367,13 @@ where
             rejected(Outcome::Conflict, Rejection::InFlight { retry_after })
         }
         Ok(RunOutcome::Mismatch) => rejected(Outcome::Mismatch, Rejection::FingerprintMismatch),
-        // The engine's errors all come before the key was acquired (the slot still holds the
-        // request); only an unreachable store is passed through, never one that answered.
-        Err(error) => match (config.on_store_error, &error, take(&slot)) {
-            (
-                OnStoreError::Passthrough,
-                StoreError::Unavailable(_),
-                Some((inner, request, held)),
-            ) => {
+        // The engine's errors all come before the key was acquired, and hand the request back;
+        // only an unreachable store is passed through, never one that answered.
+        Err(NotRun {
+            error,
+            input: (inner, request, held),
+        }) => match (settings.on_store_error, &error) {
+            (OnStoreError::Passthrough, StoreError::Unavailable(_)) => {
                 tracing::warn!(
                     key = %digest(),
                     error = &error as &(dyn Error + 'static),
@@ -374,8 +383,8 @@ where
                 drop(held);
                 (Outcome::Passthrough, answer)
             }
-            (_, StoreError::Full { .. }, _) => {
-                shared.requests.store_full.increment(1);
+            (_, StoreError::Full { .. }) => {
+                shared.requests().store_full.increment(1);
                 tracing::warn!(
                     key = %digest(),
                     error = &error as &(dyn Error + 'static),
@@ -438,7 +447,7 @@ where
     ResBody::Error: Into<BoxError>,
 {
     let ambiguous = shared.engine.policy().ambiguous;
-    if let Some(name) = &shared.config.fencing_header {
+    if let Some(name) = &shared.settings.fencing_header {
         request
             .headers_mut()
             .insert(name.clone(), HeaderValue::from(token.get()));
@@ -449,7 +458,7 @@ where
     let response = match called {
         Ok(response) => response,
         Err(error) => {
-            return match ((shared.config.classify_error)(&error), ambiguous) {
+            return match (shared.settings.classify_error.classify(&error), ambiguous) {
                 (Delivery::NotSent, _) => Execution::NotSent { value: Err(error) },
                 (Delivery::MaybeSent, Ambiguous::Retry) => Execution::Lost { value: Err(error) },
                 (Delivery::MaybeSent, Ambiguous::Reject) => {
@@ -458,7 +467,7 @@ where
                         "the service failed after the request may have taken effect; \
                          its outcome is recorded as unknown"
                     );
-                    shared.requests.count_outcome_unknown();
+                    shared.requests().count_outcome_unknown();
                     let unknown = Rejection::OutcomeUnknown.into_response();
                     Execution::Lost { value: Ok(unknown) }
                 }
@@ -466,7 +475,7 @@ where
         }
     };
     let status = response.status();
-    let captured = capture(response, shared.config.max_stored_response)
+    let captured = capture(response, shared.settings.max_stored_response)
         .await
         .map(|(response, mut stored)| {
             // The client that caused the response gets its cookies; no replay does.
@@ -492,7 +501,7 @@ where
             let answer = match ambiguous {
                 Ambiguous::Retry => Rejection::UpstreamFailed(error).into_response(),
                 Ambiguous::Reject => {
-                    shared.requests.count_outcome_unknown();
+                    shared.requests().count_outcome_unknown();
                     Rejection::OutcomeUnknown.into_response()
                 }
             };

@@ -92,7 +92,10 @@ async fn the_upstream_s_4xx_but_408_409_and_429_are_answers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_the_gateway_refuses_is_a_400_sent_once() {
     let upstream = Upstream::start().await;
-    let gateway = gateway(&upstream.url(), |config| config.require_key = true).await;
+    let gateway = gateway(&upstream.url(), |config| {
+        config.idempotency.require_key = true
+    })
+    .await;
     // The client's key goes into a header the gateway does not read, so what it sees is the
     // raw header below, or nothing.
     let client = Client::builder()
@@ -126,7 +129,7 @@ async fn a_stored_5xx_is_final_once_replayed() {
     let upstream = Upstream::start().await;
     // Never executes twice: the 503 is stored and replayed to every retry.
     let gateway = gateway(&upstream.url(), |config| {
-        config.ambiguous = Ambiguous::Reject;
+        config.idempotency.policy.ambiguous = Ambiguous::Reject;
     })
     .await;
     let client = Client::builder()

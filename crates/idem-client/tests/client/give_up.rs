@@ -47,7 +47,7 @@ async fn the_deadline_ends_the_retries_of_an_upstream_that_never_answers() {
     let upstream = Upstream::start().await;
     // Retries wait for the first attempt's result instead of getting a 409.
     let gateway = gateway(&upstream.url(), |config| {
-        config.in_flight = InFlight::Wait {
+        config.idempotency.policy.in_flight = InFlight::Wait {
             timeout: Duration::from_secs(60),
         };
     })
@@ -83,8 +83,8 @@ async fn a_retry_after_past_the_deadline_is_not_waited() {
     let upstream = Upstream::start().await;
     // The 409's Retry-After is the lease's remaining time: 7 to 10 s.
     let gateway = gateway(&upstream.url(), |config| {
-        config.in_flight = InFlight::Reject;
-        config.lease = Duration::from_secs(10);
+        config.idempotency.policy.in_flight = InFlight::Reject;
+        config.idempotency.policy.lease = Duration::from_secs(10);
     })
     .await;
     let deadline = Duration::from_secs(3);

@@ -12,7 +12,7 @@ use crate::support::{BrokenUpstream, gateway, gave_up_on_status, problem_type};
 async fn an_outcome_unknown_is_final_and_not_retried() {
     let upstream = BrokenUpstream::start().await;
     let gateway = gateway(&upstream.url(), |config| {
-        config.ambiguous = Ambiguous::Reject;
+        config.idempotency.policy.ambiguous = Ambiguous::Reject;
     })
     .await;
     let client = Client::new();

@@ -14,8 +14,8 @@ async fn a_slow_upstream_is_waited_for_through_a_409_and_its_retry_after_then_re
     let upstream = Upstream::start().await;
     // The 409's Retry-After is the lease's remaining time: 2 or 3 s.
     let gateway = gateway(&upstream.url(), |config| {
-        config.in_flight = InFlight::Reject;
-        config.lease = Duration::from_secs(3);
+        config.idempotency.policy.in_flight = InFlight::Reject;
+        config.idempotency.policy.lease = Duration::from_secs(3);
     })
     .await;
     // A backoff alone would be back within 100 ms and meet a second 409.

@@ -54,6 +54,43 @@ pub enum RunOutcome<T> {
     Mismatch,
 }
 
+/// The store failed before the key was acquired, so the work did not run: the error, and the
+/// input [`Engine::run_with`] was given, for the caller to use another way (an HTTP front end
+/// forwards the request without idempotency, or answers 503).
+pub struct NotRun<I> {
+    /// What the store answered, or [`StoreError::Unavailable`] when it did not answer in time.
+    pub error: StoreError,
+    /// The work's input, untouched.
+    pub input: I,
+}
+
+impl<I> std::fmt::Debug for NotRun<I> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NotRun")
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<I> std::fmt::Display for NotRun<I> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+/// Transparent: the store's error, as it would be without the input.
+impl<I> std::error::Error for NotRun<I> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.error)
+    }
+}
+
+impl<I> From<NotRun<I>> for StoreError {
+    fn from(not_run: NotRun<I>) -> Self {
+        not_run.error
+    }
+}
+
 /// Runs operations under idempotency keys with a [`Store`] and a [`Policy`]. Cheap to clone.
 ///
 /// # Examples
@@ -172,13 +209,34 @@ impl<S: Store> Engine<S> {
         Fut: Future<Output = Execution<T>> + Send + 'static,
         T: Send + 'static,
     {
+        let run = self.run_with(address, fingerprint, (), move |(), lease| work(lease));
+        Ok(run.await?)
+    }
+
+    /// [`run`](Self::run), with the work's `input` apart from it: when the store fails before
+    /// the key is acquired, the work did not run and `input` comes back untouched in the
+    /// [`NotRun`] error, so that the caller can still use it (an HTTP front end forwards the
+    /// request it holds without idempotency).
+    pub async fn run_with<I, F, Fut, T>(
+        &self,
+        address: Address,
+        fingerprint: Fingerprint,
+        input: I,
+        work: F,
+    ) -> Result<RunOutcome<T>, NotRun<I>>
+    where
+        I: Send + 'static,
+        F: FnOnce(I, Lease) -> Fut + Send + 'static,
+        Fut: Future<Output = Execution<T>> + Send + 'static,
+        T: Send + 'static,
+    {
         let inner = &self.inner;
         let deadline = match inner.policy.in_flight {
             InFlight::Reject => None,
             InFlight::Wait { timeout } => Some(Instant::now() + timeout),
         };
         let mut backoff = POLL_BACKOFF.0;
-        let mut work = work;
+        let mut work = (input, work);
         // Taken when the key is first found held, kept until this request has its answer.
         let mut waiting = None;
         loop {
@@ -194,7 +252,11 @@ impl<S: Store> Engine<S> {
 
             let attempt = Arc::clone(inner).attempt(address.clone(), fingerprint, work);
             let retry_after = match Detached::new(attempt, &inner.tasks).await {
-                Attempt::Done(outcome) => return outcome,
+                Attempt::Done(outcome) => return Ok(outcome),
+                Attempt::Failed {
+                    error,
+                    work: (input, _),
+                } => return Err(NotRun { error, input }),
                 Attempt::Panicked(panic) => std::panic::resume_unwind(panic),
                 Attempt::Busy {
                     retry_after,
@@ -302,13 +364,15 @@ where
 }
 
 /// How one attempt at the key ended.
-enum Attempt<F, T> {
-    /// The request is answered: executed, replayed, mismatched, or the store failed.
-    Done(Result<RunOutcome<T>, StoreError>),
+enum Attempt<W, T> {
+    /// The request is answered: executed, replayed or mismatched.
+    Done(RunOutcome<T>),
+    /// The store failed before the key was acquired: the work comes back unrun.
+    Failed { error: StoreError, work: W },
     /// The work panicked; the key was released.
     Panicked(Panic),
     /// Another worker holds the key: the work comes back for the next attempt.
-    Busy { retry_after: Duration, work: F },
+    Busy { retry_after: Duration, work: W },
 }
 
 type Panic = Box<dyn std::any::Any + Send>;
@@ -316,14 +380,14 @@ type Panic = Box<dyn std::any::Any + Send>;
 impl<S: Store> Inner<S> {
     /// Acquires the key and, when it is ours, runs the work to the end, even if its caller goes
     /// away (see [`Detached`]).
-    async fn attempt<F, Fut, T>(
+    async fn attempt<I, F, Fut, T>(
         self: Arc<Self>,
         address: Address,
         fingerprint: Fingerprint,
-        work: F,
-    ) -> Attempt<F, T>
+        work: (I, F),
+    ) -> Attempt<(I, F), T>
     where
-        F: FnOnce(Lease) -> Fut,
+        F: FnOnce(I, Lease) -> Fut,
         Fut: Future<Output = Execution<T>> + Send,
     {
         let terms = Terms::from(&self.policy);
@@ -335,13 +399,13 @@ impl<S: Store> Inner<S> {
         let lease = match acquisition {
             Ok(Acquisition::Acquired(lease)) => lease,
             Ok(Acquisition::Completed(outcome)) => {
-                return Attempt::Done(Ok(RunOutcome::Replayed(outcome)));
+                return Attempt::Done(RunOutcome::Replayed(outcome));
             }
-            Ok(Acquisition::Mismatch) => return Attempt::Done(Ok(RunOutcome::Mismatch)),
+            Ok(Acquisition::Mismatch) => return Attempt::Done(RunOutcome::Mismatch),
             Ok(Acquisition::InFlight { retry_after }) => {
                 return Attempt::Busy { retry_after, work };
             }
-            Err(error) => return Attempt::Done(Err(error)),
+            Err(error) => return Attempt::Failed { error, work },
         };
         if lease.took_over && self.policy.ambiguous == Ambiguous::Reject {
             // The previous holder died without a result: it may have executed. Never run twice.
@@ -351,9 +415,10 @@ impl<S: Store> Inner<S> {
             self.settle(&address, lease, Settlement::Complete(Outcome::Unknown))
                 .await;
             self.waiters.notify(&address);
-            return Attempt::Done(Ok(RunOutcome::Replayed(Outcome::Unknown)));
+            return Attempt::Done(RunOutcome::Replayed(Outcome::Unknown));
         }
-        let work = match std::panic::catch_unwind(AssertUnwindSafe(|| work(lease))) {
+        let (input, work) = work;
+        let work = match std::panic::catch_unwind(AssertUnwindSafe(|| work(input, lease))) {
             Ok(work) => work,
             Err(panic) => {
                 self.settle(&address, lease, Settlement::Release).await;
@@ -363,7 +428,7 @@ impl<S: Store> Inner<S> {
         };
         // Pinned here, where it stays: every move would copy the whole future.
         match self.supervise(&address, lease, pin!(work)).await {
-            Ok(value) => Attempt::Done(Ok(RunOutcome::Executed(value))),
+            Ok(value) => Attempt::Done(RunOutcome::Executed(value)),
             Err(panic) => Attempt::Panicked(panic),
         }
     }

@@ -726,6 +726,52 @@ async fn an_acquire_that_does_not_answer_fails_as_unavailable_at_the_store_timeo
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_store_failure_hands_the_unrun_work_its_input_back() {
+    let failing = Engine::new(
+        Faulty::new(Duration::from_secs(60), 0),
+        Policy::default().store_timeout(Duration::from_millis(500)),
+    );
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&runs);
+    let outcome = failing
+        .run_with(
+            address(),
+            FP,
+            String::from("the request"),
+            move |input, _lease| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    let response = StoredResponse::new(201).body(input);
+                    Execution::Final {
+                        value: (),
+                        response,
+                    }
+                }
+            },
+        )
+        .await;
+    let Err(NotRun { error, input }) = outcome else {
+        panic!("the store did not answer, yet {outcome:?}");
+    };
+    assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
+    assert_eq!(input, "the request");
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+
+    // A store that answers runs the work on its input.
+    let engine = engine(Policy::default());
+    let outcome = engine
+        .run_with(address(), FP, 7_u16, |input, _lease| async move {
+            Execution::Final {
+                value: input * 6,
+                response: ok("ran"),
+            }
+        })
+        .await
+        .unwrap();
+    assert!(matches!(outcome, RunOutcome::Executed(42)), "{outcome:?}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_takeover_records_its_outcome_unknown_through_a_failing_store() {
     // The first attempt to record fails (a store restart): retried, as any result is.
     let (outcome, runs, record) = take_over_with_failing_completes(1).await;

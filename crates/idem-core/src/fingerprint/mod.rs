@@ -167,6 +167,7 @@ pub struct InvalidFingerprint;
 
 /// How a request body is read into its fingerprint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum FingerprintMode {
     /// A body whose media type is `application/json` or `…+json` is canonicalized first, so that
     /// member order, white space, string escapes and the spelling of numbers don't matter. Any

@@ -1,8 +1,11 @@
 //! `idem serve`: its options ([`ServeArgs`]), the [`Config`] they describe, and the command.
 
-use std::{net::SocketAddr, path::PathBuf, str::FromStr, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, str::FromStr};
 
-use clap::{Args, ValueEnum, builder::BoolishValueParser};
+use clap::{
+    Args,
+    builder::{BoolishValueParser, PossibleValue, PossibleValuesParser, TypedValueParser},
+};
 use http::HeaderName;
 use idem_core::{Ambiguous, FingerprintMode, InFlight, Policy};
 use idem_http::{Anonymous, OnStoreError};
@@ -122,8 +125,9 @@ pub struct ServeArgs {
     pub lease: HumanDuration,
 
     /// A request whose key is in flight: answer 409 at once, or wait for the first one's result.
-    #[arg(long, env = "IDEM_IN_FLIGHT", value_enum, default_value_t = InFlightMode::from(Policy::default().in_flight))]
-    pub in_flight: InFlightMode,
+    #[arg(long, env = "IDEM_IN_FLIGHT", value_name = "MODE", value_parser = in_flight_parser(),
+          default_value = "reject")]
+    pub in_flight: InFlight,
 
     /// In wait mode, how long to wait before answering 409.
     #[arg(long, env = "IDEM_WAIT_TIMEOUT", value_name = "DURATION",
@@ -137,8 +141,8 @@ pub struct ServeArgs {
 
     /// A 5xx, 408, 429 or lost upstream connection: release the key (retry executes again) or
     /// store it (never execute twice; a lost connection becomes "outcome unknown").
-    #[arg(long, env = "IDEM_AMBIGUOUS", value_enum, default_value_t = AmbiguousMode::from(Ambiguous::default()))]
-    pub ambiguous: AmbiguousMode,
+    #[arg(long, env = "IDEM_AMBIGUOUS", value_enum, default_value_t = Ambiguous::default())]
+    pub ambiguous: Ambiguous,
 
     /// A header hashed into the key's scope (repeatable or comma-separated; replaces the
     /// default; an empty value turns scoping off).
@@ -149,12 +153,12 @@ pub struct ServeArgs {
 
     /// A keyed request without any scope header: run it in the shared anonymous scope, or
     /// refuse it (400 scope-required).
-    #[arg(long, env = "IDEM_ANONYMOUS", value_enum, default_value_t = AnonymousMode::from(Anonymous::default()))]
-    pub anonymous: AnonymousMode,
+    #[arg(long, env = "IDEM_ANONYMOUS", value_enum, default_value_t = Anonymous::default())]
+    pub anonymous: Anonymous,
 
     /// How request bodies are compared: JSON canonicalized first, or raw bytes.
-    #[arg(long, env = "IDEM_FINGERPRINT", value_enum, default_value_t = FingerprintArg::from(FingerprintMode::default()))]
-    pub fingerprint: FingerprintArg,
+    #[arg(long, env = "IDEM_FINGERPRINT", value_enum, default_value_t = FingerprintMode::default())]
+    pub fingerprint: FingerprintMode,
 
     /// The largest body of a request with a key (it is buffered to fingerprint it); over it, 413.
     #[arg(long, env = "IDEM_MAX_BODY", value_name = "BYTES",
@@ -183,8 +187,8 @@ pub struct ServeArgs {
     pub fencing_header: Option<HeaderName>,
 
     /// When the store is unreachable: answer 503 (fail closed) or forward without idempotency.
-    #[arg(long, env = "IDEM_ON_STORE_ERROR", value_enum, default_value_t = StoreErrorMode::from(OnStoreError::default()))]
-    pub on_store_error: StoreErrorMode,
+    #[arg(long, env = "IDEM_ON_STORE_ERROR", value_enum, default_value_t = OnStoreError::default())]
+    pub on_store_error: OnStoreError,
 
     /// The longest one store call may take; then it fails as unreachable (503, or forwarded under
     /// --on-store-error passthrough before the key is acquired). Default: a third of --lease.
@@ -202,95 +206,21 @@ pub struct ServeArgs {
     pub log: LogArgs,
 }
 
-/// `--in-flight`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum InFlightMode {
-    /// 409 with `Retry-After`.
-    Reject,
-    /// Wait up to `--wait-timeout` for the first request's response.
-    Wait,
+/// `--in-flight`: `reject`, or `wait` (up to `--wait-timeout`, which [`Config::try_from`] puts
+/// in).
+fn in_flight_parser() -> impl TypedValueParser<Value = InFlight> {
+    PossibleValuesParser::new([
+        PossibleValue::new("reject").help("409 with `Retry-After`"),
+        PossibleValue::new("wait")
+            .help("Wait up to `--wait-timeout` for the first request's response"),
+    ])
+    .map(|mode| match mode.as_str() {
+        "wait" => InFlight::Wait {
+            timeout: Policy::DEFAULT_WAIT_TIMEOUT,
+        },
+        _ => InFlight::Reject,
+    })
 }
-
-/// `--ambiguous`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum AmbiguousMode {
-    /// Release the key.
-    Retry,
-    /// Store the outcome.
-    Reject,
-}
-
-/// `--anonymous`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum AnonymousMode {
-    /// Run it in the anonymous scope, shared by every such request.
-    Allow,
-    /// 400 problem `scope-required`; nothing stored or forwarded.
-    Reject,
-}
-
-/// `--fingerprint`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum FingerprintArg {
-    /// Canonicalize JSON bodies.
-    Json,
-    /// Hash bodies as sent.
-    Raw,
-}
-
-/// `--on-store-error`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum StoreErrorMode {
-    /// 503 with `Retry-After`; the request is not forwarded.
-    Reject,
-    /// Forward the request without idempotency.
-    Passthrough,
-}
-
-impl From<InFlight> for InFlightMode {
-    fn from(in_flight: InFlight) -> Self {
-        match in_flight {
-            InFlight::Reject => Self::Reject,
-            InFlight::Wait { .. } => Self::Wait,
-        }
-    }
-}
-
-impl InFlightMode {
-    /// The layer's setting, waiting up to `timeout` in wait mode.
-    fn in_flight(self, timeout: Duration) -> InFlight {
-        match self {
-            Self::Reject => InFlight::Reject,
-            Self::Wait => InFlight::Wait { timeout },
-        }
-    }
-}
-
-/// The conversions both ways between a flag's values and the setting it stands for.
-macro_rules! same_choices {
-    ($flag:ty, $setting:ty: $($variant:ident = $value:ident),+ $(,)?) => {
-        impl From<$setting> for $flag {
-            fn from(setting: $setting) -> Self {
-                match setting {
-                    $(<$setting>::$value => Self::$variant,)+
-                }
-            }
-        }
-
-        impl From<$flag> for $setting {
-            fn from(flag: $flag) -> Self {
-                match flag {
-                    $(<$flag>::$variant => Self::$value,)+
-                }
-            }
-        }
-    };
-}
-
-same_choices!(AmbiguousMode, Ambiguous: Retry = Retry, Reject = Reject);
-same_choices!(AnonymousMode, Anonymous: Allow = Allow, Reject = Reject);
-same_choices!(FingerprintArg, FingerprintMode: Json = Json, Raw = Raw);
-same_choices!(StoreErrorMode, OnStoreError: Reject = Reject, Passthrough = Passthrough);
 
 impl TryFrom<&ServeArgs> for Config {
     type Error = Error;
@@ -308,8 +238,7 @@ impl TryFrom<&ServeArgs> for Config {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let anonymous = Anonymous::from(args.anonymous);
-        if anonymous == Anonymous::Reject && scope_headers.is_empty() {
+        if args.anonymous == Anonymous::Reject && scope_headers.is_empty() {
             return Err(ConfigError::AnonymousWithoutScope.into());
         }
         if let Some(name) = &args.fencing_header
@@ -318,6 +247,31 @@ impl TryFrom<&ServeArgs> for Config {
             let name = name.clone();
             return Err(ConfigError::FencingHeaderTaken { name, role }.into());
         }
+        let mut idempotency = Config::new(upstream.clone()).idempotency;
+        idempotency.key_header = args.key_header.clone();
+        idempotency.methods = args.methods.0.clone();
+        idempotency.require_key = args.require_key;
+        let policy = &mut idempotency.policy;
+        policy.ttl = args.ttl.0;
+        policy.lease = args.lease.0;
+        policy.in_flight = match args.in_flight {
+            InFlight::Wait { .. } => InFlight::Wait {
+                timeout: args.wait_timeout.0,
+            },
+            InFlight::Reject => InFlight::Reject,
+        };
+        policy.ambiguous = args.ambiguous;
+        policy.max_waiters = args.max_waiters;
+        policy.store_timeout = args.store_timeout.map(|timeout| timeout.0);
+        idempotency.scope_headers = scope_headers;
+        idempotency.anonymous = args.anonymous;
+        idempotency.fingerprint = args.fingerprint;
+        idempotency.max_body = args.max_body.0;
+        idempotency.body_timeout = Some(args.body_timeout.0);
+        idempotency.max_buffered = Some(args.max_buffered.0);
+        idempotency.max_stored_response = args.max_stored_response.0;
+        idempotency.on_store_error = args.on_store_error;
+        idempotency.fencing_header = args.fencing_header.clone();
         let admin_token = args
             .admin_token_file
             .as_deref()
@@ -346,24 +300,7 @@ impl TryFrom<&ServeArgs> for Config {
                 .as_deref()
                 .map(key_files::digest_key)
                 .transpose()?,
-            key_header: args.key_header.clone(),
-            methods: args.methods.0.clone(),
-            require_key: args.require_key,
-            ttl: args.ttl.0,
-            lease: args.lease.0,
-            in_flight: args.in_flight.in_flight(args.wait_timeout.0),
-            max_waiters: args.max_waiters,
-            ambiguous: args.ambiguous.into(),
-            scope_headers,
-            anonymous,
-            fingerprint: args.fingerprint.into(),
-            max_body: args.max_body.0,
-            body_timeout: args.body_timeout.0,
-            max_buffered: args.max_buffered.0,
-            max_stored_response: args.max_stored_response.0,
-            on_store_error: args.on_store_error.into(),
-            fencing_header: args.fencing_header.clone(),
-            store_timeout: args.store_timeout.map(|timeout| timeout.0),
+            idempotency,
             shutdown_timeout: args.shutdown_timeout.0,
         })
     }
@@ -414,6 +351,8 @@ pub async fn serve(args: &ServeArgs) -> Result<(), Error> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use base64::{Engine as _, engine::general_purpose::STANDARD};
     use http::Method;
     use idem_core::DigestKey;
@@ -450,22 +389,22 @@ mod tests {
         "#;
         let config = config_with_file(file, &["--ttl", "2h"]).unwrap();
         assert_eq!(config.upstream.to_string(), "http://127.0.0.1:3000");
-        assert_eq!(config.ttl, Duration::from_secs(2 * 3600));
-        assert_eq!(config.lease, Duration::from_secs(2));
-        assert_eq!(config.methods, [Method::POST, Method::PUT]);
-        assert_eq!(config.scope_headers, Vec::<HeaderName>::new());
-        assert!(config.require_key);
-        assert_eq!(config.max_body, 2048);
-        assert_eq!(config.key_header, "x-request-key");
+        assert_eq!(config.idempotency.policy.ttl, Duration::from_secs(2 * 3600));
+        assert_eq!(config.idempotency.policy.lease, Duration::from_secs(2));
+        assert_eq!(config.idempotency.methods, [Method::POST, Method::PUT]);
+        assert_eq!(config.idempotency.scope_headers, Vec::<HeaderName>::new());
+        assert!(config.idempotency.require_key);
+        assert_eq!(config.idempotency.max_body, 2048);
+        assert_eq!(config.idempotency.key_header, "x-request-key");
         assert_eq!(
-            config.in_flight,
+            config.idempotency.policy.in_flight,
             InFlight::Wait {
                 timeout: Duration::from_millis(500)
             }
         );
         // Untouched: the defaults.
         assert_eq!(
-            config.max_stored_response,
+            config.idempotency.max_stored_response,
             idem_http::DEFAULT_MAX_STORED_RESPONSE
         );
         assert_eq!(config.listen, config::DEFAULT_LISTEN);
@@ -478,7 +417,10 @@ mod tests {
             &["--upstream", "http://a"],
         )
         .unwrap();
-        assert_eq!(config.scope_headers, ["authorization", "x-tenant"]);
+        assert_eq!(
+            config.idempotency.scope_headers,
+            ["authorization", "x-tenant"]
+        );
         let config = config_with_file(
             "",
             &[
@@ -489,22 +431,22 @@ mod tests {
             ],
         )
         .unwrap();
-        assert_eq!(config.scope_headers, ["x-tenant", "x-user"]);
+        assert_eq!(config.idempotency.scope_headers, ["x-tenant", "x-user"]);
         let config = config_with_file("", &["--upstream", "http://a", "--scope-header="]).unwrap();
-        assert!(config.scope_headers.is_empty());
+        assert!(config.idempotency.scope_headers.is_empty());
     }
 
     #[test]
     fn the_fencing_header_is_off_by_default_and_needs_a_header_of_its_own() {
         let config = config_with_file("", &["--upstream", "http://a"]).unwrap();
-        assert_eq!(config.fencing_header, None);
+        assert_eq!(config.idempotency.fencing_header, None);
         let config = config_with_file(
             "fencing-header = \"Idempotency-Token\"",
             &["--upstream", "http://a"],
         )
         .unwrap();
         assert_eq!(
-            config.fencing_header,
+            config.idempotency.fencing_header,
             Some(HeaderName::from_static("idempotency-token"))
         );
         for (flags, message) in [
@@ -540,32 +482,38 @@ mod tests {
     fn the_defaults_are_the_policys_and_the_layers() {
         let config = config_with_file("", &["--upstream", "http://a"]).unwrap();
         let policy = Policy::default();
-        assert_eq!(config.ttl, policy.ttl);
-        assert_eq!(config.lease, policy.lease);
-        assert_eq!(config.in_flight, policy.in_flight);
-        assert_eq!(config.ambiguous, policy.ambiguous);
-        assert_eq!(config.max_waiters, policy.max_waiters);
-        assert_eq!(config.store_timeout, policy.store_timeout);
-        assert_eq!(config.store_call_limit(), policy.store_call_limit());
-        assert_eq!(config.key_header, "idempotency-key");
-        // Header names compare with strings case-insensitively.
-        assert_eq!(config.key_header, idem_http::DEFAULT_KEY_HEADER);
-        assert_eq!(config.methods, idem_http::DEFAULT_METHODS);
-        assert_eq!(config.scope_headers, ["authorization"]);
-        assert_eq!(config.scope_headers, idem_http::DEFAULT_SCOPE_HEADERS);
-        assert_eq!(config.anonymous, Anonymous::default());
-        assert_eq!(config.fingerprint, FingerprintMode::default());
-        assert_eq!(config.on_store_error, OnStoreError::default());
-        assert_eq!(config.max_body, idem_http::DEFAULT_MAX_BODY);
+        assert_eq!(config.idempotency.policy.ttl, policy.ttl);
+        assert_eq!(config.idempotency.policy.lease, policy.lease);
+        assert_eq!(config.idempotency.policy.in_flight, policy.in_flight);
+        assert_eq!(config.idempotency.policy.ambiguous, policy.ambiguous);
+        assert_eq!(config.idempotency.policy.max_waiters, policy.max_waiters);
         assert_eq!(
-            config.max_stored_response,
+            config.idempotency.policy.store_timeout,
+            policy.store_timeout
+        );
+        assert_eq!(config.store_call_limit(), policy.store_call_limit());
+        assert_eq!(config.idempotency.key_header, "idempotency-key");
+        // Header names compare with strings case-insensitively.
+        assert_eq!(config.idempotency.key_header, idem_http::DEFAULT_KEY_HEADER);
+        assert_eq!(config.idempotency.methods, idem_http::DEFAULT_METHODS);
+        assert_eq!(config.idempotency.scope_headers, ["authorization"]);
+        assert_eq!(
+            config.idempotency.scope_headers,
+            idem_http::DEFAULT_SCOPE_HEADERS
+        );
+        assert_eq!(config.idempotency.anonymous, Anonymous::default());
+        assert_eq!(config.idempotency.fingerprint, FingerprintMode::default());
+        assert_eq!(config.idempotency.on_store_error, OnStoreError::default());
+        assert_eq!(config.idempotency.max_body, idem_http::DEFAULT_MAX_BODY);
+        assert_eq!(
+            config.idempotency.max_stored_response,
             idem_http::DEFAULT_MAX_STORED_RESPONSE
         );
-        assert!(!config.require_key);
+        assert!(!config.idempotency.require_key);
         let waiting =
             config_with_file("", &["--upstream", "http://a", "--in-flight", "wait"]).unwrap();
         assert_eq!(
-            waiting.in_flight,
+            waiting.idempotency.policy.in_flight,
             InFlight::Wait {
                 timeout: Policy::DEFAULT_WAIT_TIMEOUT
             }
@@ -618,13 +566,19 @@ mod tests {
         assert_eq!(config.upstream_max_idle, 16);
         assert_eq!(config.upstream_idle_timeout, Duration::from_secs(10));
         assert_eq!(config.idle_timeout, Duration::from_secs(5));
-        assert_eq!(config.body_timeout, Duration::from_secs(2));
-        assert_eq!(config.max_buffered, 8 << 20);
+        assert_eq!(
+            config.idempotency.body_timeout,
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(config.idempotency.max_buffered, Some(8 << 20));
         let defaults = config_with_file("", &["--upstream", "http://a"]).unwrap();
         assert_eq!(defaults.max_connections, 10_000);
         assert_eq!(defaults.idle_timeout, Duration::from_secs(60));
-        assert_eq!(defaults.body_timeout, Duration::from_secs(30));
-        assert_eq!(defaults.max_buffered, 256 << 20);
+        assert_eq!(
+            defaults.idempotency.body_timeout,
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(defaults.idempotency.max_buffered, Some(256 << 20));
         assert_eq!(defaults.upstream_max_idle, 1024);
         assert_eq!(defaults.upstream_idle_timeout, Duration::from_secs(90));
         let error = config_with_file("", &["--upstream", "http://a", "--max-connections", "0"]);
@@ -641,10 +595,10 @@ mod tests {
             token.to_str().unwrap()
         );
         let config = config_with_file(&file, &["--upstream", "http://a"]).unwrap();
-        assert_eq!(config.anonymous, Anonymous::Reject);
+        assert_eq!(config.idempotency.anonymous, Anonymous::Reject);
         assert_eq!(format!("{:?}", config.admin_token), "Some(AdminToken(..))");
         let default = config_with_file("", &["--upstream", "http://a"]).unwrap();
-        assert_eq!(default.anonymous, Anonymous::Allow);
+        assert_eq!(default.idempotency.anonymous, Anonymous::Allow);
         assert!(default.admin_token.is_none());
     }
 
@@ -656,14 +610,17 @@ mod tests {
             store = "memory://?max_keys=10"
         "#;
         let config = config_with_file(file, &["--lease", "9s"]).unwrap();
-        assert_eq!(config.max_waiters, 5);
+        assert_eq!(config.idempotency.policy.max_waiters, 5);
         assert_eq!(config.store.to_string(), "memory://?max_keys=10");
-        assert_eq!(config.store_timeout, None);
+        assert_eq!(config.idempotency.policy.store_timeout, None);
         assert_eq!(config.store_call_limit(), Duration::from_secs(3));
         let config =
             config_with_file("store-timeout = \"250ms\"", &["--upstream", "http://a"]).unwrap();
         assert_eq!(config.store_call_limit(), Duration::from_millis(250));
-        assert_eq!(config.max_waiters, Policy::DEFAULT_MAX_WAITERS);
+        assert_eq!(
+            config.idempotency.policy.max_waiters,
+            Policy::DEFAULT_MAX_WAITERS
+        );
     }
 
     #[test]

@@ -31,10 +31,14 @@ pub use self::body::UpstreamBody;
 use self::pool::Pool;
 use crate::{
     Upstream,
-    config::{DEFAULT_UPSTREAM_IDLE_TIMEOUT, DEFAULT_UPSTREAM_MAX_IDLE},
     error::UpstreamError as Error,
     problem::{Problem, UpstreamRejection},
 };
+
+/// Default of `--upstream-max-idle`: connections to the upstream kept open for the next request.
+pub const DEFAULT_UPSTREAM_MAX_IDLE: usize = 1024;
+/// Default of `--upstream-idle-timeout`.
+pub const DEFAULT_UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// The histogram of upstream latencies: from forwarding a request to its response head.
 pub const UPSTREAM_DURATION: &str = "idem_upstream_duration_seconds";

@@ -19,7 +19,7 @@ use super::{accept, admin_server, purge::purge_expired};
 use crate::{
     AdminToken, Config, Error, GatewayStore, HumanDuration, InstrumentedStore, Proxy,
     admin::AdminState, census::CensusKeeper, connections::Connections, error::StartupError,
-    key_files, metrics_recorder, proxy,
+    key_files, metrics_recorder,
 };
 
 /// The gateway with its store open and its sockets bound, ready to [`run`](Gateway::run).
@@ -115,7 +115,7 @@ impl Gateway {
             admin_addr,
             metrics,
         } = self;
-        let layer = idempotency_layer(&config, store.clone());
+        let layer = IdempotencyLayer::with_settings(store.clone(), config.idempotency.clone());
         let engine = layer.engine();
         let proxy = Proxy::new(
             config.upstream.clone(),
@@ -141,7 +141,11 @@ impl Gateway {
             config.admin_token.clone(),
             background.clone(),
         );
-        tokio::spawn(census.run(store.clone(), config.lease, background.clone()));
+        tokio::spawn(census.run(
+            store.clone(),
+            config.idempotency.policy.lease,
+            background.clone(),
+        ));
         tokio::spawn(purge_expired(
             store,
             config.store_call_limit(),
@@ -156,7 +160,7 @@ impl Gateway {
             store = %config.store,
             "listening"
         );
-        if config.scope_headers.is_empty() {
+        if config.idempotency.scope_headers.is_empty() {
             tracing::warn!(
                 "scoping is off: every caller shares one key space, so two callers that send \
                  the same key get one execution and each other's responses (set --scope-header)"
@@ -168,7 +172,7 @@ impl Gateway {
             listener,
             &connections,
             service,
-            config.key_header.clone(),
+            config.idempotency.key_header.clone(),
             config.idle_timeout,
             shutdown,
         )
@@ -200,32 +204,5 @@ impl Gateway {
         }
         tracing::info!(processing, "stopped");
         Ok(())
-    }
-}
-
-/// The idempotency layer, configured as `config` says.
-fn idempotency_layer(config: &Config, store: GatewayStore) -> IdempotencyLayer<GatewayStore> {
-    let layer = IdempotencyLayer::new(store)
-        .key_header(config.key_header.clone())
-        .methods(config.methods.iter().cloned())
-        .require_key(config.require_key)
-        .ttl(config.ttl)
-        .lease(config.lease)
-        .in_flight(config.in_flight)
-        .ambiguous(config.ambiguous)
-        .scope_headers(config.scope_headers.iter().cloned())
-        .anonymous(config.anonymous)
-        .fingerprint(config.fingerprint)
-        .max_body(config.max_body)
-        .body_timeout(config.body_timeout)
-        .max_buffered(config.max_buffered)
-        .max_stored_response(config.max_stored_response)
-        .on_store_error(config.on_store_error)
-        .max_waiters(config.max_waiters)
-        .store_timeout(config.store_call_limit())
-        .classify_error(proxy::delivery);
-    match &config.fencing_header {
-        Some(name) => layer.fencing_header(name.clone()),
-        None => layer,
     }
 }
