@@ -33,10 +33,10 @@ use std::{
 };
 
 use idem_core::{DigestKey, sealing::KeyRing};
-use idem_http::{ClassifyError, Settings};
+use idem_http::Settings;
 
 pub use crate::proxy::{DEFAULT_UPSTREAM_IDLE_TIMEOUT, DEFAULT_UPSTREAM_MAX_IDLE};
-use crate::{AdminToken, StoreUrl, Upstream, proxy};
+use crate::{AdminToken, StoreUrl, Upstream};
 
 /// Default of `--listen`.
 pub const DEFAULT_LISTEN: SocketAddr = loopback(8080);
@@ -104,8 +104,9 @@ pub struct Config {
     pub digest_key: Option<DigestKey>,
     /// What the idempotency layer applies: the key header, the methods, the policy (TTL, lease,
     /// in-flight requests, ambiguous outcomes, waiters, store calls' time limit), scoping,
-    /// fingerprints, the bounds on bodies and the fencing header. Its `classify_error` is the
-    /// proxy's: only a failure to connect is sure not to have reached the upstream.
+    /// fingerprints, the bounds on bodies and the fencing header. (The proxy never fails: it
+    /// marks its own `502` and `504` with their [`Delivery`](idem_http::Delivery), so the
+    /// settings' `classify_error` has nothing to classify.)
     pub idempotency: Settings,
     /// How long requests in progress may take to finish on shutdown.
     pub shutdown_timeout: Duration,
@@ -124,7 +125,6 @@ impl Config {
         let mut idempotency = Settings::default();
         idempotency.body_timeout = Some(DEFAULT_BODY_TIMEOUT);
         idempotency.max_buffered = Some(DEFAULT_MAX_BUFFERED);
-        idempotency.classify_error = ClassifyError::new(proxy::delivery);
         Self {
             listen: DEFAULT_LISTEN,
             max_connections: DEFAULT_MAX_CONNECTIONS,

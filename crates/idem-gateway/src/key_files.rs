@@ -7,10 +7,7 @@
 use std::path::Path;
 
 use base64::{Engine as _, engine::general_purpose::STANDARD};
-use idem_core::{
-    DIGEST_KEY_LEN, DigestKey, DynStore,
-    sealing::{KeyRing, Sealed},
-};
+use idem_core::{DIGEST_KEY_LEN, DigestKey, sealing::KeyRing};
 
 use crate::error::KeyFileError;
 
@@ -47,14 +44,6 @@ pub(crate) fn digest_key(path: &Path) -> Result<DigestKey, KeyFileError> {
         ))
     })?;
     Ok(DigestKey::new(key))
-}
-
-/// `store`, sealing its responses with `ring` when there is one.
-pub(crate) fn sealed(store: DynStore, ring: Option<&KeyRing>) -> DynStore {
-    match ring {
-        Some(ring) => DynStore::new(Sealed::new(store, ring.clone())),
-        None => store,
-    }
 }
 
 fn read(path: &Path) -> Result<String, KeyFileError> {

@@ -164,7 +164,7 @@ async fn open(args: &KeyArgs) -> Result<(idem_core::DynStore, Address), Error> {
         .as_deref()
         .map(key_files::key_ring)
         .transpose()?;
-    let store = key_files::sealed(args.store.store.open().await?, ring.as_ref());
+    let store = args.store.store.open_sealed(ring.as_ref()).await?;
     let address = Address::new(args.scope.unwrap_or(Scope::ANONYMOUS), args.key.clone());
     Ok((store, address))
 }

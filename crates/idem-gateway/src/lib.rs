@@ -60,8 +60,8 @@ pub use error::{
 };
 pub use instrumented_store::{GatewayStore, InstrumentedStore, STORE_DURATION};
 pub use proxy::{
-    Proxy, REQUEST_DURATION, REQUEST_OWN_DURATION, UPSTREAM_DURATION, UpstreamBody, delivery,
-    error_response,
+    Proxy, ProxyBody, REQUEST_DURATION, REQUEST_OWN_DURATION, UPSTREAM_DURATION, UpstreamBody,
+    failure_response,
 };
 pub use record_view::{KeyList, ListedView, RecordFields, RecordView};
 pub use serve::{Gateway, shutdown_signal};

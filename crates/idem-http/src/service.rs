@@ -456,22 +456,24 @@ where
     let called = inner.call(request).await;
     drop(held);
     let response = match called {
-        Ok(response) => response,
+        Ok(response) => match response.extensions().get::<Delivery>() {
+            // A response that stands for a failed delivery (a proxy's 502 or 504).
+            Some(&delivery) => {
+                let answer = Ok(response.map(ResponseBody::new));
+                return undelivered(&shared, delivery, ambiguous, answer);
+            }
+            None => response,
+        },
         Err(error) => {
-            return match (shared.settings.classify_error.classify(&error), ambiguous) {
-                (Delivery::NotSent, _) => Execution::NotSent { value: Err(error) },
-                (Delivery::MaybeSent, Ambiguous::Retry) => Execution::Lost { value: Err(error) },
-                (Delivery::MaybeSent, Ambiguous::Reject) => {
-                    tracing::warn!(
-                        error = &error as &(dyn Error + 'static),
-                        "the service failed after the request may have taken effect; \
-                         its outcome is recorded as unknown"
-                    );
-                    shared.requests().count_outcome_unknown();
-                    let unknown = Rejection::OutcomeUnknown.into_response();
-                    Execution::Lost { value: Ok(unknown) }
-                }
-            };
+            let delivery = shared.settings.classify_error.classify(&error);
+            if delivery == Delivery::MaybeSent && ambiguous == Ambiguous::Reject {
+                tracing::warn!(
+                    error = &error as &(dyn Error + 'static),
+                    "the service failed after the request may have taken effect; \
+                     its outcome is recorded as unknown"
+                );
+            }
+            return undelivered(&shared, delivery, ambiguous, Err(error));
         }
     };
     let status = response.status();
@@ -506,6 +508,27 @@ where
                 }
             };
             Execution::Lost { value: Ok(answer) }
+        }
+    }
+}
+
+/// How a request the inner service could not deliver ends, as its [`Delivery`] says: not sent,
+/// the key is released and the `answer` returned; maybe sent, an ambiguous outcome (released
+/// under [`Ambiguous::Retry`]; under [`Ambiguous::Reject`], recorded and answered as outcome
+/// unknown). The `answer` is the inner service's error, or its response standing for one.
+fn undelivered<St, B, E>(
+    shared: &Shared<St>,
+    delivery: Delivery,
+    ambiguous: Ambiguous,
+    answer: Answer<B, E>,
+) -> Execution<Answer<B, E>> {
+    match (delivery, ambiguous) {
+        (Delivery::NotSent, _) => Execution::NotSent { value: answer },
+        (Delivery::MaybeSent, Ambiguous::Retry) => Execution::Lost { value: answer },
+        (Delivery::MaybeSent, Ambiguous::Reject) => {
+            shared.requests().count_outcome_unknown();
+            let unknown = Rejection::OutcomeUnknown.into_response();
+            Execution::Lost { value: Ok(unknown) }
         }
     }
 }

@@ -73,8 +73,16 @@ pub enum Anonymous {
     Reject,
 }
 
-/// Whether a request that failed with an error of the inner service may have reached the other
-/// side, as decided by [`IdempotencyLayer::classify_error`](crate::IdempotencyLayer::classify_error).
+/// Whether a request that the inner service could not deliver may have reached the other side.
+///
+/// Two ways to say it: an inner service that fails with an error has it classified by
+/// [`IdempotencyLayer::classify_error`](crate::IdempotencyLayer::classify_error); one that
+/// answers for the failure itself, as a proxy answers `502` or `504`, puts the `Delivery` in its
+/// response's extensions. Either way the layer never stores that answer: not sent, it releases
+/// the key and returns the answer; maybe sent, the outcome is ambiguous (the key released under
+/// [`Ambiguous::Retry`](idem_core::Ambiguous::Retry); under
+/// [`Ambiguous::Reject`](idem_core::Ambiguous::Reject) recorded and answered as outcome
+/// unknown).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Delivery {
     /// It cannot have taken effect (connection refused, DNS, connect timeout): the key is

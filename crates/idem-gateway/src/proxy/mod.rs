@@ -10,6 +10,7 @@ mod body;
 mod pool;
 
 use std::{
+    convert::Infallible,
     future::Future,
     net::SocketAddr,
     pin::Pin,
@@ -19,10 +20,12 @@ use std::{
 };
 
 use axum::body::Body;
+use bytes::Bytes;
 use http::{
     HeaderMap, HeaderName, HeaderValue, Request, Response, Version,
     header::{Entry, HOST, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE},
 };
+use http_body_util::{Either, Full};
 use idem_http::{Delivery, hop_by_hop};
 use metrics::Histogram;
 use tokio::time::Instant;
@@ -90,9 +93,11 @@ static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host"
 
 /// A `tower::Service` that forwards each request to the upstream and returns its response.
 ///
-/// Its errors are [`Error::UpstreamConnect`] (nothing was sent), [`Error::Upstream`] and
-/// [`Error::UpstreamTimeout`] (the request may have been sent); [`delivery`] tells them apart
-/// for the idempotency layer, and [`error_response`] turns them into 502 or 504 problems.
+/// It never fails: a forward that ends without a response is answered by the proxy itself
+/// ([`failure_response`]), `502` or `504` problem+json marked with the [`Delivery`] that tells
+/// the idempotency layer whether the request may have reached the upstream:
+/// [`Error::UpstreamConnect`] is not sent, [`Error::Upstream`] and [`Error::UpstreamTimeout`]
+/// maybe sent.
 ///
 /// Clones share the connections to the upstream. [`Proxy::for_client`] makes the proxy of one
 /// client connection, which names the client in `X-Forwarded-For`.
@@ -258,17 +263,23 @@ impl std::fmt::Debug for Proxy {
     }
 }
 
-impl tower::Service<Request<Body>> for Proxy {
-    type Response = Response<UpstreamBody>;
-    type Error = Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, Error>> + Send>>;
+/// The body of a [`Proxy`] response: the upstream's, or the proxy's own problem when the
+/// upstream gave no response.
+pub type ProxyBody = Either<UpstreamBody, Full<Bytes>>;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+impl tower::Service<Request<Body>> for Proxy {
+    type Response = Response<ProxyBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
         let request = self.upstream_request(request);
+        // For the warning of a forward that fails: shares the request's bytes.
+        let (method, target) = (request.method().clone(), request.uri().clone());
         let shared = Arc::clone(&self.shared);
         Box::pin(async move {
             let timeout = shared.timeout;
@@ -277,35 +288,42 @@ impl tower::Service<Request<Body>> for Proxy {
             let result = tokio::time::timeout_at(deadline, shared.pool.send(request)).await;
             let elapsed = start.elapsed();
             shared.latency.record(elapsed.as_secs_f64());
-            let (mut response, connection) = match result {
-                Ok(sent) => sent?,
-                Err(_) => return Err(Error::UpstreamTimeout(timeout)),
+            let sent = result.unwrap_or(Err(Error::UpstreamTimeout(timeout)));
+            let (mut response, connection) = match sent {
+                Ok(sent) => sent,
+                Err(error) => {
+                    tracing::warn!(
+                        %method,
+                        path = target.path(),
+                        error = &error as &(dyn std::error::Error + 'static),
+                        "forwarding failed"
+                    );
+                    return Ok(failure_response(&error));
+                }
             };
             remove_hop_by_hop(response.headers_mut(), false);
             response.extensions_mut().insert(UpstreamElapsed(elapsed));
-            Ok(response.map(|body| UpstreamBody::new(body, connection, deadline, timeout)))
+            Ok(response
+                .map(|body| Either::Left(UpstreamBody::new(body, connection, deadline, timeout))))
         })
     }
 }
 
-/// Whether a failed forward may have reached the upstream: only a failure to connect is sure
-/// not to have. Any error that is not the proxy's is treated as possibly sent.
-pub fn delivery(error: &(dyn std::error::Error + 'static)) -> Delivery {
-    match error.downcast_ref::<Error>() {
-        Some(Error::UpstreamConnect(_)) => Delivery::NotSent,
-        _ => Delivery::MaybeSent,
-    }
-}
-
-/// The answer to a request whose forward failed without a response: 504 problem+json when the
-/// upstream did not answer in time, 502 otherwise.
-pub fn error_response(error: &Error) -> Response<Body> {
-    let rejection = match error {
-        Error::UpstreamTimeout(timeout) => UpstreamRejection::Timeout(*timeout),
-        Error::UpstreamConnect(_) => UpstreamRejection::Unreachable,
-        _ => UpstreamRejection::Failed,
+/// The proxy's answer to a request whose forward failed without a response: `504`
+/// problem+json when the upstream did not answer in time, `502` otherwise; marked with the
+/// [`Delivery`] of the failure (only a failure to connect is sure not to have reached the
+/// upstream), which the idempotency layer reads.
+pub fn failure_response(error: &Error) -> Response<ProxyBody> {
+    let (rejection, delivery) = match error {
+        Error::UpstreamTimeout(timeout) => {
+            (UpstreamRejection::Timeout(*timeout), Delivery::MaybeSent)
+        }
+        Error::UpstreamConnect(_) => (UpstreamRejection::Unreachable, Delivery::NotSent),
+        _ => (UpstreamRejection::Failed, Delivery::MaybeSent),
     };
-    rejection.to_response()
+    let mut response = rejection.to_response::<Full<Bytes>>().map(Either::Right);
+    response.extensions_mut().insert(delivery);
+    response
 }
 
 /// Removes the headers that concern one connection only ([`hop_by_hop`]), and the proxy

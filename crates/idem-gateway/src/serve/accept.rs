@@ -10,16 +10,15 @@ use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
     server::conn::auto,
 };
-use idem_http::Idempotency;
+use idem_http::{Delivery, Idempotency};
 use tokio::net::TcpListener;
 use tower::{Service, ServiceExt};
 
 use crate::{
     GatewayStore, Proxy,
     connections::{Activity, Connections},
-    error::UpstreamError,
     logging::RequestLine,
-    proxy::{self, RequestTiming},
+    proxy::RequestTiming,
 };
 
 /// The most requests at once on one HTTP/2 client connection.
@@ -101,8 +100,8 @@ pub(super) async fn until_shutdown(
     }
 }
 
-/// Answers one request: the response, or a 502/504 problem when the upstream gave none; then
-/// its time to the response head in `timing`, and its log `line`, if request lines are logged.
+/// Answers one request, then records its time to the response head in `timing`, and writes its
+/// log `line` if request lines are logged.
 async fn answer<S, B>(
     service: S,
     request: Request<Body>,
@@ -110,27 +109,21 @@ async fn answer<S, B>(
     timing: RequestTiming,
 ) -> Result<Response<Body>, Infallible>
 where
-    S: Service<Request<Body>, Response = Response<B>, Error = UpstreamError>,
+    S: Service<Request<Body>, Response = Response<B>, Error = Infallible>,
     B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let start = tokio::time::Instant::now();
-    let method = request.method().clone();
-    let uri = request.uri().clone();
-    let (response, forwarded) = match service.oneshot(request).await {
-        Ok(response) => (response.map(Body::new), true),
-        Err(error) => {
-            tracing::warn!(
-                %method,
-                path = uri.path(),
-                error = &error as &(dyn std::error::Error + 'static),
-                "forwarding failed"
-            );
-            (proxy::error_response(&error), false)
-        }
-    };
+    // Kept for the log line only when there is one.
+    let target = line
+        .as_ref()
+        .map(|_| (request.method().clone(), request.uri().clone()));
+    let Ok(response) = service.oneshot(request).await;
+    let response = response.map(Body::new);
     timing.record(start.elapsed(), &response);
-    if let Some(line) = line {
+    if let (Some(line), Some((method, uri))) = (line, target) {
+        // A response marked with a `Delivery` is the proxy's, for an upstream that gave none.
+        let forwarded = response.extensions().get::<Delivery>().is_none();
         line.log(&method, uri.path(), &response, forwarded);
     }
     Ok(response)

@@ -19,7 +19,7 @@ use super::{accept, admin_server, purge::purge_expired};
 use crate::{
     AdminToken, Config, Error, GatewayStore, HumanDuration, InstrumentedStore, Proxy,
     admin::AdminState, census::CensusKeeper, connections::Connections, error::StartupError,
-    key_files, metrics_recorder,
+    metrics_recorder,
 };
 
 /// The gateway with its store open and its sockets bound, ready to [`run`](Gateway::run).
@@ -60,9 +60,9 @@ impl Gateway {
             .store
             .clone()
             .statement_timeout(config.store_call_limit())
-            .open()
+            .open_sealed(config.encryption.as_ref())
             .await?;
-        let store = InstrumentedStore::new(key_files::sealed(store, config.encryption.as_ref()));
+        let store = InstrumentedStore::new(store);
         let bind = |addr| async move {
             TcpListener::bind(addr)
                 .await

@@ -24,7 +24,11 @@ mod memory;
 
 use std::{fmt, path::PathBuf, str::FromStr, time::Duration};
 
-use idem_core::{DynStore, store_url::InvalidStoreUrl};
+use idem_core::{
+    DynStore, Store,
+    sealing::{KeyRing, Sealed},
+    store_url::InvalidStoreUrl,
+};
 use idem_postgres::{PostgresOptions, PostgresStore};
 use idem_redis::{RedisOptions, RedisStore};
 use idem_sqlite::{SqliteOptions, SqliteStore};
@@ -73,25 +77,40 @@ impl StoreUrl {
     /// Opens the store: for SQLite, creates the file if missing and brings its schema up to
     /// date; for PostgreSQL, checks that `idem migrate` was run; for Redis, loads the scripts.
     pub async fn open(&self) -> Result<DynStore, Error> {
+        self.open_sealed(None).await
+    }
+
+    /// Opens the store as [`open`](Self::open) does, sealing its responses with `ring` when
+    /// there is one. The sealing wraps the store itself, before its type is erased: a call goes
+    /// through one dynamic dispatch.
+    pub async fn open_sealed(&self, ring: Option<&KeyRing>) -> Result<DynStore, Error> {
         let failed = |source: Box<dyn std::error::Error + Send + Sync>| Error::OpenStore {
             url: self.to_string(),
             source,
         };
         match self {
-            StoreUrl::Memory(url) => Ok(DynStore::new(url.open())),
+            StoreUrl::Memory(url) => Ok(erased(url.open(), ring)),
             StoreUrl::Sqlite(options) => SqliteStore::open_with(options.clone())
                 .await
-                .map(DynStore::new)
+                .map(|store| erased(store, ring))
                 .map_err(|error| failed(error.into())),
             StoreUrl::Postgres(options) => PostgresStore::connect_with(options.clone())
                 .await
-                .map(DynStore::new)
+                .map(|store| erased(store, ring))
                 .map_err(|error| failed(error.into())),
             StoreUrl::Redis(options) => RedisStore::open_with(options.clone())
                 .await
-                .map(DynStore::new)
+                .map(|store| erased(store, ring))
                 .map_err(|error| failed(error.into())),
         }
+    }
+}
+
+/// `store`, sealing its responses with `ring` when there is one, its type erased.
+fn erased(store: impl Store, ring: Option<&KeyRing>) -> DynStore {
+    match ring {
+        Some(ring) => DynStore::new(Sealed::new(store, ring.clone())),
+        None => DynStore::new(store),
     }
 }
 

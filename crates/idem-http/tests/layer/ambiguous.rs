@@ -171,6 +171,76 @@ async fn an_error_after_sending_is_outcome_unknown_under_reject_and_replayed() {
     assert_eq!(calls.get(), 1);
 }
 
+/// A service that answers its first call with a `502` marked with `delivery`, as a proxy does
+/// for an upstream that gave no response, then `201`.
+fn failing_proxy(
+    calls: Calls,
+    delivery: Delivery,
+) -> impl tower::Service<
+    Request<Body>,
+    Response = Response<Full<Bytes>>,
+    Error = std::convert::Infallible,
+    Future = impl Send,
+> + Clone {
+    service_fn(move |_request: Request<Body>| {
+        let n = calls.next();
+        async move {
+            let mut response = Response::new(Full::new(Bytes::from(format!("call {n}"))));
+            if n == 1 {
+                *response.status_mut() = StatusCode::BAD_GATEWAY;
+                response.extensions_mut().insert(delivery);
+            } else {
+                *response.status_mut() = StatusCode::CREATED;
+            }
+            Ok(response)
+        }
+    })
+}
+
+#[tokio::test]
+async fn a_response_marked_not_sent_releases_the_key_under_both_modes() {
+    for ambiguous in [Ambiguous::Retry, Ambiguous::Reject] {
+        let calls = Calls::default();
+        let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new())).ambiguous(ambiguous);
+        let service = layer.layer(failing_proxy(calls.clone(), Delivery::NotSent));
+
+        let first = Reply::read(service.clone().oneshot(request()).await.unwrap()).await;
+        assert_eq!(first.status, StatusCode::BAD_GATEWAY);
+        assert_eq!(first.text(), "call 1");
+        assert!(!first.is_replay());
+        let retry = Reply::read(service.oneshot(request()).await.unwrap()).await;
+        assert_eq!(retry.status, StatusCode::CREATED);
+        assert_eq!(retry.outcome, Some(Outcome::Executed));
+        assert_eq!(retry.text(), "call 2");
+        assert_eq!(calls.get(), 2, "{ambiguous:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_response_marked_maybe_sent_is_released_under_retry_and_unknown_under_reject() {
+    let calls = Calls::default();
+    let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new())).ambiguous(Ambiguous::Retry);
+    let service = layer.layer(failing_proxy(calls.clone(), Delivery::MaybeSent));
+    let first = Reply::read(service.clone().oneshot(request()).await.unwrap()).await;
+    assert_eq!(first.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(first.text(), "call 1");
+    let retry = Reply::read(service.oneshot(request()).await.unwrap()).await;
+    assert_eq!(retry.text(), "call 2");
+    assert_eq!(calls.get(), 2);
+
+    let calls = Calls::default();
+    let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new())).ambiguous(Ambiguous::Reject);
+    let service = layer.layer(failing_proxy(calls.clone(), Delivery::MaybeSent));
+    let first = Reply::read(service.clone().oneshot(request()).await.unwrap()).await;
+    assert_eq!(first.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(first.body, OUTCOME_UNKNOWN_BODY.as_bytes());
+    assert!(!first.is_replay());
+    let retry = Reply::read(service.oneshot(request()).await.unwrap()).await;
+    assert_eq!(retry.body, OUTCOME_UNKNOWN_BODY.as_bytes());
+    assert!(retry.is_replay());
+    assert_eq!(calls.get(), 1);
+}
+
 #[tokio::test]
 async fn a_response_cut_off_releases_the_key_under_retry_with_a_502() {
     let f = Fixture::new();
