@@ -8,9 +8,9 @@ use sqlx::postgres::{PgConnectOptions, PgSslMode};
 use crate::{PostgresOptions, SchemaName, TableName};
 
 /// What an unknown parameter's error says is known.
-const KNOWN: &str = "idem takes schema, table, pool_size, batch_size, batches_in_flight, queue; \
-                     the others go to PostgreSQL's driver: sslmode, sslrootcert, sslcert, sslkey, \
-                     application_name, options, …";
+const KNOWN: &str = "idem takes schema, table, pool_size, batch_size, batches_in_flight, \
+                     queue_size; the others go to PostgreSQL's driver: sslmode, sslrootcert, \
+                     sslcert, sslkey, application_name, options, …";
 /// The parameters sqlx reads (`sqlx-postgres`'s `options/parse.rs`), passed on as they are.
 const DRIVER_PARAMETERS: &[&str] = &[
     "sslmode",
@@ -37,6 +37,50 @@ const ROOT_CERT_PARAMETERS: &[&str] = &["sslrootcert", "ssl-root-cert", "ssl-ca"
 /// How the store's connections show in `pg_stat_activity`, unless the URL names them.
 const APPLICATION_NAME: &str = "idem";
 
+/// `queue_size`, once `queue`.
+const QUEUE_SIZE: Renamed = Renamed {
+    name: "queue_size",
+    old: "queue",
+    both: "`queue_size` and its old spelling `queue` are both given: keep `queue_size`",
+};
+
+/// A parameter that has a new name, and the old one it is still read under.
+struct Renamed {
+    name: &'static str,
+    old: &'static str,
+    /// The problem of a URL that gives both.
+    both: &'static str,
+}
+
+impl Renamed {
+    /// Takes the parameter under its name or, with a warning naming the new one, its old name.
+    fn take<T, E>(
+        &self,
+        parts: &mut UrlParts<'_>,
+        parse: impl Fn(&str) -> Result<T, E>,
+    ) -> Result<Option<T>, InvalidStoreUrl>
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        if parts.has(self.name) && parts.has(self.old) {
+            return Err(parts.error(self.both));
+        }
+        if let Some(value) = parts.take(self.name, &parse)? {
+            return Ok(Some(value));
+        }
+        let value = parts.take(self.old, parse)?;
+        if value.is_some() {
+            tracing::warn!(
+                url = parts.shown(),
+                "the store URL parameter `{}` is now `{}`; the old spelling is still accepted",
+                self.old,
+                self.name,
+            );
+        }
+        Ok(value)
+    }
+}
+
 impl PostgresOptions {
     /// `postgres://[user[:password]@]host[:port]/database[?parameters]` (or `postgresql://`).
     ///
@@ -49,10 +93,11 @@ impl PostgresOptions {
     ///   [`batch_size`](Self::batch_size));
     /// - `batches_in_flight`: the most batches of one kind running at once (default 2,
     ///   [`batches_in_flight`](Self::batches_in_flight));
-    /// - `queue`: the most writes of one kind waiting for a batch (default 1024,
+    /// - `queue_size`: the most writes of one kind waiting for a batch (default 1024,
     ///   [`queue_size`](Self::queue_size)).
     ///
-    /// Each count is a whole number, at least 1.
+    /// Each count is a whole number, at least 1. `queue_size` was once `queue`: that spelling is
+    /// still read, with a warning, and a URL that gives both is refused.
     ///
     /// The others go to the driver, as libpq reads them: `sslmode` (`disable`, `prefer`, the
     /// default, `require`, `verify-ca`, `verify-full`), `sslrootcert` (the CA that signed the
@@ -88,7 +133,7 @@ impl PostgresOptions {
         let pool_size = parts.take("pool_size", count::<u32>)?;
         let batch_size = parts.take("batch_size", count::<usize>)?;
         let batches_in_flight = parts.take("batches_in_flight", count::<usize>)?;
-        let queue = parts.take("queue", count::<usize>)?;
+        let queue_size = QUEUE_SIZE.take(&mut parts, count::<usize>)?;
         parts.refuse_unknown(
             |name| DRIVER_PARAMETERS.contains(&name) || name.starts_with("options["),
             KNOWN,
@@ -126,7 +171,7 @@ impl PostgresOptions {
         if let Some(batches) = batches_in_flight {
             options = options.batches_in_flight(batches);
         }
-        if let Some(size) = queue {
+        if let Some(size) = queue_size {
             options = options.queue_size(size);
         }
         options.url = Some(parts.shown().to_owned());
@@ -174,7 +219,7 @@ mod tests {
     fn idem_parameters_are_taken_out_and_the_others_passed_on() {
         let options = parse(
             "postgres://app:pw@db:5433/pay?sslmode=disable&schema=billing&table=keys&pool_size=16&\
-             batch_size=32&batches_in_flight=3&queue=4096",
+             batch_size=32&batches_in_flight=3&queue_size=4096",
         );
         assert_eq!(options.schema.as_str(), "billing");
         assert_eq!(options.table.as_str(), "keys");
@@ -198,7 +243,7 @@ mod tests {
             options.url(),
             Some(
                 "postgres://app:***@db:5433/pay?sslmode=disable&schema=billing&table=keys&\
-                 pool_size=16&batch_size=32&batches_in_flight=3&queue=4096"
+                 pool_size=16&batch_size=32&batches_in_flight=3&queue_size=4096"
             )
         );
 
@@ -217,6 +262,23 @@ mod tests {
         assert_eq!(
             options.connect_options().get_application_name(),
             Some("billing-gw")
+        );
+    }
+
+    #[test]
+    fn the_old_spelling_of_queue_size_is_still_read() {
+        let new = parse("postgres://db/pay?queue_size=4096");
+        let old = parse("postgres://db/pay?queue=4096");
+        assert_eq!((new.queue_size, old.queue_size), (4096, 4096));
+        assert_eq!(old.url(), Some("postgres://db/pay?queue=4096"));
+        assert_eq!(
+            error("postgres://db/pay?queue=8&queue_size=16"),
+            "invalid store URL `postgres://db/pay?queue=8&queue_size=16`: `queue_size` and its \
+             old spelling `queue` are both given: keep `queue_size`"
+        );
+        assert_eq!(
+            error("postgres://db/pay?queue=-5"),
+            "invalid store URL `postgres://db/pay?queue=-5`: `queue=-5`: expected a whole number"
         );
     }
 
@@ -304,8 +366,9 @@ mod tests {
              more"
         );
         assert_eq!(
-            error("postgres://db/pay?queue=-5"),
-            "invalid store URL `postgres://db/pay?queue=-5`: `queue=-5`: expected a whole number"
+            error("postgres://db/pay?queue_size=-5"),
+            "invalid store URL `postgres://db/pay?queue_size=-5`: `queue_size=-5`: expected a \
+             whole number"
         );
         assert_eq!(
             error("postgres://db/pay?batches_in_flight=two"),
@@ -315,8 +378,8 @@ mod tests {
         assert_eq!(
             error("postgres://db/pay?shema=billing"),
             "invalid store URL `postgres://db/pay?shema=billing`: unknown parameter `shema` \
-             (idem takes schema, table, pool_size, batch_size, batches_in_flight, queue; the \
-             others go to PostgreSQL's driver: sslmode, sslrootcert, sslcert, sslkey, \
+             (idem takes schema, table, pool_size, batch_size, batches_in_flight, queue_size; \
+             the others go to PostgreSQL's driver: sslmode, sslrootcert, sslcert, sslkey, \
              application_name, options, …)"
         );
         assert_eq!(

@@ -101,14 +101,14 @@ struct Call {
 
 impl Batcher {
     /// Lanes for `connection`: at most the options' batch size of operations per script call,
-    /// at most their queue capacity waiting, over all lanes (callers wait for room beyond that);
+    /// at most their queue size waiting, over all lanes (callers wait for room beyond that);
     /// both at least 1. Call it inside the Tokio runtime the store will run in.
     pub(crate) fn new(connection: Connection, options: &RedisOptions) -> Self {
         Self {
             shared: Arc::new(Shared {
                 connection,
                 batch_size: options.batch_size,
-                room: Semaphore::new(options.queue_capacity),
+                room: Semaphore::new(options.queue_size),
                 lanes: Mutex::default(),
                 runtime: Handle::current(),
             }),

@@ -11,11 +11,6 @@ use redis::{ClientTlsConfig, TlsCertificates};
 
 use crate::{Error, KeyPrefix};
 
-/// The most operations one script call carries, by default.
-const BATCH_SIZE: usize = 64;
-/// The most operations waiting for a script call, by default.
-const QUEUE_CAPACITY: usize = 1024;
-
 /// Which Redis to use.
 #[derive(Clone)]
 pub(crate) enum Target {
@@ -54,7 +49,7 @@ pub struct RedisOptions {
     pub(crate) connection_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) batch_size: usize,
-    pub(crate) queue_capacity: usize,
+    pub(crate) queue_size: usize,
     pub(crate) tls_ca_file: Option<PathBuf>,
     pub(crate) tls_client: Option<(PathBuf, PathBuf)>,
     /// The URL the options were made from, password hidden.
@@ -62,8 +57,16 @@ pub struct RedisOptions {
 }
 
 impl RedisOptions {
+    /// The most operations one script call carries, unless [`batch_size`](Self::batch_size)
+    /// says otherwise: 64.
+    pub const DEFAULT_BATCH_SIZE: usize = 64;
+    /// The most operations waiting for a script call, unless [`queue_size`](Self::queue_size)
+    /// says otherwise: 1024.
+    pub const DEFAULT_QUEUE_SIZE: usize = 1024;
+
     /// One Redis server at `url`, with the prefix `idem`, a connection timeout of 2 seconds, a
-    /// response timeout of 5 seconds, batches of up to 64 operations and a queue of 1,024.
+    /// response timeout of 5 seconds, batches of up to [64](Self::DEFAULT_BATCH_SIZE) operations
+    /// and a queue of [1,024](Self::DEFAULT_QUEUE_SIZE).
     pub fn new(url: impl Into<String>) -> Self {
         Self::with_target(Target::Single(url.into()))
     }
@@ -80,8 +83,8 @@ impl RedisOptions {
             clock: None,
             connection_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(5),
-            batch_size: BATCH_SIZE,
-            queue_capacity: QUEUE_CAPACITY,
+            batch_size: Self::DEFAULT_BATCH_SIZE,
+            queue_size: Self::DEFAULT_QUEUE_SIZE,
             tls_ca_file: None,
             tls_client: None,
             url: None,
@@ -128,9 +131,16 @@ impl RedisOptions {
     /// default; at least 1). A caller that finds the queues full waits for room, so a slow
     /// Redis slows its callers instead of queueing without bound.
     #[must_use]
-    pub fn queue_capacity(mut self, operations: usize) -> Self {
-        self.queue_capacity = operations.max(1);
+    pub fn queue_size(mut self, operations: usize) -> Self {
+        self.queue_size = operations.max(1);
         self
+    }
+
+    /// [`queue_size`](Self::queue_size), under its old name.
+    #[deprecated(note = "renamed queue_size")]
+    #[must_use]
+    pub fn queue_capacity(self, operations: usize) -> Self {
+        self.queue_size(operations)
     }
 
     /// Trusts only the CA certificates (PEM) in `path` for `rediss://` servers, instead of the
@@ -221,7 +231,7 @@ impl fmt::Debug for RedisOptions {
             .field("connection_timeout", &self.connection_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("batch_size", &self.batch_size)
-            .field("queue_capacity", &self.queue_capacity)
+            .field("queue_size", &self.queue_size)
             .field("tls_ca_file", &self.tls_ca_file)
             .field("tls_client", &self.tls_client)
             .field("url", &self.url)
@@ -236,10 +246,17 @@ mod tests {
     #[test]
     fn batches_and_the_queue_are_bounded_by_default_and_never_empty() {
         let options = RedisOptions::new("redis://127.0.0.1:6379");
-        assert_eq!((options.batch_size, options.queue_capacity), (64, 1024));
-        let options = options.batch_size(8).queue_capacity(100);
-        assert_eq!((options.batch_size, options.queue_capacity), (8, 100));
-        let options = options.batch_size(0).queue_capacity(0);
-        assert_eq!((options.batch_size, options.queue_capacity), (1, 1));
+        assert_eq!((options.batch_size, options.queue_size), (64, 1024));
+        let options = options.batch_size(8).queue_size(100);
+        assert_eq!((options.batch_size, options.queue_size), (8, 100));
+        let options = options.batch_size(0).queue_size(0);
+        assert_eq!((options.batch_size, options.queue_size), (1, 1));
+    }
+
+    #[test]
+    #[allow(deprecated)]
+    fn the_old_name_still_sets_the_queue_size() {
+        let options = RedisOptions::new("redis://127.0.0.1:6379").queue_capacity(100);
+        assert_eq!(options.queue_size, 100);
     }
 }

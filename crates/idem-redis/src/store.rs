@@ -31,7 +31,7 @@ use crate::{
 ///
 /// - **Batching**: the store sends one script call at a time (on a cluster, one per slot). An
 ///   operation that finds none on its way goes at once; those that arrive meanwhile wait in a
-///   bounded queue ([`queue_capacity`](RedisOptions::queue_capacity)) and go together in the
+///   bounded queue ([`queue_size`](RedisOptions::queue_size)) and go together in the
 ///   next call, up to [`batch_size`](RedisOptions::batch_size) of them, run in the queue's
 ///   order, each with its own reply or error. So many concurrent keys share each round trip and
 ///   each call's cost in Redis, two operations on one key never swap, and on a cluster a master

@@ -7,7 +7,52 @@ use idem_core::store_url::{InvalidStoreUrl, UrlParts, count};
 use crate::{KeyPrefix, RedisOptions};
 
 /// What an unknown parameter's error says is known.
-const KNOWN: &str = "idem takes prefix, batch_size, queue, and cacert, cert and key with rediss://";
+const KNOWN: &str =
+    "idem takes prefix, batch_size, queue_size, and cacert, cert and key with rediss://";
+
+/// `queue_size`, once `queue`.
+const QUEUE_SIZE: Renamed = Renamed {
+    name: "queue_size",
+    old: "queue",
+    both: "`queue_size` and its old spelling `queue` are both given: keep `queue_size`",
+};
+
+/// A parameter that has a new name, and the old one it is still read under.
+struct Renamed {
+    name: &'static str,
+    old: &'static str,
+    /// The problem of a URL that gives both.
+    both: &'static str,
+}
+
+impl Renamed {
+    /// Takes the parameter under its name or, with a warning naming the new one, its old name.
+    fn take<T, E>(
+        &self,
+        parts: &mut UrlParts<'_>,
+        parse: impl Fn(&str) -> Result<T, E>,
+    ) -> Result<Option<T>, InvalidStoreUrl>
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        if parts.has(self.name) && parts.has(self.old) {
+            return Err(parts.error(self.both));
+        }
+        if let Some(value) = parts.take(self.name, &parse)? {
+            return Ok(Some(value));
+        }
+        let value = parts.take(self.old, parse)?;
+        if value.is_some() {
+            tracing::warn!(
+                url = parts.shown(),
+                "the store URL parameter `{}` is now `{}`; the old spelling is still accepted",
+                self.old,
+                self.name,
+            );
+        }
+        Ok(value)
+    }
+}
 
 impl RedisOptions {
     /// `redis://[user[:password]@]host[:port][/db][?parameters]`, one Redis server, or
@@ -18,8 +63,10 @@ impl RedisOptions {
     /// - `prefix=P` puts every key and channel of the store under `P` (default `idem`), so that
     ///   several stores share one Redis;
     /// - `batch_size`: the most operations one script call carries (default 64,
-    ///   [`batch_size`](Self::batch_size)); `queue`: the most operations waiting for one (default
-    ///   1024, [`queue_capacity`](Self::queue_capacity)). Each a whole number, at least 1;
+    ///   [`batch_size`](Self::batch_size)); `queue_size`: the most operations waiting for one
+    ///   (default 1024, [`queue_size`](Self::queue_size)). Each a whole number, at least 1.
+    ///   `queue_size` was once `queue`: that spelling is still read, with a warning, and a URL
+    ///   that gives both is refused;
     /// - `cacert=PATH` (TLS only): trust only the CA certificates in this PEM file, instead of
     ///   the Mozilla root certificates built into idem ([`tls_ca_file`](Self::tls_ca_file));
     /// - `cert=PATH&key=PATH` (TLS only): a client certificate and its key, for servers that
@@ -57,7 +104,7 @@ impl RedisOptions {
         };
         let prefix = parts.take("prefix", KeyPrefix::from_str)?;
         let batch_size = parts.take("batch_size", count::<usize>)?;
-        let queue = parts.take("queue", count::<usize>)?;
+        let queue_size = QUEUE_SIZE.take(&mut parts, count::<usize>)?;
         let ca = parts.take("cacert", PathBuf::from_str)?;
         let cert = parts.take("cert", PathBuf::from_str)?;
         let key = parts.take("key", PathBuf::from_str)?;
@@ -113,8 +160,8 @@ impl RedisOptions {
         if let Some(operations) = batch_size {
             options = options.batch_size(operations);
         }
-        if let Some(operations) = queue {
-            options = options.queue_capacity(operations);
+        if let Some(operations) = queue_size {
+            options = options.queue_size(operations);
         }
         if let Some(ca) = ca {
             options = options.tls_ca_file(ca);
@@ -165,7 +212,7 @@ mod tests {
         assert_eq!(nodes(&one), ["redis://:pw@cache:6380/2"]);
         assert_eq!(one.key_prefix().as_str(), "pay:v1");
         assert_eq!(one.url(), Some("redis://:***@cache:6380/2?prefix=pay:v1"));
-        assert_eq!((one.batch_size, one.queue_capacity), (64, 1024));
+        assert_eq!((one.batch_size, one.queue_size), (64, 1024));
 
         let cluster = parse("redis+cluster://app:pw@a:7000,b:7001/");
         assert!(cluster.is_cluster());
@@ -180,11 +227,28 @@ mod tests {
 
     #[test]
     fn batches_and_the_queue_are_set_by_the_url() {
-        let one = parse("redis://cache?batch_size=16&queue=256&prefix=p");
-        assert_eq!((one.batch_size, one.queue_capacity), (16, 256));
+        let one = parse("redis://cache?batch_size=16&queue_size=256&prefix=p");
+        assert_eq!((one.batch_size, one.queue_size), (16, 256));
         assert_eq!(nodes(&one), ["redis://cache"]);
-        let cluster = parse("rediss+cluster://a:7000?queue=4096");
-        assert_eq!((cluster.batch_size, cluster.queue_capacity), (64, 4096));
+        let cluster = parse("rediss+cluster://a:7000?queue_size=4096");
+        assert_eq!((cluster.batch_size, cluster.queue_size), (64, 4096));
+    }
+
+    #[test]
+    fn the_old_spelling_of_queue_size_is_still_read() {
+        let new = parse("redis://cache?queue_size=256");
+        let old = parse("redis://cache?queue=256");
+        assert_eq!((new.queue_size, old.queue_size), (256, 256));
+        assert_eq!(old.url(), Some("redis://cache?queue=256"));
+        assert_eq!(
+            error("redis://cache?queue=8&queue_size=16"),
+            "invalid store URL `redis://cache?queue=8&queue_size=16`: `queue_size` and its old \
+             spelling `queue` are both given: keep `queue_size`"
+        );
+        assert_eq!(
+            error("redis://h?queue=lots"),
+            "invalid store URL `redis://h?queue=lots`: `queue=lots`: expected a whole number"
+        );
     }
 
     #[test]
@@ -252,15 +316,16 @@ mod tests {
         assert_eq!(
             error("redis://h?protocol=resp3"),
             "invalid store URL `redis://h?protocol=resp3`: unknown parameter `protocol` (idem \
-             takes prefix, batch_size, queue, and cacert, cert and key with rediss://)"
+             takes prefix, batch_size, queue_size, and cacert, cert and key with rediss://)"
         );
         assert_eq!(
             error("redis://h?batch_size=0"),
             "invalid store URL `redis://h?batch_size=0`: `batch_size=0`: expected 1 or more"
         );
         assert_eq!(
-            error("redis://h?queue=lots"),
-            "invalid store URL `redis://h?queue=lots`: `queue=lots`: expected a whole number"
+            error("redis://h?queue_size=lots"),
+            "invalid store URL `redis://h?queue_size=lots`: `queue_size=lots`: expected a whole \
+             number"
         );
         assert_eq!(
             error("redis://:pw@h?cacert=/ca.pem"),

@@ -595,7 +595,7 @@ fn redis_code<T: std::fmt::Debug>(result: &Result<T, StoreError>) -> String {
 }
 
 #[tokio::test]
-async fn the_queue_holds_at_most_queue_capacity_operations() {
+async fn the_queue_holds_at_most_queue_size_operations() {
     const CAPACITY: usize = 3;
     if idem_test_support::Server::Redis.url().is_none() {
         return;
@@ -605,7 +605,7 @@ async fn the_queue_holds_at_most_queue_capacity_operations() {
     let mut redis = inspect(&server.url());
     let options = RedisOptions::new(server.url())
         .prefix(fresh_prefix())
-        .queue_capacity(CAPACITY);
+        .queue_size(CAPACITY);
     let store = RedisStore::open_with(options).await.unwrap();
 
     // Redis answers nothing for a second: the first acquire goes and waits for its answer, the

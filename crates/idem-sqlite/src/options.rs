@@ -72,7 +72,7 @@ pub struct UnknownSynchronous;
 /// let options = SqliteOptions::new(dir.path().join("idem.db"))
 ///     .synchronous(Synchronous::Normal)
 ///     .pool_size(8)
-///     .max_batch(64)
+///     .batch_size(64)
 ///     .busy_timeout(Duration::from_secs(1));
 /// let store = SqliteStore::open_with(options).await?;
 /// # drop(store);
@@ -85,8 +85,8 @@ pub struct SqliteOptions {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) synchronous: Synchronous,
     pub(crate) pool_size: u32,
-    pub(crate) max_batch: usize,
-    pub(crate) queue: usize,
+    pub(crate) batch_size: usize,
+    pub(crate) queue_size: usize,
     pub(crate) busy_timeout: Duration,
 }
 
@@ -94,15 +94,21 @@ impl SqliteOptions {
     /// The reader connections of [`SqliteOptions::new`].
     pub const DEFAULT_POOL_SIZE: u32 = 4;
     /// The writes of one transaction at most, by default.
-    pub const DEFAULT_MAX_BATCH: usize = 128;
+    pub const DEFAULT_BATCH_SIZE: usize = 128;
     /// The writes waiting for the writer at most, by default.
-    pub const DEFAULT_QUEUE: usize = 1024;
+    pub const DEFAULT_QUEUE_SIZE: usize = 1024;
+    /// The writes of one transaction at most, by default.
+    #[deprecated(note = "renamed DEFAULT_BATCH_SIZE")]
+    pub const DEFAULT_MAX_BATCH: usize = Self::DEFAULT_BATCH_SIZE;
+    /// The writes waiting for the writer at most, by default.
+    #[deprecated(note = "renamed DEFAULT_QUEUE_SIZE")]
+    pub const DEFAULT_QUEUE: usize = Self::DEFAULT_QUEUE_SIZE;
     /// How long a write waits for another process's lock, by default.
     pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
     /// The database at `path` (created if missing), on the system clock, with
     /// [`Synchronous::Full`], [4](Self::DEFAULT_POOL_SIZE) reader connections, batches of up
-    /// to [128](Self::DEFAULT_MAX_BATCH) writes, a queue of [1024](Self::DEFAULT_QUEUE) writes
+    /// to [128](Self::DEFAULT_BATCH_SIZE) writes, a queue of [1024](Self::DEFAULT_QUEUE_SIZE) writes
     /// and a busy timeout of [5 seconds](Self::DEFAULT_BUSY_TIMEOUT).
     pub fn new(path: impl AsRef<Path>) -> Self {
         Self {
@@ -110,8 +116,8 @@ impl SqliteOptions {
             clock: Arc::new(SystemClock),
             synchronous: Synchronous::default(),
             pool_size: Self::DEFAULT_POOL_SIZE,
-            max_batch: Self::DEFAULT_MAX_BATCH,
-            queue: Self::DEFAULT_QUEUE,
+            batch_size: Self::DEFAULT_BATCH_SIZE,
+            queue_size: Self::DEFAULT_QUEUE_SIZE,
             busy_timeout: Self::DEFAULT_BUSY_TIMEOUT,
         }
     }
@@ -149,17 +155,31 @@ impl SqliteOptions {
     /// a transaction commits go into the next one together, up to this many; a single write
     /// waits for nothing.
     #[must_use]
-    pub fn max_batch(mut self, writes: usize) -> Self {
-        self.max_batch = writes.max(1);
+    pub fn batch_size(mut self, writes: usize) -> Self {
+        self.batch_size = writes.max(1);
         self
     }
 
     /// Sets how many writes may wait for the writer (at least 1); a write beyond them waits for
     /// room before it is queued.
     #[must_use]
-    pub fn queue(mut self, writes: usize) -> Self {
-        self.queue = writes.max(1);
+    pub fn queue_size(mut self, writes: usize) -> Self {
+        self.queue_size = writes.max(1);
         self
+    }
+
+    /// [`batch_size`](Self::batch_size), under its old name.
+    #[deprecated(note = "renamed batch_size")]
+    #[must_use]
+    pub fn max_batch(self, writes: usize) -> Self {
+        self.batch_size(writes)
+    }
+
+    /// [`queue_size`](Self::queue_size), under its old name.
+    #[deprecated(note = "renamed queue_size")]
+    #[must_use]
+    pub fn queue(self, writes: usize) -> Self {
+        self.queue_size(writes)
     }
 
     /// Sets how long a write waits for another connection or process to finish its own before
@@ -236,8 +256,8 @@ impl fmt::Debug for SqliteOptions {
             .field("path", &self.path)
             .field("synchronous", &self.synchronous)
             .field("pool_size", &self.pool_size)
-            .field("max_batch", &self.max_batch)
-            .field("queue", &self.queue)
+            .field("batch_size", &self.batch_size)
+            .field("queue_size", &self.queue_size)
             .field("busy_timeout", &self.busy_timeout)
             .finish_non_exhaustive()
     }

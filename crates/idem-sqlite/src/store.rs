@@ -102,8 +102,8 @@ impl SqliteStore {
         let writer = Writer::start(WriterOptions {
             connection: options.connect_writer().map_err(Error::OpenWriter)?,
             clock: Arc::clone(&options.clock),
-            queue: options.queue,
-            max_batch: options.max_batch,
+            queue_size: options.queue_size,
+            batch_size: options.batch_size,
         })?;
         Ok(Self {
             readers,
@@ -697,7 +697,7 @@ mod tests {
     }
 
     // The writes below are queued while the writer is paused, so they reach it together and form
-    // batches of `max_batch`.
+    // batches of `batch_size`.
 
     #[tokio::test]
     async fn a_failing_write_is_undone_alone_and_its_neighbours_commit() {
@@ -765,7 +765,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let options = SqliteOptions::new(dir.path().join("order.db"))
             .clock(ManualClock::default())
-            .max_batch(2);
+            .batch_size(2);
         let store = SqliteStore::open_with(options).await.unwrap();
         let writer = &store.writer;
         let resume = writer.pause().await;

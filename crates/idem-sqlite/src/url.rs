@@ -7,7 +7,57 @@ use idem_core::store_url::{InvalidStoreUrl, UrlParts, count};
 use crate::{SqliteOptions, Synchronous};
 
 /// What an unknown parameter's error says is known.
-const KNOWN: &str = "idem takes synchronous, pool_size, max_batch, queue, busy_timeout";
+const KNOWN: &str = "idem takes synchronous, pool_size, batch_size, queue_size, busy_timeout";
+
+/// `batch_size`, once `max_batch`.
+const BATCH_SIZE: Renamed = Renamed {
+    name: "batch_size",
+    old: "max_batch",
+    both: "`batch_size` and its old spelling `max_batch` are both given: keep `batch_size`",
+};
+/// `queue_size`, once `queue`.
+const QUEUE_SIZE: Renamed = Renamed {
+    name: "queue_size",
+    old: "queue",
+    both: "`queue_size` and its old spelling `queue` are both given: keep `queue_size`",
+};
+
+/// A parameter that has a new name, and the old one it is still read under.
+struct Renamed {
+    name: &'static str,
+    old: &'static str,
+    /// The problem of a URL that gives both.
+    both: &'static str,
+}
+
+impl Renamed {
+    /// Takes the parameter under its name or, with a warning naming the new one, its old name.
+    fn take<T, E>(
+        &self,
+        parts: &mut UrlParts<'_>,
+        parse: impl Fn(&str) -> Result<T, E>,
+    ) -> Result<Option<T>, InvalidStoreUrl>
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        if parts.has(self.name) && parts.has(self.old) {
+            return Err(parts.error(self.both));
+        }
+        if let Some(value) = parts.take(self.name, &parse)? {
+            return Ok(Some(value));
+        }
+        let value = parts.take(self.old, parse)?;
+        if value.is_some() {
+            tracing::warn!(
+                url = parts.shown(),
+                "the store URL parameter `{}` is now `{}`; the old spelling is still accepted",
+                self.old,
+                self.name,
+            );
+        }
+        Ok(value)
+    }
+}
 
 impl SqliteOptions {
     /// `sqlite://PATH` (relative to the working directory) or `sqlite:///ABSOLUTE/PATH`: the
@@ -16,13 +66,16 @@ impl SqliteOptions {
     ///
     /// - `synchronous`: `full` (the default) or `normal`, [`synchronous`](Self::synchronous);
     /// - `pool_size`: the reader connections (default 4, [`pool_size`](Self::pool_size));
-    /// - `max_batch`: the most writes one transaction holds (default 128,
-    ///   [`max_batch`](Self::max_batch));
-    /// - `queue`: the most writes waiting for the writer (default 1024, [`queue`](Self::queue));
+    /// - `batch_size`: the most writes one transaction holds (default 128,
+    ///   [`batch_size`](Self::batch_size));
+    /// - `queue_size`: the most writes waiting for the writer (default 1024,
+    ///   [`queue_size`](Self::queue_size));
     /// - `busy_timeout`: how long a write waits for another process's lock, in milliseconds as
     ///   SQLite's own `busy_timeout` pragma (default 5000, [`busy_timeout`](Self::busy_timeout)).
     ///
     /// Each count is a whole number, at least 1. The path is taken as it is, up to the `?`.
+    /// `batch_size` and `queue_size` were once `max_batch` and `queue`: those spellings are still
+    /// read, each with a warning, and a URL that gives both spellings of one is refused.
     ///
     /// # Examples
     ///
@@ -32,7 +85,7 @@ impl SqliteOptions {
     ///
     /// let options = SqliteOptions::from_url("sqlite:///var/lib/idem.db")?;
     /// assert_eq!(options.path(), Path::new("/var/lib/idem.db"));
-    /// let tuned = SqliteOptions::from_url("sqlite://idem.db?max_batch=256&busy_timeout=1000")?;
+    /// let tuned = SqliteOptions::from_url("sqlite://idem.db?batch_size=256&busy_timeout=1000")?;
     /// assert_eq!(tuned.path(), Path::new("idem.db"));
     /// let error = SqliteOptions::from_url("sqlite://idem.db?mode=ro").unwrap_err();
     /// assert!(error.to_string().contains("unknown parameter `mode`"));
@@ -49,8 +102,8 @@ impl SqliteOptions {
         let mut parts = UrlParts::split(url)?;
         let synchronous = parts.take("synchronous", Synchronous::from_str)?;
         let pool_size = parts.take("pool_size", count::<u32>)?;
-        let max_batch = parts.take("max_batch", count::<usize>)?;
-        let queue = parts.take("queue", count::<usize>)?;
+        let batch_size = BATCH_SIZE.take(&mut parts, count::<usize>)?;
+        let queue_size = QUEUE_SIZE.take(&mut parts, count::<usize>)?;
         let busy_timeout = parts.take("busy_timeout", str::parse::<u64>)?;
         parts.refuse_unknown(|_| false, KNOWN)?;
 
@@ -61,11 +114,11 @@ impl SqliteOptions {
         if let Some(size) = pool_size {
             options = options.pool_size(size);
         }
-        if let Some(writes) = max_batch {
-            options = options.max_batch(writes);
+        if let Some(writes) = batch_size {
+            options = options.batch_size(writes);
         }
-        if let Some(writes) = queue {
-            options = options.queue(writes);
+        if let Some(writes) = queue_size {
+            options = options.queue_size(writes);
         }
         if let Some(millis) = busy_timeout {
             options = options.busy_timeout(Duration::from_millis(millis));
@@ -106,28 +159,69 @@ mod tests {
     #[test]
     fn parameters_set_the_options() {
         let options = SqliteOptions::from_url(
-            "sqlite:///var/lib/idem.db?synchronous=normal&pool_size=8&max_batch=256&queue=4096\
-             &busy_timeout=250",
+            "sqlite:///var/lib/idem.db?synchronous=normal&pool_size=8&batch_size=256\
+             &queue_size=4096&busy_timeout=250",
         )
         .unwrap();
         assert_eq!(options.path(), Path::new("/var/lib/idem.db"));
         assert_eq!(options.synchronous, Synchronous::Normal);
         assert_eq!(options.pool_size, 8);
-        assert_eq!(options.max_batch, 256);
-        assert_eq!(options.queue, 4096);
+        assert_eq!(options.batch_size, 256);
+        assert_eq!(options.queue_size, 4096);
         assert_eq!(options.busy_timeout, Duration::from_millis(250));
 
         let defaults = SqliteOptions::from_url("sqlite://idem.db").unwrap();
         assert_eq!(defaults.synchronous, Synchronous::Full);
         assert_eq!(defaults.pool_size, SqliteOptions::DEFAULT_POOL_SIZE);
-        assert_eq!(defaults.max_batch, SqliteOptions::DEFAULT_MAX_BATCH);
-        assert_eq!(defaults.queue, SqliteOptions::DEFAULT_QUEUE);
+        assert_eq!(defaults.batch_size, SqliteOptions::DEFAULT_BATCH_SIZE);
+        assert_eq!(defaults.queue_size, SqliteOptions::DEFAULT_QUEUE_SIZE);
         assert_eq!(defaults.busy_timeout, SqliteOptions::DEFAULT_BUSY_TIMEOUT);
         assert_eq!(
             SqliteOptions::from_url("sqlite://idem.db?synchronous=FULL")
                 .unwrap()
                 .synchronous,
             Synchronous::Full
+        );
+    }
+
+    #[test]
+    fn the_old_spellings_are_still_read() {
+        let new = SqliteOptions::from_url("sqlite://idem.db?batch_size=256&queue_size=4096");
+        let old = SqliteOptions::from_url("sqlite://idem.db?max_batch=256&queue=4096");
+        let (new, old) = (new.unwrap(), old.unwrap());
+        assert_eq!((new.batch_size, new.queue_size), (256, 4096));
+        assert_eq!((old.batch_size, old.queue_size), (256, 4096));
+        let error = |url: &str| SqliteOptions::from_url(url).unwrap_err().to_string();
+        assert_eq!(
+            error("sqlite://idem.db?batch_size=2&max_batch=2"),
+            "invalid store URL `sqlite://idem.db?batch_size=2&max_batch=2`: `batch_size` and its \
+             old spelling `max_batch` are both given: keep `batch_size`"
+        );
+        assert_eq!(
+            error("sqlite://idem.db?queue=8&queue_size=16"),
+            "invalid store URL `sqlite://idem.db?queue=8&queue_size=16`: `queue_size` and its old \
+             spelling `queue` are both given: keep `queue_size`"
+        );
+        assert_eq!(
+            error("sqlite://idem.db?max_batch=0"),
+            "invalid store URL `sqlite://idem.db?max_batch=0`: `max_batch=0`: expected 1 or more"
+        );
+    }
+
+    #[test]
+    #[allow(deprecated)]
+    fn the_old_names_still_set_the_options() {
+        let options = SqliteOptions::new("idem.db").max_batch(7).queue(9);
+        assert_eq!((options.batch_size, options.queue_size), (7, 9));
+        assert_eq!(
+            (
+                SqliteOptions::DEFAULT_MAX_BATCH,
+                SqliteOptions::DEFAULT_QUEUE
+            ),
+            (
+                SqliteOptions::DEFAULT_BATCH_SIZE,
+                SqliteOptions::DEFAULT_QUEUE_SIZE
+            )
         );
     }
 
@@ -139,17 +233,22 @@ mod tests {
             "invalid store URL `sqlite://`: no file path after sqlite://"
         );
         assert_eq!(
-            error("sqlite://?max_batch=2"),
-            "invalid store URL `sqlite://?max_batch=2`: no file path after sqlite://"
+            error("sqlite://?batch_size=2"),
+            "invalid store URL `sqlite://?batch_size=2`: no file path after sqlite://"
         );
         assert_eq!(
             error("sqlite://idem.db?mode=ro"),
             "invalid store URL `sqlite://idem.db?mode=ro`: unknown parameter `mode` (idem takes \
-             synchronous, pool_size, max_batch, queue, busy_timeout)"
+             synchronous, pool_size, batch_size, queue_size, busy_timeout)"
         );
         assert_eq!(
-            error("sqlite://idem.db?max_batch=0"),
-            "invalid store URL `sqlite://idem.db?max_batch=0`: `max_batch=0`: expected 1 or more"
+            error("sqlite://idem.db?batch_size=0"),
+            "invalid store URL `sqlite://idem.db?batch_size=0`: `batch_size=0`: expected 1 or more"
+        );
+        assert_eq!(
+            error("sqlite://idem.db?queue_size=x"),
+            "invalid store URL `sqlite://idem.db?queue_size=x`: `queue_size=x`: expected a whole \
+             number"
         );
         assert_eq!(
             error("sqlite://idem.db?synchronous=off"),

@@ -2,7 +2,7 @@
 //!
 //! SQLite lets one connection write at a time, and a commit in `synchronous = FULL` waits for
 //! the disk. Writes that arrive while a transaction commits wait in a bounded queue; the writer
-//! then takes every waiting write (up to [`SqliteOptions::max_batch`]) into one transaction, so
+//! then takes every waiting write (up to [`SqliteOptions::batch_size`]) into one transaction, so
 //! that one commit, and one flush, makes them all durable:
 //!
 //! ```text
@@ -23,7 +23,7 @@
 //! cached), they run back to back, where an async driver hands each one to its worker thread and
 //! back. Callers wait on their reply channel, not on the thread.
 //!
-//! [`SqliteOptions::max_batch`]: crate::SqliteOptions::max_batch
+//! [`SqliteOptions::batch_size`]: crate::SqliteOptions::batch_size
 
 use std::{fmt, sync::Arc};
 
@@ -60,8 +60,8 @@ pub(crate) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 pub(crate) struct WriterOptions {
     pub(crate) connection: Connection,
     pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) queue: usize,
-    pub(crate) max_batch: usize,
+    pub(crate) queue_size: usize,
+    pub(crate) batch_size: usize,
 }
 
 /// The store's handle on its writer thread. Clones share the thread; it ends when the store is
@@ -74,12 +74,12 @@ pub(crate) struct Writer {
 impl Writer {
     /// Starts the writer's thread on its connection.
     pub(crate) fn start(options: WriterOptions) -> Result<Self, Error> {
-        let (jobs, queued) = mpsc::channel(options.queue);
+        let (jobs, queued) = mpsc::channel(options.queue_size);
         let thread = Thread {
             connection: options.connection,
             clock: options.clock,
             queued,
-            max_batch: options.max_batch,
+            batch_size: options.batch_size,
         };
         std::thread::Builder::new()
             .name("idem-sqlite-writer".into())
@@ -166,12 +166,12 @@ struct Thread {
     connection: Connection,
     clock: Arc<dyn Clock>,
     queued: mpsc::Receiver<Job>,
-    max_batch: usize,
+    batch_size: usize,
 }
 
 impl Thread {
     fn run(mut self) {
-        let mut batch = Vec::with_capacity(self.max_batch);
+        let mut batch = Vec::with_capacity(self.batch_size);
         let mut closing = None;
         while let Some(first) = self.queued.blocking_recv() {
             #[cfg(test)]
@@ -187,7 +187,7 @@ impl Thread {
                 job => job,
             };
             batch.push(first);
-            while batch.len() < self.max_batch
+            while batch.len() < self.batch_size
                 && let Ok(job) = self.queued.try_recv()
             {
                 batch.push(job);
