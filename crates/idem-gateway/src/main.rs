@@ -1,6 +1,6 @@
 //! `idem`: the command line. Parses, sets up logging and runs; errors are one line on stderr.
 
-use std::process::ExitCode;
+use std::{io::IsTerminal, process::ExitCode};
 
 use anyhow::Context as _;
 use clap::error::ErrorKind;
@@ -12,7 +12,19 @@ use idem_gateway::{Cli, ConfigError, Error, cli::Command, demo, keys, migrate, r
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = match Cli::parse_from_env_and_file(std::env::args_os()) {
+    // What is said while the command line is read (a store URL parameter given in an old
+    // spelling) goes to stderr: the logs are set up only once the command line says how.
+    let reading = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_max_level(tracing::Level::WARN)
+        .without_time()
+        .with_target(false)
+        .finish();
+    let parsed = tracing::subscriber::with_default(reading, || {
+        Cli::parse_from_env_and_file(std::env::args_os())
+    });
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(Error::Config(ConfigError::Cli(error))) => return clap_failure(&error),
         Err(error) => return failure(&anyhow::Error::new(error)),

@@ -278,8 +278,6 @@ impl tower::Service<Request<Body>> for Proxy {
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
         let request = self.upstream_request(request);
-        // For the warning of a forward that fails: shares the request's bytes.
-        let (method, target) = (request.method().clone(), request.uri().clone());
         let shared = Arc::clone(&self.shared);
         Box::pin(async move {
             let timeout = shared.timeout;
@@ -288,13 +286,14 @@ impl tower::Service<Request<Body>> for Proxy {
             let result = tokio::time::timeout_at(deadline, shared.pool.send(request)).await;
             let elapsed = start.elapsed();
             shared.latency.record(elapsed.as_secs_f64());
-            let sent = result.unwrap_or(Err(Error::UpstreamTimeout(timeout)));
+            let sent = result.unwrap_or_else(|_| Err(Error::UpstreamTimeout(timeout)));
             let (mut response, connection) = match sent {
                 Ok(sent) => sent,
                 Err(error) => {
+                    // The request's line, when request lines are logged, names its method and
+                    // path: copying them for this warning would cost every request.
                     tracing::warn!(
-                        %method,
-                        path = target.path(),
+                        upstream = %shared.upstream,
                         error = &error as &(dyn std::error::Error + 'static),
                         "forwarding failed"
                     );

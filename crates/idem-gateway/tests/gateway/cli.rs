@@ -81,15 +81,15 @@ fn bad_command_lines_fail_with_one_line() {
         "{unreachable}"
     );
     assert_eq!(
-        fails(&with(&["--store", "sqlite://idem.db?max_batch=0"]), 2),
-        "error: invalid value 'sqlite://idem.db?max_batch=0' for '--store <URL>': invalid store \
-         URL `sqlite://idem.db?max_batch=0`: `max_batch=0`: expected 1 or more"
+        fails(&with(&["--store", "sqlite://idem.db?batch_size=0"]), 2),
+        "error: invalid value 'sqlite://idem.db?batch_size=0' for '--store <URL>': invalid store \
+         URL `sqlite://idem.db?batch_size=0`: `batch_size=0`: expected 1 or more"
     );
     assert_eq!(
         fails(&with(&["--store", "sqlite://idem.db?journal=off"]), 2),
         "error: invalid value 'sqlite://idem.db?journal=off' for '--store <URL>': invalid store \
          URL `sqlite://idem.db?journal=off`: unknown parameter `journal` (idem takes synchronous, \
-         pool_size, max_batch, queue, busy_timeout)"
+         pool_size, batch_size, queue_size, busy_timeout)"
     );
     assert_eq!(
         fails(&["frobnicate"], 2),
@@ -130,6 +130,23 @@ fn a_bad_config_file_fails_with_one_line() {
     assert!(
         fails(&["serve", "--config", missing], 1)
             .starts_with(&format!("error: cannot read the config file {missing}: "))
+    );
+}
+
+#[test]
+fn a_store_url_parameter_in_its_old_spelling_works_with_a_warning_on_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("{}?queue=64", sqlite_url(dir.path(), "idem.db"));
+    let migrated = idem(&["migrate", "--store", &store]);
+    assert_eq!(migrated.code, Some(0), "{}", migrated.stderr);
+    let warnings: Vec<&str> = migrated.stderr.lines().collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with(
+            " WARN the store URL parameter `queue` is now `queue_size`; the old spelling is \
+             still accepted"
+        ),
+        "{warnings:?}"
     );
 }
 

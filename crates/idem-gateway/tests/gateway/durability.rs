@@ -29,7 +29,7 @@ async fn completed_keys_survive_a_restart() {
     gateway.stop().await;
 
     // The same file, opened with the URL's tuning parameters, holds the same records.
-    let tuned = format!("{store}?synchronous=normal&pool_size=1&max_batch=1&busy_timeout=100");
+    let tuned = format!("{store}?synchronous=normal&pool_size=1&batch_size=1&busy_timeout=100");
     let gateway = Gateway::start(&upstream.url(), &["--store", &tuned]);
     let retry = client
         .post(&gateway.url("/charges"), "durable-1", r#"{"amount":5}"#)

@@ -26,7 +26,7 @@ fn server_store_urls_that_cannot_be_used_fail_with_one_line() {
         fails(&serve("postgresql://db/pay?shema=pay"), 2),
         "error: invalid value 'postgresql://db/pay?shema=pay' for '--store <URL>': invalid \
          store URL `postgresql://db/pay?shema=pay`: unknown parameter `shema` (idem takes \
-         schema, table, pool_size, batch_size, batches_in_flight, queue; the others go to \
+         schema, table, pool_size, batch_size, batches_in_flight, queue_size; the others go to \
          PostgreSQL's driver: sslmode, sslrootcert, sslcert, sslkey, application_name, options, \
          …)"
     );
@@ -36,9 +36,9 @@ fn server_store_urls_that_cannot_be_used_fail_with_one_line() {
          store URL `postgres://db/pay?batch_size=0`: `batch_size=0`: expected 1 or more"
     );
     assert_eq!(
-        fails(&serve("redis://cache?queue=many"), 2),
-        "error: invalid value 'redis://cache?queue=many' for '--store <URL>': invalid store URL \
-         `redis://cache?queue=many`: `queue=many`: expected a whole number"
+        fails(&serve("redis://cache?queue_size=many"), 2),
+        "error: invalid value 'redis://cache?queue_size=many' for '--store <URL>': invalid store \
+         URL `redis://cache?queue_size=many`: `queue_size=many`: expected a whole number"
     );
     assert_eq!(
         fails(&serve("redis://cache?prefix=a*"), 2),
