@@ -74,6 +74,14 @@ pub enum UrlProblem {
     /// A parameter given twice.
     #[error("the parameter `{0}` is given twice")]
     Repeated(&'static str),
+    /// A parameter given under its name and under the old name it is still read under.
+    #[error("`{name}` and its old spelling `{old}` are both given: keep `{name}`")]
+    Respelled {
+        /// The parameter's name.
+        name: &'static str,
+        /// Its old name.
+        old: &'static str,
+    },
     /// A value the store cannot use.
     #[error("`{name}={value}`: {reason}")]
     Value {
@@ -196,6 +204,34 @@ impl<'a> UrlParts<'a> {
                 reason: Box::new(reason),
             })
         })
+    }
+
+    /// [`take`](Self::take)s the parameter `name` or, where the URL still uses its old name
+    /// `old`, takes that with a warning naming the new one. Both given: refused.
+    pub fn take_renamed<T, E>(
+        &mut self,
+        name: &'static str,
+        old: &'static str,
+        parse: impl Fn(&str) -> Result<T, E>,
+    ) -> Result<Option<T>, InvalidStoreUrl>
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        if self.has(name) && self.has(old) {
+            return Err(self.invalid(UrlProblem::Respelled { name, old }));
+        }
+        if let Some(value) = self.take(name, &parse)? {
+            return Ok(Some(value));
+        }
+        let value = self.take(old, parse)?;
+        if value.is_some() {
+            tracing::warn!(
+                url = self.shown(),
+                "the store URL parameter `{old}` is now `{name}`; the old spelling is still \
+                 accepted"
+            );
+        }
+        Ok(value)
     }
 
     /// Refuses the first parameter left that `known` does not accept; `takes` says which are.

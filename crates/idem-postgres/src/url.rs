@@ -37,50 +37,6 @@ const ROOT_CERT_PARAMETERS: &[&str] = &["sslrootcert", "ssl-root-cert", "ssl-ca"
 /// How the store's connections show in `pg_stat_activity`, unless the URL names them.
 const APPLICATION_NAME: &str = "idem";
 
-/// `queue_size`, once `queue`.
-const QUEUE_SIZE: Renamed = Renamed {
-    name: "queue_size",
-    old: "queue",
-    both: "`queue_size` and its old spelling `queue` are both given: keep `queue_size`",
-};
-
-/// A parameter that has a new name, and the old one it is still read under.
-struct Renamed {
-    name: &'static str,
-    old: &'static str,
-    /// The problem of a URL that gives both.
-    both: &'static str,
-}
-
-impl Renamed {
-    /// Takes the parameter under its name or, with a warning naming the new one, its old name.
-    fn take<T, E>(
-        &self,
-        parts: &mut UrlParts<'_>,
-        parse: impl Fn(&str) -> Result<T, E>,
-    ) -> Result<Option<T>, InvalidStoreUrl>
-    where
-        E: std::error::Error + Send + Sync + 'static,
-    {
-        if parts.has(self.name) && parts.has(self.old) {
-            return Err(parts.error(self.both));
-        }
-        if let Some(value) = parts.take(self.name, &parse)? {
-            return Ok(Some(value));
-        }
-        let value = parts.take(self.old, parse)?;
-        if value.is_some() {
-            tracing::warn!(
-                url = parts.shown(),
-                "the store URL parameter `{}` is now `{}`; the old spelling is still accepted",
-                self.old,
-                self.name,
-            );
-        }
-        Ok(value)
-    }
-}
-
 impl PostgresOptions {
     /// `postgres://[user[:password]@]host[:port]/database[?parameters]` (or `postgresql://`).
     ///
@@ -133,7 +89,7 @@ impl PostgresOptions {
         let pool_size = parts.take("pool_size", count::<u32>)?;
         let batch_size = parts.take("batch_size", count::<usize>)?;
         let batches_in_flight = parts.take("batches_in_flight", count::<usize>)?;
-        let queue_size = QUEUE_SIZE.take(&mut parts, count::<usize>)?;
+        let queue_size = parts.take_renamed("queue_size", "queue", count::<usize>)?;
         parts.refuse_unknown(
             |name| DRIVER_PARAMETERS.contains(&name) || name.starts_with("options["),
             KNOWN,

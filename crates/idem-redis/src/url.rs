@@ -10,50 +10,6 @@ use crate::{KeyPrefix, RedisOptions};
 const KNOWN: &str =
     "idem takes prefix, batch_size, queue_size, and cacert, cert and key with rediss://";
 
-/// `queue_size`, once `queue`.
-const QUEUE_SIZE: Renamed = Renamed {
-    name: "queue_size",
-    old: "queue",
-    both: "`queue_size` and its old spelling `queue` are both given: keep `queue_size`",
-};
-
-/// A parameter that has a new name, and the old one it is still read under.
-struct Renamed {
-    name: &'static str,
-    old: &'static str,
-    /// The problem of a URL that gives both.
-    both: &'static str,
-}
-
-impl Renamed {
-    /// Takes the parameter under its name or, with a warning naming the new one, its old name.
-    fn take<T, E>(
-        &self,
-        parts: &mut UrlParts<'_>,
-        parse: impl Fn(&str) -> Result<T, E>,
-    ) -> Result<Option<T>, InvalidStoreUrl>
-    where
-        E: std::error::Error + Send + Sync + 'static,
-    {
-        if parts.has(self.name) && parts.has(self.old) {
-            return Err(parts.error(self.both));
-        }
-        if let Some(value) = parts.take(self.name, &parse)? {
-            return Ok(Some(value));
-        }
-        let value = parts.take(self.old, parse)?;
-        if value.is_some() {
-            tracing::warn!(
-                url = parts.shown(),
-                "the store URL parameter `{}` is now `{}`; the old spelling is still accepted",
-                self.old,
-                self.name,
-            );
-        }
-        Ok(value)
-    }
-}
-
 impl RedisOptions {
     /// `redis://[user[:password]@]host[:port][/db][?parameters]`, one Redis server, or
     /// `redis+cluster://[user[:password]@]host:port[,host:port…][?parameters]`, a Redis Cluster
@@ -104,7 +60,7 @@ impl RedisOptions {
         };
         let prefix = parts.take("prefix", KeyPrefix::from_str)?;
         let batch_size = parts.take("batch_size", count::<usize>)?;
-        let queue_size = QUEUE_SIZE.take(&mut parts, count::<usize>)?;
+        let queue_size = parts.take_renamed("queue_size", "queue", count::<usize>)?;
         let ca = parts.take("cacert", PathBuf::from_str)?;
         let cert = parts.take("cert", PathBuf::from_str)?;
         let key = parts.take("key", PathBuf::from_str)?;

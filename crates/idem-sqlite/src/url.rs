@@ -9,56 +9,6 @@ use crate::{SqliteOptions, Synchronous};
 /// What an unknown parameter's error says is known.
 const KNOWN: &str = "idem takes synchronous, pool_size, batch_size, queue_size, busy_timeout";
 
-/// `batch_size`, once `max_batch`.
-const BATCH_SIZE: Renamed = Renamed {
-    name: "batch_size",
-    old: "max_batch",
-    both: "`batch_size` and its old spelling `max_batch` are both given: keep `batch_size`",
-};
-/// `queue_size`, once `queue`.
-const QUEUE_SIZE: Renamed = Renamed {
-    name: "queue_size",
-    old: "queue",
-    both: "`queue_size` and its old spelling `queue` are both given: keep `queue_size`",
-};
-
-/// A parameter that has a new name, and the old one it is still read under.
-struct Renamed {
-    name: &'static str,
-    old: &'static str,
-    /// The problem of a URL that gives both.
-    both: &'static str,
-}
-
-impl Renamed {
-    /// Takes the parameter under its name or, with a warning naming the new one, its old name.
-    fn take<T, E>(
-        &self,
-        parts: &mut UrlParts<'_>,
-        parse: impl Fn(&str) -> Result<T, E>,
-    ) -> Result<Option<T>, InvalidStoreUrl>
-    where
-        E: std::error::Error + Send + Sync + 'static,
-    {
-        if parts.has(self.name) && parts.has(self.old) {
-            return Err(parts.error(self.both));
-        }
-        if let Some(value) = parts.take(self.name, &parse)? {
-            return Ok(Some(value));
-        }
-        let value = parts.take(self.old, parse)?;
-        if value.is_some() {
-            tracing::warn!(
-                url = parts.shown(),
-                "the store URL parameter `{}` is now `{}`; the old spelling is still accepted",
-                self.old,
-                self.name,
-            );
-        }
-        Ok(value)
-    }
-}
-
 impl SqliteOptions {
     /// `sqlite://PATH` (relative to the working directory) or `sqlite:///ABSOLUTE/PATH`: the
     /// file, created if missing, with these optional parameters (the defaults of
@@ -102,8 +52,8 @@ impl SqliteOptions {
         let mut parts = UrlParts::split(url)?;
         let synchronous = parts.take("synchronous", Synchronous::from_str)?;
         let pool_size = parts.take("pool_size", count::<u32>)?;
-        let batch_size = BATCH_SIZE.take(&mut parts, count::<usize>)?;
-        let queue_size = QUEUE_SIZE.take(&mut parts, count::<usize>)?;
+        let batch_size = parts.take_renamed("batch_size", "max_batch", count::<usize>)?;
+        let queue_size = parts.take_renamed("queue_size", "queue", count::<usize>)?;
         let busy_timeout = parts.take("busy_timeout", str::parse::<u64>)?;
         parts.refuse_unknown(|_| false, KNOWN)?;
 
