@@ -10,7 +10,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    Error, Outcome,
+    Error, Reply,
     history::{Operation, Recorder},
 };
 
@@ -53,7 +53,7 @@ pub(crate) async fn run(
                     .send()
                     .await;
                 let outcome = match sent {
-                    Ok(response) => Outcome::Answered {
+                    Ok(response) => Reply::Answered {
                         status: response.status().as_u16(),
                         replayed: response.replayed(),
                         execution: response
@@ -61,8 +61,8 @@ pub(crate) async fn run(
                             .ok()
                             .and_then(|body| body["execution"].as_u64()),
                     },
-                    Err(ClientError::OutcomeUnknown { .. }) => Outcome::OutcomeUnknown,
-                    Err(error @ ClientError::GaveUp { .. }) => Outcome::GaveUp {
+                    Err(ClientError::OutcomeUnknown { .. }) => Reply::OutcomeUnknown,
+                    Err(error @ ClientError::GaveUp { .. }) => Reply::GaveUp {
                         // For people reading the history: the error and its last failure.
                         reason: error_chain(&error),
                     },

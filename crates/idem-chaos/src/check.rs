@@ -64,7 +64,7 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    Ambiguous, GatewayId, History, Outcome, Stamp, StoreKind,
+    Ambiguous, GatewayId, History, Reply, Stamp, StoreKind,
     history::{AttemptResult, Execution, FaultEvent, RecordState},
     store::CLUSTER_NODE_TIMEOUT,
 };
@@ -388,7 +388,7 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
         .operations
         .iter()
         .filter_map(|operation| match operation.outcome {
-            Outcome::Answered {
+            Reply::Answered {
                 execution: Some(id),
                 ..
             } => Some((operation.key.as_str(), id)),
@@ -591,7 +591,7 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
 
     for operation in &history.operations {
         let stored = match operation.outcome {
-            Outcome::Answered {
+            Reply::Answered {
                 status,
                 replayed,
                 execution,
@@ -609,11 +609,11 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
                 }
                 (200..300).contains(&status) || replayed
             }
-            Outcome::OutcomeUnknown => {
+            Reply::OutcomeUnknown => {
                 figures.outcome_unknown += 1;
                 true
             }
-            Outcome::GaveUp { .. } => {
+            Reply::GaveUp { .. } => {
                 figures.lost += 1;
                 false
             }
@@ -769,7 +769,7 @@ fn count(n: usize) -> u64 {
 pub(crate) fn statuses(history: &History) -> BTreeMap<u16, u64> {
     let mut statuses = BTreeMap::new();
     for operation in &history.operations {
-        if let Outcome::Answered { status, .. } = operation.outcome {
+        if let Reply::Answered { status, .. } = operation.outcome {
             *statuses.entry(status).or_default() += 1;
         }
     }
@@ -811,7 +811,7 @@ mod tests {
             key: key.into(),
             started: at(0),
             ended: at(10_000),
-            outcome: Outcome::Answered {
+            outcome: Reply::Answered {
                 status: 201,
                 replayed: false,
                 execution: Some(execution),
@@ -978,7 +978,7 @@ mod tests {
             operations: vec![
                 answered("done", 1),
                 Operation {
-                    outcome: Outcome::GaveUp {
+                    outcome: Reply::GaveUp {
                         reason: "the deadline passed".into(),
                     },
                     ..answered("lost", 0)
@@ -1048,7 +1048,7 @@ mod tests {
     fn outcome_unknown_is_expected_in_reject_mode_only() {
         let history = History {
             operations: vec![Operation {
-                outcome: Outcome::OutcomeUnknown,
+                outcome: Reply::OutcomeUnknown,
                 ..answered("k", 0)
             }],
             ..History::default()
@@ -1064,7 +1064,7 @@ mod tests {
     fn a_replayed_503_is_a_refusal_in_reject_mode_and_unexpected_otherwise() {
         let refused = |replayed| History {
             operations: vec![Operation {
-                outcome: Outcome::Answered {
+                outcome: Reply::Answered {
                     status: 503,
                     replayed,
                     execution: None,

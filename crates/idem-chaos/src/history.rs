@@ -141,13 +141,13 @@ pub struct Operation {
     /// When the caller got its result.
     pub ended: Stamp,
     /// What the caller got.
-    pub outcome: Outcome,
+    pub outcome: Reply,
 }
 
 /// What a caller got for an operation, as `idem_client` reported it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Outcome {
+pub enum Reply {
     /// A definite answer: executed, or replayed.
     Answered {
         /// Its status.

@@ -24,7 +24,7 @@
 //! ```
 //! use std::time::Duration;
 //! use idem_chaos::{
-//!     Ambiguous, GatewayId, History, Outcome, Stamp, StoreKind,
+//!     Ambiguous, GatewayId, History, Reply, Stamp, StoreKind,
 //!     check::{Settings, check},
 //!     history::{Execution, Operation},
 //! };
@@ -43,7 +43,7 @@
 //!         key: "op-1".into(),
 //!         started: at(0),
 //!         ended: at(900),
-//!         outcome: Outcome::Answered { status: 201, replayed: false, execution: Some(2) },
+//!         outcome: Reply::Answered { status: 201, replayed: false, execution: Some(2) },
 //!     }],
 //!     executions: vec![execution(1, 0), execution(2, 500)],
 //!     ..History::default()
@@ -86,7 +86,7 @@ pub use check::{Failure, Figures, Verdict, check};
 pub use error::Error;
 pub use faults::{FaultKind, Schedule};
 pub use gateway_process::GatewayProgram;
-pub use history::{GatewayId, History, Outcome, Stamp};
+pub use history::{GatewayId, History, Reply, Stamp};
 pub use options::{Ambiguous, InFlight, RedisPersistence, RunArgs, StoreKind};
 pub use report::Report;
 pub use run::run;

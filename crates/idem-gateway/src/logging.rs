@@ -7,7 +7,7 @@ use std::io::IsTerminal;
 
 use http::{HeaderName, HeaderValue, Method, Request, Response};
 use idem_core::IdempotencyKey;
-use idem_http::{Outcome, RequestKey};
+use idem_http::{RequestKey, RequestOutcome};
 use tokio::time::Instant;
 use tracing::Level;
 use tracing_subscriber::EnvFilter;
@@ -95,7 +95,7 @@ impl RequestLine {
             status = response.status().as_u16(),
             // Microsecond precision is plenty, and keeps the lines short.
             latency_ms = self.start.elapsed().as_micros() as f64 / 1000.0,
-            outcome = response.extensions().get::<Outcome>().map(|o| o.as_str()),
+            outcome = response.extensions().get::<RequestOutcome>().map(|o| o.as_str()),
             key = key.map(RequestKey::digest).or(fallback),
             // The hash in hex, or its keyed digest under `--digest-key-file`.
             scope = key.map(|k| k.scope().digest()),

@@ -50,7 +50,7 @@ use crate::{
 /// 5. If the store fails: `503` problem+json with `Retry-After`, unless
 ///    [`on_store_error`](Self::on_store_error) is [`OnStoreError::Passthrough`].
 ///
-/// Every response carries its [`Outcome`](crate::Outcome) as an extension, and its
+/// Every response carries its [`RequestOutcome`](crate::RequestOutcome) as an extension, and its
 /// [`RequestKey`](crate::RequestKey) when the request had a valid key.
 ///
 /// All the services made by one layer and its clones share one [`Engine`], built with the layer

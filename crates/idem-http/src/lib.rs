@@ -22,7 +22,7 @@
 //! use axum::{Router, body::Body, routing::post};
 //! use http::{Request, StatusCode};
 //! use idem_core::MemoryStore;
-//! use idem_http::{IdempotencyLayer, Outcome};
+//! use idem_http::{IdempotencyLayer, RequestOutcome};
 //! use tower::ServiceExt;
 //!
 //! let charges = Arc::new(AtomicUsize::new(0));
@@ -51,7 +51,7 @@
 //! let retry = app.oneshot(charge()).await?;
 //! assert_eq!(retry.status(), StatusCode::CREATED);
 //! assert_eq!(retry.headers()["idempotent-replayed"], "true");
-//! assert_eq!(retry.extensions().get(), Some(&Outcome::Replayed));
+//! assert_eq!(retry.extensions().get(), Some(&RequestOutcome::Replayed));
 //! assert_eq!(charges.load(Ordering::SeqCst), 1);
 //! # Ok::<(), std::convert::Infallible>(())
 //! # }).unwrap();
@@ -62,7 +62,7 @@
 //! - [`IdempotencyLayer`] and [`Idempotency`] (the service), with their [`Settings`]
 //!   ([`OnStoreError`], [`Anonymous`], [`ClassifyError`] and [`Delivery`]);
 //! - [`ResponseBody`] and [`ResponseFuture`]: what the service returns;
-//! - [`Outcome`] and [`RequestKey`]: response extensions, for logs and metrics;
+//! - [`RequestOutcome`] and [`RequestKey`]: response extensions, for logs and metrics;
 //! - [`problem`]: the typed rejections and their problem types;
 //! - [`hop_by_hop`]: the headers that concern one connection, which are never stored or passed on;
 //! - [`FromBytes`]: the request bodies the layer can rebuild after buffering them.
@@ -70,7 +70,7 @@
 //! # Metrics
 //!
 //! Each request adds one to the counter `idem_requests_total{outcome}` of the
-//! [`metrics`](https://docs.rs/metrics) facade, with the labels of [`Outcome::as_str`]. A new
+//! [`metrics`](https://docs.rs/metrics) facade, with the labels of [`RequestOutcome::as_str`]. A new
 //! key refused because the store is full ([`problem::STORE_FULL`]) also adds one to
 //! `idem_store_full_total`.
 //!
@@ -103,7 +103,7 @@ pub use body::ResponseBody;
 pub use from_bytes::FromBytes;
 pub use future::ResponseFuture;
 pub use layer::IdempotencyLayer;
-pub use outcome::{Outcome, RequestKey};
+pub use outcome::{RequestKey, RequestOutcome};
 pub use service::Idempotency;
 pub use settings::{
     Anonymous, ClassifyError, DEFAULT_KEY_HEADER, DEFAULT_MAX_BODY, DEFAULT_MAX_STORED_RESPONSE,

@@ -1,12 +1,12 @@
-//! What the layer did with a request: the [`Outcome`] and [`RequestKey`] response extensions.
+//! What the layer did with a request: the [`RequestOutcome`] and [`RequestKey`] response extensions.
 //!
 //! # Examples
 //!
 //! ```
-//! use idem_http::Outcome;
+//! use idem_http::RequestOutcome;
 //!
-//! assert_eq!(Outcome::Replayed.as_str(), "replayed");
-//! assert_eq!(Outcome::TooLarge.to_string(), "too_large");
+//! assert_eq!(RequestOutcome::Replayed.as_str(), "replayed");
+//! assert_eq!(RequestOutcome::TooLarge.to_string(), "too_large");
 //! ```
 
 use std::fmt;
@@ -16,7 +16,7 @@ use idem_core::{IdempotencyKey, Scope};
 /// What the layer did with a request. Every response the service returns carries it as a
 /// response extension, and it labels the `idem_requests_total` counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Outcome {
+pub enum RequestOutcome {
     /// The request ran the operation; the response is the inner service's.
     Executed,
     /// The operation had completed before: the stored response was replayed.
@@ -39,38 +39,38 @@ pub enum Outcome {
     Overloaded,
 }
 
-impl Outcome {
+impl RequestOutcome {
     /// Every outcome, in the order of their declaration.
-    pub const ALL: [Outcome; 9] = [
-        Outcome::Executed,
-        Outcome::Replayed,
-        Outcome::Conflict,
-        Outcome::Mismatch,
-        Outcome::Invalid,
-        Outcome::Passthrough,
-        Outcome::TooLarge,
-        Outcome::StoreError,
-        Outcome::Overloaded,
+    pub const ALL: [RequestOutcome; 9] = [
+        RequestOutcome::Executed,
+        RequestOutcome::Replayed,
+        RequestOutcome::Conflict,
+        RequestOutcome::Mismatch,
+        RequestOutcome::Invalid,
+        RequestOutcome::Passthrough,
+        RequestOutcome::TooLarge,
+        RequestOutcome::StoreError,
+        RequestOutcome::Overloaded,
     ];
 
     /// The label used in metrics and logs: `executed`, `replayed`, `conflict`, `mismatch`,
     /// `invalid`, `passthrough`, `too_large`, `store_error` or `overloaded`.
     pub const fn as_str(self) -> &'static str {
         match self {
-            Outcome::Executed => "executed",
-            Outcome::Replayed => "replayed",
-            Outcome::Conflict => "conflict",
-            Outcome::Mismatch => "mismatch",
-            Outcome::Invalid => "invalid",
-            Outcome::Passthrough => "passthrough",
-            Outcome::TooLarge => "too_large",
-            Outcome::StoreError => "store_error",
-            Outcome::Overloaded => "overloaded",
+            RequestOutcome::Executed => "executed",
+            RequestOutcome::Replayed => "replayed",
+            RequestOutcome::Conflict => "conflict",
+            RequestOutcome::Mismatch => "mismatch",
+            RequestOutcome::Invalid => "invalid",
+            RequestOutcome::Passthrough => "passthrough",
+            RequestOutcome::TooLarge => "too_large",
+            RequestOutcome::StoreError => "store_error",
+            RequestOutcome::Overloaded => "overloaded",
         }
     }
 }
 
-impl fmt::Display for Outcome {
+impl fmt::Display for RequestOutcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
@@ -108,7 +108,7 @@ mod tests {
 
     #[test]
     fn all_holds_each_outcome_at_its_index() {
-        for (index, outcome) in Outcome::ALL.into_iter().enumerate() {
+        for (index, outcome) in RequestOutcome::ALL.into_iter().enumerate() {
             assert_eq!(outcome as usize, index, "{outcome}");
         }
     }

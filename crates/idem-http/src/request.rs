@@ -11,7 +11,7 @@
 //! use bytes::Bytes;
 //! use http::{Request, Response, StatusCode};
 //! use http_body_util::Full;
-//! use idem_http::{IdempotencyLayer, Outcome};
+//! use idem_http::{IdempotencyLayer, RequestOutcome};
 //! use tower::{Layer, ServiceExt, service_fn};
 //!
 //! let service = IdempotencyLayer::new(Arc::new(idem_core::MemoryStore::new())).layer(
@@ -26,7 +26,7 @@
 //!     .unwrap();
 //! let response = service.oneshot(request).await?;
 //! assert_eq!(response.status(), StatusCode::BAD_REQUEST);
-//! assert_eq!(response.extensions().get(), Some(&Outcome::Invalid));
+//! assert_eq!(response.extensions().get(), Some(&RequestOutcome::Invalid));
 //! # Ok::<(), Infallible>(())
 //! # }).unwrap();
 //! ```

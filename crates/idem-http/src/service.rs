@@ -9,7 +9,7 @@
 //!
 //! use http::{Request, Response};
 //! use http_body_util::Full;
-//! use idem_http::{IdempotencyLayer, Outcome};
+//! use idem_http::{IdempotencyLayer, RequestOutcome};
 //! use tower::{Layer, ServiceExt, service_fn};
 //!
 //! let charge = service_fn(|_request: Request<Full<bytes::Bytes>>| async {
@@ -25,9 +25,9 @@
 //!         .unwrap()
 //! };
 //! let first = service.clone().oneshot(request()).await?;
-//! assert_eq!(first.extensions().get(), Some(&Outcome::Executed));
+//! assert_eq!(first.extensions().get(), Some(&RequestOutcome::Executed));
 //! let retry = service.oneshot(request()).await?;
-//! assert_eq!(retry.extensions().get(), Some(&Outcome::Replayed));
+//! assert_eq!(retry.extensions().get(), Some(&RequestOutcome::Replayed));
 //! assert_eq!(retry.headers()["idempotent-replayed"], "true");
 //! # Ok::<(), Infallible>(())
 //! # }).unwrap();
@@ -49,7 +49,7 @@ use idem_core::{
 use tower::Service;
 
 use crate::{
-    Anonymous, Delivery, FromBytes, OnStoreError, Outcome, RequestKey, ResponseBody,
+    Anonymous, Delivery, FromBytes, OnStoreError, RequestKey, RequestOutcome, ResponseBody,
     ResponseFuture,
     budget::{Budget, Reservation},
     capture::{capture, drop_cookies, replay_outcome},
@@ -93,13 +93,13 @@ impl<St> Shared<St> {
     }
 }
 
-/// The `idem_requests_total` counter of each [`Outcome`], and the `idem_outcome_unknown_total`
+/// The `idem_requests_total` counter of each [`RequestOutcome`], and the `idem_outcome_unknown_total`
 /// and `idem_store_full_total` counters, registered once, in the recorder installed when the
 /// layer made its first service: a request increments its counters without looking them up by
 /// name and label, and each is exported (at 0) before it first counts, so that rules over them
 /// see a series from the start.
 pub(crate) struct RequestCounters {
-    by_outcome: [metrics::Counter; Outcome::ALL.len()],
+    by_outcome: [metrics::Counter; RequestOutcome::ALL.len()],
     outcome_unknown: metrics::Counter,
     store_full: metrics::Counter,
 }
@@ -107,14 +107,14 @@ pub(crate) struct RequestCounters {
 impl RequestCounters {
     pub(crate) fn register() -> Self {
         Self {
-            by_outcome: Outcome::ALL
+            by_outcome: RequestOutcome::ALL
                 .map(|outcome| metrics::counter!(REQUESTS_METRIC, "outcome" => outcome.as_str())),
             outcome_unknown: metrics::counter!(OUTCOME_UNKNOWN_METRIC),
             store_full: metrics::counter!(STORE_FULL_METRIC),
         }
     }
 
-    fn count(&self, outcome: Outcome) {
+    fn count(&self, outcome: RequestOutcome) {
         self.by_outcome[outcome as usize].increment(1);
     }
 
@@ -229,15 +229,17 @@ where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
 {
     let answer = forward(inner, request).await;
-    shared.requests().count(Outcome::Passthrough);
+    shared.requests().count(RequestOutcome::Passthrough);
     let mut response = answer?;
-    response.extensions_mut().insert(Outcome::Passthrough);
+    response
+        .extensions_mut()
+        .insert(RequestOutcome::Passthrough);
     Ok(response)
 }
 
 type Answer<B, E> = Result<Response<ResponseBody<B>>, E>;
 
-/// Answers one request, then labels the response with its [`Outcome`] and [`RequestKey`].
+/// Answers one request, then labels the response with its [`RequestOutcome`] and [`RequestKey`].
 async fn handle<S, St, ReqBody, ResBody>(
     shared: Arc<Shared<St>>,
     inner: S,
@@ -279,7 +281,7 @@ async fn respond<S, St, ReqBody, ResBody>(
     inner: S,
     request: Request<ReqBody>,
     request_key: &mut Option<RequestKey>,
-) -> (Outcome, Answer<ResBody, S::Error>)
+) -> (RequestOutcome, Answer<ResBody, S::Error>)
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send + 'static,
     S::Future: Send,
@@ -296,9 +298,9 @@ where
         Ok(Some(key)) => key,
         Ok(None) => {
             let header = settings.key_header.clone();
-            return rejected(Outcome::Invalid, Rejection::MissingKey { header });
+            return rejected(RequestOutcome::Invalid, Rejection::MissingKey { header });
         }
-        Err(error) => return rejected(Outcome::Invalid, Rejection::InvalidKey(error)),
+        Err(error) => return rejected(RequestOutcome::Invalid, Rejection::InvalidKey(error)),
     };
     let scope = request::scope(request.headers(), &settings.scope_headers);
     *request_key = Some(RequestKey::new(key.clone(), scope));
@@ -311,7 +313,10 @@ where
     let anonymous = scope.is_anonymous();
     if anonymous && settings.anonymous == Anonymous::Reject {
         let headers = settings.scope_headers.clone();
-        return rejected(Outcome::Invalid, Rejection::ScopeRequired { headers });
+        return rejected(
+            RequestOutcome::Invalid,
+            Rejection::ScopeRequired { headers },
+        );
     }
 
     let (parts, body) = request.into_parts();
@@ -330,10 +335,12 @@ where
     let (body, held) = match buffered {
         Ok(buffered) => buffered,
         Err(rejection @ Rejection::BodyTooLarge { .. }) => {
-            return rejected(Outcome::TooLarge, rejection);
+            return rejected(RequestOutcome::TooLarge, rejection);
         }
-        Err(rejection @ Rejection::Overloaded) => return rejected(Outcome::Overloaded, rejection),
-        Err(rejection) => return rejected(Outcome::Invalid, rejection),
+        Err(rejection @ Rejection::Overloaded) => {
+            return rejected(RequestOutcome::Overloaded, rejection);
+        }
+        Err(rejection) => return rejected(RequestOutcome::Invalid, rejection),
     };
     let fingerprint = request::fingerprint(settings.fingerprint, &parts, &body);
     let request = Request::from_parts(parts, ReqBody::from_bytes(body));
@@ -353,7 +360,7 @@ where
         .run_with(Address::new(scope, key), fingerprint, input, work)
         .await
     {
-        Ok(RunOutcome::Executed(answer)) => (Outcome::Executed, answer),
+        Ok(RunOutcome::Executed(answer)) => (RequestOutcome::Executed, answer),
         Ok(RunOutcome::Replayed(mut stored)) => {
             match &mut stored {
                 // Records stored before cookies were dropped at store time may still hold some.
@@ -361,12 +368,15 @@ where
                 idem_core::Outcome::Response(_) => {}
                 idem_core::Outcome::Unknown => shared.requests().count_outcome_unknown(),
             }
-            (Outcome::Replayed, Ok(replay_outcome(stored)))
+            (RequestOutcome::Replayed, Ok(replay_outcome(stored)))
         }
-        Ok(RunOutcome::InFlight { retry_after }) => {
-            rejected(Outcome::Conflict, Rejection::InFlight { retry_after })
+        Ok(RunOutcome::InFlight { retry_after }) => rejected(
+            RequestOutcome::Conflict,
+            Rejection::InFlight { retry_after },
+        ),
+        Ok(RunOutcome::Mismatch) => {
+            rejected(RequestOutcome::Mismatch, Rejection::FingerprintMismatch)
         }
-        Ok(RunOutcome::Mismatch) => rejected(Outcome::Mismatch, Rejection::FingerprintMismatch),
         // The engine's errors all come before the key was acquired, and hand the request back;
         // only an unreachable store is passed through, never one that answered.
         Err(NotRun {
@@ -381,7 +391,7 @@ where
                 );
                 let answer = forward(inner, request).await;
                 drop(held);
-                (Outcome::Passthrough, answer)
+                (RequestOutcome::Passthrough, answer)
             }
             (_, StoreError::Full { .. }) => {
                 shared.requests().store_full.increment(1);
@@ -390,7 +400,7 @@ where
                     error = &error as &(dyn Error + 'static),
                     "the idempotency store is full; refusing a new key"
                 );
-                rejected(Outcome::StoreError, Rejection::StoreFull(error))
+                rejected(RequestOutcome::StoreError, Rejection::StoreFull(error))
             }
             _ => {
                 tracing::error!(
@@ -402,13 +412,13 @@ where
                     StoreError::Corrupted(_) => Rejection::RecordCorrupted(error),
                     _ => Rejection::StoreUnavailable(error),
                 };
-                rejected(Outcome::StoreError, rejection)
+                rejected(RequestOutcome::StoreError, rejection)
             }
         },
     }
 }
 
-fn rejected<B, E>(outcome: Outcome, rejection: Rejection) -> (Outcome, Answer<B, E>) {
+fn rejected<B, E>(outcome: RequestOutcome, rejection: Rejection) -> (RequestOutcome, Answer<B, E>) {
     (outcome, Ok(rejection.into_response()))
 }
 

@@ -7,7 +7,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// A failure of the inbox, the outbox or the relay.
 ///
 /// Expected outcomes are values, not errors: a duplicate delivery is
-/// [`Delivery::Duplicate`](crate::Delivery::Duplicate), a message the broker refused is a
+/// [`Arrival::Duplicate`](crate::Arrival::Duplicate), a message the broker refused is a
 /// [`PublishError`](crate::PublishError) in the relay's report.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -105,7 +105,7 @@ pub use error::{BoxError, Error};
 pub use id::{ConsumerName, InvalidId, MessageId};
 pub use idem_sql::{InvalidName, SchemaName, TableName};
 pub use inbox::{
-    Delivery, Handled, Inbox, InboxDatabase, InboxOptions, PgInbox, Purger, SqliteInbox,
+    Arrival, Handled, Inbox, InboxDatabase, InboxOptions, PgInbox, Purger, SqliteInbox,
 };
 pub use outbox::{
     BatchReport, DeadLetter, Envelope, Outbox, OutboxCounts, OutboxDatabase, OutboxMessage,

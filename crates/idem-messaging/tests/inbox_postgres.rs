@@ -13,7 +13,7 @@ use std::{
     time::Duration,
 };
 
-use idem_messaging::{Delivery, Error, Handled, MessageId, PgInbox};
+use idem_messaging::{Arrival, Error, Handled, MessageId, PgInbox};
 use idem_test_support::require;
 
 use common::{TestSchema, consumer};
@@ -68,7 +68,7 @@ async fn process_records_in_the_callers_transaction() {
     let mut tx = schema.pool.begin().await.unwrap();
     assert_eq!(
         inbox.process(&mut tx, &ledger, &id("m-1")).await.unwrap(),
-        Delivery::First
+        Arrival::First
     );
     schema.book(&mut tx, "m-1", "+10").await;
     tx.commit().await.unwrap();
@@ -76,7 +76,7 @@ async fn process_records_in_the_callers_transaction() {
     let mut tx = schema.pool.begin().await.unwrap();
     assert_eq!(
         inbox.process(&mut tx, &ledger, &id("m-1")).await.unwrap(),
-        Delivery::Duplicate
+        Arrival::Duplicate
     );
     tx.rollback().await.unwrap();
 
@@ -87,7 +87,7 @@ async fn process_records_in_the_callers_transaction() {
             .process(&mut tx, &consumer("mailer"), &id("m-1"))
             .await
             .unwrap(),
-        Delivery::First
+        Arrival::First
     );
     tx.commit().await.unwrap();
     assert_eq!(schema.inbox_rows().await, 2);
@@ -187,7 +187,7 @@ async fn a_copy_waiting_on_a_rolled_back_first_is_processed() {
             .process(&mut first, &ledger, &id("m-1"))
             .await
             .unwrap(),
-        Delivery::First
+        Arrival::First
     );
     // The second copy waits on the first's uncommitted row…
     let second = {
@@ -203,7 +203,7 @@ async fn a_copy_waiting_on_a_rolled_back_first_is_processed() {
     assert!(!second.is_finished());
     // …and takes over when the first rolls back.
     first.rollback().await.unwrap();
-    assert_eq!(second.await.unwrap(), Delivery::First);
+    assert_eq!(second.await.unwrap(), Arrival::First);
     assert_eq!(schema.inbox_rows().await, 1);
 }
 
@@ -221,7 +221,7 @@ async fn rows_older_than_the_window_are_purged_in_batches() {
                 .process(&mut tx, &ledger, &id(&format!("m-{n}")))
                 .await
                 .unwrap(),
-            Delivery::First
+            Arrival::First
         );
         tx.commit().await.unwrap();
     }
@@ -249,11 +249,11 @@ async fn rows_older_than_the_window_are_purged_in_batches() {
     let mut tx = schema.pool.begin().await.unwrap();
     assert_eq!(
         inbox.process(&mut tx, &ledger, &id("m-9")).await.unwrap(),
-        Delivery::First
+        Arrival::First
     );
     assert_eq!(
         inbox.process(&mut tx, &ledger, &id("m-0")).await.unwrap(),
-        Delivery::Duplicate
+        Arrival::Duplicate
     );
     tx.rollback().await.unwrap();
 }

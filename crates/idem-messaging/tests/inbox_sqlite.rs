@@ -10,9 +10,7 @@ use std::{
     time::Duration,
 };
 
-use idem_messaging::{
-    ConsumerName, Delivery, Error, Handled, InboxOptions, MessageId, SqliteInbox,
-};
+use idem_messaging::{Arrival, ConsumerName, Error, Handled, InboxOptions, MessageId, SqliteInbox};
 use sqlx::{
     SqliteConnection, SqlitePool,
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions},
@@ -119,7 +117,7 @@ async fn a_failed_handler_leaves_no_row_and_no_effect() {
             .process(&mut tx, &consumer(), &id("m-1"))
             .await
             .unwrap(),
-        Delivery::First
+        Arrival::First
     );
     tx.commit().await.unwrap();
 }

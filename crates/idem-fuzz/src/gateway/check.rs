@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use http::{HeaderMap, header};
 use idem_http::{
-    Outcome, RequestKey,
+    RequestKey, RequestOutcome,
     problem::{Problem, Rejection},
 };
 
@@ -23,7 +23,7 @@ pub(super) struct Reply {
     pub(super) status: u16,
     pub(super) headers: HeaderMap,
     pub(super) body: Option<Bytes>,
-    pub(super) outcome: Option<Outcome>,
+    pub(super) outcome: Option<RequestOutcome>,
     pub(super) key: Option<RequestKey>,
 }
 
@@ -45,7 +45,7 @@ pub(super) fn check_any(reply: &Reply) -> Result<(), String> {
         return Err(format!("status {} is not in the contract", reply.status));
     }
     if reply.outcome.is_none() {
-        return Err("no Outcome extension".into());
+        return Err("no RequestOutcome extension".into());
     }
     let replayed = reply
         .headers
@@ -53,8 +53,8 @@ pub(super) fn check_any(reply: &Reply) -> Result<(), String> {
         .iter()
         .collect::<Vec<_>>();
     match (replayed.as_slice(), reply.outcome) {
-        ([], Some(outcome)) if outcome != Outcome::Replayed => {}
-        ([value], Some(Outcome::Replayed)) if *value == "true" => {}
+        ([], Some(outcome)) if outcome != RequestOutcome::Replayed => {}
+        ([value], Some(RequestOutcome::Replayed)) if *value == "true" => {}
         (values, outcome) => {
             return Err(format!("Idempotent-Replayed {values:?} for {outcome:?}"));
         }
@@ -94,29 +94,29 @@ pub(super) fn check(
     let (answer, outcome) = match expected {
         Expected::Passthrough => (
             model::passthrough(exchange.behaviour, run),
-            Outcome::Passthrough,
+            RequestOutcome::Passthrough,
         ),
         Expected::Execute => {
             let (answer, executed) = model.execute(exchange.behaviour, run);
             effect = Some(executed);
-            (answer, Outcome::Executed)
+            (answer, RequestOutcome::Executed)
         }
-        Expected::Replay(stored) => (model::replay(stored), Outcome::Replayed),
+        Expected::Replay(stored) => (model::replay(stored), RequestOutcome::Replayed),
         Expected::Rejected { problem, status } => {
             let outcome = if *status == 413 {
-                Outcome::TooLarge
+                RequestOutcome::TooLarge
             } else {
-                Outcome::Invalid
+                RequestOutcome::Invalid
             };
             (problem_answer(problem, *status), outcome)
         }
         Expected::Mismatch => (
             problem_answer(idem_http::problem::FINGERPRINT_MISMATCH, 422),
-            Outcome::Mismatch,
+            RequestOutcome::Mismatch,
         ),
         Expected::Conflict => (
             problem_answer(idem_http::problem::IN_FLIGHT, 409),
-            Outcome::Conflict,
+            RequestOutcome::Conflict,
         ),
     };
     check_answer(&answer, outcome, address, exchange.reply.as_ref())?;
@@ -133,7 +133,7 @@ fn problem_answer(problem: &'static str, status: u16) -> Answer {
 
 fn check_answer(
     answer: &Answer,
-    outcome: Outcome,
+    outcome: RequestOutcome,
     address: Option<&Address>,
     reply: Option<&Reply>,
 ) -> Result<(), String> {

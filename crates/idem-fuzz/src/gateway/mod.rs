@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http::{HeaderName, Request, Response, header::AUTHORIZATION};
 use http_body_util::{BodyExt, Full};
 use idem_core::{Ambiguous, FingerprintMode, MemoryStore};
-use idem_http::{IdempotencyLayer, Outcome, ResponseBody};
+use idem_http::{IdempotencyLayer, RequestOutcome, ResponseBody};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
 use self::{
@@ -37,7 +37,7 @@ thread_local! {
 /// upstream that logs its executions, and checks every answer against a model of the HTTP
 /// contract (docs/http.md).
 ///
-/// - Every response has a status of the contract and an `Outcome`; one the layer made is an
+/// - Every response has a status of the contract and a `RequestOutcome`; one the layer made is an
 ///   `application/problem+json` body whose `type` starts with `urn:idem:problem:` (and the
 ///   right one: missing or invalid key 400, body over the limit 413, key in use 422, in flight
 ///   409 with `Retry-After`, upstream cut off 502, outcome unknown 500).
@@ -62,7 +62,7 @@ pub fn gateway_request(data: &[u8]) {
 
 /// Runs a session; returns the outcome of each request, in the order they were sent (`None` for
 /// the service's error).
-async fn run(session: Session) -> Vec<Option<Outcome>> {
+async fn run(session: Session) -> Vec<Option<RequestOutcome>> {
     let settings = session.settings;
     let upstream = Upstream::new(settings);
     let inner = {
@@ -137,7 +137,7 @@ struct Harness<S> {
     /// Every request sent so far, for [`Step::Again`].
     sent: Vec<Sent>,
     calls: u64,
-    outcomes: Vec<Option<Outcome>>,
+    outcomes: Vec<Option<RequestOutcome>>,
 }
 
 /// A request of the current step.
@@ -327,7 +327,7 @@ where
     }
 }
 
-fn outcome(call: &Attempt) -> Option<Outcome> {
+fn outcome(call: &Attempt) -> Option<RequestOutcome> {
     call.reply.as_ref().and_then(|reply| reply.outcome)
 }
 
@@ -398,7 +398,7 @@ mod tests {
         yields: 2,
     };
 
-    fn outcomes(settings: Settings, steps: Vec<Step>) -> Vec<Option<Outcome>> {
+    fn outcomes(settings: Settings, steps: Vec<Step>) -> Vec<Option<RequestOutcome>> {
         RUNTIME.with(|runtime| runtime.block_on(run(Session { settings, steps })))
     }
 
@@ -418,10 +418,10 @@ mod tests {
         assert_eq!(
             outcomes(SETTINGS, steps),
             [
-                Some(Outcome::Executed),
-                Some(Outcome::Replayed),
-                Some(Outcome::Mismatch),
-                Some(Outcome::Replayed),
+                Some(RequestOutcome::Executed),
+                Some(RequestOutcome::Replayed),
+                Some(RequestOutcome::Mismatch),
+                Some(RequestOutcome::Replayed),
             ]
         );
     }
@@ -444,10 +444,10 @@ mod tests {
         assert_eq!(
             outcomes(SETTINGS, steps),
             [
-                Some(Outcome::Executed),
-                Some(Outcome::Conflict),
-                Some(Outcome::Executed),
-                Some(Outcome::Mismatch),
+                Some(RequestOutcome::Executed),
+                Some(RequestOutcome::Conflict),
+                Some(RequestOutcome::Executed),
+                Some(RequestOutcome::Mismatch),
             ]
         );
     }
@@ -467,10 +467,10 @@ mod tests {
         assert_eq!(
             outcomes(SETTINGS, steps()),
             [
-                Some(Outcome::Executed),
-                Some(Outcome::Executed),
+                Some(RequestOutcome::Executed),
+                Some(RequestOutcome::Executed),
                 None,
-                Some(Outcome::Executed),
+                Some(RequestOutcome::Executed),
             ]
         );
         let reject = Settings {
@@ -480,10 +480,10 @@ mod tests {
         assert_eq!(
             outcomes(reject, steps()),
             [
-                Some(Outcome::Executed),
-                Some(Outcome::Replayed),
-                Some(Outcome::Executed),
-                Some(Outcome::Replayed),
+                Some(RequestOutcome::Executed),
+                Some(RequestOutcome::Replayed),
+                Some(RequestOutcome::Executed),
+                Some(RequestOutcome::Replayed),
             ]
         );
     }
@@ -501,7 +501,10 @@ mod tests {
         ];
         assert_eq!(
             outcomes(SETTINGS, steps),
-            [Some(Outcome::Executed), Some(Outcome::Replayed)]
+            [
+                Some(RequestOutcome::Executed),
+                Some(RequestOutcome::Replayed)
+            ]
         );
     }
 
@@ -521,9 +524,9 @@ mod tests {
         assert_eq!(
             outcomes(SETTINGS, steps),
             [
-                Some(Outcome::TooLarge),
-                Some(Outcome::Invalid),
-                Some(Outcome::Passthrough),
+                Some(RequestOutcome::TooLarge),
+                Some(RequestOutcome::Invalid),
+                Some(RequestOutcome::Passthrough),
             ]
         );
         let required = Settings {
@@ -532,7 +535,7 @@ mod tests {
         };
         assert_eq!(
             outcomes(required, vec![call(unkeyed, CREATED)]),
-            [Some(Outcome::Invalid)]
+            [Some(RequestOutcome::Invalid)]
         );
     }
 }

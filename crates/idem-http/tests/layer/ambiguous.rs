@@ -10,7 +10,7 @@ use idem_core::{
     Acquisition, Address, Ambiguous, Fingerprint, FingerprintMode, MemoryStore, Outcome as Stored,
     Store, StoredResponse, Terms,
 };
-use idem_http::{Delivery, IdempotencyLayer, Outcome, problem};
+use idem_http::{Delivery, IdempotencyLayer, RequestOutcome, problem};
 use std::sync::Arc;
 use tower::{Layer, ServiceExt, service_fn};
 
@@ -32,7 +32,7 @@ async fn a_5xx_408_or_429_releases_the_key_under_retry() {
         for n in 1..=2 {
             let reply = send(&app, keyed(&uri, "k", "")).await;
             assert_eq!(reply.status.as_u16(), code);
-            assert_eq!(reply.outcome, Some(Outcome::Executed));
+            assert_eq!(reply.outcome, Some(RequestOutcome::Executed));
             assert_eq!(reply.text(), format!("call {n}"));
             assert!(!reply.is_replay());
         }
@@ -47,9 +47,9 @@ async fn a_5xx_is_stored_and_replayed_under_reject() {
     let app = f.app(f.layer().ambiguous(Ambiguous::Reject));
     let first = send(&app, keyed("/status/500", "k", "")).await;
     let retry = send(&app, keyed("/status/500", "k", "")).await;
-    assert_eq!(first.outcome, Some(Outcome::Executed));
+    assert_eq!(first.outcome, Some(RequestOutcome::Executed));
     assert_eq!(retry.status, StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(retry.outcome, Some(Outcome::Replayed));
+    assert_eq!(retry.outcome, Some(RequestOutcome::Replayed));
     assert!(retry.is_replay());
     assert_eq!(retry.text(), "call 1");
     assert_eq!(f.calls.get(), 1);
@@ -112,7 +112,7 @@ async fn an_error_before_sending_releases_the_key_under_both_modes() {
         assert!(matches!(error, UpstreamError::Refused));
         let retry = Reply::read(service.oneshot(request()).await.unwrap()).await;
         assert_eq!(retry.status, StatusCode::CREATED);
-        assert_eq!(retry.outcome, Some(Outcome::Executed));
+        assert_eq!(retry.outcome, Some(RequestOutcome::Executed));
         assert_eq!(retry.text(), "call 2");
         assert_eq!(calls.get(), 2, "{ambiguous:?}");
     }
@@ -148,7 +148,7 @@ async fn an_error_after_sending_is_outcome_unknown_under_reject_and_replayed() {
 
     let first = Reply::read(service.clone().oneshot(request()).await.unwrap()).await;
     assert_eq!(first.status, StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(first.outcome, Some(Outcome::Executed));
+    assert_eq!(first.outcome, Some(RequestOutcome::Executed));
     assert!(!first.is_replay());
     assert_eq!(first.body, OUTCOME_UNKNOWN_BODY.as_bytes());
     assert_eq!(
@@ -165,7 +165,7 @@ async fn an_error_after_sending_is_outcome_unknown_under_reject_and_replayed() {
 
     let retry = Reply::read(service.oneshot(request()).await.unwrap()).await;
     assert_eq!(retry.status, StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(retry.outcome, Some(Outcome::Replayed));
+    assert_eq!(retry.outcome, Some(RequestOutcome::Replayed));
     assert!(retry.is_replay());
     assert_eq!(retry.body, OUTCOME_UNKNOWN_BODY.as_bytes());
     assert_eq!(calls.get(), 1);
@@ -210,7 +210,7 @@ async fn a_response_marked_not_sent_releases_the_key_under_both_modes() {
         assert!(!first.is_replay());
         let retry = Reply::read(service.oneshot(request()).await.unwrap()).await;
         assert_eq!(retry.status, StatusCode::CREATED);
-        assert_eq!(retry.outcome, Some(Outcome::Executed));
+        assert_eq!(retry.outcome, Some(RequestOutcome::Executed));
         assert_eq!(retry.text(), "call 2");
         assert_eq!(calls.get(), 2, "{ambiguous:?}");
     }
@@ -249,7 +249,7 @@ async fn a_response_cut_off_releases_the_key_under_retry_with_a_502() {
         let reply = send(&app, keyed("/cut", "k", "")).await;
         assert_eq!(reply.status, StatusCode::BAD_GATEWAY);
         assert_eq!(reply.problem_type(), problem::UPSTREAM_FAILED);
-        assert_eq!(reply.outcome, Some(Outcome::Executed));
+        assert_eq!(reply.outcome, Some(RequestOutcome::Executed));
     }
     assert_eq!(f.calls.get(), 2);
     assert!(f.store.is_empty());
@@ -267,7 +267,7 @@ async fn a_response_cut_off_under_reject_is_outcome_unknown_and_replayed() {
     }
     assert!(!first.is_replay());
     assert!(retry.is_replay());
-    assert_eq!(retry.outcome, Some(Outcome::Replayed));
+    assert_eq!(retry.outcome, Some(RequestOutcome::Replayed));
     assert_eq!(f.calls.get(), 1);
 }
 
@@ -311,7 +311,7 @@ async fn an_outcome_unknown_stored_as_a_response_by_earlier_builds_replays_the_s
 
     let replay = send(&app, keyed("/cut", "k", "")).await;
     assert_eq!(replay.status, StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(replay.outcome, Some(Outcome::Replayed));
+    assert_eq!(replay.outcome, Some(RequestOutcome::Replayed));
     assert_eq!(
         replay.header_lines(),
         [

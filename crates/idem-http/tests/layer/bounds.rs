@@ -11,7 +11,7 @@ use axum::body::Body;
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body::Frame;
-use idem_http::{Outcome, problem};
+use idem_http::{RequestOutcome, problem};
 
 use crate::common::{Chunks, Fixture, KEY, send};
 
@@ -58,7 +58,7 @@ async fn a_body_not_received_within_the_body_timeout_is_408_and_nothing_runs() {
         reply.problem()["detail"],
         "The request body was not received within 200ms; nothing was executed."
     );
-    assert_eq!(reply.outcome, Some(Outcome::Invalid));
+    assert_eq!(reply.outcome, Some(RequestOutcome::Invalid));
     assert_eq!(f.calls.get(), 0);
     assert!(f.store.is_empty());
 
@@ -84,7 +84,7 @@ async fn a_body_that_does_not_fit_the_buffer_budget_is_503_overloaded_until_it_i
     assert_eq!(over.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(over.problem_type(), problem::OVERLOADED);
     assert_eq!(over.header("retry-after"), Some("1"));
-    assert_eq!(over.outcome, Some(Outcome::Overloaded));
+    assert_eq!(over.outcome, Some(RequestOutcome::Overloaded));
     // Chunked: the first chunk fits (90 bytes), the second does not.
     let chunks = Chunks::new(vec![
         Bytes::from(vec![b'z'; 30]),
@@ -108,5 +108,5 @@ async fn a_body_that_does_not_fit_the_buffer_budget_is_503_overloaded_until_it_i
     assert_eq!(holder.await.unwrap().status, StatusCode::CREATED);
     let again = send(&app, post("/echo", Some("a"), Body::from(vec![b'y'; 41]))).await;
     assert_eq!(again.status, StatusCode::OK);
-    assert_eq!(again.outcome, Some(Outcome::Executed));
+    assert_eq!(again.outcome, Some(RequestOutcome::Executed));
 }

@@ -24,7 +24,7 @@ use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body::{Frame, SizeHint};
 use http_body_util::{BodyExt, Full};
 use idem_core::{MemoryStore, Store};
-use idem_http::{IdempotencyLayer, Outcome, RequestKey};
+use idem_http::{IdempotencyLayer, RequestKey, RequestOutcome};
 use tokio::sync::{Notify, Semaphore};
 use tower::ServiceExt;
 
@@ -268,7 +268,7 @@ pub(crate) struct Reply {
     pub(crate) headers: HeaderMap,
     pub(crate) body: Bytes,
     pub(crate) trailers: Option<HeaderMap>,
-    pub(crate) outcome: Option<Outcome>,
+    pub(crate) outcome: Option<RequestOutcome>,
     pub(crate) key: Option<RequestKey>,
 }
 

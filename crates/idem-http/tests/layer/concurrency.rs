@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use http::StatusCode;
 use idem_core::{InFlight, ManualClock, MemoryStore};
-use idem_http::{Outcome, problem};
+use idem_http::{RequestOutcome, problem};
 use tokio::task::JoinSet;
 use tower::ServiceExt;
 
@@ -47,14 +47,14 @@ async fn twenty_concurrent_requests_with_one_key_execute_once_and_the_others_get
     let replies = twenty_at_once(&f, &app, Some(19)).await;
     let (executed, conflicts): (Vec<_>, Vec<_>) = replies
         .iter()
-        .partition(|r| r.outcome == Some(Outcome::Executed));
+        .partition(|r| r.outcome == Some(RequestOutcome::Executed));
     assert_eq!(executed.len(), 1);
     assert_eq!(executed[0].status, StatusCode::CREATED);
     assert_eq!(executed[0].text(), "slow call 1");
     assert_eq!(conflicts.len(), 19);
     for conflict in conflicts {
         assert_eq!(conflict.status, StatusCode::CONFLICT);
-        assert_eq!(conflict.outcome, Some(Outcome::Conflict));
+        assert_eq!(conflict.outcome, Some(RequestOutcome::Conflict));
         assert_eq!(conflict.problem_type(), problem::IN_FLIGHT);
         assert_eq!(conflict.header("retry-after"), Some("8"));
     }
@@ -69,11 +69,11 @@ async fn in_wait_mode_twenty_concurrent_requests_all_get_the_one_response() {
     let replies = twenty_at_once(&f, &app, None).await;
     let executed = replies
         .iter()
-        .filter(|r| r.outcome == Some(Outcome::Executed))
+        .filter(|r| r.outcome == Some(RequestOutcome::Executed))
         .count();
     let replayed = replies
         .iter()
-        .filter(|r| r.outcome == Some(Outcome::Replayed) && r.is_replay())
+        .filter(|r| r.outcome == Some(RequestOutcome::Replayed) && r.is_replay())
         .count();
     assert_eq!((executed, replayed), (1, 19));
     for reply in &replies {
@@ -98,7 +98,7 @@ async fn in_wait_mode_a_request_still_waiting_after_the_timeout_gets_409() {
     assert_eq!(second.status, StatusCode::CONFLICT);
     assert_eq!(second.header("retry-after"), Some("30"));
     f.open_gate();
-    assert_eq!(first.await.unwrap().outcome, Some(Outcome::Executed));
+    assert_eq!(first.await.unwrap().outcome, Some(RequestOutcome::Executed));
     assert_eq!(f.calls.get(), 1);
 }
 
@@ -115,7 +115,7 @@ async fn a_client_that_goes_away_does_not_abandon_the_work() {
     // The first request's future is dropped: its client went away mid-request.
     f.open_gate();
     let retry = send(&app, keyed("/slow", "k", "")).await;
-    assert_eq!(retry.outcome, Some(Outcome::Replayed));
+    assert_eq!(retry.outcome, Some(RequestOutcome::Replayed));
     assert_eq!(retry.status, StatusCode::CREATED);
     assert_eq!(retry.text(), "slow call 1");
     assert_eq!(f.calls.get(), 1);

@@ -14,7 +14,7 @@ use idem_core::{
     Acquisition, Address, FencingToken, Fingerprint, FingerprintMode, ManualClock, MemoryStore,
     Store, Timestamp,
 };
-use idem_http::{IdempotencyLayer, Outcome};
+use idem_http::{IdempotencyLayer, RequestOutcome};
 use tower::{Layer, ServiceExt, service_fn};
 
 use crate::common::{KEY, Reply};
@@ -77,7 +77,7 @@ async fn an_executed_request_carries_its_token_in_the_header_and_its_extensions(
 
     let (reply, seen) = send(&layer, request("POST", Some("pay-1"), None)).await;
 
-    assert_eq!(reply.outcome, Some(Outcome::Executed));
+    assert_eq!(reply.outcome, Some(RequestOutcome::Executed));
     let record = store.get(&address("pay-1")).await.unwrap().unwrap();
     assert_eq!(
         seen,
@@ -103,7 +103,7 @@ async fn a_token_sent_by_the_client_never_reaches_the_inner_service() {
     // Passed through (no key, or a method keys do not cover): removed, and no token at all.
     for (method, key) in [("POST", None), ("GET", Some("pay-3"))] {
         let (reply, seen) = send(&layer, request(method, key, Some(&forged))).await;
-        assert_eq!(reply.outcome, Some(Outcome::Passthrough), "{method}");
+        assert_eq!(reply.outcome, Some(RequestOutcome::Passthrough), "{method}");
         assert_eq!(
             seen,
             Seen {
@@ -160,7 +160,7 @@ async fn a_request_that_takes_over_an_expired_lease_carries_a_larger_token() {
 
     let (reply, seen) = send(&layer, request("POST", Some("pay-5"), None)).await;
 
-    assert_eq!(reply.outcome, Some(Outcome::Executed));
+    assert_eq!(reply.outcome, Some(RequestOutcome::Executed));
     let token = seen
         .extension
         .expect("an executed request carries its token");

@@ -10,7 +10,7 @@ use std::{
 use bytes::{Buf, BufMut, Bytes};
 use http::{HeaderMap, HeaderValue, StatusCode, uri::PathAndQuery};
 use http_body_util::Full;
-use idem_http::Outcome;
+use idem_http::RequestOutcome;
 use tonic::{
     Status,
     codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder},
@@ -133,8 +133,8 @@ async fn grpc_status_trailers_are_stored_and_replayed() {
         assert_eq!(reply.body, frame(b"charged 1"));
         assert_eq!(reply.trailers, Some(ok.clone()));
     }
-    assert_eq!(first.outcome, Some(Outcome::Executed));
-    assert_eq!(retry.outcome, Some(Outcome::Replayed));
+    assert_eq!(first.outcome, Some(RequestOutcome::Executed));
+    assert_eq!(retry.outcome, Some(RequestOutcome::Replayed));
     assert!(retry.is_replay());
     assert_eq!(f.calls.get(), 1);
 }

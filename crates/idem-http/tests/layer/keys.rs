@@ -3,7 +3,7 @@
 use axum::body::Body;
 use http::{HeaderValue, Request, StatusCode};
 use idem_core::{IdempotencyKey, KeyError};
-use idem_http::{Outcome, problem};
+use idem_http::{RequestOutcome, problem};
 
 use crate::common::{Fixture, KEY, keyed, send};
 
@@ -19,7 +19,7 @@ async fn uncovered_methods_and_requests_without_a_key_pass_through() {
             .unwrap();
         let reply = send(&app, get).await;
         assert_eq!(reply.status, StatusCode::CREATED);
-        assert_eq!(reply.outcome, Some(Outcome::Passthrough));
+        assert_eq!(reply.outcome, Some(RequestOutcome::Passthrough));
         assert_eq!(reply.key, None);
         assert!(!reply.is_replay());
     }
@@ -34,7 +34,7 @@ async fn uncovered_methods_and_requests_without_a_key_pass_through() {
             reply.text(),
             format!(r#"{{"charge":"ch_{n}","received":22}}"#)
         );
-        assert_eq!(reply.outcome, Some(Outcome::Passthrough));
+        assert_eq!(reply.outcome, Some(RequestOutcome::Passthrough));
     }
     assert_eq!(f.calls.get(), 4);
     assert!(f.store.is_empty());
@@ -52,7 +52,7 @@ async fn a_missing_key_is_400_when_keys_are_required() {
         reply.problem()["detail"],
         "This request requires an idempotency key in the idempotency-key header."
     );
-    assert_eq!(reply.outcome, Some(Outcome::Invalid));
+    assert_eq!(reply.outcome, Some(RequestOutcome::Invalid));
 
     // Keys are required for the covered methods only.
     let get = send(&app, Request::get("/charges").body(Body::empty()).unwrap()).await;
@@ -96,7 +96,7 @@ async fn invalid_keys_are_400_and_never_executed() {
         assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{value:?}");
         assert_eq!(reply.problem_type(), problem::INVALID_KEY);
         assert_eq!(reply.problem()["detail"], error.to_string());
-        assert_eq!(reply.outcome, Some(Outcome::Invalid));
+        assert_eq!(reply.outcome, Some(RequestOutcome::Invalid));
         assert_eq!(reply.key, None);
     }
 
@@ -125,14 +125,14 @@ async fn a_255_character_key_is_accepted_and_quoted_and_bare_forms_are_one_key()
 
     let reply = send(&app, keyed("/charges", &longest, "{}")).await;
     assert_eq!(reply.status, StatusCode::CREATED);
-    assert_eq!(reply.outcome, Some(Outcome::Executed));
+    assert_eq!(reply.outcome, Some(RequestOutcome::Executed));
     let digest = longest.parse::<IdempotencyKey>().unwrap().digest();
     assert_eq!(reply.key.unwrap().digest(), digest);
 
     let bare = send(&app, keyed("/charges", "abc", "{}")).await;
     let quoted = send(&app, keyed("/charges", "\"abc\"", "{}")).await;
-    assert_eq!(bare.outcome, Some(Outcome::Executed));
-    assert_eq!(quoted.outcome, Some(Outcome::Replayed));
+    assert_eq!(bare.outcome, Some(RequestOutcome::Executed));
+    assert_eq!(quoted.outcome, Some(RequestOutcome::Replayed));
     assert_eq!(quoted.body, bare.body);
     assert_eq!(f.calls.get(), 2);
 }
@@ -152,10 +152,16 @@ async fn the_key_header_name_and_methods_are_configurable() {
             .body(Body::empty())
             .unwrap()
     };
-    assert_eq!(send(&app, put()).await.outcome, Some(Outcome::Executed));
-    assert_eq!(send(&app, put()).await.outcome, Some(Outcome::Replayed));
+    assert_eq!(
+        send(&app, put()).await.outcome,
+        Some(RequestOutcome::Executed)
+    );
+    assert_eq!(
+        send(&app, put()).await.outcome,
+        Some(RequestOutcome::Replayed)
+    );
     // POST is no longer covered, and `Idempotency-Key` is just another header.
     let post = send(&app, keyed("/charges", "k1", "{}")).await;
-    assert_eq!(post.outcome, Some(Outcome::Passthrough));
+    assert_eq!(post.outcome, Some(RequestOutcome::Passthrough));
     assert_eq!(f.calls.get(), 2);
 }

@@ -3,7 +3,7 @@
 use axum::body::Body;
 use bytes::Bytes;
 use http::{Request, StatusCode};
-use idem_http::{Outcome, problem};
+use idem_http::{RequestOutcome, problem};
 
 use crate::common::{Chunks, Fixture, KEY, pattern, send};
 
@@ -23,7 +23,7 @@ async fn a_body_over_the_limit_is_413_by_its_content_length() {
         reply.problem()["detail"],
         "Requests with an idempotency key may have a body of at most 16 bytes."
     );
-    assert_eq!(reply.outcome, Some(Outcome::TooLarge));
+    assert_eq!(reply.outcome, Some(RequestOutcome::TooLarge));
     assert_eq!(f.calls.get(), 0);
     assert!(f.store.is_empty());
 }
@@ -44,14 +44,14 @@ async fn a_chunked_body_over_the_limit_is_413_and_one_within_is_executed() {
     };
     let over = send(&app, chunked(&["0123456789", "0123456789"])).await;
     assert_eq!(over.status, StatusCode::PAYLOAD_TOO_LARGE);
-    assert_eq!(over.outcome, Some(Outcome::TooLarge));
+    assert_eq!(over.outcome, Some(RequestOutcome::TooLarge));
     assert!(f.store.is_empty());
 
     let within = send(&app, chunked(&["01234567", "89abcdef"])).await;
     assert_eq!(within.status, StatusCode::OK);
     assert_eq!(within.text(), "0123456789abcdef");
     let retry = send(&app, chunked(&["0123", "456789abcdef"])).await;
-    assert_eq!(retry.outcome, Some(Outcome::Replayed));
+    assert_eq!(retry.outcome, Some(RequestOutcome::Replayed));
     assert_eq!(retry.text(), "0123456789abcdef");
     assert_eq!(f.calls.get(), 1);
 }
@@ -69,12 +69,12 @@ async fn check_not_stored(uri: &str) {
     };
     let first = send(&app, request()).await;
     assert_eq!(first.status, StatusCode::OK);
-    assert_eq!(first.outcome, Some(Outcome::Executed));
+    assert_eq!(first.outcome, Some(RequestOutcome::Executed));
     assert_eq!(first.body, pattern(5_000));
 
     let retry = send(&app, request()).await;
     assert_eq!(retry.status, StatusCode::OK);
-    assert_eq!(retry.outcome, Some(Outcome::Replayed));
+    assert_eq!(retry.outcome, Some(RequestOutcome::Replayed));
     let problem = retry.problem();
     assert_eq!(problem["type"], problem::RESPONSE_NOT_STORED);
     assert_eq!(
@@ -112,7 +112,7 @@ async fn a_chunked_response_over_the_stored_limit_is_delivered_whole_and_not_sto
 async fn a_response_at_the_stored_limit_is_stored() {
     let f = Fixture::new();
     let app = f.app(f.layer().max_stored_response(1_000));
-    for outcome in [Outcome::Executed, Outcome::Replayed] {
+    for outcome in [RequestOutcome::Executed, RequestOutcome::Replayed] {
         let request = Request::post("/big-chunked/1000")
             .header(KEY, "k")
             .body(Body::empty())

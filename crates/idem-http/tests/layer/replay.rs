@@ -3,7 +3,7 @@
 use axum::body::Body;
 use http::{HeaderName, Request, StatusCode};
 use idem_core::{FingerprintMode, IdempotencyKey, Scope};
-use idem_http::{Outcome, problem};
+use idem_http::{RequestOutcome, problem};
 
 use crate::common::{Fixture, KEY, keyed, pattern, send};
 
@@ -14,7 +14,7 @@ async fn the_first_request_executes_and_a_retry_replays_status_headers_and_body(
 
     let first = send(&app, keyed("/charges", "pay-1", r#"{"amount":10}"#)).await;
     assert_eq!(first.status, StatusCode::CREATED);
-    assert_eq!(first.outcome, Some(Outcome::Executed));
+    assert_eq!(first.outcome, Some(RequestOutcome::Executed));
     assert!(!first.is_replay());
     let lines = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
         pairs
@@ -37,7 +37,7 @@ async fn the_first_request_executes_and_a_retry_replays_status_headers_and_body(
 
     let retry = send(&app, keyed("/charges", "pay-1", r#"{"amount":10}"#)).await;
     assert_eq!(retry.status, StatusCode::CREATED);
-    assert_eq!(retry.outcome, Some(Outcome::Replayed));
+    assert_eq!(retry.outcome, Some(RequestOutcome::Replayed));
     assert_eq!(
         retry.header_lines(),
         // The anonymous scope's replay leaves the cookies out (tenancy.rs tests why).
@@ -69,7 +69,7 @@ async fn the_same_key_with_another_body_path_or_query_is_422() {
         keyed("/charges?currency=EUR", "pay-1", r#"{"amount":10}"#),
     )
     .await;
-    assert_eq!(first.outcome, Some(Outcome::Executed));
+    assert_eq!(first.outcome, Some(RequestOutcome::Executed));
 
     for (uri, body) in [
         ("/charges?currency=EUR", r#"{"amount":11}"#),
@@ -84,7 +84,7 @@ async fn the_same_key_with_another_body_path_or_query_is_422() {
             "{uri} {body}"
         );
         assert_eq!(reply.problem_type(), problem::FINGERPRINT_MISMATCH);
-        assert_eq!(reply.outcome, Some(Outcome::Mismatch));
+        assert_eq!(reply.outcome, Some(RequestOutcome::Mismatch));
     }
     // Another method on the same path is another request too.
     let patch = Request::patch("/charges?currency=EUR")
@@ -113,7 +113,7 @@ async fn json_bodies_equal_after_canonicalization_are_replayed() {
         keyed("/charges", "pay-1", r#"{"currency":"EUR","amount":1.0e1}"#),
     )
     .await;
-    assert_eq!(retry.outcome, Some(Outcome::Replayed));
+    assert_eq!(retry.outcome, Some(RequestOutcome::Replayed));
     assert_eq!(retry.body, first.body);
     // Big integers are compared exactly, never through a float.
     let big = send(
@@ -126,7 +126,7 @@ async fn json_bodies_equal_after_canonicalization_are_replayed() {
         keyed("/charges", "pay-2", r#"{"amount":12345678901234567891}"#),
     )
     .await;
-    assert_eq!(big.outcome, Some(Outcome::Executed));
+    assert_eq!(big.outcome, Some(RequestOutcome::Executed));
     assert_eq!(other.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(f.calls.get(), 2);
 }
@@ -156,13 +156,13 @@ async fn tenants_that_pick_the_same_key_are_isolated_by_authorization() {
 
     let alice = send(&app, charge_as("Bearer alice")).await;
     let bob = send(&app, charge_as("Bearer bob")).await;
-    assert_eq!(alice.outcome, Some(Outcome::Executed));
-    assert_eq!(bob.outcome, Some(Outcome::Executed));
+    assert_eq!(alice.outcome, Some(RequestOutcome::Executed));
+    assert_eq!(bob.outcome, Some(RequestOutcome::Executed));
     assert_eq!(alice.header("x-charge"), Some("ch_1"));
     assert_eq!(bob.header("x-charge"), Some("ch_2"));
 
     let alice_again = send(&app, charge_as("Bearer alice")).await;
-    assert_eq!(alice_again.outcome, Some(Outcome::Replayed));
+    assert_eq!(alice_again.outcome, Some(RequestOutcome::Replayed));
     assert_eq!(alice_again.header("x-charge"), Some("ch_1"));
 
     let (alice_scope, bob_scope) = (alice.key.unwrap().scope(), bob.key.unwrap().scope());
@@ -177,7 +177,7 @@ async fn with_scoping_off_every_caller_shares_the_key() {
     let app = f.app(f.layer().scope_headers([]));
     let alice = send(&app, charge_as("Bearer alice")).await;
     let bob = send(&app, charge_as("Bearer bob")).await;
-    assert_eq!(bob.outcome, Some(Outcome::Replayed));
+    assert_eq!(bob.outcome, Some(RequestOutcome::Replayed));
     assert_eq!(bob.body, alice.body);
     assert_eq!(bob.key.unwrap().scope(), Scope::ANONYMOUS);
     assert_eq!(f.calls.get(), 1);
@@ -202,9 +202,9 @@ async fn configured_scope_headers_replace_authorization() {
     // Another Authorization, same tenant: the same caller.
     let same = send(&app, as_tenant("t1", "Bearer bob")).await;
     let other = send(&app, as_tenant("t2", "Bearer alice")).await;
-    assert_eq!(same.outcome, Some(Outcome::Replayed));
+    assert_eq!(same.outcome, Some(RequestOutcome::Replayed));
     assert_eq!(same.body, first.body);
-    assert_eq!(other.outcome, Some(Outcome::Executed));
+    assert_eq!(other.outcome, Some(RequestOutcome::Executed));
     assert_eq!(f.calls.get(), 2);
 }
 
@@ -212,7 +212,10 @@ async fn configured_scope_headers_replace_authorization() {
 async fn a_final_4xx_is_stored_and_replayed() {
     let f = Fixture::new();
     let app = f.app(f.layer());
-    for (code, outcome) in [(404, Outcome::Executed), (404, Outcome::Replayed)] {
+    for (code, outcome) in [
+        (404, RequestOutcome::Executed),
+        (404, RequestOutcome::Replayed),
+    ] {
         let reply = send(&app, keyed("/status/404", "k", "")).await;
         assert_eq!(reply.status.as_u16(), code);
         assert_eq!(reply.outcome, Some(outcome));
@@ -238,7 +241,7 @@ async fn binary_bodies_are_executed_and_replayed_byte_exact() {
     assert_eq!(first.body, bytes);
     assert_eq!(retry.body, bytes);
     assert_eq!(retry.header("content-length"), Some("3256"));
-    assert_eq!(retry.outcome, Some(Outcome::Replayed));
+    assert_eq!(retry.outcome, Some(RequestOutcome::Replayed));
     assert_eq!(f.calls.get(), 1);
 }
 
@@ -250,7 +253,7 @@ async fn hop_by_hop_headers_are_dropped_on_replay() {
     assert_eq!(first.header("x-private"), Some("for this hop"));
 
     let retry = send(&app, keyed("/hop", "k", "")).await;
-    assert_eq!(retry.outcome, Some(Outcome::Replayed));
+    assert_eq!(retry.outcome, Some(RequestOutcome::Replayed));
     assert_eq!(
         retry.header_lines(),
         [

@@ -7,7 +7,7 @@ use http::StatusCode;
 use idem_core::{
     Acquisition, Address, FencingToken, Fingerprint, Record, Store, StoreError, Terms, Timestamp,
 };
-use idem_http::{IdempotencyLayer, OnStoreError, Outcome, problem};
+use idem_http::{IdempotencyLayer, OnStoreError, RequestOutcome, problem};
 
 use crate::common::{Fixture, keyed, send};
 
@@ -95,7 +95,7 @@ async fn an_unreachable_store_is_503_with_retry_after_and_the_request_is_not_for
     assert_eq!(reply.header("retry-after"), Some("1"));
     // The store's error names a host: it is logged, never sent.
     assert!(!reply.text().contains("db.internal"));
-    assert_eq!(reply.outcome, Some(Outcome::StoreError));
+    assert_eq!(reply.outcome, Some(RequestOutcome::StoreError));
     assert_eq!(f.calls.get(), 0);
 
     // Requests without a key never touch the store.
@@ -118,7 +118,7 @@ async fn in_passthrough_mode_an_unreachable_store_forwards_without_idempotency()
         let reply = send(&app, keyed("/charges", "k", "{}")).await;
         assert_eq!(reply.status, StatusCode::CREATED);
         assert_eq!(reply.header("x-charge"), Some(format!("ch_{n}").as_str()));
-        assert_eq!(reply.outcome, Some(Outcome::Passthrough));
+        assert_eq!(reply.outcome, Some(RequestOutcome::Passthrough));
         assert!(reply.key.is_some());
         assert!(!reply.is_replay());
     }
@@ -137,7 +137,7 @@ async fn an_unreadable_record_is_a_500_and_never_forwarded_even_in_passthrough_m
         assert_eq!(reply.problem_type(), problem::RECORD_CORRUPTED);
         assert_eq!(reply.header("retry-after"), None);
         assert!(!reply.text().contains("does not open"));
-        assert_eq!(reply.outcome, Some(Outcome::StoreError));
+        assert_eq!(reply.outcome, Some(RequestOutcome::StoreError));
     }
     assert_eq!(f.calls.get(), 0);
 }
@@ -155,7 +155,7 @@ async fn a_full_store_is_503_store_full_and_never_forwarded() {
         assert_eq!(reply.problem_type(), problem::STORE_FULL);
         assert_eq!(reply.problem()["title"], "Idempotency store full");
         assert_eq!(reply.header("retry-after"), Some("1"));
-        assert_eq!(reply.outcome, Some(Outcome::StoreError));
+        assert_eq!(reply.outcome, Some(RequestOutcome::StoreError));
     }
     assert_eq!(f.calls.get(), 0);
 }
@@ -256,6 +256,6 @@ async fn a_store_that_does_not_answer_is_503_at_the_store_timeout_or_passed_thro
     );
     let reply = send(&app, keyed("/charges", "k", "{}")).await;
     assert_eq!(reply.status, StatusCode::CREATED);
-    assert_eq!(reply.outcome, Some(Outcome::Passthrough));
+    assert_eq!(reply.outcome, Some(RequestOutcome::Passthrough));
     assert_eq!(f.calls.get(), 1);
 }

@@ -8,7 +8,7 @@ use idem_core::{
     Acquisition, Address, Fingerprint, FingerprintMode, IdempotencyKey, RecordState, Scope, Store,
     StoredResponse, Terms,
 };
-use idem_http::{Anonymous, Outcome, problem};
+use idem_http::{Anonymous, RequestOutcome, problem};
 
 use crate::common::{Fixture, KEY, keyed, send};
 
@@ -35,7 +35,7 @@ async fn a_keyed_request_without_a_scope_header_is_400_when_anonymous_keys_are_r
 
     let refused = send(&app, keyed("/charges", "pay-1", "{}")).await;
     assert_eq!(refused.status, StatusCode::BAD_REQUEST);
-    assert_eq!(refused.outcome, Some(Outcome::Invalid));
+    assert_eq!(refused.outcome, Some(RequestOutcome::Invalid));
     assert_eq!(refused.problem_type(), problem::SCOPE_REQUIRED);
     assert_eq!(
         refused.problem()["detail"],
@@ -49,11 +49,11 @@ async fn a_keyed_request_without_a_scope_header_is_400_when_anonymous_keys_are_r
     // A caller that says who it is runs; a request without a key still passes through.
     let scoped = send(&app, charge_as("Bearer alice")).await;
     assert_eq!(scoped.status, StatusCode::CREATED);
-    assert_eq!(scoped.outcome, Some(Outcome::Executed));
+    assert_eq!(scoped.outcome, Some(RequestOutcome::Executed));
     let unkeyed = Request::post("/charges").body(Body::empty()).unwrap();
     assert_eq!(
         send(&app, unkeyed).await.outcome,
-        Some(Outcome::Passthrough)
+        Some(RequestOutcome::Passthrough)
     );
     assert_eq!(f.calls.get(), 2);
 }
@@ -80,7 +80,7 @@ async fn an_anonymous_response_is_stored_without_its_cookies_and_a_scoped_one_ke
 
     // The client that caused the response gets all of it.
     let first = send(&app, keyed("/charges", "pay-1", "{}")).await;
-    assert_eq!(first.outcome, Some(Outcome::Executed));
+    assert_eq!(first.outcome, Some(RequestOutcome::Executed));
     assert_eq!(
         first.header_lines(),
         lines(&[
@@ -104,7 +104,7 @@ async fn an_anonymous_response_is_stored_without_its_cookies_and_a_scoped_one_ke
     let names: Vec<&str> = stored.headers.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["content-type", "x-charge"]);
     let replay = send(&app, keyed("/charges", "pay-1", "{}")).await;
-    assert_eq!(replay.outcome, Some(Outcome::Replayed));
+    assert_eq!(replay.outcome, Some(RequestOutcome::Replayed));
     assert_eq!(
         replay.header_lines(),
         lines(&[
@@ -117,9 +117,9 @@ async fn an_anonymous_response_is_stored_without_its_cookies_and_a_scoped_one_ke
 
     // A tenant's replay is its own response, cookies included.
     let alice = send(&app, charge_as("Bearer alice")).await;
-    assert_eq!(alice.outcome, Some(Outcome::Executed));
+    assert_eq!(alice.outcome, Some(RequestOutcome::Executed));
     let again = send(&app, charge_as("Bearer alice")).await;
-    assert_eq!(again.outcome, Some(Outcome::Replayed));
+    assert_eq!(again.outcome, Some(RequestOutcome::Replayed));
     assert_eq!(
         again.header_lines(),
         lines(&[
@@ -141,7 +141,7 @@ async fn with_scoping_off_replays_carry_no_cookies() {
     let alice = send(&app, charge_as("Bearer alice")).await;
     assert_eq!(alice.header("set-cookie"), Some("a=1"));
     let bob = send(&app, charge_as("Bearer bob")).await;
-    assert_eq!(bob.outcome, Some(Outcome::Replayed));
+    assert_eq!(bob.outcome, Some(RequestOutcome::Replayed));
     assert_eq!(bob.headers.get_all("set-cookie").iter().count(), 0);
     assert_eq!(bob.header("x-charge"), Some("ch_1"));
     assert_eq!(bob.key.unwrap().scope(), Scope::ANONYMOUS);
@@ -180,7 +180,7 @@ async fn cookies_stored_in_the_anonymous_scope_before_they_were_dropped_are_not_
         .unwrap();
 
     let replay = send(&app, keyed("/charges", "pay-1", "{}")).await;
-    assert_eq!(replay.outcome, Some(Outcome::Replayed));
+    assert_eq!(replay.outcome, Some(RequestOutcome::Replayed));
     assert_eq!(
         replay.header_lines(),
         lines(&[

@@ -1,7 +1,7 @@
 //! Trailers are part of the stored response.
 
 use http::StatusCode;
-use idem_http::Outcome;
+use idem_http::RequestOutcome;
 
 use crate::common::{Fixture, keyed, send, trailer_map};
 
@@ -13,7 +13,7 @@ async fn trailers_are_captured_and_replayed() {
     let retry = send(&app, keyed("/trailers", "k", "")).await;
     assert_eq!(first.trailers, Some(trailer_map()));
     assert_eq!(retry.status, StatusCode::OK);
-    assert_eq!(retry.outcome, Some(Outcome::Replayed));
+    assert_eq!(retry.outcome, Some(RequestOutcome::Replayed));
     assert_eq!(retry.trailers, Some(trailer_map()));
     assert_eq!(retry.text(), "call 1");
     // With trailers there is no Content-Length, so HTTP/1.1 can send them chunked.

@@ -70,7 +70,7 @@ pub type SqliteInbox = Inbox<Sqlite>;
 /// Whether a message is new to a consumer: the outcome of [`Inbox::process`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use = "a duplicate must be skipped"]
-pub enum Delivery {
+pub enum Arrival {
     /// The message was recorded in the transaction: apply its effects there, then commit.
     First,
     /// The consumer has processed this message already (its transaction committed): apply
@@ -141,8 +141,8 @@ impl<DB: InboxDatabase> Inbox<DB> {
     }
 
     /// Records that `consumer` is processing `message_id`, in the caller's transaction (pass
-    /// `&mut tx`): [`Delivery::First`] the first time, then apply the effects in the same
-    /// transaction and commit; [`Delivery::Duplicate`] when a committed transaction recorded it
+    /// `&mut tx`): [`Arrival::First`] the first time, then apply the effects in the same
+    /// transaction and commit; [`Arrival::Duplicate`] when a committed transaction recorded it
     /// already, then apply nothing, roll back, and acknowledge the message.
     ///
     /// Roll the transaction back when the handler fails: the row goes with it, so the message is
@@ -161,7 +161,7 @@ impl<DB: InboxDatabase> Inbox<DB> {
         connection: &mut DB::Connection,
         consumer: &ConsumerName,
         message_id: &MessageId,
-    ) -> Result<Delivery, Error> {
+    ) -> Result<Arrival, Error> {
         let inserted = DB::record(
             connection,
             &self.inner.record,
@@ -170,9 +170,9 @@ impl<DB: InboxDatabase> Inbox<DB> {
         )
         .await?;
         Ok(if inserted {
-            Delivery::First
+            Arrival::First
         } else {
-            Delivery::Duplicate
+            Arrival::Duplicate
         })
     }
 
@@ -325,8 +325,8 @@ impl<DB: InboxDatabase> Inbox<DB> {
     ) -> Result<Option<Transaction<'static, DB>>, Error> {
         let mut tx = pool.begin().await?;
         match self.process(&mut tx, consumer, message_id).await? {
-            Delivery::First => Ok(Some(tx)),
-            Delivery::Duplicate => {
+            Arrival::First => Ok(Some(tx)),
+            Arrival::Duplicate => {
                 tx.rollback().await?;
                 tracing::debug!(
                     consumer = consumer.as_str(),
