@@ -5,9 +5,9 @@
 
 use std::io::IsTerminal;
 
-use http::{HeaderName, HeaderValue, Method, Request, Response};
+use http::{HeaderName, HeaderValue, Method, Request, Response, Uri};
 use idem_core::IdempotencyKey;
-use idem_http::{RequestKey, RequestOutcome};
+use idem_http::{Delivery, RequestKey, RequestOutcome};
 use tokio::time::Instant;
 use tracing::Level;
 use tracing_subscriber::EnvFilter;
@@ -48,6 +48,8 @@ pub fn init(format: LogFormat, filter: &str) -> Result<(), Error> {
 /// One request's log line at `info` (target `idem::request`), begun when the request arrives.
 pub(crate) struct RequestLine {
     start: Instant,
+    method: Method,
+    uri: Uri,
     /// The key header's value, for the line of a request whose forward failed: the layer labels
     /// the responses it returns, but such a request gets none.
     key: Option<HeaderValue>,
@@ -67,19 +69,16 @@ impl RequestLine {
         };
         Some(Self {
             start: Instant::now(),
+            method: request.method().clone(),
+            uri: request.uri().clone(),
             key,
         })
     }
 
-    /// Writes the line of the request with `method` and `path`, answered with `response`;
-    /// `forwarded` is false when the gateway answered for an upstream that gave no response.
-    pub(crate) fn log<B>(
-        self,
-        method: &Method,
-        path: &str,
-        response: &Response<B>,
-        forwarded: bool,
-    ) {
+    /// Writes the line of the request, answered with `response`. A response marked with a
+    /// [`Delivery`] is the proxy's own, for an upstream that gave none.
+    pub(crate) fn log<B>(self, response: &Response<B>) {
+        let forwarded = response.extensions().get::<Delivery>().is_none();
         let key = response.extensions().get::<RequestKey>();
         let fallback = match (key, forwarded) {
             (None, false) => self
@@ -90,8 +89,8 @@ impl RequestLine {
         };
         tracing::info!(
             target: "idem::request",
-            method = %method,
-            path,
+            method = %self.method,
+            path = self.uri.path(),
             status = response.status().as_u16(),
             // Microsecond precision is plenty, and keeps the lines short.
             latency_ms = self.start.elapsed().as_micros() as f64 / 1000.0,

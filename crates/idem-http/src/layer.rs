@@ -25,8 +25,7 @@ use idem_core::{Ambiguous, Engine, FingerprintMode, InFlight, Store};
 use tower::Layer;
 
 use crate::{
-    Anonymous, ClassifyError, Delivery, Idempotency, OnStoreError, Settings, budget::Budget,
-    service::Shared,
+    Anonymous, ClassifyError, Delivery, Idempotency, OnStoreError, Settings, service::Shared,
 };
 
 /// Applies [`Idempotency`] to a service: requests that carry an idempotency key run at most once
@@ -75,11 +74,7 @@ impl<St: Store + Clone> IdempotencyLayer<St> {
     /// A layer over `store` applying `settings`, its engine built at once.
     pub fn with_settings(store: St, settings: Settings) -> Self {
         Self {
-            shared: Arc::new(Shared::new(
-                Engine::new(store, settings.policy),
-                settings.max_buffered.map(Budget::new),
-                settings,
-            )),
+            shared: Arc::new(Shared::new(Engine::new(store, settings.policy), settings)),
         }
     }
 

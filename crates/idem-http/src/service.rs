@@ -78,11 +78,12 @@ pub(crate) struct Shared<St> {
 }
 
 impl<St> Shared<St> {
-    pub(crate) fn new(engine: Engine<St>, budget: Option<Arc<Budget>>, settings: Settings) -> Self {
+    /// What the services of a layer over `engine`, applying `settings`, share.
+    pub(crate) fn new(engine: Engine<St>, settings: Settings) -> Self {
         Self {
+            budget: settings.max_buffered.map(Budget::new),
             settings,
             engine,
-            budget,
             requests: OnceLock::new(),
         }
     }

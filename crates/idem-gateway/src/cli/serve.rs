@@ -8,7 +8,7 @@ use clap::{
 };
 use http::HeaderName;
 use idem_core::{Ambiguous, FingerprintMode, InFlight, Policy};
-use idem_http::{Anonymous, OnStoreError};
+use idem_http::{Anonymous, OnStoreError, Settings};
 
 use super::{LogArgs, MethodList};
 use crate::{
@@ -247,7 +247,7 @@ impl TryFrom<&ServeArgs> for Config {
             let name = name.clone();
             return Err(ConfigError::FencingHeaderTaken { name, role }.into());
         }
-        let mut idempotency = Config::new(upstream.clone()).idempotency;
+        let mut idempotency = Settings::default();
         idempotency.key_header = args.key_header.clone();
         idempotency.methods = args.methods.0.clone();
         idempotency.require_key = args.require_key;

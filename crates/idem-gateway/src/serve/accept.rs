@@ -10,7 +10,7 @@ use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
     server::conn::auto,
 };
-use idem_http::{Delivery, Idempotency};
+use idem_http::Idempotency;
 use tokio::net::TcpListener;
 use tower::{Service, ServiceExt};
 
@@ -114,17 +114,11 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let start = tokio::time::Instant::now();
-    // Kept for the log line only when there is one.
-    let target = line
-        .as_ref()
-        .map(|_| (request.method().clone(), request.uri().clone()));
     let Ok(response) = service.oneshot(request).await;
     let response = response.map(Body::new);
     timing.record(start.elapsed(), &response);
-    if let (Some(line), Some((method, uri))) = (line, target) {
-        // A response marked with a `Delivery` is the proxy's, for an upstream that gave none.
-        let forwarded = response.extensions().get::<Delivery>().is_none();
-        line.log(&method, uri.path(), &response, forwarded);
+    if let Some(line) = line {
+        line.log(&response);
     }
     Ok(response)
 }
