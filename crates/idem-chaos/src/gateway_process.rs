@@ -3,7 +3,7 @@
 //!
 //! The harness starts them by running its own executable again with the hidden `gateway`
 //! subcommand, whose arguments are `idem serve`'s; [`serve`] is that subcommand, running
-//! [`idem_gateway::serve`].
+//! [`idem_gateway::cli::serve`].
 
 use std::{
     ffi::OsString,
@@ -45,7 +45,7 @@ pub async fn serve(args: Vec<OsString>) -> Result<(), idem_gateway::Error> {
             other => other,
         };
     }
-    idem_gateway::logging::init(args.log.log_format, &args.log.log_level)?;
+    idem_gateway::serve::logging::init(args.log.log_format, &args.log.log_level)?;
     let shutdown = idem_gateway::shutdown_signal();
     Gateway::bind(config).await?.run(shutdown).await
 }

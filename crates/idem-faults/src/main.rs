@@ -74,7 +74,7 @@ fn number<T: std::str::FromStr>(name: &str) -> Result<Option<T>, BoxError> {
 async fn main() -> Result<(), BoxError> {
     // Warnings (a publish that failed, a claim lost) on stdout, which the test forwards.
     let filter = var("IDEM_FAULT_LOG").unwrap_or_else(|| "warn".into());
-    idem_gateway::logging::init(idem_gateway::logging::LogFormat::Text, &filter)?;
+    idem_gateway::serve::logging::init(idem_gateway::serve::logging::LogFormat::Text, &filter)?;
     let store = var("IDEM_STORE").ok_or("IDEM_STORE is not set")?;
     let broker: idem_messaging::BrokerUrl = var("IDEM_BROKER")
         .ok_or("IDEM_BROKER is not set")?

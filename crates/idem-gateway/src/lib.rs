@@ -1,14 +1,29 @@
 //! The `idem` gateway: a reverse proxy that gives any HTTP API, in any language, idempotency
 //! keys — exactly-once effects on top of at-least-once delivery.
 //!
-//! `idem serve` puts the [`idem_http`] layer in front of a [`Proxy`] to the upstream, with a
-//! store chosen by URL ([`StoreUrl`]), an admin listener (health, readiness, Prometheus metrics,
-//! single records), structured logs and graceful shutdown. [`Gateway`] runs the same thing
-//! in-process. `idem keys` and `idem migrate` work on a store directly; `idem relay`
-//! ([`relay`]) publishes a transactional outbox to a broker.
+//! `idem serve` puts the [`idem_http`] layer in front of a [`Proxy`](proxy::Proxy) to the
+//! upstream, with a store chosen by URL ([`StoreUrl`]), an admin listener (health, readiness,
+//! Prometheus metrics, single records, a dashboard), structured logs and graceful shutdown.
+//! [`Gateway`] runs the same thing in-process.
+//!
+//! The crate is one module per concern; the arrows between them run one way, from the command
+//! line down to the store:
+//!
+//! | module | what it holds |
+//! | --- | --- |
+//! | [`cli`] | the command line: flags, `IDEM_*` variables and the config file, read into one [`Config`] |
+//! | [`serve`] | `idem serve`: the [`Config`], the [`Gateway`] (accept loop, connection bounds, admin server, purge, signals), the request log line and the metrics recorder |
+//! | [`proxy`] | the upstream: the [`Upstream`] URL, the client and its pool with their own defaults, the bodies both ways, the 502/504 the proxy answers for an upstream that failed |
+//! | [`store`] | the store: its URL, the instrumented store the gateway calls, the last minute of its latencies, the key files that seal records, `idem migrate` |
+//! | `admin` | the admin listener's routes: the [`AdminToken`], the census, record views, forgetting a key, the OpenAPI document and the dashboard |
+//! | [`keys`] | `idem keys`: an operator's view of the store without a running gateway |
+//! | [`relay`] | `idem relay`: a transactional outbox published to a broker |
+//! | [`demo`] | `idem demo`: payments through a lossy network, with and without the gateway |
+//! | [`error`] | [`Error`], one enum per concern, and the problems (RFC 9457) the gateway answers with |
+//! | `units` | the [`HumanDuration`] and [`ByteSize`] that flags and config files are written in |
 //!
 //! The flags, the config file and what the gateway can and cannot guarantee are described in
-//! `docs/gateway.md`.
+//! `docs/gateway.md`; the crate's place among the others in `docs/architecture.md`.
 //!
 //! # Examples
 //!
@@ -24,47 +39,30 @@
 //! # Ok::<(), idem_gateway::Error>(())
 //! ```
 
-mod admin;
-mod admin_auth;
-mod census;
 pub mod cli;
-pub mod config;
-mod connections;
-mod dashboard;
 pub mod demo;
-mod duration;
-mod error;
-mod forget;
-mod instrumented_store;
-mod key_files;
+pub mod error;
 pub mod keys;
-mod latency_window;
-pub mod logging;
-mod metrics_recorder;
-pub mod migrate;
-pub mod problem;
-mod proxy;
-mod record_view;
+pub mod proxy;
 pub mod relay;
-mod serve;
-mod size;
-mod store_url;
-mod upstream;
+pub mod serve;
+pub mod store;
 
-pub use admin_auth::AdminToken;
-pub use cli::{Cli, serve};
-pub use config::Config;
-pub use duration::HumanDuration;
+mod admin;
+mod units;
+
+pub use admin::AdminToken;
+pub use cli::Cli;
 pub use error::{
     AdminTokenError, ConfigError, Error, KeyFileError, KeysError, StartupError, UpstreamError,
 };
-pub use instrumented_store::{GatewayStore, InstrumentedStore, STORE_DURATION};
-pub use proxy::{
-    Proxy, ProxyBody, REQUEST_DURATION, REQUEST_OWN_DURATION, UPSTREAM_DURATION, UpstreamBody,
-    failure_response,
-};
-pub use record_view::{KeyList, ListedView, RecordFields, RecordView};
-pub use serve::{Gateway, shutdown_signal};
-pub use size::ByteSize;
-pub use store_url::{MemoryUrl, StoreUrl};
-pub use upstream::Upstream;
+pub use proxy::Upstream;
+pub use serve::{Config, Gateway, shutdown_signal};
+pub use store::StoreUrl;
+pub use units::{ByteSize, HumanDuration};
+
+/// What the workspace's test harnesses reach into; not part of the API.
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::store::instrumented::InstrumentedStore;
+}

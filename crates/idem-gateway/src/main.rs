@@ -4,7 +4,12 @@ use std::{io::IsTerminal, process::ExitCode};
 
 use anyhow::Context as _;
 use clap::error::ErrorKind;
-use idem_gateway::{Cli, ConfigError, Error, cli::Command, demo, keys, migrate, relay};
+use idem_gateway::{
+    Cli, ConfigError, Error,
+    cli::{self, Command},
+    demo, keys, relay,
+    store::migrate,
+};
 
 /// glibc's allocator grows and trims its per-thread heaps with a system call every request or two
 /// under load; mimalloc keeps them.
@@ -57,7 +62,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Serve(args) => Ok(idem_gateway::serve(&args).await?),
+        Command::Serve(args) => Ok(cli::serve(&args).await?),
         Command::Relay(args) => Ok(relay::run(*args).await?),
         Command::Keys(command) => {
             println!("{}", keys::run(command).await?);

@@ -467,3 +467,63 @@ fn the_check_finds_a_loop_between_nested_modules() {
     );
     assert_eq!(graphs[&Vec::new()]["gateway"], BTreeSet::new());
 }
+
+/// The leaves of the gateway that every module may use, left out of its drawing.
+const GATEWAY_LEAVES: [&str; 2] = ["error", "units"];
+
+/// The arrows of the Mermaid flowchart under `heading`: `a --> b` lines, each node with its set.
+fn drawn_under(doc: &str, heading: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let section = doc
+        .split_once(heading)
+        .map(|(_, rest)| rest)
+        .unwrap_or_else(|| panic!("no {heading:?}"));
+    let block = section
+        .split_once("```mermaid\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .map(|(block, _)| block)
+        .unwrap_or_else(|| panic!("no mermaid block under {heading:?}"));
+    let mut arrows: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in block.lines().map(str::trim) {
+        if let Some((from, to)) = line.split_once(" --> ") {
+            arrows.entry(to.to_owned()).or_default();
+            arrows
+                .entry(from.to_owned())
+                .or_default()
+                .insert(to.to_owned());
+        }
+    }
+    arrows
+}
+
+#[test]
+fn the_architecture_page_draws_the_gateways_modules_with_their_arrows() {
+    let doc = fs::read_to_string(workspace().join("docs/architecture.md")).expect("the page");
+    let drawn = drawn_under(&doc, "### Inside the gateway");
+    let mut actual =
+        Modules::read(&workspace().join("crates/idem-gateway")).graphs()[&Vec::new()].clone();
+    actual.retain(|module, _| !GATEWAY_LEAVES.contains(&module.as_str()));
+    for arrows in actual.values_mut() {
+        arrows.retain(|to| !GATEWAY_LEAVES.contains(&to.as_str()));
+    }
+    assert_eq!(
+        drawn, actual,
+        "docs/architecture.md draws the gateway's modules wrong"
+    );
+}
+
+#[test]
+fn the_drawing_is_read_under_its_heading_only() {
+    let doc = "```mermaid\nflowchart TD\n    x --> y\n```\n### Here\n```mermaid\nflowchart TD\n    \
+               a --> b\n    a --> c\n```\n```mermaid\n    c --> a\n```\n";
+    assert_eq!(
+        drawn_under(doc, "### Here"),
+        BTreeMap::from([
+            (
+                "a".to_owned(),
+                BTreeSet::from(["b".to_owned(), "c".to_owned()])
+            ),
+            ("b".to_owned(), BTreeSet::new()),
+            ("c".to_owned(), BTreeSet::new()),
+        ])
+    );
+}

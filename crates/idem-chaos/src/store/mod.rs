@@ -48,7 +48,7 @@ impl StoreServer {
             StoreKind::Sqlite => Self::Sqlite(dir.join("idem.db")),
             StoreKind::Postgres => {
                 let server = PostgresServer::start(dir).await?;
-                idem_gateway::migrate::run(&server.url().parse()?).await?;
+                idem_gateway::store::migrate::run(&server.url().parse()?).await?;
                 Self::Postgres(server)
             }
             StoreKind::Redis => Self::Redis(RedisServer::start(dir, redis).await?),

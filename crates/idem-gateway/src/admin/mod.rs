@@ -10,14 +10,19 @@
 //! | `DELETE /v1/keys/{key}?scope=HEX&force=true` | 204: the record is forgotten; 404 when there was none; 409 when a request holds the key, unless `force=true` |
 //! | `GET /v1/stats` | the last census of the records and the store's latency over the last minute ([`Stats`]) |
 //! | `GET /openapi.json` | the OpenAPI 3.1 document of these routes ([`openapi`]) |
-//! | `GET /`, `/dashboard.js`, `/dashboard.css`, `/favicon.png` | the live dashboard, which reads the routes above ([`dashboard`](crate::dashboard)) |
+//! | `GET /`, `/dashboard.js`, `/dashboard.css`, `/favicon.png` | the live dashboard, which reads the routes above ([`dashboard`](self::dashboard)) |
 //!
 //! `scope` is the scope hash in hex, as the logs show it; without it, the anonymous scope. A bad
 //! key, scope or `force` is a 400. Errors are problem+json. With an admin token, every route but
 //! the probes, the document and the dashboard's static files needs it
 //! ([`AdminToken`](crate::AdminToken)).
 
+mod auth;
+mod census;
+pub(crate) mod dashboard;
+mod forget;
 mod openapi;
+mod record_view;
 
 use std::{
     sync::{
@@ -42,16 +47,21 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+pub use self::auth::AdminToken;
 use self::openapi::{
     ForgetKeyProblems, ListKeysProblems, MetricsProblems, ShowKeyProblems, StatsProblems,
 };
-use crate::{
-    AdminToken, GatewayStore, HumanDuration, KeyList, RecordView, admin_auth,
-    census::CensusKeeper,
+use self::record_view::rfc3339;
+pub(crate) use self::{
+    auth::protect,
+    census::{CensusKeeper, LEASE, OLDEST_PROCESSING_AGE, RECORDS},
     forget::{Forgotten, forget},
-    latency_window::LatencyWindow,
-    problem::AdminRejection,
-    record_view::rfc3339,
+    record_view::{KeyList, ListedView, RecordView},
+};
+use crate::{
+    HumanDuration,
+    error::problem::AdminRejection,
+    store::{GatewayStore, LatencyWindow},
 };
 
 /// How long `/readyz` waits for the store's ping.
@@ -77,11 +87,11 @@ pub(crate) fn router(state: AdminState, token: Option<AdminToken>) -> Router {
         .route("/v1/keys", get(list_keys))
         .route("/v1/keys/{key}", get(show_key).delete(forget_key))
         .route("/v1/stats", get(stats));
-    admin_auth::protect(protected, token)
+    auth::protect(protected, token)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi_json))
-        .merge(crate::dashboard::gateway())
+        .merge(dashboard::gateway())
         .with_state(state)
 }
 

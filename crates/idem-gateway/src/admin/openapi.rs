@@ -21,10 +21,8 @@ use utoipa::{
     },
 };
 
-use crate::{
-    RecordView,
-    problem::{AdminRejection, Problem},
-};
+use super::RecordView;
+use crate::error::problem::{AdminRejection, Problem};
 
 /// The name of the bearer security scheme of the routes that need the admin token (the
 /// handlers' `security(("admin_token" = []))` name it too: the macro takes a literal only).

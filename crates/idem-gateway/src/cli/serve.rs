@@ -12,8 +12,12 @@ use idem_http::{Anonymous, OnStoreError, Settings};
 
 use super::{LogArgs, MethodList};
 use crate::{
-    AdminToken, ByteSize, Config, Error, Gateway, HumanDuration, StoreUrl, Upstream, config,
-    error::ConfigError, key_files, logging, shutdown_signal,
+    AdminToken, ByteSize, Config, Error, Gateway, HumanDuration, StoreUrl, Upstream,
+    error::ConfigError,
+    proxy,
+    serve::{config, logging},
+    shutdown_signal,
+    store::key_files,
 };
 
 /// `idem serve`: every option, as given (see [`Config`](crate::Config) for their meaning).
@@ -67,12 +71,12 @@ pub struct ServeArgs {
     /// The most connections to the upstream kept open, idle, for the next request (0: none, a
     /// connection per request); a connection released beyond them is closed.
     #[arg(long, env = "IDEM_UPSTREAM_MAX_IDLE", value_name = "N",
-          default_value_t = config::DEFAULT_UPSTREAM_MAX_IDLE)]
+          default_value_t = proxy::DEFAULT_UPSTREAM_MAX_IDLE)]
     pub upstream_max_idle: usize,
 
     /// How long a connection to the upstream is kept idle before it is closed.
     #[arg(long, env = "IDEM_UPSTREAM_IDLE_TIMEOUT", value_name = "DURATION",
-          default_value_t = HumanDuration(config::DEFAULT_UPSTREAM_IDLE_TIMEOUT))]
+          default_value_t = HumanDuration(proxy::DEFAULT_UPSTREAM_IDLE_TIMEOUT))]
     pub upstream_idle_timeout: HumanDuration,
 
     /// Where the admin endpoints listen (/healthz, /readyz, /metrics, /v1/keys, /openapi.json).

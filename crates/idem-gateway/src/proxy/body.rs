@@ -16,7 +16,7 @@ use crate::error::UpstreamError;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The body of a response from the upstream, as [`Proxy`](crate::Proxy) returns it. It gives its
+/// The body of a response from the upstream, as [`Proxy`](super::Proxy) returns it. It gives its
 /// connection back to the pool once read to its end (a body dropped before its end closes its
 /// connection), and ends in [`UpstreamError::UpstreamTimeout`] when the deadline of the whole
 /// upstream exchange passes first, so that `--upstream-timeout` bounds the body as well as the

@@ -3,11 +3,12 @@
 //! The request URI is rewritten to the upstream's authority with the path and query kept;
 //! hop-by-hop headers are removed both ways; `X-Forwarded-For` gets the client's address
 //! appended ([`Proxy::for_client`]), `X-Forwarded-Proto` and `X-Forwarded-Host` are set, and `Host` becomes the
-//! upstream's authority. Connections are pooled ([`pool`]); HTTP/1.1, or h2c with prior
+//! upstream's authority. Connections are pooled (`pool`); HTTP/1.1, or h2c with prior
 //! knowledge.
 
 mod body;
 mod pool;
+mod upstream;
 
 use std::{
     convert::Infallible,
@@ -30,11 +31,10 @@ use idem_http::{Delivery, hop_by_hop};
 use metrics::Histogram;
 use tokio::time::Instant;
 
-pub use self::body::UpstreamBody;
 use self::pool::Pool;
-use crate::{
-    Upstream,
-    error::UpstreamError as Error,
+pub use self::{body::UpstreamBody, upstream::Upstream};
+use crate::error::{
+    UpstreamError as Error,
     problem::{Problem, UpstreamRejection},
 };
 
@@ -44,16 +44,16 @@ pub const DEFAULT_UPSTREAM_MAX_IDLE: usize = 1024;
 pub const DEFAULT_UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// The histogram of upstream latencies: from forwarding a request to its response head.
-pub const UPSTREAM_DURATION: &str = "idem_upstream_duration_seconds";
+pub(crate) const UPSTREAM_DURATION: &str = "idem_upstream_duration_seconds";
 
 /// The histogram of the time from a request's arrival to its response head, whatever answered
 /// it (the upstream, a replay, a problem).
-pub const REQUEST_DURATION: &str = "idem_request_duration_seconds";
+pub(crate) const REQUEST_DURATION: &str = "idem_request_duration_seconds";
 
 /// The histogram of the gateway's own share of [`REQUEST_DURATION`]: the whole minus the time
 /// waiting on the upstream's response head, so the cost of idempotency itself (store calls,
 /// waiting on a key, fingerprints), without the upstream's.
-pub const REQUEST_OWN_DURATION: &str = "idem_request_own_duration_seconds";
+pub(crate) const REQUEST_OWN_DURATION: &str = "idem_request_own_duration_seconds";
 
 /// How long the upstream took to answer a forwarded request's head: in the response's
 /// extensions, for [`RequestTiming`].
@@ -93,9 +93,9 @@ static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host"
 
 /// A `tower::Service` that forwards each request to the upstream and returns its response.
 ///
-/// It never fails: a forward that ends without a response is answered by the proxy itself
-/// ([`failure_response`]), `502` or `504` problem+json marked with the [`Delivery`] that tells
-/// the idempotency layer whether the request may have reached the upstream:
+/// It never fails: a forward that ends without a response is answered by the proxy itself, a
+/// `502` or `504` problem+json marked with the [`Delivery`] that tells the idempotency layer
+/// whether the request may have reached the upstream:
 /// [`Error::UpstreamConnect`] is not sent, [`Error::Upstream`] and [`Error::UpstreamTimeout`]
 /// maybe sent.
 ///
@@ -107,7 +107,7 @@ static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host"
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// use std::time::Duration;
-/// use idem_gateway::Proxy;
+/// use idem_gateway::proxy::Proxy;
 ///
 /// let proxy = Proxy::new(
 ///     "http://127.0.0.1:3000".parse()?,
@@ -312,7 +312,7 @@ impl tower::Service<Request<Body>> for Proxy {
 /// problem+json when the upstream did not answer in time, `502` otherwise; marked with the
 /// [`Delivery`] of the failure (only a failure to connect is sure not to have reached the
 /// upstream), which the idempotency layer reads.
-pub fn failure_response(error: &Error) -> Response<ProxyBody> {
+pub(crate) fn failure_response(error: &Error) -> Response<ProxyBody> {
     let (rejection, delivery) = match error {
         Error::UpstreamTimeout(timeout) => {
             (UpstreamRejection::Timeout(*timeout), Delivery::MaybeSent)

@@ -34,7 +34,8 @@ use hyper::{
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::{net::TcpStream, time::Instant};
 
-use crate::{HumanDuration, Upstream, error::UpstreamError as Error};
+use super::Upstream;
+use crate::{HumanDuration, error::UpstreamError as Error};
 
 /// The connections to one upstream. Clones share them.
 #[derive(Clone, Debug)]

@@ -25,7 +25,11 @@ use serde::Serialize;
 use sqlx::Pool;
 use tokio::sync::Semaphore;
 
-use crate::{AdminToken, admin_auth, problem::AdminRejection};
+use crate::{
+    AdminToken,
+    admin::{dashboard, protect},
+    error::problem::AdminRejection,
+};
 
 /// How long `/v1/outbox` waits for the counts, its turn included.
 const COUNTS_TIMEOUT: Duration = Duration::from_secs(5);
@@ -42,9 +46,9 @@ pub(super) fn router(
             get(move || std::future::ready(metrics.render())),
         )
         .route("/v1/outbox", get(move || outbox_counts(outbox.clone())));
-    admin_auth::protect(protected, token)
+    protect(protected, token)
         .route("/healthz", get(|| async { "ok\n" }))
-        .merge(crate::dashboard::relay())
+        .merge(dashboard::relay())
 }
 
 /// Counts an outbox's messages.

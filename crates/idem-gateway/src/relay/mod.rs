@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use process::RelayProcess;
 
-use crate::{AdminToken, Error, cli::RelayArgs, error::StartupError, logging};
+use crate::{AdminToken, Error, cli::RelayArgs, error::StartupError, serve::logging};
 
 /// Runs `idem relay` until SIGTERM or SIGINT, then finishes the batch in flight and returns.
 ///

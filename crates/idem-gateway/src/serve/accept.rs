@@ -14,11 +14,13 @@ use idem_http::Idempotency;
 use tokio::net::TcpListener;
 use tower::{Service, ServiceExt};
 
-use crate::{
-    GatewayStore, Proxy,
+use super::{
     connections::{Activity, Connections},
     logging::RequestLine,
-    proxy::RequestTiming,
+};
+use crate::{
+    proxy::{Proxy, RequestTiming},
+    store::GatewayStore,
 };
 
 /// The most requests at once on one HTTP/2 client connection.

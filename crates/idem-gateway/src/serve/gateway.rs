@@ -15,11 +15,14 @@ use tokio::{net::TcpListener, time::Instant};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceBuilder;
 
+use super::{Config, connections::Connections, metrics_recorder};
 use super::{accept, admin_server, purge::purge_expired};
 use crate::{
-    AdminToken, Config, Error, GatewayStore, HumanDuration, InstrumentedStore, Proxy,
-    admin::AdminState, census::CensusKeeper, connections::Connections, error::StartupError,
-    metrics_recorder,
+    AdminToken, Error, HumanDuration,
+    admin::{AdminState, CensusKeeper},
+    error::StartupError,
+    proxy::Proxy,
+    store::{GatewayStore, InstrumentedStore},
 };
 
 /// The gateway with its store open and its sockets bound, ready to [`run`](Gateway::run).

@@ -1,10 +1,10 @@
 //! [`Gateway`]: `idem serve`, startable in-process.
 //!
 //! The stack for each client request is: the request log line, errors turned into 502/504
-//! problems, the idempotency layer, and the [`Proxy`]. Keyed requests run in the layer's
+//! problems, the idempotency layer, and the [`Proxy`](crate::proxy::Proxy). Keyed requests run in the layer's
 //! engine: a client that disconnects does not cancel the forwarded call (the engine finishes it
-//! in a task of its own), and its result is stored for the retry. [`serve`](crate::serve) is
-//! the whole `idem serve` command.
+//! in a task of its own), and its result is stored for the retry. [`serve`](crate::cli::serve)
+//! is the whole `idem serve` command.
 //!
 //! # Examples
 //!
@@ -21,7 +21,6 @@
 //! gateway.run(idem_gateway::shutdown_signal()).await
 //! # }
 //! ```
-
 //!
 //! The parts: [`Gateway`] opens the store and binds the sockets, then runs the accept loop
 //! (`accept`), the admin listener (`admin_server`) and the purge of expired records (`purge`)
@@ -29,8 +28,12 @@
 
 mod accept;
 mod admin_server;
+pub mod config;
+mod connections;
 mod gateway;
+pub mod logging;
+mod metrics_recorder;
 mod purge;
 mod signal;
 
-pub use self::{gateway::Gateway, signal::shutdown_signal};
+pub use self::{config::Config, gateway::Gateway, signal::shutdown_signal};

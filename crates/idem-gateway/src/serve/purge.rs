@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::GatewayStore;
+use crate::store::GatewayStore;
 
 /// How often expired records are purged, how many at most per store call, and the share of a
 /// round's time its store calls may take: a backlog (a million records after an outage, or

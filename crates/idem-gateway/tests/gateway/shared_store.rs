@@ -4,7 +4,7 @@
 use std::{collections::HashMap, sync::Arc};
 
 use axum::{body::Body, http::Request};
-use idem_gateway::{InstrumentedStore, StoreUrl};
+use idem_gateway::{StoreUrl, testing::InstrumentedStore};
 use serde_json::json;
 use tokio::{sync::Semaphore, task::JoinSet};
 

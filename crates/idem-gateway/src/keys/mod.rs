@@ -21,11 +21,11 @@ use std::{fmt::Write as _, time::SystemTime};
 use idem_core::{Address, ListPage, ListQuery, Listed, RecordState, Scope, Store, Timestamp};
 
 use crate::{
-    Error, HumanDuration, KeyList, RecordView, StoreUrl,
+    Error, HumanDuration, StoreUrl,
+    admin::{Forgotten, KeyList, ListedView, RecordView, forget},
     cli::{KeyArgs, KeysCommand, ListArgs},
     error::KeysError,
-    forget::{Forgotten, forget},
-    key_files,
+    store::key_files,
 };
 
 /// How many expired records one store call removes.
@@ -136,7 +136,7 @@ fn table(page: &ListPage, now: Timestamp) -> String {
 }
 
 fn row(listed: &Listed, now: Timestamp) -> String {
-    let view = crate::ListedView::new(listed);
+    let view = ListedView::new(listed);
     let record = &listed.record;
     let age = HumanDuration(std::time::Duration::from_secs(
         now.saturating_since(record.created_at).as_secs(),

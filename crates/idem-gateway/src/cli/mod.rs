@@ -16,10 +16,11 @@ pub use self::{
     method_list::MethodList,
     serve::{ServeArgs, serve},
 };
-pub use crate::logging::LogFormat;
+pub use crate::serve::logging::LogFormat;
 use crate::{
-    HumanDuration, StoreUrl, config,
+    HumanDuration, StoreUrl,
     error::{ConfigError, Error},
+    serve::config,
 };
 
 /// Exactly-once effects on top of at-least-once delivery: idempotency keys for any HTTP API.

@@ -1,6 +1,8 @@
 //! The failures of the gateway and of the `idem` commands: [`Error`], made of one enum per
 //! concern.
 
+pub mod problem;
+
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use http::HeaderName;

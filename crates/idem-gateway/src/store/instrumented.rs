@@ -9,15 +9,15 @@ use idem_core::{
 use metrics::Histogram;
 use tokio::time::Instant;
 
-use crate::latency_window::{LatencySnapshot, LatencyWindow};
+use super::latency_window::{LatencySnapshot, LatencyWindow};
 
 /// The histogram of store call latencies, labelled by `op`.
-pub const STORE_DURATION: &str = "idem_store_duration_seconds";
+pub(crate) const STORE_DURATION: &str = "idem_store_duration_seconds";
 
 /// The store as the gateway uses it: chosen at run time, its calls timed.
-pub type GatewayStore = InstrumentedStore<DynStore>;
+pub(crate) type GatewayStore = InstrumentedStore<DynStore>;
 
-/// Wraps a store and records each call's latency in the [`STORE_DURATION`] histogram, labelled
+/// Wraps a store and records each call's latency in the `idem_store_duration_seconds` histogram, labelled
 /// `op="acquire"`, `"complete"`, … (failed calls too). The calls of the request path (`acquire`,
 /// `complete`, `release`, `renew`, `get`) also count in the last minute's percentiles that
 /// `GET /v1/stats` shows. [`Store::changed`] is passed through, so
@@ -30,7 +30,7 @@ pub type GatewayStore = InstrumentedStore<DynStore>;
 ///
 /// ```
 /// use idem_core::{DynStore, MemoryStore};
-/// use idem_gateway::InstrumentedStore;
+/// use idem_gateway::testing::InstrumentedStore;
 ///
 /// let store = InstrumentedStore::new(DynStore::new(MemoryStore::new()));
 /// # drop(store);

@@ -21,7 +21,7 @@ use idem_core::{Census, Store, StoreError, Timestamp, time_limit::within};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::GatewayStore;
+use crate::store::GatewayStore;
 
 /// The gauge of live records by state.
 pub(crate) const RECORDS: &str = "idem_records";
@@ -122,7 +122,7 @@ mod tests {
     use idem_core::{Acquisition, Address, DynStore, Fingerprint, ManualClock, MemoryStore, Terms};
 
     use super::*;
-    use crate::InstrumentedStore;
+    use crate::store::InstrumentedStore;
 
     #[tokio::test(start_paused = true)]
     async fn the_census_is_retaken_after_its_rest() {

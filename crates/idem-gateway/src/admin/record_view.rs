@@ -12,37 +12,13 @@ use utoipa::{
 
 /// A record as JSON: the key's digest (never the key), the scope in hex, the state's name, the
 /// token, RFC 3339 timestamps, and the stored status once completed.
-///
-/// # Examples
-///
-/// ```
-/// use idem_core::{Address, FencingToken, Fingerprint, Record, RecordState, Timestamp};
-/// use idem_gateway::RecordView;
-///
-/// let address = Address::anonymous("order-42".parse()?);
-/// let record = Record {
-///     fingerprint: Fingerprint::from_bytes([0; 32]),
-///     created_at: Timestamp::from_millis(1_767_225_600_000),
-///     expires_at: Timestamp::from_millis(1_767_312_000_000),
-///     state: RecordState::Processing {
-///         token: FencingToken::new(7),
-///         lease_until: Timestamp::from_millis(1_767_225_630_000),
-///     },
-/// };
-/// let json = serde_json::to_value(RecordView::new(&address, &record))?;
-/// assert_eq!(json["state"], "processing");
-/// assert_eq!(json["token"], 7);
-/// assert_eq!(json["lease_until"], "2026-01-01T00:00:30.000Z");
-/// assert!(json.get("status").is_none());
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
 #[derive(Debug, Clone, Serialize, ToSchema)]
 // The schema's description, in the admin API's OpenAPI document, is the first paragraph alone.
 #[schema(
     description = "A record: the key's digest (never the key), the scope in hex, the \
     state's name, the token, RFC 3339 timestamps, and the stored status once completed."
 )]
-pub struct RecordView {
+pub(crate) struct RecordView {
     /// The key's digest, as the logs show it.
     #[schema(pattern = "^[0-9a-f]{16}$")]
     pub key_digest: String,
@@ -63,7 +39,7 @@ pub struct RecordView {
     scope in hex, the state's name, the token, RFC 3339 timestamps, and the stored status once \
     completed (unless it is sealed)."
 )]
-pub struct ListedView {
+pub(crate) struct ListedView {
     /// SHA-256 of the key, in hex.
     #[schema(pattern = "^[0-9a-f]{64}$")]
     pub key_sha256: String,
@@ -77,7 +53,7 @@ pub struct ListedView {
 
 /// A page of a listing as JSON: what `GET /v1/keys` answers and `idem keys list --json` prints.
 #[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct KeyList {
+pub(crate) struct KeyList {
     /// The records, newest first (on Redis, newest first within the page).
     pub records: Vec<ListedView>,
     /// The cursor of the next page; absent on the last.
@@ -88,7 +64,7 @@ pub struct KeyList {
 
 impl KeyList {
     /// The view of `page`.
-    pub fn new(page: &ListPage) -> Self {
+    pub(crate) fn new(page: &ListPage) -> Self {
         Self {
             records: page.records.iter().map(ListedView::new).collect(),
             next: page.next.map(|cursor| cursor.to_string()),
@@ -98,7 +74,7 @@ impl KeyList {
 
 /// What [`RecordView`] and [`ListedView`] show of a record besides its address.
 #[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct RecordFields {
+pub(crate) struct RecordFields {
     /// `processing` or `completed`.
     #[schema(schema_with = state_schema)]
     pub state: &'static str,
@@ -135,7 +111,7 @@ fn state_schema() -> Object {
 
 impl RecordView {
     /// The view of `record`, stored under `address`.
-    pub fn new(address: &Address, record: &Record) -> Self {
+    pub(crate) fn new(address: &Address, record: &Record) -> Self {
         Self {
             key_digest: address.key.digest(),
             scope: address.scope.to_string(),
@@ -146,7 +122,7 @@ impl RecordView {
 
 impl ListedView {
     /// The view of a listed record.
-    pub fn new(listed: &Listed) -> Self {
+    pub(crate) fn new(listed: &Listed) -> Self {
         Self {
             key_sha256: hex(&listed.key_sha256),
             scope: listed.scope.to_string(),
@@ -157,7 +133,7 @@ impl ListedView {
 
 impl RecordFields {
     /// The fields of `record`.
-    pub fn new(record: &Record) -> Self {
+    pub(crate) fn new(record: &Record) -> Self {
         let (lease_until, completed_at, status) = match &record.state {
             RecordState::Processing { lease_until, .. } => {
                 (Some(rfc3339(*lease_until)), None, None)
@@ -194,4 +170,32 @@ pub(crate) fn rfc3339(time: Timestamp) -> String {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use idem_core::{FencingToken, Fingerprint};
+
+    use super::*;
+
+    #[test]
+    fn a_processing_record_shows_its_token_and_lease_and_no_status()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let address = Address::anonymous("order-42".parse()?);
+        let record = Record {
+            fingerprint: Fingerprint::from_bytes([0; 32]),
+            created_at: Timestamp::from_millis(1_767_225_600_000),
+            expires_at: Timestamp::from_millis(1_767_312_000_000),
+            state: RecordState::Processing {
+                token: FencingToken::new(7),
+                lease_until: Timestamp::from_millis(1_767_225_630_000),
+            },
+        };
+        let json = serde_json::to_value(RecordView::new(&address, &record))?;
+        assert_eq!(json["state"], "processing");
+        assert_eq!(json["token"], 7);
+        assert_eq!(json["lease_until"], "2026-01-01T00:00:30.000Z");
+        assert!(json.get("status").is_none());
+        Ok(())
+    }
 }

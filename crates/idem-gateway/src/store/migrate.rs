@@ -14,7 +14,7 @@ use crate::{Error, StoreUrl};
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-/// use idem_gateway::{StoreUrl, migrate};
+/// use idem_gateway::{StoreUrl, store::migrate};
 ///
 /// let dir = tempfile::tempdir()?;
 /// let url = StoreUrl::sqlite(dir.path().join("idem.db"));

@@ -35,8 +35,10 @@ use std::{
 use idem_core::{DigestKey, sealing::KeyRing};
 use idem_http::Settings;
 
-pub use crate::proxy::{DEFAULT_UPSTREAM_IDLE_TIMEOUT, DEFAULT_UPSTREAM_MAX_IDLE};
-use crate::{AdminToken, StoreUrl, Upstream};
+use crate::{
+    AdminToken, StoreUrl, Upstream,
+    proxy::{DEFAULT_UPSTREAM_IDLE_TIMEOUT, DEFAULT_UPSTREAM_MAX_IDLE},
+};
 
 /// Default of `--listen`.
 pub const DEFAULT_LISTEN: SocketAddr = loopback(8080);

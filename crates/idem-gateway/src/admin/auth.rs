@@ -35,7 +35,10 @@ use axum::{
 };
 use http::header::AUTHORIZATION;
 
-use crate::{Error, error::AdminTokenError, problem::AdminRejection};
+use crate::{
+    Error,
+    error::{AdminTokenError, problem::AdminRejection},
+};
 
 /// The bearer token of an admin listener.
 ///

@@ -7,9 +7,9 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    census::{LEASE, OLDEST_PROCESSING_AGE, RECORDS},
-    instrumented_store::STORE_DURATION,
+    admin::{LEASE, OLDEST_PROCESSING_AGE, RECORDS},
     proxy::{REQUEST_DURATION, REQUEST_OWN_DURATION, UPSTREAM_DURATION},
+    store::STORE_DURATION,
 };
 
 /// Latency buckets, in seconds: from half a millisecond (a memory store) to a minute (a slow

@@ -1,0 +1,16 @@
+//! The store as the gateway sees it: chosen by a URL ([`StoreUrl`]), every call timed
+//! (`InstrumentedStore`, which also keeps the last minute of latencies in a lock-free
+//! `LatencyWindow`), stored responses sealed with the key ring of a key file (`key_files`), and
+//! its schema brought up to date by `idem migrate` ([`migrate`]).
+
+pub(crate) mod instrumented;
+pub(crate) mod key_files;
+mod latency_window;
+pub mod migrate;
+mod url;
+
+pub use self::url::{MemoryUrl, StoreUrl};
+pub(crate) use self::{
+    instrumented::{GatewayStore, InstrumentedStore, STORE_DURATION},
+    latency_window::LatencyWindow,
+};
