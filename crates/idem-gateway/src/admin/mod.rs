@@ -34,11 +34,11 @@ use std::{
 
 use axum::{
     Json, Router,
-    extract::{Path, Query, State, rejection::PathRejection},
+    extract::{FromRequestParts, Path, Query, State, rejection::PathRejection},
     response::{IntoResponse, Response},
     routing::get,
 };
-use http::{HeaderValue, StatusCode, Uri, header::CONTENT_TYPE};
+use http::{HeaderValue, StatusCode, Uri, header::CONTENT_TYPE, request::Parts};
 use idem_core::{
     Address, IdempotencyKey, ListQuery, Scope, StateFilter, Store, StoreError, Timestamp,
     time_limit::within,
@@ -233,14 +233,31 @@ fn key_bytes(path: Result<Path<KeyPath>, PathRejection>, uri: &Uri) -> Vec<u8> {
     }
 }
 
-/// The address named by a key path segment and the query's scope.
-fn address(key: &[u8], pairs: &[(String, String)]) -> Result<Address, AdminRejection> {
-    let key = IdempotencyKey::parse_header(key).map_err(AdminRejection::InvalidKey)?;
-    let scope = match ScopeQuery::from_pairs(pairs)?.scope {
-        None => Scope::ANONYMOUS,
-        Some(hex) => hex.parse().map_err(|_| AdminRejection::InvalidScope)?,
-    };
-    Ok(Address::new(scope, key))
+/// The record that `/v1/keys/{key}?scope=HEX` names: the key from the path, the scope from the
+/// query (the anonymous scope without one). A bad key or scope is refused with its problem.
+pub(crate) struct KeyAddress(Address);
+
+impl<S: Send + Sync> FromRequestParts<S> for KeyAddress {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        let path = Path::<KeyPath>::from_request_parts(parts, state).await;
+        let Query(pairs) = Pairs::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let key = IdempotencyKey::parse_header(&key_bytes(path, &parts.uri))
+            .map_err(|error| AdminRejection::InvalidKey(error).into_response())?;
+        let scope = match ScopeQuery::from_pairs(&pairs)
+            .map_err(IntoResponse::into_response)?
+            .scope
+        {
+            None => Scope::ANONYMOUS,
+            Some(hex) => hex
+                .parse()
+                .map_err(|_| AdminRejection::InvalidScope.into_response())?,
+        };
+        Ok(Self(Address::new(scope, key)))
+    }
 }
 
 fn store_failed(error: &StoreError) -> Response {
@@ -480,14 +497,8 @@ pub(crate) async fn stats(State(state): State<AdminState>) -> Json<Stats> {
 )]
 pub(crate) async fn show_key(
     State(state): State<AdminState>,
-    path: Result<Path<KeyPath>, PathRejection>,
-    uri: Uri,
-    Query(pairs): Pairs,
+    KeyAddress(address): KeyAddress,
 ) -> Response {
-    let address = match address(&key_bytes(path, &uri), &pairs) {
-        Ok(address) => address,
-        Err(bad) => return bad.into_response(),
-    };
     match within(state.store_timeout, state.store.get(&address)).await {
         Ok(Some(record)) => Json(RecordView::new(&address, &record)).into_response(),
         Ok(None) => AdminRejection::KeyNotFound.into_response(),
@@ -513,14 +524,9 @@ pub(crate) async fn show_key(
 )]
 pub(crate) async fn forget_key(
     State(state): State<AdminState>,
-    path: Result<Path<KeyPath>, PathRejection>,
-    uri: Uri,
+    KeyAddress(address): KeyAddress,
     Query(pairs): Pairs,
 ) -> Response {
-    let address = match address(&key_bytes(path, &uri), &pairs) {
-        Ok(address) => address,
-        Err(bad) => return bad.into_response(),
-    };
     let force = match ForceQuery::from_pairs(&pairs) {
         Ok(query) => query.force.unwrap_or(false),
         Err(bad) => return bad.into_response(),

@@ -10,7 +10,7 @@
 //!
 //! | route | file |
 //! | --- | --- |
-//! | `GET /` | the page: `gateway.html` on `idem serve`, `relay.html` on `idem relay` |
+//! | `GET /` | the page: `top.html` over `gateway.html` on `idem serve`, over `relay.html` on `idem relay` |
 //! | `GET /dashboard.js` | the script |
 //! | `GET /dashboard.css` | the style sheet |
 //! | `GET /favicon.png` | the icon |
@@ -18,11 +18,14 @@
 //! Each answer carries `Cache-Control: no-cache`, so that a browser revalidates the files
 //! after an upgrade instead of running an old script against a new API.
 
+use std::sync::LazyLock;
+
 use axum::{
     Router,
     response::{IntoResponse, Response},
     routing::get,
 };
+use bytes::Bytes;
 use http::header::{
     CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS,
 };
@@ -36,47 +39,53 @@ pub(crate) const POLICY: &str =
 struct Asset {
     path: &'static str,
     content_type: &'static str,
-    body: &'static [u8],
+    body: Bytes,
 }
 
-const GATEWAY_PAGE: Asset = Asset {
-    path: "/",
-    content_type: "text/html; charset=utf-8",
-    body: include_bytes!("gateway.html"),
-};
+/// The top of every page (its head, its header, the form that asks for the token), with
+/// `{page}` where the page's name goes.
+const TOP: &str = include_str!("top.html");
 
-const RELAY_PAGE: Asset = Asset {
-    path: "/",
-    content_type: "text/html; charset=utf-8",
-    body: include_bytes!("relay.html"),
-};
+/// A page: the shared top with the page's name, then the page's own `<main>`.
+fn page(name: &str, main: &str) -> Asset {
+    Asset {
+        path: "/",
+        content_type: "text/html; charset=utf-8",
+        body: Bytes::from(TOP.replace("{page}", name) + main),
+    }
+}
 
-const SCRIPT: Asset = Asset {
+static GATEWAY_PAGE: LazyLock<Asset> =
+    LazyLock::new(|| page("gateway", include_str!("gateway.html")));
+
+static RELAY_PAGE: LazyLock<Asset> = LazyLock::new(|| page("relay", include_str!("relay.html")));
+
+static SCRIPT: Asset = Asset {
     path: "/dashboard.js",
     content_type: "text/javascript; charset=utf-8",
-    body: include_bytes!("dashboard.js"),
+    body: Bytes::from_static(include_bytes!("dashboard.js")),
 };
 
-const STYLE: Asset = Asset {
+static STYLE: Asset = Asset {
     path: "/dashboard.css",
     content_type: "text/css; charset=utf-8",
-    body: include_bytes!("dashboard.css"),
+    body: Bytes::from_static(include_bytes!("dashboard.css")),
 };
 
-const ICON: Asset = Asset {
+static ICON: Asset = Asset {
     path: "/favicon.png",
     content_type: "image/png",
-    body: include_bytes!("favicon.png"),
+    body: Bytes::from_static(include_bytes!("favicon.png")),
 };
 
 /// The routes of the gateway's dashboard; they need no token.
 pub(crate) fn gateway<S: Clone + Send + Sync + 'static>() -> Router<S> {
-    routes([&GATEWAY_PAGE, &SCRIPT, &STYLE, &ICON])
+    routes([&*GATEWAY_PAGE, &SCRIPT, &STYLE, &ICON])
 }
 
 /// The routes of the relay's dashboard; they need no token.
 pub(crate) fn relay<S: Clone + Send + Sync + 'static>() -> Router<S> {
-    routes([&RELAY_PAGE, &SCRIPT, &STYLE, &ICON])
+    routes([&*RELAY_PAGE, &SCRIPT, &STYLE, &ICON])
 }
 
 fn routes<S: Clone + Send + Sync + 'static>(assets: [&'static Asset; 4]) -> Router<S> {
@@ -98,7 +107,7 @@ impl Asset {
                 (X_CONTENT_TYPE_OPTIONS, "nosniff"),
                 (REFERRER_POLICY, "no-referrer"),
             ],
-            self.body,
+            self.body.clone(),
         )
             .into_response()
     }
@@ -110,9 +119,14 @@ mod tests {
 
     /// Every file, as text where it is text.
     fn texts() -> impl Iterator<Item = (&'static str, &'static str)> {
-        [&GATEWAY_PAGE, &RELAY_PAGE, &SCRIPT, &STYLE]
+        [&*GATEWAY_PAGE, &*RELAY_PAGE, &SCRIPT, &STYLE]
             .into_iter()
-            .map(|asset| (asset.content_type, std::str::from_utf8(asset.body).unwrap()))
+            .map(|asset| {
+                (
+                    asset.content_type,
+                    std::str::from_utf8(&asset.body).unwrap(),
+                )
+            })
     }
 
     #[test]
@@ -127,8 +141,12 @@ mod tests {
 
     #[test]
     fn pages_load_the_shared_script_and_style_and_nothing_inline() {
-        for page in [&GATEWAY_PAGE, &RELAY_PAGE] {
-            let html = std::str::from_utf8(page.body).unwrap();
+        for (name, page) in [("gateway", &*GATEWAY_PAGE), ("relay", &*RELAY_PAGE)] {
+            let html = std::str::from_utf8(&page.body).unwrap();
+            assert!(html.starts_with("<!doctype html>"));
+            assert!(html.contains(&format!("<title>idem {name}</title>")));
+            assert!(html.contains(&format!(r#"<body data-page="{name}">"#)));
+            assert!(!html.contains("{page}"));
             assert!(html.contains(r#"<script src="/dashboard.js" defer></script>"#));
             assert!(html.contains(r#"<link rel="stylesheet" href="/dashboard.css">"#));
             assert!(html.contains(r#"<link rel="icon" href="/favicon.png">"#));
