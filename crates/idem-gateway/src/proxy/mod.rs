@@ -325,15 +325,32 @@ pub(crate) fn failure_response(error: &Error) -> Response<ProxyBody> {
     response
 }
 
+/// Removes the hop-by-hop headers of a client's request as it arrives, as the proxy would (`Host`
+/// stays, whatever `Connection` lists: the proxy reads it for `X-Forwarded-Host`).
+pub(crate) fn remove_hop_by_hop_at_ingress(headers: &mut HeaderMap) {
+    if !has_hop_by_hop(headers) {
+        return;
+    }
+    let host = headers.remove(HOST);
+    remove_hop_by_hop(headers, true);
+    if let Some(host) = host {
+        headers.insert(HOST, host);
+    }
+}
+
+/// Whether `headers` hold anything [`remove_hop_by_hop`] removes. Most messages have none: one
+/// pass over the names finds that.
+fn has_hop_by_hop(headers: &HeaderMap) -> bool {
+    headers.keys().any(|name| {
+        hop_by_hop::is_fixed(name) || name == PROXY_AUTHENTICATE || name == PROXY_AUTHORIZATION
+    })
+}
+
 /// Removes the headers that concern one connection only ([`hop_by_hop`]), and the proxy
 /// authentication ones, which concern the next hop only. A request keeps `TE: trailers` (gRPC
 /// needs it; it is the only value HTTP/2 allows).
 fn remove_hop_by_hop(headers: &mut HeaderMap, request: bool) {
-    // Most messages have none: one pass over the names finds that.
-    let found = headers.keys().any(|name| {
-        hop_by_hop::is_fixed(name) || name == PROXY_AUTHENTICATE || name == PROXY_AUTHORIZATION
-    });
-    if !found {
+    if !has_hop_by_hop(headers) {
         return;
     }
     let keeps_trailers = request

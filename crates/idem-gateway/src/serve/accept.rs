@@ -19,7 +19,7 @@ use super::{
     logging::RequestLine,
 };
 use crate::{
-    proxy::{Proxy, RequestTiming},
+    proxy::{self, Proxy, RequestTiming},
     store::GatewayStore,
 };
 
@@ -90,7 +90,12 @@ pub(super) async fn until_shutdown(
         let timing = timing.clone();
         let per_request = hyper::service::service_fn(move |request: Request<Incoming>| {
             let busy = requests.track();
-            let request = request.map(Body::new);
+            let mut request = request.map(Body::new);
+            // What concerns the client's connection only goes before the layer sees the
+            // request, so that a `Connection` header cannot name away a header the layer sets
+            // (the fencing token) or reads (the scope's): the layer and the upstream see the
+            // same request.
+            proxy::remove_hop_by_hop_at_ingress(request.headers_mut());
             let line = RequestLine::begin(&request, &key_header);
             let answered = answer(service.clone(), request, line, timing.clone());
             async move { Ok::<_, Infallible>(busy.response(answered.await?)) }

@@ -400,6 +400,48 @@ async fn with_a_fencing_header_the_upstream_gets_each_holders_token_and_never_a_
     assert_eq!(upstream.hits("echo"), 3);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_names_the_fencing_header_in_connection_cannot_strip_it() {
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(
+        &upstream.url(),
+        &[
+            "--store",
+            "memory://",
+            "--fencing-header",
+            "Idempotency-Token",
+        ],
+    );
+    let client = Client::new();
+    // `Connection` lists the fencing header (and a header of the client's own): both are
+    // hop-by-hop for this request, so they go at ingress, before the layer sets the token.
+    let request = Request::post(gateway.url("/echo"))
+        .header("idempotency-key", "fence-strip")
+        .header("connection", "Idempotency-Token, X-Private")
+        .header("x-private", "1")
+        .body(Body::from("{}"))
+        .unwrap();
+    let forwarded = client.send(request).await;
+    assert_eq!(forwarded.status, 200);
+    let token = client
+        .send(
+            Request::get(gateway.admin_url("/v1/keys/fence-strip"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .json()["token"]
+        .as_u64()
+        .unwrap();
+    let headers = &forwarded.json()["headers"];
+    assert_eq!(
+        headers["idempotency-token"],
+        serde_json::json!([token.to_string()])
+    );
+    assert_eq!(headers.get("x-private"), None);
+    assert_eq!(headers.get("connection"), None);
+}
+
 #[test]
 fn a_fencing_header_that_is_the_key_header_is_refused_with_one_line() {
     let output = crate::support::idem(&[
