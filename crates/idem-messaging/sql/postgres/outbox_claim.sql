@@ -7,7 +7,7 @@
 -- for the lease: `idle_in_transaction_session_timeout`, set for this transaction only, makes the
 -- server end the session of a claim left idle that long.
 -- The ordering placeholder below is empty, or the condition that keeps a message back while an
--- earlier message of its ordering key is pending (sql/postgres/outbox_ordering.sql).
+-- earlier message of its ordering key is pending (sql/outbox_ordering.sql).
 --
 -- `synchronous_commit` off commits the transaction without waiting for the disk. Its writes are
 -- the deletions of published messages: one lost in a crash of the database brings its message

@@ -8,7 +8,7 @@
 -- that dies or hangs holds them until the lease ends; then another claim takes them, with a
 -- token of its own, and the late relay's marks match nothing.
 -- The ordering placeholder below is empty, or the condition that keeps a message back while an
--- earlier message of its ordering key is pending (sql/sqlite/outbox_ordering.sql).
+-- earlier message of its ordering key is pending (sql/outbox_ordering.sql).
 UPDATE "{schema}"."{table}"
 SET claim = ?1,
     claimed_by = ?2,

@@ -75,17 +75,8 @@ impl AmqpUrl {
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
     use super::*;
     use crate::BrokerUrl;
-
-    fn files(ca: Option<&str>, client: Option<(&str, &str)>) -> TlsFiles {
-        TlsFiles {
-            ca: ca.map(PathBuf::from),
-            client: client.map(|(cert, key)| (cert.into(), key.into())),
-        }
-    }
 
     #[test]
     fn amqps_keeps_lapins_parameters_and_takes_the_tls_files() {
@@ -95,14 +86,14 @@ mod tests {
             url.endpoint,
             "amqps://u:pw@rabbit:5671/%2f?heartbeat=10&auth_mechanism=plain"
         );
-        assert_eq!(url.tls, files(Some("/ca.pem"), None));
+        assert_eq!(url.tls, TlsFiles::named(Some("/ca.pem"), None));
         assert_eq!(
             given.parse::<BrokerUrl>().unwrap().to_string(),
             "amqps://u:***@rabbit:5671/%2f?heartbeat=10&cacert=/ca.pem&auth_mechanism=plain"
         );
         let url = AmqpUrl::parse("amqps://rabbit/%2f?cert=/c.pem&key=/k.pem").unwrap();
         assert_eq!(url.endpoint, "amqps://rabbit/%2f");
-        assert_eq!(url.tls, files(None, Some(("/c.pem", "/k.pem"))));
+        assert_eq!(url.tls, TlsFiles::named(None, Some(("/c.pem", "/k.pem"))));
         let url = AmqpUrl::parse("amqp://rabbit/%2f?connection_timeout=500").unwrap();
         assert_eq!(url.endpoint, "amqp://rabbit/%2f?connection_timeout=500");
     }

@@ -34,6 +34,17 @@ impl TlsFiles {
     }
 }
 
+#[cfg(test)]
+impl TlsFiles {
+    /// The CA certificates at `ca` and the client certificate and key at `client`, if given.
+    pub(crate) fn named(ca: Option<&str>, client: Option<(&str, &str)>) -> Self {
+        Self {
+            ca: ca.map(PathBuf::from),
+            client: client.map(|(cert, key)| (cert.into(), key.into())),
+        }
+    }
+}
+
 /// The contents of [`TlsFiles`].
 // The NATS publisher reads the files only to check them: async-nats reads them itself.
 #[cfg_attr(not(feature = "amqp"), allow(dead_code))]

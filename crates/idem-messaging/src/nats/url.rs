@@ -47,24 +47,15 @@ impl NatsUrl {
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
     use super::*;
     use crate::BrokerUrl;
-
-    fn files(ca: Option<&str>, client: Option<(&str, &str)>) -> TlsFiles {
-        TlsFiles {
-            ca: ca.map(PathBuf::from),
-            client: client.map(|(cert, key)| (cert.into(), key.into())),
-        }
-    }
 
     #[test]
     fn nats_takes_the_tls_files_out_of_the_url() {
         let given = "tls://app:pw@nats.internal:4222?cacert=/etc/ca.pem";
         let url = NatsUrl::parse(given).unwrap();
         assert_eq!(url.endpoint, "tls://app:pw@nats.internal:4222");
-        assert_eq!(url.tls, files(Some("/etc/ca.pem"), None));
+        assert_eq!(url.tls, TlsFiles::named(Some("/etc/ca.pem"), None));
         assert_eq!(
             given.parse::<BrokerUrl>().unwrap().to_string(),
             "tls://app:***@nats.internal:4222?cacert=/etc/ca.pem"
@@ -73,7 +64,10 @@ mod tests {
         let given = "nats://a:4222,b:4222?cert=/c.pem&key=/k.pem&cacert=/ca.pem";
         let url = NatsUrl::parse(given).unwrap();
         assert_eq!(url.endpoint, "nats://a:4222,b:4222");
-        assert_eq!(url.tls, files(Some("/ca.pem"), Some(("/c.pem", "/k.pem"))));
+        assert_eq!(
+            url.tls,
+            TlsFiles::named(Some("/ca.pem"), Some(("/c.pem", "/k.pem")))
+        );
         assert_eq!(
             given.parse::<BrokerUrl>().unwrap().as_str(),
             "nats://a:4222,b:4222?cert=/c.pem&key=/k.pem&cacert=/ca.pem"

@@ -144,6 +144,18 @@ pub(crate) struct Inner {
     pub(crate) counts: Arc<str>,
 }
 
+impl Inner {
+    /// The claim statement: if `ordering`, the one that keeps a message back while an earlier
+    /// message of its ordering key is pending.
+    pub(crate) fn claim_statement(&self, ordering: bool) -> &Arc<str> {
+        if ordering {
+            &self.claim_ordered
+        } else {
+            &self.claim
+        }
+    }
+}
+
 impl<DB: OutboxDatabase> Outbox<DB> {
     /// The outbox in the table `options` name. Does no I/O: run [`migrate`](Self::migrate) once
     /// before using it.
@@ -270,16 +282,11 @@ impl<DB: OutboxDatabase> fmt::Debug for Outbox<DB> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn every_placeholder_is_filled() {
-        let outbox = PgOutbox::new(
-            OutboxOptions::new()
-                .schema("billing".parse().unwrap())
-                .table("events".parse().unwrap()),
-        );
+    /// Checks that every statement of `outbox` has its placeholders filled and names `table`,
+    /// and that only the ordered claim keeps messages back.
+    fn assert_rendered<DB: OutboxDatabase>(outbox: &Outbox<DB>, table: &str) {
         let inner = outbox.inner();
-        assert!(inner.release.is_none());
-        for statement in [
+        let statements = [
             &inner.enqueue,
             &inner.claim,
             &inner.claim_ordered,
@@ -289,17 +296,32 @@ mod tests {
             &inner.revive,
             &inner.pending,
             &inner.counts,
-        ] {
+        ];
+        for statement in statements.into_iter().chain(&inner.release) {
             assert!(!statement.contains('{'), "{statement}");
-            assert!(statement.contains(r#""billing"."events""#), "{statement}");
+            assert!(statement.contains(table), "{statement}");
         }
+        assert!(inner.claim_ordered.contains("earlier.seq < o.seq"));
+        assert!(!inner.claim.contains("earlier.seq"));
+        assert_eq!(inner.claim_statement(true), &inner.claim_ordered);
+        assert_eq!(inner.claim_statement(false), &inner.claim);
+    }
+
+    #[test]
+    fn every_placeholder_is_filled() {
+        let outbox = PgOutbox::new(
+            OutboxOptions::new()
+                .schema("billing".parse().unwrap())
+                .table("events".parse().unwrap()),
+        );
+        assert_rendered(&outbox, r#""billing"."events""#);
+        let inner = outbox.inner();
+        assert!(inner.release.is_none());
         assert!(
             inner
                 .enqueue
                 .contains(&format!("pg_notify('{}'", outbox.channel()))
         );
-        assert!(inner.claim_ordered.contains("earlier.seq < o.seq"));
-        assert!(!inner.claim.contains("earlier.seq"));
         // The condition is SQL, not part of a comment.
         let line = inner
             .claim_ordered
@@ -312,25 +334,9 @@ mod tests {
     #[test]
     fn every_placeholder_is_filled_on_sqlite() {
         let outbox = SqliteOutbox::new(OutboxOptions::new().table("events".parse().unwrap()));
+        assert_rendered(&outbox, r#""main"."events""#);
         let inner = outbox.inner();
-        let release = inner.release.as_ref().unwrap();
-        for statement in [
-            &inner.enqueue,
-            &inner.claim,
-            &inner.claim_ordered,
-            &inner.mark_sent,
-            &inner.fail,
-            release,
-            &inner.dead_letters,
-            &inner.revive,
-            &inner.pending,
-            &inner.counts,
-        ] {
-            assert!(!statement.contains('{'), "{statement}");
-            assert!(statement.contains(r#""main"."events""#), "{statement}");
-        }
+        assert!(inner.release.is_some());
         assert!(!inner.enqueue.contains("pg_notify"));
-        assert!(inner.claim_ordered.contains("earlier.seq < o.seq"));
-        assert!(!inner.claim.contains("earlier.seq"));
     }
 }

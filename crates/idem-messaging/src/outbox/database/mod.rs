@@ -3,15 +3,17 @@
 
 /// The items of [`OutboxDatabase`] that are the same for every database, written once inside
 /// each database's `impl OutboxDatabase`: the migrations (`$version`, `$description`, and the
-/// file of `migrations/$dir/`), the statements (the files `sql/$dir/outbox_*.sql`, all but the
-/// optional `RELEASE`), and the functions that only run one statement and read its rows
-/// (`pending`, `counts`, `dead_letters`, `revive`). sqlx has no trait that gives a statement's
-/// affected rows, or a row's columns, whatever the database.
+/// file of `migrations/$dir/`), the statements (the files `sql/$dir/outbox_*.sql`, and
+/// `sql/outbox_*.sql` where both databases run the same text, all but the optional `RELEASE`),
+/// and the functions that only run one statement (`enqueue`, `pending`, `counts`,
+/// `dead_letters`, `revive`). sqlx has no trait that gives a statement's affected rows, or a
+/// row's columns, whatever the database.
 ///
 /// The database's module gives what its columns hold: `id_param` (a message id as the statements
-/// take it), `id_from_row`, `attempts_from_row` and `message_from_row` (a claimed or dead row's
-/// id, attempts and message). The rest differs and is written there: how a claim is taken, held,
-/// settled and given back, how a message is enqueued, and how a relay hears of new ones.
+/// take it), `bind_headers` (a message's headers as the enqueue statement takes them), and its
+/// row type's [`MessageRow`] (a claimed or dead row's id, attempts and message). The rest differs
+/// and is written there: how a claim is taken, held, settled and given back, and how a relay
+/// hears of new messages.
 macro_rules! outbox_database {
     (
         $dir:literal,
@@ -26,8 +28,7 @@ macro_rules! outbox_database {
             include_str!(concat!("../../../sql/", $dir, "/outbox_enqueue.sql"));
         const CLAIM: &'static str =
             include_str!(concat!("../../../sql/", $dir, "/outbox_claim.sql"));
-        const ORDERING: &'static str =
-            include_str!(concat!("../../../sql/", $dir, "/outbox_ordering.sql"));
+        const ORDERING: &'static str = include_str!("../../../sql/outbox_ordering.sql");
         const MARK_SENT: &'static str =
             include_str!(concat!("../../../sql/", $dir, "/outbox_mark_sent.sql"));
         const FAIL: &'static str =
@@ -36,10 +37,28 @@ macro_rules! outbox_database {
             include_str!(concat!("../../../sql/", $dir, "/outbox_dead_letters.sql"));
         const REVIVE: &'static str =
             include_str!(concat!("../../../sql/", $dir, "/outbox_revive.sql"));
-        const PENDING: &'static str =
-            include_str!(concat!("../../../sql/", $dir, "/outbox_pending.sql"));
+        const PENDING: &'static str = include_str!("../../../sql/outbox_pending.sql");
         const COUNTS: &'static str =
             include_str!(concat!("../../../sql/", $dir, "/outbox_counts.sql"));
+
+        fn enqueue<'c>(
+            connection: &'c mut Self::Connection,
+            outbox: &'c $crate::Outbox<Self>,
+            id: uuid::Uuid,
+            message: $crate::OutboxMessage,
+        ) -> futures_util::future::BoxFuture<'c, Result<(), sqlx::Error>> {
+            Box::pin(async move {
+                let query = sqlx::query($crate::sql::query_text(&outbox.inner().enqueue))
+                    .bind(id_param(id))
+                    .bind(message.destination)
+                    .bind(message.ordering_key);
+                bind_headers(query, message.headers)
+                    .bind(message.payload.as_ref())
+                    .execute(connection)
+                    .await?;
+                Ok(())
+            })
+        }
 
         fn pending<'c>(
             pool: &'c sqlx::Pool<Self>,
@@ -77,9 +96,9 @@ macro_rules! outbox_database {
                     .map(|row| {
                         let dead_at: i64 = sqlx::Row::try_get(row, "dead_at_millis")?;
                         Ok($crate::DeadLetter {
-                            id: id_from_row(row)?,
-                            message: message_from_row(row)?,
-                            attempts: attempts_from_row(row)?,
+                            id: row.message_id()?,
+                            message: row.message()?,
+                            attempts: row.attempts()?,
                             dead_at: std::time::SystemTime::UNIX_EPOCH
                                 + std::time::Duration::from_millis(
                                     u64::try_from(dead_at).unwrap_or(0),
@@ -121,7 +140,7 @@ use sqlx::Pool;
 use tokio::{sync::Notify, task::JoinHandle};
 use uuid::Uuid;
 
-use crate::{BatchReport, DeadLetter, Envelope, Outbox, OutboxCounts, OutboxMessage};
+use crate::{BatchReport, DeadLetter, Envelope, MessageId, Outbox, OutboxCounts, OutboxMessage};
 
 /// A database an [`Outbox`] and its [`Relay`](crate::Relay) can live in: [`sqlx::Postgres`] or
 /// [`sqlx::Sqlite`].
@@ -242,6 +261,52 @@ pub trait OutboxDatabase: sqlx::Database + crate::sql::Sealed {
 
 /// A claim: what holds it, and its messages in enqueue order.
 type Claimed<Held> = (Held, Vec<Envelope>);
+
+/// A claimed, failed or dead row, read the way its database's columns keep the message.
+trait MessageRow: sqlx::Row {
+    /// The message id.
+    fn message_id(&self) -> Result<MessageId, sqlx::Error>;
+
+    /// The failed attempts so far, never negative.
+    fn attempts(&self) -> Result<u32, sqlx::Error>;
+
+    /// The message.
+    fn message(&self) -> Result<OutboxMessage, sqlx::Error>;
+
+    /// A claimed row's envelope: its attempt is the one after the failed ones.
+    fn envelope(&self) -> Result<Envelope, sqlx::Error> {
+        Ok(Envelope::new(
+            self.message_id()?,
+            self.message()?,
+            self.attempts()?.saturating_add(1),
+        ))
+    }
+}
+
+/// A claim's rows in enqueue order (their `seq` column), whatever order the claim took them in:
+/// for each, what `held` reads from it to find it again when the claim is settled, and its
+/// envelope.
+fn in_enqueue_order<R: MessageRow, T>(
+    rows: &[R],
+    held: impl Fn(&R) -> Result<T, sqlx::Error>,
+) -> Result<(Vec<T>, Vec<Envelope>), sqlx::Error>
+where
+    i64: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    &'static str: sqlx::ColumnIndex<R>,
+{
+    let mut claimed = rows
+        .iter()
+        .map(|row| {
+            let envelope = row.envelope()?;
+            Ok((row.try_get::<i64, _>("seq")?, held(row)?, envelope))
+        })
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+    claimed.sort_unstable_by_key(|(seq, ..)| *seq);
+    Ok(claimed
+        .into_iter()
+        .map(|(_, held, envelope)| (held, envelope))
+        .unzip())
+}
 
 /// A duration in whole milliseconds, as the statements take it.
 fn millis(duration: Duration) -> i64 {

@@ -7,12 +7,17 @@
 use std::{sync::Arc, time::Duration};
 
 use futures_util::future::BoxFuture;
-use sqlx::{PgPool, Pool, Postgres, Row, Transaction, error::DatabaseError, postgres::PgRow};
+use sqlx::{
+    PgPool, Pool, Postgres, Row, Transaction,
+    error::DatabaseError,
+    postgres::{PgArguments, PgRow},
+    query::Query,
+};
 use tokio::{sync::Notify, task::JoinHandle};
 use uuid::Uuid;
 
-use super::{Claimed, OutboxDatabase, dead_lettered, millis};
-use crate::{BatchReport, Envelope, MessageId, Outbox, OutboxMessage, sql::query_text};
+use super::{Claimed, MessageRow, OutboxDatabase, dead_lettered, in_enqueue_order, millis};
+use crate::{BatchReport, MessageId, Outbox, OutboxMessage, sql::query_text};
 
 /// SQLSTATE `idle_in_transaction_session_timeout`: the server ended a claim held longer than its
 /// lease.
@@ -40,27 +45,6 @@ impl OutboxDatabase for Postgres {
     /// stable while the transaction holds the rows locked, and the cheapest way back to them.
     type Held = (Transaction<'static, Postgres>, Vec<String>);
 
-    fn enqueue<'c>(
-        connection: &'c mut Self::Connection,
-        outbox: &'c Outbox<Self>,
-        id: Uuid,
-        message: OutboxMessage,
-    ) -> BoxFuture<'c, Result<(), sqlx::Error>> {
-        Box::pin(async move {
-            let (names, values): (Vec<String>, Vec<String>) = message.headers.into_iter().unzip();
-            sqlx::query(query_text(&outbox.inner().enqueue))
-                .bind(id_param(id))
-                .bind(message.destination)
-                .bind(message.ordering_key)
-                .bind(names)
-                .bind(values)
-                .bind(message.payload.as_ref())
-                .execute(connection)
-                .await?;
-            Ok(())
-        })
-    }
-
     fn claim<'c>(
         pool: &'c Pool<Self>,
         outbox: &'c Outbox<Self>,
@@ -70,32 +54,14 @@ impl OutboxDatabase for Postgres {
         ordering: bool,
     ) -> BoxFuture<'c, Result<Claimed<Self::Held>, sqlx::Error>> {
         Box::pin(async move {
-            let statements = outbox.inner();
-            let statement = if ordering {
-                &statements.claim_ordered
-            } else {
-                &statements.claim
-            };
             let mut transaction = pool.begin().await?;
-            let rows = sqlx::query(query_text(statement))
+            let rows = sqlx::query(query_text(outbox.inner().claim_statement(ordering)))
                 .bind(lease_millis(lease))
                 .bind(i64::from(batch))
                 .fetch_all(&mut *transaction)
                 .await?;
-            let mut claimed = rows
-                .iter()
-                .map(|row| {
-                    let envelope = Envelope::new(
-                        id_from_row(row)?,
-                        message_from_row(row)?,
-                        attempts_from_row(row)?.saturating_add(1),
-                    );
-                    Ok((row.try_get::<i64, _>("seq")?, row.try_get("row")?, envelope))
-                })
-                .collect::<Result<Vec<(i64, String, Envelope)>, sqlx::Error>>()?;
             // The claim takes the due messages by due time; publish them in enqueue order.
-            claimed.sort_unstable_by_key(|(seq, ..)| *seq);
-            let (rows, envelopes) = claimed.into_iter().map(|(_, row, e)| (row, e)).unzip();
+            let (rows, envelopes) = in_enqueue_order(&rows, |row| row.try_get::<String, _>("row"))?;
             Ok(((transaction, rows), envelopes))
         })
     }
@@ -133,7 +99,7 @@ impl OutboxDatabase for Postgres {
                         .await?;
                     for row in &failed {
                         if row.try_get::<bool, _>("dead")? {
-                            dead.push(id_from_row(row)?);
+                            dead.push(row.message_id()?);
                         }
                     }
                 }
@@ -188,27 +154,39 @@ fn id_param(id: Uuid) -> Uuid {
     id
 }
 
-/// The message id of a claimed, failed or dead row: a `uuid` column.
-fn id_from_row(row: &PgRow) -> Result<MessageId, sqlx::Error> {
-    Ok(MessageId::from(row.try_get::<Uuid, _>("id")?))
+/// A message's headers as the enqueue statement takes them: two `text[]`, the names and the
+/// values.
+fn bind_headers(
+    query: Query<'_, Postgres, PgArguments>,
+    headers: Vec<(String, String)>,
+) -> Query<'_, Postgres, PgArguments> {
+    let (names, values): (Vec<String>, Vec<String>) = headers.into_iter().unzip();
+    query.bind(names).bind(values)
 }
 
-/// The failed attempts of a claimed or dead row: an `integer` column, never negative.
-fn attempts_from_row(row: &PgRow) -> Result<u32, sqlx::Error> {
-    Ok(u32::try_from(row.try_get::<i32, _>("attempts")?).unwrap_or(0))
-}
+impl MessageRow for PgRow {
+    /// A `uuid` column.
+    fn message_id(&self) -> Result<MessageId, sqlx::Error> {
+        Ok(MessageId::from(self.try_get::<Uuid, _>("id")?))
+    }
 
-/// The message columns of a claimed or dead row.
-fn message_from_row(row: &PgRow) -> Result<OutboxMessage, sqlx::Error> {
-    let names: Vec<String> = row.try_get("header_names")?;
-    let values: Vec<String> = row.try_get("header_values")?;
-    let payload: Vec<u8> = row.try_get("payload")?;
-    Ok(OutboxMessage {
-        destination: row.try_get("destination")?,
-        ordering_key: row.try_get("ordering_key")?,
-        headers: names.into_iter().zip(values).collect(),
-        payload: payload.into(),
-    })
+    /// An `integer` column.
+    fn attempts(&self) -> Result<u32, sqlx::Error> {
+        Ok(u32::try_from(self.try_get::<i32, _>("attempts")?).unwrap_or(0))
+    }
+
+    /// The headers as two `text[]` columns, names and values.
+    fn message(&self) -> Result<OutboxMessage, sqlx::Error> {
+        let names: Vec<String> = self.try_get("header_names")?;
+        let values: Vec<String> = self.try_get("header_values")?;
+        let payload: Vec<u8> = self.try_get("payload")?;
+        Ok(OutboxMessage {
+            destination: self.try_get("destination")?,
+            ordering_key: self.try_get("ordering_key")?,
+            headers: names.into_iter().zip(values).collect(),
+            payload: payload.into(),
+        })
+    }
 }
 
 fn lease_ran_out(error: &dyn DatabaseError) -> bool {

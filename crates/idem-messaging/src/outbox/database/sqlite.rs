@@ -8,12 +8,16 @@
 use std::{sync::Arc, time::Duration};
 
 use futures_util::future::BoxFuture;
-use sqlx::{Pool, Row, Sqlite, sqlite::SqliteRow};
+use sqlx::{
+    Pool, Row, Sqlite,
+    query::Query,
+    sqlite::{SqliteArguments, SqliteRow},
+};
 use tokio::{sync::Notify, task::JoinHandle};
 use uuid::Uuid;
 
-use super::{Claimed, OutboxDatabase, dead_lettered, millis};
-use crate::{BatchReport, Envelope, MessageId, Outbox, OutboxMessage, sql::query_text};
+use super::{Claimed, MessageRow, OutboxDatabase, dead_lettered, in_enqueue_order, millis};
+use crate::{BatchReport, MessageId, Outbox, OutboxMessage, sql::query_text};
 
 impl OutboxDatabase for Sqlite {
     outbox_database!("sqlite", migrations: [(1, "idem outbox", "0001_outbox.sql")]);
@@ -22,25 +26,6 @@ impl OutboxDatabase for Sqlite {
 
     /// The pool, the claim's token, and the messages' ids in the claim's order.
     type Held = (Pool<Sqlite>, String, Vec<String>);
-
-    fn enqueue<'c>(
-        connection: &'c mut Self::Connection,
-        outbox: &'c Outbox<Self>,
-        id: Uuid,
-        message: OutboxMessage,
-    ) -> BoxFuture<'c, Result<(), sqlx::Error>> {
-        Box::pin(async move {
-            sqlx::query(query_text(&outbox.inner().enqueue))
-                .bind(id_param(id))
-                .bind(message.destination)
-                .bind(message.ordering_key)
-                .bind(headers_to_json(&message.headers))
-                .bind(message.payload.as_ref())
-                .execute(connection)
-                .await?;
-            Ok(())
-        })
-    }
 
     fn claim<'c>(
         pool: &'c Pool<Self>,
@@ -51,15 +36,9 @@ impl OutboxDatabase for Sqlite {
         ordering: bool,
     ) -> BoxFuture<'c, Result<Claimed<Self::Held>, sqlx::Error>> {
         Box::pin(async move {
-            let statements = outbox.inner();
-            let statement = if ordering {
-                &statements.claim_ordered
-            } else {
-                &statements.claim
-            };
             let token = Uuid::new_v4().hyphenated().to_string();
             let mut transaction = pool.begin_with("BEGIN IMMEDIATE").await?;
-            let rows = sqlx::query(query_text(statement))
+            let rows = sqlx::query(query_text(outbox.inner().claim_statement(ordering)))
                 .bind(&token)
                 .bind(name)
                 .bind(millis(lease).max(1))
@@ -67,24 +46,8 @@ impl OutboxDatabase for Sqlite {
                 .fetch_all(&mut *transaction)
                 .await?;
             transaction.commit().await?;
-            let mut claimed = rows
-                .iter()
-                .map(|row| {
-                    let envelope = Envelope::new(
-                        id_from_row(row)?,
-                        message_from_row(row)?,
-                        attempts_from_row(row)?.saturating_add(1),
-                    );
-                    Ok((row.try_get::<i64, _>("seq")?, envelope))
-                })
-                .collect::<Result<Vec<(i64, Envelope)>, sqlx::Error>>()?;
             // RETURNING hands the rows out in no particular order; publish them in enqueue order.
-            claimed.sort_unstable_by_key(|(seq, _)| *seq);
-            let envelopes: Vec<Envelope> = claimed.into_iter().map(|(_, e)| e).collect();
-            let ids = envelopes
-                .iter()
-                .map(|e| e.id().as_str().to_owned())
-                .collect();
+            let (ids, envelopes) = in_enqueue_order(&rows, |row| row.try_get::<String, _>("id"))?;
             Ok(((pool.clone(), token, ids), envelopes))
         })
     }
@@ -176,44 +139,50 @@ fn id_param(id: Uuid) -> String {
     id.hyphenated().to_string()
 }
 
-/// The message id of a claimed or dead row.
-fn id_from_row(row: &SqliteRow) -> Result<MessageId, sqlx::Error> {
-    let id: String = row.try_get("id")?;
-    id.parse().map_err(|error| sqlx::Error::ColumnDecode {
-        index: "id".to_owned(),
-        source: Box::new(error),
-    })
-}
-
-/// The failed attempts of a claimed or dead row: an `INTEGER` column, never negative.
-fn attempts_from_row(row: &SqliteRow) -> Result<u32, sqlx::Error> {
-    Ok(u32::try_from(row.try_get::<i64, _>("attempts")?).unwrap_or(0))
-}
-
-/// The message columns of a claimed or dead row.
-fn message_from_row(row: &SqliteRow) -> Result<OutboxMessage, sqlx::Error> {
-    let headers: String = row.try_get("headers")?;
-    let headers: Vec<(String, String)> =
-        serde_json::from_str(&headers).map_err(|error| sqlx::Error::ColumnDecode {
-            index: "headers".to_owned(),
+impl MessageRow for SqliteRow {
+    /// A `TEXT` column, hyphenated.
+    fn message_id(&self) -> Result<MessageId, sqlx::Error> {
+        let id: String = self.try_get("id")?;
+        id.parse().map_err(|error| sqlx::Error::ColumnDecode {
+            index: "id".to_owned(),
             source: Box::new(error),
-        })?;
-    let payload: Vec<u8> = row.try_get("payload")?;
-    Ok(OutboxMessage {
-        destination: row.try_get("destination")?,
-        ordering_key: row.try_get("ordering_key")?,
-        headers,
-        payload: payload.into(),
-    })
+        })
+    }
+
+    /// An `INTEGER` column.
+    fn attempts(&self) -> Result<u32, sqlx::Error> {
+        Ok(u32::try_from(self.try_get::<i64, _>("attempts")?).unwrap_or(0))
+    }
+
+    /// The headers as one JSON column.
+    fn message(&self) -> Result<OutboxMessage, sqlx::Error> {
+        let headers: String = self.try_get("headers")?;
+        let headers: Vec<(String, String)> =
+            serde_json::from_str(&headers).map_err(|error| sqlx::Error::ColumnDecode {
+                index: "headers".to_owned(),
+                source: Box::new(error),
+            })?;
+        let payload: Vec<u8> = self.try_get("payload")?;
+        Ok(OutboxMessage {
+            destination: self.try_get("destination")?,
+            ordering_key: self.try_get("ordering_key")?,
+            headers,
+            payload: payload.into(),
+        })
+    }
 }
 
-/// Headers as the `headers` column keeps them: a JSON array of `[name, value]` pairs.
-fn headers_to_json(headers: &[(String, String)]) -> String {
-    json_array(
+/// A message's headers as the enqueue statement takes them, and the `headers` column keeps them:
+/// a JSON array of `[name, value]` pairs.
+fn bind_headers(
+    query: Query<'_, Sqlite, SqliteArguments>,
+    headers: Vec<(String, String)>,
+) -> Query<'_, Sqlite, SqliteArguments> {
+    query.bind(json_array(
         headers
             .iter()
             .map(|(name, value)| vec![name.as_str(), value.as_str()]),
-    )
+    ))
 }
 
 /// `values` as a JSON array, for the `headers` column and the statements' `json_each`.
