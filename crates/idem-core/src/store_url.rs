@@ -319,8 +319,9 @@ pub enum CountError {
     NotANumber(#[source] std::num::ParseIntError),
 }
 
-/// `url` with the password of its user info, and the value of a `password` parameter, replaced
-/// by `***`: URLs end up in logs and error messages.
+/// `url` with the password of its user info, and the value of every parameter whose name says
+/// it is a secret (`password`, `sslpassword`, `auth_token`, …), replaced by `***`:
+/// URLs end up in logs and error messages.
 pub fn redact(url: &str) -> Cow<'_, str> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return Cow::Borrowed(url);
@@ -335,25 +336,44 @@ pub fn redact(url: &str) -> Cow<'_, str> {
         None => Cow::Borrowed(authority),
     };
     let tail = match tail.split_once('?') {
-        Some((path, query)) if query.split('&').any(|p| p.starts_with("password=")) => {
-            let query: Vec<&str> = query
-                .split('&')
-                .map(|pair| {
-                    if pair.starts_with("password=") {
-                        "password=***"
-                    } else {
-                        pair
-                    }
-                })
-                .collect();
-            Cow::Owned(format!("{path}?{}", query.join("&")))
-        }
-        _ => Cow::Borrowed(tail),
+        Some((path, query)) => match redact_query(query) {
+            Cow::Owned(query) => Cow::Owned(format!("{path}?{query}")),
+            Cow::Borrowed(_) => Cow::Borrowed(tail),
+        },
+        None => Cow::Borrowed(tail),
     };
     if matches!((&authority, &tail), (Cow::Borrowed(_), Cow::Borrowed(_))) {
         return Cow::Borrowed(url);
     }
     Cow::Owned(format!("{scheme}://{authority}{tail}"))
+}
+
+/// Whether a URL parameter named `name` holds a secret: its name has `password`, `passwd`,
+/// `secret` or `token` in it, in any case (`password`, `sslpassword`, `auth_token`, …).
+fn is_secret_parameter(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["password", "passwd", "secret", "token"]
+        .iter()
+        .any(|secret| name.contains(secret))
+}
+
+/// `query` (`a=1&b=2`) with the value of every secret parameter replaced by `***`.
+fn redact_query(query: &str) -> Cow<'_, str> {
+    let secret = |pair: &str| is_secret_parameter(pair.split_once('=').map_or(pair, |(n, _)| n));
+    if !query
+        .split('&')
+        .any(|pair| pair.contains('=') && secret(pair))
+    {
+        return Cow::Borrowed(query);
+    }
+    let pairs: Vec<Cow<'_, str>> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if secret(pair) => Cow::Owned(format!("{name}=***")),
+            _ => Cow::Borrowed(pair),
+        })
+        .collect();
+    Cow::Owned(pairs.join("&"))
 }
 
 #[cfg(test)]
@@ -374,11 +394,16 @@ mod tests {
             redact("redis+cluster://:pw@a:7000,b:7001"),
             "redis+cluster://:***@a:7000,b:7001"
         );
+        assert_eq!(
+            redact("postgres://db/pay?sslpassword=k3y&Auth_Token=t&schema=x"),
+            "postgres://db/pay?sslpassword=***&Auth_Token=***&schema=x"
+        );
         for unchanged in [
             "redis://app@h:6379",
             "redis://h",
             "memory://",
             "postgres://h/d?x=1",
+            "postgres://h/d?sslkey=/etc/key.pem&tokenless",
         ] {
             assert!(matches!(redact(unchanged), Cow::Borrowed(u) if u == unchanged));
         }

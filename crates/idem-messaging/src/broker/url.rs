@@ -127,20 +127,44 @@ impl TlsParameters {
     }
 }
 
-/// `url` with the password of its user information, if any, replaced by `***`.
+/// `url` as logs and messages show it: the password of its user information, a user
+/// information without a password (NATS reads it as a token), and the value of every parameter
+/// whose name has `password`, `passwd`, `secret` or `token` in it, replaced by `***`.
 pub(crate) fn redacted(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
     let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
+    let (authority, tail) = rest.split_at(authority_end);
+    let authority = match authority.rsplit_once('@') {
         Some((user_info, host)) => match user_info.split_once(':') {
-            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{path}"),
-            None => url.to_owned(),
+            Some((user, _password)) => format!("{user}:***@{host}"),
+            None => format!("***@{host}"),
         },
-        None => url.to_owned(),
-    }
+        None => authority.to_owned(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let pairs: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((name, _)) if is_secret(name) => format!("{name}=***"),
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", pairs.join("&"))
+        }
+        None => tail.to_owned(),
+    };
+    format!("{scheme}://{authority}{tail}")
+}
+
+/// Whether a parameter named `name` holds a secret.
+fn is_secret(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["password", "passwd", "secret", "token"]
+        .iter()
+        .any(|secret| name.contains(secret))
 }
 
 #[cfg(test)]
@@ -153,7 +177,15 @@ mod tests {
             redacted("amqp://guest:secret@host:5672/%2f"),
             "amqp://guest:***@host:5672/%2f"
         );
-        assert_eq!(redacted("nats://token@host:4222"), "nats://token@host:4222");
+        assert_eq!(redacted("nats://s3cr3t@host:4222"), "nats://***@host:4222");
+        assert_eq!(
+            redacted("kafka://user:pw@b1:9092,b2:9092?sasl_password=pw&topic=t"),
+            "kafka://user:***@b1:9092,b2:9092?sasl_password=***&topic=t"
+        );
+        assert_eq!(
+            redacted("sqs://eu-west-1?endpoint=http://h&secret_access_key=k&session_token=t"),
+            "sqs://eu-west-1?endpoint=http://h&secret_access_key=***&session_token=***"
+        );
         assert_eq!(redacted("nats://host:4222"), "nats://host:4222");
         assert_eq!(redacted("a:b@c"), "a:b@c");
         assert_eq!(
