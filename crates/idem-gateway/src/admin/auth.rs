@@ -3,8 +3,14 @@
 //!
 //! With a token, every admin route but `/healthz` and `/readyz` needs
 //! `Authorization: Bearer <token>`; without one, the request is `401` problem+json with
-//! `WWW-Authenticate: Bearer`. Probes stay open so that a load balancer or an orchestrator
-//! needs no secret. An admin listener on an address that is not loopback needs a token.
+//! `WWW-Authenticate: Bearer`, and counted in [`UNAUTHORIZED`]. Probes stay open so that a
+//! load balancer or an orchestrator needs no secret. An admin listener on an address that is
+//! not loopback needs a token, of at least [`MIN_TOKEN_LEN`] characters.
+//!
+//! Without a token (on loopback), the routes answer only a `Host` that is a loopback name or
+//! address, or one of `--admin-allowed-hosts`; any other is `421` problem+json. A web page the
+//! operator opens cannot then rebind its own name to 127.0.0.1 and read the admin API through
+//! the browser (DNS rebinding).
 //!
 //! # Examples
 //!
@@ -25,7 +31,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::{fmt, net::SocketAddr, path::Path, sync::Arc};
+use std::{
+    fmt,
+    net::{IpAddr, SocketAddr},
+    path::Path,
+    sync::Arc,
+};
 
 use axum::{
     Router,
@@ -33,12 +44,22 @@ use axum::{
     middleware::{self, Next},
     response::{IntoResponse, Response},
 };
-use http::header::AUTHORIZATION;
+use http::{
+    header::{AUTHORIZATION, HOST},
+    uri::Authority,
+};
 
 use crate::{
     Error,
     error::{AdminTokenError, problem::AdminRejection},
 };
+
+/// The fewest characters an admin token may have: 16 random characters are beyond guessing
+/// through the listener.
+pub(crate) const MIN_TOKEN_LEN: usize = 16;
+
+/// The counter of admin requests refused for a missing or wrong token.
+pub(crate) const UNAUTHORIZED: &str = "idem_admin_unauthorized_total";
 
 /// The bearer token of an admin listener.
 ///
@@ -50,7 +71,8 @@ pub struct AdminToken(blake3::Hash);
 
 impl AdminToken {
     /// The token in the file at `path`: its whole content, one trailing newline (`\n` or `\r\n`)
-    /// ignored. It must be non-empty visible ASCII (no spaces), as a bearer token is sent.
+    /// ignored. It must be visible ASCII (no spaces), as a bearer token is sent, and at least
+    /// [`MIN_TOKEN_LEN`] characters long.
     pub fn from_file(path: &Path) -> Result<Self, Error> {
         let text = std::fs::read(path).map_err(|source| AdminTokenError::ReadAdminToken {
             path: path.to_owned(),
@@ -70,6 +92,9 @@ impl AdminToken {
             return Err(
                 invalid("a bearer token is visible ASCII without spaces, on one line").into(),
             );
+        }
+        if token.len() < MIN_TOKEN_LEN {
+            return Err(invalid("it is shorter than 16 characters").into());
         }
         Ok(Self(blake3::hash(token)))
     }
@@ -94,9 +119,14 @@ impl fmt::Debug for AdminToken {
     }
 }
 
-/// `router` with every route requiring `token`, when there is one. Routes merged into the result
-/// afterwards (the probes) are left open.
-pub(crate) fn protect<S>(router: Router<S>, token: Option<AdminToken>) -> Router<S>
+/// `router` with every route requiring `token` when there is one, and otherwise answering only
+/// the loopback hosts and `allowed_hosts`. Routes merged into the result afterwards (the probes)
+/// are left open.
+pub(crate) fn protect<S>(
+    router: Router<S>,
+    token: Option<AdminToken>,
+    allowed_hosts: &[String],
+) -> Router<S>
 where
     S: Clone + Send + Sync + 'static,
 {
@@ -104,7 +134,13 @@ where
         Some(token) => {
             router.route_layer(middleware::from_fn_with_state(Arc::new(token), authorize))
         }
-        None => router,
+        None => {
+            let allowed: Arc<[String]> = allowed_hosts
+                .iter()
+                .map(|host| host.to_ascii_lowercase())
+                .collect();
+            router.route_layer(middleware::from_fn_with_state(allowed, only_allowed_hosts))
+        }
     }
 }
 
@@ -115,8 +151,47 @@ async fn authorize(State(token): State<Arc<AdminToken>>, request: Request, next:
         .and_then(|value| bearer(value.as_bytes()));
     match presented {
         Some(presented) if token.matches(presented) => next.run(request).await,
-        _ => AdminRejection::Unauthorized.into_response(),
+        _ => {
+            metrics::counter!(UNAUTHORIZED).increment(1);
+            AdminRejection::Unauthorized.into_response()
+        }
     }
+}
+
+async fn only_allowed_hosts(
+    State(allowed): State<Arc<[String]>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    // HTTP/1.1 names the host in `Host`, HTTP/2 in the URI's authority.
+    let host = match request.headers().get(HOST) {
+        Some(host) => host.to_str().ok(),
+        None => request
+            .uri()
+            .authority()
+            .map(|authority| authority.as_str()),
+    };
+    if host.is_some_and(|host| host_allowed(host, &allowed)) {
+        next.run(request).await
+    } else {
+        AdminRejection::HostNotAllowed.into_response()
+    }
+}
+
+/// Whether `host` (a `Host` value: a name or an address, with or without a port) is a loopback
+/// name (`localhost`, or a name under `.localhost`), a loopback address, or one of `allowed`
+/// (lowercase names, with or without a port).
+fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    let Ok(authority) = host.parse::<Authority>() else {
+        return false;
+    };
+    let name = authority.host().to_ascii_lowercase();
+    let bare = name.trim_start_matches('[').trim_end_matches(']');
+    let loopback = bare == "localhost"
+        || bare.ends_with(".localhost")
+        || bare.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    let full = authority.as_str().to_ascii_lowercase();
+    loopback || allowed.iter().any(|a| *a == name || *a == full)
 }
 
 /// The token of an `Authorization: Bearer <token>` value (the scheme is case-insensitive).
@@ -138,15 +213,17 @@ mod tests {
         AdminToken::from_file(&path)
     }
 
+    const TOKEN: &[u8] = b"0123456789abcdef";
+
     #[test]
     fn one_trailing_newline_is_ignored_and_nothing_else() {
-        let token = token_in(b"abc\n").unwrap();
-        assert!(token.matches(b"abc"));
-        assert!(!token.matches(b"abc\n"));
-        assert!(token_in(b"abc\r\n").unwrap().matches(b"abc"));
-        assert!(!token_in(b"abc").unwrap().matches(b"abcd"));
+        let token = token_in(b"0123456789abcdef\n").unwrap();
+        assert!(token.matches(TOKEN));
+        assert!(!token.matches(b"0123456789abcdef\n"));
+        assert!(token_in(b"0123456789abcdef\r\n").unwrap().matches(TOKEN));
+        assert!(!token_in(TOKEN).unwrap().matches(b"0123456789abcdefg"));
         assert!(matches!(
-            token_in(b"abc\n\n"),
+            token_in(b"0123456789abcdef\n\n"),
             Err(Error::AdminToken(AdminTokenError::InvalidAdminToken { .. }))
         ));
         assert!(matches!(
@@ -157,9 +234,50 @@ mod tests {
             }))
         ));
         assert!(matches!(
-            token_in(b"a b"),
+            token_in(b"01234567 89abcdef"),
             Err(Error::AdminToken(AdminTokenError::InvalidAdminToken { .. }))
         ));
+    }
+
+    #[test]
+    fn a_token_shorter_than_16_characters_is_refused() {
+        assert!(matches!(
+            token_in(b"0123456789abcde\n"),
+            Err(Error::AdminToken(AdminTokenError::InvalidAdminToken {
+                reason: "it is shorter than 16 characters",
+                ..
+            }))
+        ));
+        assert!(token_in(TOKEN).is_ok());
+    }
+
+    #[test]
+    fn without_a_token_only_loopback_and_allowed_hosts_are_answered() {
+        let allowed = ["admin.internal".to_owned(), "10.0.0.7:9090".to_owned()];
+        for host in [
+            "localhost",
+            "localhost:9090",
+            "LocalHost:9090",
+            "dash.localhost:9090",
+            "127.0.0.1:9090",
+            "127.1.2.3",
+            "[::1]:9090",
+            "admin.internal:9090",
+            "10.0.0.7:9090",
+        ] {
+            assert!(host_allowed(host, &allowed), "{host}");
+        }
+        for host in [
+            "evil.example",
+            "evil.example:9090",
+            "localhost.evil.example",
+            "10.0.0.7:9091",
+            "127.0.0.1.nip.io",
+            "",
+            "a b",
+        ] {
+            assert!(!host_allowed(host, &allowed), "{host}");
+        }
     }
 
     #[test]

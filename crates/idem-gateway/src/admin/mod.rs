@@ -53,7 +53,7 @@ use self::openapi::{
 };
 use self::record_view::rfc3339;
 pub(crate) use self::{
-    auth::protect,
+    auth::{UNAUTHORIZED, protect},
     census::{CensusKeeper, LEASE, OLDEST_PROCESSING_AGE, RECORDS},
     forget::{Forgotten, forget},
     record_view::{KeyList, ListedView, RecordView},
@@ -80,14 +80,19 @@ pub(crate) struct AdminState {
     pub(crate) census: Arc<CensusKeeper>,
 }
 
-/// The admin routes; with a token, all but the probes and the OpenAPI document need it.
-pub(crate) fn router(state: AdminState, token: Option<AdminToken>) -> Router {
+/// The admin routes; with a token, all but the probes and the OpenAPI document need it; without
+/// one, they answer only loopback hosts and `allowed_hosts`.
+pub(crate) fn router(
+    state: AdminState,
+    token: Option<AdminToken>,
+    allowed_hosts: &[String],
+) -> Router {
     let protected = Router::new()
         .route("/metrics", get(metrics))
         .route("/v1/keys", get(list_keys))
         .route("/v1/keys/{key}", get(show_key).delete(forget_key))
         .route("/v1/stats", get(stats));
-    auth::protect(protected, token)
+    auth::protect(protected, token, allowed_hosts)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi_json))

@@ -272,6 +272,16 @@ pub struct RelayArgs {
     /// (/healthz never does). Required when --admin-listen is not loopback.
     #[arg(long, env = "IDEM_ADMIN_TOKEN_FILE", value_name = "PATH")]
     pub admin_token_file: Option<PathBuf>,
+
+    /// Without an admin token, the `Host` names (or NAME:PORT) the admin endpoints answer besides
+    /// the loopback ones; any other `Host` gets 421. Comma-separated.
+    #[arg(
+        long,
+        env = "IDEM_ADMIN_ALLOWED_HOSTS",
+        value_name = "LIST",
+        value_delimiter = ','
+    )]
+    pub admin_allowed_hosts: Vec<String>,
     /// The logs' format and filter.
     #[command(flatten)]
     pub log: LogArgs,

@@ -88,6 +88,17 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_ADMIN_TOKEN_FILE", value_name = "PATH")]
     pub admin_token_file: Option<PathBuf>,
 
+    /// Without an admin token, the `Host` names (or NAME:PORT) the admin endpoints answer besides
+    /// the loopback ones; any other `Host` gets 421, so that a web page cannot read them through
+    /// DNS rebinding. Comma-separated.
+    #[arg(
+        long,
+        env = "IDEM_ADMIN_ALLOWED_HOSTS",
+        value_name = "LIST",
+        value_delimiter = ','
+    )]
+    pub admin_allowed_hosts: Vec<String>,
+
     /// Where records are kept: memory://, sqlite://PATH (relative), sqlite:///ABSOLUTE/PATH,
     /// postgres://USER@HOST/DB?schema=S (TLS: &sslmode=verify-full&sslrootcert=CA.pem),
     /// redis://HOST:PORT?prefix=P or redis+cluster://HOST:PORT,HOST:PORT…?prefix=P (TLS:
@@ -287,6 +298,7 @@ impl TryFrom<&ServeArgs> for Config {
             idle_timeout: args.idle_timeout.0,
             admin_listen: args.admin_listen,
             admin_token,
+            admin_allowed_hosts: args.admin_allowed_hosts.clone(),
             upstream,
             upstream_h2c: args.upstream_h2c,
             connect_timeout: args.connect_timeout.0,
@@ -593,13 +605,17 @@ mod tests {
     fn the_admin_token_file_and_anonymous_come_from_the_file_too() {
         let dir = tempfile::tempdir().unwrap();
         let token = dir.path().join("token");
-        std::fs::write(&token, "t0ken\n").unwrap();
+        std::fs::write(&token, "t0ken-from-the-file\n").unwrap();
         let file = format!(
-            "admin-token-file = {:?}\nanonymous = \"reject\"\n",
+            "admin-token-file = {:?}\nanonymous = \"reject\"\nadmin-allowed-hosts = [\"a.internal\", \"b.internal:9090\"]\n",
             token.to_str().unwrap()
         );
         let config = config_with_file(&file, &["--upstream", "http://a"]).unwrap();
         assert_eq!(config.idempotency.anonymous, Anonymous::Reject);
+        assert_eq!(
+            config.admin_allowed_hosts,
+            ["a.internal", "b.internal:9090"]
+        );
         assert_eq!(format!("{:?}", config.admin_token), "Some(AdminToken(..))");
         let default = config_with_file("", &["--upstream", "http://a"]).unwrap();
         assert_eq!(default.idempotency.anonymous, Anonymous::Allow);

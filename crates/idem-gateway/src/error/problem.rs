@@ -30,6 +30,12 @@ pub const INVALID_QUERY: &str = "urn:idem:problem:invalid-query";
 
 /// `idem relay`'s admin listener cannot read the outbox's database (503).
 pub const OUTBOX_UNAVAILABLE: &str = "urn:idem:problem:outbox-unavailable";
+/// An admin listener without a token was called under a `Host` that is neither a loopback name
+/// or address nor one of `--admin-allowed-hosts` (421): a web page the operator opened may have
+/// rebound its own name to the loopback address.
+pub const HOST_NOT_ALLOWED: &str = "urn:idem:problem:host-not-allowed";
+/// An admin request took longer than the admin listener allows (503).
+pub const ADMIN_TIMEOUT: &str = "urn:idem:problem:admin-timeout";
 
 /// A forward to the upstream that ended without a response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -122,6 +128,13 @@ pub enum AdminRejection {
     /// [`OUTBOX_UNAVAILABLE`]).
     #[error("the outbox's database is unavailable")]
     OutboxUnavailable,
+    /// The `Host` is not one an admin listener without a token answers (421,
+    /// [`HOST_NOT_ALLOWED`]).
+    #[error("the Host is not allowed on this admin listener")]
+    HostNotAllowed,
+    /// The request took longer than the admin listener allows (503, [`ADMIN_TIMEOUT`]).
+    #[error("the admin request took too long")]
+    Timeout,
 }
 
 impl Problem for AdminRejection {
@@ -135,9 +148,10 @@ impl Problem for AdminRejection {
             AdminRejection::KeyNotFound => StatusCode::NOT_FOUND,
             AdminRejection::KeyProcessing => StatusCode::CONFLICT,
             AdminRejection::RecordCorrupted => StatusCode::INTERNAL_SERVER_ERROR,
-            AdminRejection::StoreUnavailable | AdminRejection::OutboxUnavailable => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            AdminRejection::StoreUnavailable
+            | AdminRejection::OutboxUnavailable
+            | AdminRejection::Timeout => StatusCode::SERVICE_UNAVAILABLE,
+            AdminRejection::HostNotAllowed => StatusCode::MISDIRECTED_REQUEST,
         }
     }
 
@@ -153,6 +167,8 @@ impl Problem for AdminRejection {
             AdminRejection::RecordCorrupted => RECORD_CORRUPTED,
             AdminRejection::StoreUnavailable => STORE_UNAVAILABLE,
             AdminRejection::OutboxUnavailable => OUTBOX_UNAVAILABLE,
+            AdminRejection::HostNotAllowed => HOST_NOT_ALLOWED,
+            AdminRejection::Timeout => ADMIN_TIMEOUT,
         }
     }
 
@@ -168,6 +184,8 @@ impl Problem for AdminRejection {
             AdminRejection::RecordCorrupted => "Idempotency record unreadable",
             AdminRejection::StoreUnavailable => "Idempotency store unavailable",
             AdminRejection::OutboxUnavailable => "Outbox database unavailable",
+            AdminRejection::HostNotAllowed => "Host not allowed",
+            AdminRejection::Timeout => "Admin request timed out",
         }
     }
 
@@ -195,6 +213,11 @@ impl Problem for AdminRejection {
             AdminRejection::OutboxUnavailable => {
                 "The outbox's database did not answer, or has not been reached yet."
             }
+            AdminRejection::HostNotAllowed => concat!(
+                "Without an admin token, the admin endpoints answer only loopback hosts ",
+                "(localhost, 127.0.0.1, [::1]) and those of --admin-allowed-hosts."
+            ),
+            AdminRejection::Timeout => "The admin request did not finish in time.",
         }
         .to_owned()
     }

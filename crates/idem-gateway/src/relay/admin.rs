@@ -39,6 +39,7 @@ pub(super) fn router(
     metrics: PrometheusHandle,
     outbox: OutboxProbe,
     token: Option<AdminToken>,
+    allowed_hosts: &[String],
 ) -> Router {
     let protected = Router::new()
         .route(
@@ -46,7 +47,7 @@ pub(super) fn router(
             get(move || std::future::ready(metrics.render())),
         )
         .route("/v1/outbox", get(move || outbox_counts(outbox.clone())));
-    protect(protected, token)
+    protect(protected, token, allowed_hosts)
         .route("/healthz", get(|| async { "ok\n" }))
         .merge(dashboard::relay())
 }
@@ -158,9 +159,18 @@ mod tests {
     }
 
     async fn get_outbox(probe: OutboxProbe) -> (StatusCode, String, String) {
+        get_outbox_as(probe, "localhost:9091").await
+    }
+
+    /// `GET /v1/outbox` under `Host: host`, from a listener without a token.
+    async fn get_outbox_as(probe: OutboxProbe, host: &str) -> (StatusCode, String, String) {
         let metrics = PrometheusBuilder::new().build_recorder().handle();
-        let response = router(metrics, probe, None)
-            .oneshot(Request::get("/v1/outbox").body(Body::empty()).unwrap())
+        let request = Request::get("/v1/outbox")
+            .header("host", host)
+            .body(Body::empty())
+            .unwrap();
+        let response = router(metrics, probe, None, &["relay.internal".to_owned()])
+            .oneshot(request)
             .await
             .unwrap();
         let status = response.status();
@@ -211,6 +221,19 @@ mod tests {
             body.contains(r#""type":"urn:idem:problem:outbox-unavailable""#),
             "{body}"
         );
+    }
+
+    #[tokio::test]
+    async fn without_a_token_only_loopback_and_allowed_hosts_get_the_counts() {
+        let (status, _, body) = get_outbox_as(OutboxProbe::new(), "rebound.example").await;
+        assert_eq!(status, StatusCode::MISDIRECTED_REQUEST);
+        assert!(
+            body.contains(r#""type":"urn:idem:problem:host-not-allowed""#),
+            "{body}"
+        );
+        // An allowed host passes the check; the relay has no database yet.
+        let (status, ..) = get_outbox_as(OutboxProbe::new(), "relay.internal:9091").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     }
 
     #[tokio::test]

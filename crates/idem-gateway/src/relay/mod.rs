@@ -25,14 +25,20 @@
 mod admin;
 mod process;
 
-use std::future::IntoFuture as _;
-
 use idem_messaging::{BoxPublisher, OutboxDatabase, OutboxOptions, Relay};
 use tokio_util::sync::CancellationToken;
 
 pub use process::RelayProcess;
 
-use crate::{AdminToken, Error, cli::RelayArgs, error::StartupError, serve::logging};
+use crate::{
+    AdminToken, Error,
+    cli::RelayArgs,
+    error::StartupError,
+    serve::{
+        admin_server::{self, AdminBounds},
+        logging,
+    },
+};
 
 /// Runs `idem relay` until SIGTERM or SIGINT, then finishes the batch in flight and returns.
 ///
@@ -67,13 +73,16 @@ pub async fn run(args: RelayArgs) -> Result<(), Error> {
         .await
         .map_err(|source| StartupError::Bind { addr, source })?;
     tracing::info!(admin = %addr, "the admin endpoints are listening");
-    let admin = tokio::spawn(
-        axum::serve(
-            listener,
-            admin::router(metrics, outbox_probe.clone(), token),
-        )
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-        .into_future(),
+    let admin = admin_server::spawn(
+        listener,
+        admin::router(
+            metrics,
+            outbox_probe.clone(),
+            token,
+            &args.admin_allowed_hosts,
+        ),
+        AdminBounds::default(),
+        shutdown.clone().cancelled_owned(),
     );
 
     let mut outbox = OutboxOptions::new().table(args.outbox_table.clone());
@@ -96,7 +105,7 @@ pub async fn run(args: RelayArgs) -> Result<(), Error> {
         .run(shutdown.clone().cancelled_owned())
         .await;
     shutdown.cancel();
-    if let Ok(Err(error)) = admin.await {
+    if let Err(error) = admin.await {
         tracing::warn!(%error, "the admin listener failed");
     }
     Ok(relayed.map_err(StartupError::Relay)?)

@@ -85,6 +85,9 @@ pub struct Config {
     /// The token the admin endpoints need (all but `/healthz` and `/readyz`); none: open, which
     /// only a loopback `admin_listen` allows.
     pub admin_token: Option<AdminToken>,
+    /// The `Host` names (or `name:port`) that an admin listener without a token answers besides
+    /// the loopback ones (`localhost`, `127.0.0.1`, `[::1]`, …); any other gets a `421`.
+    pub admin_allowed_hosts: Vec<String>,
     /// The API requests are forwarded to.
     pub upstream: Upstream,
     /// Speak h2c (HTTP/2 with prior knowledge) to the upstream instead of HTTP/1.1.
@@ -133,6 +136,7 @@ impl Config {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             admin_listen: DEFAULT_ADMIN_LISTEN,
             admin_token: None,
+            admin_allowed_hosts: Vec::new(),
             upstream,
             upstream_h2c: false,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,

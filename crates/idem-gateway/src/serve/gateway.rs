@@ -16,10 +16,14 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceBuilder;
 
 use super::{Config, connections::Connections, metrics_recorder};
-use super::{accept, admin_server, purge::purge_expired};
+use super::{
+    accept,
+    admin_server::{self, AdminBounds},
+    purge::purge_expired,
+};
 use crate::{
     AdminToken, Error, HumanDuration,
-    admin::{AdminState, CensusKeeper},
+    admin::{self, AdminState, CensusKeeper},
     error::StartupError,
     proxy::Proxy,
     store::{GatewayStore, InstrumentedStore},
@@ -134,15 +138,19 @@ impl Gateway {
         let census = Arc::new(CensusKeeper::default());
         let admin_task = admin_server::spawn(
             admin_listener,
-            AdminState {
-                store: store.clone(),
-                metrics: metrics.clone(),
-                draining: Arc::clone(&draining),
-                store_timeout: config.store_call_limit(),
-                census: Arc::clone(&census),
-            },
-            config.admin_token.clone(),
-            background.clone(),
+            admin::router(
+                AdminState {
+                    store: store.clone(),
+                    metrics: metrics.clone(),
+                    draining: Arc::clone(&draining),
+                    store_timeout: config.store_call_limit(),
+                    census: Arc::clone(&census),
+                },
+                config.admin_token.clone(),
+                &config.admin_allowed_hosts,
+            ),
+            AdminBounds::default(),
+            background.clone().cancelled_owned(),
         );
         tokio::spawn(census.run(
             store.clone(),
@@ -202,7 +210,7 @@ impl Gateway {
             );
         }
         background.cancel();
-        if let Ok(Err(error)) = admin_task.await {
+        if let Err(error) = admin_task.await {
             tracing::warn!(%error, "the admin listener failed");
         }
         tracing::info!(processing, "stopped");

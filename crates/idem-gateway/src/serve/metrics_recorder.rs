@@ -7,7 +7,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    admin::{LEASE, OLDEST_PROCESSING_AGE, RECORDS},
+    admin::{LEASE, OLDEST_PROCESSING_AGE, RECORDS, UNAUTHORIZED},
     proxy::{REQUEST_DURATION, REQUEST_OWN_DURATION, UPSTREAM_DURATION},
     store::STORE_DURATION,
 };
@@ -104,6 +104,10 @@ fn describe() {
         REQUEST_OWN_DURATION,
         metrics::Unit::Seconds,
         "The gateway's own share of idem_request_duration_seconds: without the wait on the upstream."
+    );
+    metrics::describe_counter!(
+        UNAUTHORIZED,
+        "Admin requests refused for a missing or wrong admin token."
     );
     metrics::describe_histogram!(
         STORE_DURATION,

@@ -27,7 +27,7 @@
 //! until the shutdown signal (`signal`).
 
 mod accept;
-mod admin_server;
+pub(crate) mod admin_server;
 pub mod config;
 mod connections;
 mod gateway;

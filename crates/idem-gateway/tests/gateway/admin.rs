@@ -245,7 +245,7 @@ fn assert_unauthorized(reply: &Reply) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_token_metrics_and_keys_need_it_and_the_probes_do_not() {
-    let (_dir, path) = token_file("s3cret-token");
+    let (_dir, path) = token_file("s3cret-admin-token");
     let upstream = Upstream::start().await;
     let gateway = Gateway::start(
         &upstream.url(),
@@ -262,19 +262,19 @@ async fn with_a_token_metrics_and_keys_need_it_and_the_probes_do_not() {
     ] {
         let url = || gateway.admin_url(path);
         assert_unauthorized(&send_with(&client, method, url(), None).await);
-        assert_unauthorized(&send_with(&client, method, url(), Some("s3cret-tokeN")).await);
-        assert_unauthorized(&send_with(&client, method, url(), Some("s3cret-token2")).await);
+        assert_unauthorized(&send_with(&client, method, url(), Some("s3cret-admin-tokeN")).await);
+        assert_unauthorized(&send_with(&client, method, url(), Some("s3cret-admin-token2")).await);
         assert_unauthorized(&send_with(&client, method, url(), Some("")).await);
         let basic = Request::builder()
             .method(method)
             .uri(url())
-            .header("authorization", "Basic s3cret-token")
+            .header("authorization", "Basic s3cret-admin-token")
             .body(Body::empty())
             .unwrap();
         assert_unauthorized(&client.send(basic).await);
     }
     // Refused requests changed nothing: the key is still there.
-    let token = Some("s3cret-token");
+    let token = Some("s3cret-admin-token");
     let metrics = send_with(&client, "GET", gateway.admin_url("/metrics"), token).await;
     assert_eq!(metrics.status, 200);
     assert!(
@@ -285,11 +285,20 @@ async fn with_a_token_metrics_and_keys_need_it_and_the_probes_do_not() {
         "{}",
         metrics.text()
     );
+    // Each refusal counted: five for each of the three routes.
+    assert!(
+        metrics
+            .text()
+            .lines()
+            .any(|l| l == "idem_admin_unauthorized_total 15"),
+        "{}",
+        metrics.text()
+    );
     let shown = send_with(&client, "GET", gateway.admin_url("/v1/keys/tok-1"), token).await;
     assert_eq!(shown.status, 200);
     assert_eq!(shown.json()["state"], "completed");
     let lower = Request::get(gateway.admin_url("/v1/keys/tok-1"))
-        .header("authorization", "bearer s3cret-token")
+        .header("authorization", "bearer s3cret-admin-token")
         .body(Body::empty())
         .unwrap();
     assert_eq!(client.send(lower).await.status, 200);
@@ -310,12 +319,57 @@ async fn with_a_token_metrics_and_keys_need_it_and_the_probes_do_not() {
     }
     // The token is never logged.
     let all_logs = serde_json::to_string(&gateway.logs()).unwrap();
-    assert!(!all_logs.contains("s3cret-token"));
+    assert!(!all_logs.contains("s3cret-admin-token"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_token_the_admin_listener_answers_only_loopback_and_allowed_hosts() {
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(
+        &upstream.url(),
+        &[
+            "--store",
+            "memory://",
+            "--admin-allowed-hosts",
+            "admin.internal,ops.internal:9999",
+        ],
+    );
+    let client = Client::new();
+    let with_host = |path: &str, host: &str| {
+        Request::get(gateway.admin_url(path))
+            .header("host", host)
+            .body(Body::empty())
+            .unwrap()
+    };
+    for host in [
+        "localhost:9090",
+        "127.0.0.1",
+        "[::1]:1",
+        "admin.internal",
+        "ops.internal:9999",
+    ] {
+        let reply = client.send(with_host("/v1/keys", host)).await;
+        assert_eq!(reply.status, 200, "{host}");
+    }
+    // A name a web page may have rebound to 127.0.0.1 reads nothing, and forgets nothing.
+    for (path, host) in [
+        ("/metrics", "rebound.example"),
+        ("/v1/keys", "rebound.example:9090"),
+        ("/v1/stats", "ops.internal:9998"),
+    ] {
+        let reply = client.send(with_host(path, host)).await;
+        assert_eq!(reply.status, 421, "{path} {host}");
+        assert_eq!(reply.json()["type"], "urn:idem:problem:host-not-allowed");
+    }
+    // The probes and the dashboard's files answer any host.
+    for path in ["/healthz", "/readyz"] {
+        assert_eq!(client.send(with_host(path, "lb.example")).await.status, 200);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_token_file_can_come_from_the_environment() {
-    let (_dir, path) = token_file("from-env");
+    let (_dir, path) = token_file("admin-token-from-env");
     let upstream = Upstream::start().await;
     let mut command = idem_command();
     command
@@ -332,7 +386,7 @@ async fn the_token_file_can_come_from_the_environment() {
     let url = || gateway.admin_url("/metrics");
     assert_unauthorized(&send_with(&client, "GET", url(), None).await);
     assert_eq!(
-        send_with(&client, "GET", url(), Some("from-env"))
+        send_with(&client, "GET", url(), Some("admin-token-from-env"))
             .await
             .status,
         200
@@ -398,6 +452,14 @@ fn a_missing_empty_or_multi_line_token_file_stops_start_up_with_exit_2() {
         format!(
             "error: the admin token file {file} holds no usable token: a bearer token is \
              visible ASCII without spaces, on one line"
+        )
+    );
+    std::fs::write(&path, "short-token\n").unwrap();
+    assert_eq!(
+        fails(&serve, 2),
+        format!(
+            "error: the admin token file {file} holds no usable token: it is shorter than 16 \
+             characters"
         )
     );
     let unreadable = dir.path().to_str().unwrap();

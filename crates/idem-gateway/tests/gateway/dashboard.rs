@@ -78,7 +78,7 @@ async fn assert_dashboard(client: &Client, base: &str, page: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateway_dashboard_needs_no_token_and_the_api_still_does() {
-    let (_dir, path) = token_file("dashboard-token");
+    let (_dir, path) = token_file("gateway-dashboard-token");
     let upstream = Upstream::start().await;
     let gateway = Gateway::start(
         &upstream.url(),
@@ -94,7 +94,7 @@ async fn the_gateway_dashboard_needs_no_token_and_the_api_still_does() {
         &client,
         "GET",
         gateway.admin_url("/metrics"),
-        Some("dashboard-token"),
+        Some("gateway-dashboard-token"),
     )
     .await;
     assert_eq!(with_token.status, 200);

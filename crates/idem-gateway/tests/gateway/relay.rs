@@ -177,7 +177,7 @@ async fn the_relay_serves_health_and_stops_on_sigterm_with_exit_0() {
     let admin_addr = admin.local_addr().unwrap();
     drop(admin);
     let token = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(token.path(), "relay-token\n").unwrap();
+    std::fs::write(token.path(), "relay-admin-token\n").unwrap();
 
     let mut relay = idem_command()
         .args([
@@ -224,7 +224,7 @@ async fn the_relay_serves_health_and_stops_on_sigterm_with_exit_0() {
     );
     let wrong = metrics(Some("relay-tokem")).await.unwrap();
     assert!(wrong.starts_with("HTTP/1.1 401 "), "{wrong}");
-    let allowed = metrics(Some("relay-token")).await.unwrap();
+    let allowed = metrics(Some("relay-admin-token")).await.unwrap();
     assert!(allowed.starts_with("HTTP/1.1 200 "), "{allowed}");
 
     let status = std::process::Command::new("kill")

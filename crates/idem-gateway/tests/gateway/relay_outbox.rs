@@ -35,7 +35,7 @@ use crate::{
 const EVENTUALLY: Duration = Duration::from_secs(60);
 
 /// The admin token the process is given.
-const TOKEN: &str = "relay-token";
+const TOKEN: &str = "relay-admin-token";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_outbox_counts_on_postgres_are_exact_json_behind_the_token() {
