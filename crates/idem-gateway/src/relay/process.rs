@@ -17,10 +17,12 @@ use idem_messaging::{
 };
 use sqlx::{
     Pool, Postgres, Sqlite,
-    postgres::PgPoolOptions,
+    postgres::{PgConnectOptions, PgPoolOptions},
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions},
 };
 use tokio_util::sync::CancellationToken;
+
+use crate::store::warn_if_downgradable;
 
 /// How long a statement waits for a connection; at start, how long the database may take to
 /// answer before the process gives up.
@@ -173,10 +175,12 @@ impl RelayProcess {
             let configure = self.configure_sqlite.take();
             self.relay_on(pool, configure, shutdown).await
         } else {
+            let connect = PgConnectOptions::from_str(&self.store)?;
+            warn_if_downgradable(&connect, "the outbox's database");
             let pool = PgPoolOptions::new()
                 .max_connections(self.max_connections)
                 .acquire_timeout(ACQUIRE_TIMEOUT)
-                .connect(&self.store)
+                .connect_with(connect)
                 .await?;
             let configure = self.configure.take();
             self.relay_on(pool, configure, shutdown).await

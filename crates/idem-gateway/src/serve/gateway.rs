@@ -26,7 +26,7 @@ use crate::{
     admin::{self, AdminState, CensusKeeper},
     error::StartupError,
     proxy::Proxy,
-    store::{GatewayStore, InstrumentedStore},
+    store::{GatewayStore, InstrumentedStore, StoreUrl, warn_if_downgradable},
 };
 
 /// The gateway with its store open and its sockets bound, ready to [`run`](Gateway::run).
@@ -62,6 +62,9 @@ impl Gateway {
         let metrics = metrics_recorder::handle();
         if let Some(key) = &config.digest_key {
             key.install().map_err(StartupError::from)?;
+        }
+        if let StoreUrl::Postgres(options) = &config.store {
+            warn_if_downgradable(&options.connect_options(), "the store");
         }
         let store = config
             .store
