@@ -55,6 +55,17 @@ pub enum Error {
     UnexpectedReply,
 }
 
+impl Error {
+    /// Whether Redis could not be reached at all (the connection refused or timed out), rather
+    /// than reached and refusing (credentials, scripts): a failure worth trying again unchanged.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            Error::Connect(error) => error.is_connection_refusal() || error.is_timeout(),
+            _ => false,
+        }
+    }
+}
+
 /// How a Redis error is reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Class {

@@ -26,7 +26,7 @@ use crate::{
     admin::{self, AdminState, CensusKeeper},
     error::StartupError,
     proxy::Proxy,
-    store::{GatewayStore, InstrumentedStore, StoreUrl, warn_if_downgradable},
+    store::{GatewayStore, InstrumentedStore, PendingStore, StoreUrl, warn_if_downgradable},
 };
 
 /// The gateway with its store open and its sockets bound, ready to [`run`](Gateway::run).
@@ -66,12 +66,11 @@ impl Gateway {
         if let StoreUrl::Postgres(options) = &config.store {
             warn_if_downgradable(&options.connect_options(), "the store");
         }
-        let store = config
+        let url = config
             .store
             .clone()
-            .statement_timeout(config.store_call_limit())
-            .open_sealed(config.encryption.as_ref())
-            .await?;
+            .statement_timeout(config.store_call_limit());
+        let store = PendingStore::open(&url, config.encryption.as_ref()).await?;
         let store = InstrumentedStore::new(store);
         let bind = |addr| async move {
             TcpListener::bind(addr)

@@ -225,3 +225,39 @@ async fn redis_restarted_during_a_run_never_executes_a_key_twice() {
     works_again(&gateway, &upstream).await;
     gateway.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_started_while_its_store_is_down_serves_once_the_store_is_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(mut server) = RedisServer::durable(dir.path()) else {
+        return;
+    };
+    server.kill();
+    let upstream = Upstream::start().await;
+    // The store refuses connections: the gateway starts anyway, not ready.
+    let gateway = Gateway::start(&upstream.url(), &["--store", &server.url()]);
+    let client = Client::new();
+    let ready = || async {
+        let request = Request::get(gateway.admin_url("/readyz"))
+            .body(Body::empty())
+            .unwrap();
+        client.send(request).await.status
+    };
+    assert_eq!(ready().await, 503);
+    let refused = client
+        .post(&gateway.url("/orders"), "before-the-store", "{}")
+        .await;
+    assert_eq!(refused.status, 503);
+    assert_eq!(refused.json()["type"], "urn:idem:problem:store-unavailable");
+    assert_eq!(upstream.hits("orders"), 0);
+
+    // Once the store is up, the gateway reaches it by itself (it tries at least every 5 s).
+    server.restart();
+    let mut waited = 0;
+    while ready().await != 200 {
+        assert!(waited < 100, "not ready 10 s after the store came back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += 1;
+    }
+    works_again(&gateway, &upstream).await;
+}

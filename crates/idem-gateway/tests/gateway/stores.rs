@@ -60,12 +60,14 @@ fn server_store_urls_that_cannot_be_used_fail_with_one_line() {
     );
 }
 
+/// A one-shot command (`idem keys`, `idem migrate`) fails at once when its store cannot be
+/// reached; `idem serve` starts without it (`outage.rs`).
 #[test]
-fn an_unreachable_server_fails_at_start_with_one_line() {
+fn an_unreachable_server_fails_a_command_with_one_line() {
     let port = free_port();
     let postgres = format!("postgres://postgres@127.0.0.1:{port}/test");
     assert_eq!(
-        fails(&serve(&postgres), 1),
+        fails(&["migrate", "--store", &postgres], 1),
         format!(
             "error: cannot open the store {postgres}: cannot connect to PostgreSQL: error \
              communicating with database: Connection refused (os error 111)"
@@ -73,13 +75,13 @@ fn an_unreachable_server_fails_at_start_with_one_line() {
     );
     let redis = format!("redis://127.0.0.1:{port}");
     assert_eq!(
-        fails(&serve(&redis), 1),
+        fails(&["keys", "purge", "--store", &redis], 1),
         format!(
             "error: cannot open the store {redis}: cannot connect to Redis: Connection refused \
              (os error 111)"
         )
     );
-    // `keys`, which does not log: the cluster client logs each node it cannot reach.
+    // The cluster client logs each node it cannot reach; `keys` does not log.
     let cluster = format!("redis+cluster://127.0.0.1:{port},127.0.0.1:{port}");
     assert_eq!(
         fails(&["keys", "purge", "--store", &cluster], 1),
