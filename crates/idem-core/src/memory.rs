@@ -1,6 +1,7 @@
 //! [`MemoryStore`]: the reference store, in process memory.
 
 use std::{
+    collections::HashMap,
     hash::{BuildHasher, RandomState},
     sync::{
         Arc, Mutex, MutexGuard,
@@ -13,8 +14,8 @@ use hashbrown::{HashTable, hash_table::OccupiedEntry};
 
 use crate::{
     Acquisition, Address, Census, Clock, FencingToken, Fingerprint, Lease, ListPage, ListQuery,
-    Listed, Newest, Outcome, Record, RecordState, StateFilter, Store, StoreError, SystemClock,
-    Terms, Timestamp,
+    Listed, Newest, Outcome, Record, RecordState, Scope, StateFilter, Store, StoreError,
+    SystemClock, Terms, Timestamp,
     transition::{AcquirePlan, RecordView, plan_acquire, processing_expiry},
 };
 
@@ -43,6 +44,11 @@ use crate::{
 /// refused, since the operation it records has run. So `max_bytes` can be exceeded by the
 /// responses of the keys in flight when it was reached (each at most the response size the
 /// caller stores, 1 MiB by default over HTTP); `max_keys` is never exceeded.
+///
+/// [`max_keys_per_scope`](MemoryStore::max_keys_per_scope) (none by default) bounds each
+/// scope's records too, so that one caller (random keys with junk credentials, say) cannot take
+/// the whole store from the others: a new key of a scope at its limit is refused with
+/// [`StoreError::Full`], whatever room the store has.
 ///
 /// # Examples
 ///
@@ -84,6 +90,43 @@ pub struct MemoryStore {
     earliest_expiry: AtomicU64,
     /// A sweep for room is running: the others refuse rather than sweep the same tables.
     sweeping: AtomicBool,
+    /// Each scope's records, when a scope's share is bounded.
+    per_scope: Option<ScopeCounts>,
+}
+
+/// The records of each scope that holds any, and the most a scope may hold. Counted under one
+/// lock, taken only when a record is added or removed (not on replays), and only when the bound
+/// is set.
+struct ScopeCounts {
+    max: usize,
+    counts: Mutex<HashMap<Scope, usize>>,
+}
+
+impl ScopeCounts {
+    /// Counts a record of `scope` unless the scope is at its limit; then, which limit.
+    fn admit(&self, scope: &Scope) -> Result<(), String> {
+        let mut counts = lock(&self.counts);
+        let count = counts.entry(*scope).or_default();
+        if *count >= self.max {
+            if *count == 0 {
+                counts.remove(scope);
+            }
+            return Err(format!("max_keys_per_scope = {}", self.max));
+        }
+        *count += 1;
+        Ok(())
+    }
+
+    /// Counts a record of `scope` removed.
+    fn remove(&self, scope: &Scope) {
+        let mut counts = lock(&self.counts);
+        if let Some(count) = counts.get_mut(scope) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(scope);
+            }
+        }
+    }
 }
 
 /// A record as a shard keeps it: with its address, and the address's hash so that growing the
@@ -196,6 +239,17 @@ impl MemoryStore {
         self
     }
 
+    /// Sets the most records one scope may hold; a new key of a scope at it is refused with
+    /// [`StoreError::Full`] (see [Limits](MemoryStore#limits)). None by default.
+    #[must_use]
+    pub fn max_keys_per_scope(mut self, max: usize) -> Self {
+        self.per_scope = Some(ScopeCounts {
+            max,
+            counts: Mutex::default(),
+        });
+        self
+    }
+
     /// The bytes the records held count (see [Limits](MemoryStore#limits)).
     pub fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)
@@ -216,6 +270,7 @@ impl MemoryStore {
             bytes: AtomicU64::new(0),
             earliest_expiry: AtomicU64::new(u64::MAX),
             sweeping: AtomicBool::new(false),
+            per_scope: None,
         }
     }
 
@@ -245,9 +300,12 @@ impl MemoryStore {
     }
 
     /// Counts a record removed.
-    fn removed(&self, weight: u64) {
+    fn removed(&self, entry: &Entry) {
         self.keys.fetch_sub(1, Ordering::Relaxed);
-        self.bytes.fetch_sub(weight, Ordering::Relaxed);
+        self.bytes.fetch_sub(entry.weight(), Ordering::Relaxed);
+        if let Some(per_scope) = &self.per_scope {
+            per_scope.remove(&entry.address.scope);
+        }
     }
 
     /// Counts a record whose weight changed from `before` to `after`.
@@ -294,7 +352,7 @@ impl MemoryStore {
                 now >= e.expires_at
             });
             for expired in expired {
-                self.removed(expired.weight());
+                self.removed(&expired);
             }
             drop(shard);
             self.earliest_expiry.fetch_min(earliest, Ordering::Relaxed);
@@ -335,6 +393,10 @@ impl std::fmt::Debug for MemoryStore {
             .field("shards", &self.shards.len())
             .field("max_keys", &self.max_keys)
             .field("max_bytes", &self.max_bytes)
+            .field(
+                "max_keys_per_scope",
+                &self.per_scope.as_ref().map(|per_scope| per_scope.max),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -408,6 +470,11 @@ impl MemoryStore {
                 if let Some(limit) = self.over_limit(weight) {
                     return Err(StoreError::Full { limit });
                 }
+                if let Some(per_scope) = &self.per_scope {
+                    per_scope
+                        .admit(&address.scope)
+                        .map_err(|limit| StoreError::Full { limit })?;
+                }
                 self.added(weight);
                 self.expires(entry.expires_at);
                 shard.insert_unique(hash, entry, |e| e.hash);
@@ -464,7 +531,7 @@ impl Store for MemoryStore {
 
     async fn release(&self, address: &Address, token: FencingToken) -> Result<(), StoreError> {
         self.with_holder(address, token, |entry, _| {
-            self.removed(entry.remove().0.weight());
+            self.removed(&entry.remove().0);
         })
     }
 
@@ -502,7 +569,7 @@ impl Store for MemoryStore {
         Ok(match shard.find_entry(hash, |e| e.address == *address) {
             Ok(entry) => {
                 let removed = entry.remove().0;
-                self.removed(removed.weight());
+                self.removed(&removed);
                 now < removed.expires_at
             }
             Err(_) => false,
@@ -521,7 +588,7 @@ impl Store for MemoryStore {
                 .extract_if(|e| now >= e.expires_at)
                 .take(limit - purged)
             {
-                self.removed(expired.weight());
+                self.removed(&expired);
                 purged += 1;
             }
         }
@@ -660,6 +727,44 @@ mod tests {
     fn manual() -> (crate::ManualClock, MemoryStore) {
         let clock = crate::ManualClock::new(Timestamp::from_millis(1_000_000));
         (clock.clone(), MemoryStore::with_clock(clock))
+    }
+
+    #[tokio::test]
+    async fn a_scope_at_its_limit_is_refused_and_the_others_still_get_new_keys() {
+        let store = MemoryStore::new().max_keys_per_scope(2);
+        let tenant = |name: &str| Scope::from_identity([name.as_bytes()]);
+        let key = |scope: Scope, key: &str| Address::new(scope, key.parse().unwrap());
+        let acquire = |address: Address| {
+            let store = &store;
+            async move { store.acquire(&address, &FP, terms()).await }
+        };
+        let noisy = tenant("junk credentials");
+        let first = match acquire(key(noisy, "a")).await {
+            Ok(Acquisition::Acquired(lease)) => lease,
+            other => panic!("{other:?}"),
+        };
+        acquire(key(noisy, "b")).await.unwrap();
+        let refused = acquire(key(noisy, "c")).await;
+        assert!(
+            matches!(refused, Err(StoreError::Full { ref limit }) if limit == "max_keys_per_scope = 2"),
+            "{refused:?}"
+        );
+        // Another scope has its own share; a held key of the full scope still answers.
+        assert!(matches!(
+            acquire(key(tenant("a tenant"), "c")).await,
+            Ok(Acquisition::Acquired(_))
+        ));
+        assert!(matches!(
+            acquire(key(noisy, "b")).await,
+            Ok(Acquisition::InFlight { .. })
+        ));
+        // A record removed gives its scope the room back.
+        store.release(&key(noisy, "a"), first.token).await.unwrap();
+        assert!(matches!(
+            acquire(key(noisy, "c")).await,
+            Ok(Acquisition::Acquired(_))
+        ));
+        assert_eq!(store.len(), 3);
     }
 
     #[tokio::test]

@@ -1,4 +1,5 @@
-//! [`MemoryUrl`]: `memory://[?max_keys=N&max_bytes=SIZE]`, a [`MemoryStore`] and its limits.
+//! [`MemoryUrl`]: `memory://[?max_keys=N&max_bytes=SIZE&max_keys_per_scope=N]`, a
+//! [`MemoryStore`] and its limits.
 
 use std::fmt;
 
@@ -7,12 +8,13 @@ use idem_core::{MemoryStore, store_url::UrlParts};
 use crate::{ByteSize, Error};
 
 /// What an unknown parameter's error says is known.
-const KNOWN: &str = "idem takes max_keys and max_bytes";
+const KNOWN: &str = "idem takes max_keys, max_bytes and max_keys_per_scope";
 
 /// `memory://[?max_keys=N&max_bytes=SIZE]`: records in this process only, lost on exit, at most
 /// `max_keys` of them (default 1000000) and about `max_bytes` (default `1GiB`; a size as
-/// `--max-body` takes it). When full, a new key is refused (503 `store-full`); see
-/// [`MemoryStore`]'s limits for what counts.
+/// `--max-body` takes it), and at most `max_keys_per_scope` of one scope (default none), so that
+/// one caller cannot fill the store for the others. When full, a new key is refused (503
+/// `store-full`); see [`MemoryStore`]'s limits for what counts.
 ///
 /// # Examples
 ///
@@ -31,6 +33,7 @@ const KNOWN: &str = "idem takes max_keys and max_bytes";
 pub struct MemoryUrl {
     max_keys: usize,
     max_bytes: u64,
+    max_keys_per_scope: Option<usize>,
 }
 
 impl Default for MemoryUrl {
@@ -39,6 +42,7 @@ impl Default for MemoryUrl {
         Self {
             max_keys: MemoryStore::DEFAULT_MAX_KEYS,
             max_bytes: MemoryStore::DEFAULT_MAX_BYTES,
+            max_keys_per_scope: None,
         }
     }
 }
@@ -48,16 +52,18 @@ impl MemoryUrl {
         let mut parts = UrlParts::split(url)?;
         if !parts.hosts().is_empty() || !parts.path().is_empty() || parts.userinfo().is_some() {
             return Err(parts
-                .error("memory:// takes no host or path, only ?max_keys=N&max_bytes=SIZE")
+                .error("memory:// takes no host or path, only ?max_keys=N&max_bytes=SIZE&max_keys_per_scope=N")
                 .into());
         }
         let max_keys = parts.take("max_keys", str::parse::<usize>)?;
         let max_bytes = parts.take("max_bytes", str::parse::<ByteSize>)?;
+        let max_keys_per_scope = parts.take("max_keys_per_scope", str::parse::<usize>)?;
         parts.refuse_unknown(|_| false, KNOWN)?;
         let default = Self::default();
         Ok(Self {
             max_keys: max_keys.unwrap_or(default.max_keys),
             max_bytes: max_bytes.map_or(default.max_bytes, |size| size.0 as u64),
+            max_keys_per_scope,
         })
     }
 
@@ -71,11 +77,20 @@ impl MemoryUrl {
         self.max_bytes
     }
 
+    /// The most records of one scope, if bounded.
+    pub fn max_keys_per_scope(&self) -> Option<usize> {
+        self.max_keys_per_scope
+    }
+
     /// An empty store with these limits.
     pub fn open(&self) -> MemoryStore {
-        MemoryStore::new()
+        let store = MemoryStore::new()
             .max_keys(self.max_keys)
-            .max_bytes(self.max_bytes)
+            .max_bytes(self.max_bytes);
+        match self.max_keys_per_scope {
+            Some(max) => store.max_keys_per_scope(max),
+            None => store,
+        }
     }
 }
 
@@ -93,6 +108,9 @@ impl fmt::Display for MemoryUrl {
                 |bytes| ByteSize(bytes).to_string(),
             );
             query.push(format!("max_bytes={bytes}"));
+        }
+        if let Some(max) = self.max_keys_per_scope {
+            query.push(format!("max_keys_per_scope={max}"));
         }
         f.write_str("memory://")?;
         if !query.is_empty() {
@@ -153,12 +171,17 @@ mod tests {
         assert_eq!(
             message("memory://?size=1"),
             "invalid store URL `memory://?size=1`: unknown parameter `size` (idem takes \
-             max_keys and max_bytes)"
+             max_keys, max_bytes and max_keys_per_scope)"
         );
         assert_eq!(
             message("memory://host"),
             "invalid store URL `memory://host`: memory:// takes no host or path, only \
-             ?max_keys=N&max_bytes=SIZE"
+             ?max_keys=N&max_bytes=SIZE&max_keys_per_scope=N"
+        );
+        assert_eq!(
+            message("memory://?max_keys_per_scope=many"),
+            "invalid store URL `memory://?max_keys_per_scope=many`: `max_keys_per_scope=many`: \
+             invalid digit found in string"
         );
     }
 }

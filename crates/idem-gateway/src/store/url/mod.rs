@@ -159,6 +159,7 @@ mod tests {
         for url in [
             "memory://",
             "memory://?max_keys=2&max_bytes=512MiB",
+            "memory://?max_keys_per_scope=100",
             "sqlite://idem.db",
             "sqlite:///var/lib/idem.db",
             "sqlite://./a/b.db",
