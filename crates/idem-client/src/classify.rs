@@ -79,14 +79,14 @@ mod tests {
         for (name, value) in headers {
             map.append(*name, HeaderValue::from_static(value));
         }
-        Response::new(
-            StatusCode::from_u16(status).unwrap(),
-            Version::HTTP_11,
-            map,
-            Bytes::copy_from_slice(body.as_bytes()),
-            1,
-            "k".parse().unwrap(),
-        )
+        Response {
+            status: StatusCode::from_u16(status).unwrap(),
+            version: Version::HTTP_11,
+            headers: map,
+            body: Bytes::copy_from_slice(body.as_bytes()),
+            attempts: 1,
+            key: "k".parse().unwrap(),
+        }
     }
 
     fn verdict(status: u16) -> Verdict {

@@ -24,33 +24,15 @@ pub(crate) const REPLAYED_HEADER: HeaderName = HeaderName::from_static("idempote
 /// ```
 #[derive(Debug, Clone)]
 pub struct Response {
-    status: StatusCode,
-    version: Version,
-    headers: HeaderMap,
-    body: Bytes,
-    attempts: u32,
-    key: IdempotencyKey,
+    pub(crate) status: StatusCode,
+    pub(crate) version: Version,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
+    pub(crate) attempts: u32,
+    pub(crate) key: IdempotencyKey,
 }
 
 impl Response {
-    pub(crate) fn new(
-        status: StatusCode,
-        version: Version,
-        headers: HeaderMap,
-        body: Bytes,
-        attempts: u32,
-        key: IdempotencyKey,
-    ) -> Self {
-        Self {
-            status,
-            version,
-            headers,
-            body,
-            attempts,
-            key,
-        }
-    }
-
     /// The status code.
     pub fn status(&self) -> StatusCode {
         self.status

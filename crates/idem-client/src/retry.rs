@@ -114,12 +114,12 @@ async fn execute(
     let version = response.version();
     let headers = std::mem::take(response.headers_mut());
     let body = response.bytes().await?;
-    Ok(Response::new(
+    Ok(Response {
         status,
         version,
         headers,
         body,
         attempts,
-        key.clone(),
-    ))
+        key: key.clone(),
+    })
 }

@@ -1,12 +1,6 @@
 //! The checks: one `async fn` per rule of the [`Store`] contract, each asserting exact outcomes.
 
-use std::{
-    sync::{
-        Arc,
-        atomic::{AtomicUsize, Ordering},
-    },
-    time::Duration,
-};
+use std::time::Duration;
 
 use bytes::Bytes;
 use idem_core::{
@@ -54,6 +48,40 @@ pub async fn acquired<S: Store>(store: &S, address: &Address, fp: &Fingerprint) 
         Acquisition::Acquired(lease) => lease,
         other => panic!("expected Acquired, got {other:?}"),
     }
+}
+
+/// How the concurrent acquires of one address were answered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Race {
+    /// How many acquired the key: exactly one, for a store that keeps the contract.
+    pub acquired: usize,
+    /// How many found it in flight.
+    pub in_flight: usize,
+}
+
+/// Acquires `address` (fingerprint 1, [`TERMS`]) from `callers` concurrent tasks, caller `n`
+/// through `stores[n % stores.len()]`, so that several handles (pools, processes) can race; any
+/// answer but `Acquired` or `InFlight` fails. `stores` holds at least one store.
+pub async fn race_to_acquire<S: Store + Clone>(
+    stores: &[S],
+    address: &Address,
+    callers: usize,
+) -> Race {
+    let tasks: Vec<_> = (0..callers)
+        .map(|n| {
+            let (store, address) = (stores[n % stores.len()].clone(), address.clone());
+            tokio::spawn(async move { store.acquire(&address, &fingerprint(1), TERMS).await })
+        })
+        .collect();
+    let mut race = Race::default();
+    for task in tasks {
+        match task.await.unwrap().unwrap() {
+            Acquisition::Acquired(_) => race.acquired += 1,
+            Acquisition::InFlight { .. } => race.in_flight += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    race
 }
 
 fn assert_close(actual: Duration, expected: Duration, tolerance: Duration) {
@@ -171,30 +199,16 @@ pub async fn other_fingerprint_is_a_mismatch_while_processing_and_after_completi
 pub async fn concurrent_acquires_elect_exactly_one_holder(subject: &impl Subject) {
     const ADDRESSES: usize = 200;
     const CALLERS: usize = 64;
-    let acquired = Arc::new(AtomicUsize::new(0));
-    let in_flight = Arc::new(AtomicUsize::new(0));
+    let (mut acquired, mut in_flight) = (0, 0);
     for n in 0..ADDRESSES {
         let a = address(&format!("race-{n}"));
-        let tasks: Vec<_> = (0..CALLERS)
-            .map(|_| {
-                let (store, a) = (subject.store(), a.clone());
-                let (acquired, in_flight) = (acquired.clone(), in_flight.clone());
-                tokio::spawn(async move {
-                    match store.acquire(&a, &fingerprint(1), TERMS).await.unwrap() {
-                        Acquisition::Acquired(_) => acquired.fetch_add(1, Ordering::SeqCst),
-                        Acquisition::InFlight { .. } => in_flight.fetch_add(1, Ordering::SeqCst),
-                        other => panic!("unexpected {other:?}"),
-                    };
-                })
-            })
-            .collect();
-        for task in tasks {
-            task.await.unwrap();
-        }
-        assert_eq!(acquired.load(Ordering::SeqCst), n + 1, "address {n}");
+        let race = race_to_acquire(&[subject.store()], &a, CALLERS).await;
+        acquired += race.acquired;
+        in_flight += race.in_flight;
+        assert_eq!(acquired, n + 1, "address {n}");
     }
-    assert_eq!(acquired.load(Ordering::SeqCst), ADDRESSES);
-    assert_eq!(in_flight.load(Ordering::SeqCst), ADDRESSES * (CALLERS - 1));
+    assert_eq!(acquired, ADDRESSES);
+    assert_eq!(in_flight, ADDRESSES * (CALLERS - 1));
 }
 
 /// Item 4: A released key is free for the next request, whatever its fingerprint, with a larger token.

@@ -98,6 +98,8 @@ pub mod problem;
 mod request;
 mod service;
 mod settings;
+#[cfg(test)]
+mod test_support;
 
 pub use body::ResponseBody;
 pub use from_bytes::FromBytes;

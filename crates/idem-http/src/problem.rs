@@ -405,6 +405,7 @@ pub(crate) fn content_type() -> HeaderValue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::header_pairs;
 
     #[test]
     fn retry_after_is_rounded_up_and_at_least_one_second() {
@@ -419,11 +420,7 @@ mod tests {
     fn outcome_unknown_is_the_problem_earlier_builds_stored() {
         let response = Rejection::OutcomeUnknown.into_response::<http_body_util::Empty<Bytes>>();
         assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
-        let headers: Vec<_> = response
-            .headers()
-            .iter()
-            .map(|(n, v)| (n.as_str(), v.to_str().unwrap()))
-            .collect();
+        let headers = header_pairs(&response);
         assert_eq!(
             headers,
             [

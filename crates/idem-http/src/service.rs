@@ -206,10 +206,18 @@ where
             // Only the layer issues fencing tokens: a client's never reaches the inner service.
             request.headers_mut().remove(name);
         }
-        if passes_through(&self.shared.settings, &request) {
-            return ResponseFuture::new(pass_through(Arc::clone(&self.shared), inner, request));
+        let shared = Arc::clone(&self.shared);
+        if passes_through(&shared.settings, &request) {
+            return ResponseFuture::new(async move {
+                let answer = forward(inner, request).await;
+                labelled(&shared, RequestOutcome::Passthrough, None, answer)
+            });
         }
-        ResponseFuture::new(handle(Arc::clone(&self.shared), inner, request))
+        ResponseFuture::new(async move {
+            let mut key = None;
+            let (outcome, answer) = respond(&shared, inner, request, &mut key).await;
+            labelled(&shared, outcome, key, answer)
+        })
     }
 }
 
@@ -220,44 +228,16 @@ fn passes_through<B>(settings: &Settings, request: &Request<B>) -> bool {
         || (!settings.require_key && !request.headers().contains_key(&settings.key_header))
 }
 
-/// Forwards a request that [`passes_through`], and labels its response.
-async fn pass_through<S, St, ReqBody, ResBody>(
-    shared: Arc<Shared<St>>,
-    inner: S,
-    request: Request<ReqBody>,
-) -> Answer<ResBody, S::Error>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
-{
-    let answer = forward(inner, request).await;
-    shared.requests().count(RequestOutcome::Passthrough);
-    let mut response = answer?;
-    response
-        .extensions_mut()
-        .insert(RequestOutcome::Passthrough);
-    Ok(response)
-}
-
 type Answer<B, E> = Result<Response<ResponseBody<B>>, E>;
 
-/// Answers one request, then labels the response with its [`RequestOutcome`] and [`RequestKey`].
-async fn handle<S, St, ReqBody, ResBody>(
-    shared: Arc<Shared<St>>,
-    inner: S,
-    request: Request<ReqBody>,
-) -> Answer<ResBody, S::Error>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send + 'static,
-    S::Future: Send,
-    S::Error: Error + Send + Sync + 'static,
-    St: Store,
-    ReqBody: http_body::Body<Data = Bytes> + FromBytes + Send + 'static,
-    ReqBody::Error: Into<BoxError>,
-    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
-    ResBody::Error: Into<BoxError>,
-{
-    let mut key = None;
-    let (outcome, answer) = respond(&shared, inner, request, &mut key).await;
+/// Counts a request's [`RequestOutcome`], and labels its response with it and with its
+/// [`RequestKey`] when it had one.
+fn labelled<St, B, E>(
+    shared: &Shared<St>,
+    outcome: RequestOutcome,
+    key: Option<RequestKey>,
+    answer: Answer<B, E>,
+) -> Answer<B, E> {
     shared.requests().count(outcome);
     if let Some(key) = &key {
         tracing::debug!(

@@ -1,6 +1,6 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tokio::sync::oneshot;
+use tokio::{sync::oneshot, task::JoinHandle};
 
 use super::*;
 use crate::{Clock, MemoryStore, Record, RecordState, StoredResponse, Timestamp};
@@ -52,6 +52,67 @@ fn counted(
     }
 }
 
+/// A request for the test key whose work, counted in `runs`, answers `ok(body)` at once.
+async fn request<S: Store>(
+    engine: &Engine<S>,
+    runs: &Arc<AtomicUsize>,
+    body: &'static str,
+) -> RunOutcome<StoredResponse> {
+    engine
+        .run(address(), FP, counted(runs, Duration::ZERO, ok(body)))
+        .await
+        .unwrap()
+}
+
+/// A request for the test key that runs `work`, in a task of its own.
+fn spawn_run<S, F, Fut, T>(engine: &Engine<S>, work: F) -> JoinHandle<RunOutcome<T>>
+where
+    S: Store,
+    F: FnOnce(Lease) -> Fut + Send + 'static,
+    Fut: Future<Output = Execution<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    let engine = engine.clone();
+    tokio::spawn(async move { engine.run(address(), FP, work).await.unwrap() })
+}
+
+/// How many of `callers` executed `ok(body)` and how many replayed it; any other answer fails
+/// the test.
+async fn executed_and_replayed(
+    callers: Vec<JoinHandle<RunOutcome<StoredResponse>>>,
+    body: &'static str,
+) -> (usize, usize) {
+    let (mut executed, mut replayed) = (0, 0);
+    for caller in callers {
+        match caller.await.unwrap() {
+            RunOutcome::Executed(r) if r == ok(body) => executed += 1,
+            RunOutcome::Replayed(r) if r == Outcome::from(ok(body)) => replayed += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    (executed, replayed)
+}
+
+/// The test key's record, if it has one.
+async fn record<S: Store>(engine: &Engine<S>) -> Option<Record> {
+    engine.store().get(&address()).await.unwrap()
+}
+
+/// The lease of a worker that acquired the test key and died, once that lease has run out.
+async fn dead_holder<S: Store>(engine: &Engine<S>) -> Lease {
+    let terms = Terms::from(engine.policy());
+    let dead = engine
+        .store()
+        .acquire(&address(), &FP, terms)
+        .await
+        .unwrap();
+    let Acquisition::Acquired(dead) = dead else {
+        panic!("{dead:?}")
+    };
+    sleep(terms.lease).await;
+    dead
+}
+
 fn wait(timeout: Duration) -> Policy {
     Policy::default().in_flight(InFlight::Wait { timeout })
 }
@@ -60,14 +121,8 @@ fn wait(timeout: Duration) -> Policy {
 async fn second_request_replays_without_executing() {
     let engine = engine(Policy::default());
     let runs = Arc::new(AtomicUsize::new(0));
-    let first = engine
-        .run(address(), FP, counted(&runs, Duration::ZERO, ok("a")))
-        .await
-        .unwrap();
-    let second = engine
-        .run(address(), FP, counted(&runs, Duration::ZERO, ok("b")))
-        .await
-        .unwrap();
+    let first = request(&engine, &runs, "a").await;
+    let second = request(&engine, &runs, "b").await;
     assert!(matches!(first, RunOutcome::Executed(r) if r == ok("a")));
     assert!(matches!(second, RunOutcome::Replayed(r) if r == Outcome::from(ok("a"))));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
@@ -77,24 +132,14 @@ async fn second_request_replays_without_executing() {
 async fn concurrent_request_in_reject_mode_is_in_flight_with_the_remaining_lease() {
     let engine = engine(Policy::default().lease(Duration::from_secs(30)));
     let runs = Arc::new(AtomicUsize::new(0));
-    let first = tokio::spawn({
-        let engine = engine.clone();
-        let work = counted(&runs, Duration::from_secs(5), ok("a"));
-        async move { engine.run(address(), FP, work).await }
-    });
+    let first = spawn_run(&engine, counted(&runs, Duration::from_secs(5), ok("a")));
     sleep(Duration::from_secs(1)).await;
-    let second = engine
-        .run(address(), FP, counted(&runs, Duration::ZERO, ok("b")))
-        .await
-        .unwrap();
+    let second = request(&engine, &runs, "b").await;
     assert!(
         matches!(second, RunOutcome::InFlight { retry_after } if retry_after == Duration::from_secs(29)),
         "{second:?}"
     );
-    assert!(matches!(
-        first.await.unwrap().unwrap(),
-        RunOutcome::Executed(_)
-    ));
+    assert!(matches!(first.await.unwrap(), RunOutcome::Executed(_)));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
@@ -102,10 +147,7 @@ async fn concurrent_request_in_reject_mode_is_in_flight_with_the_remaining_lease
 async fn other_fingerprint_is_a_mismatch() {
     let engine = engine(Policy::default());
     let runs = Arc::new(AtomicUsize::new(0));
-    engine
-        .run(address(), FP, counted(&runs, Duration::ZERO, ok("a")))
-        .await
-        .unwrap();
+    request(&engine, &runs, "a").await;
     let other = Fingerprint::from_bytes([4; 32]);
     let outcome = engine
         .run(address(), other, counted(&runs, Duration::ZERO, ok("b")))
@@ -120,19 +162,12 @@ async fn dropped_caller_work_still_completes_and_is_stored() {
     let engine = engine(wait(Duration::from_secs(60)));
     let (started_tx, started) = oneshot::channel();
     let (finish, finish_rx) = oneshot::channel::<()>();
-    let caller = tokio::spawn({
-        let engine = engine.clone();
-        async move {
-            engine
-                .run(address(), FP, move |_lease| async move {
-                    started_tx.send(()).unwrap();
-                    finish_rx.await.unwrap();
-                    Execution::Final {
-                        value: (),
-                        response: ok("done after the caller left"),
-                    }
-                })
-                .await
+    let caller = spawn_run(&engine, move |_lease| async move {
+        started_tx.send(()).unwrap();
+        finish_rx.await.unwrap();
+        Execution::Final {
+            value: (),
+            response: ok("done after the caller left"),
         }
     });
     started.await.unwrap();
@@ -141,10 +176,7 @@ async fn dropped_caller_work_still_completes_and_is_stored() {
     finish.send(()).unwrap();
 
     let runs = Arc::new(AtomicUsize::new(0));
-    let retry = engine
-        .run(address(), FP, counted(&runs, Duration::ZERO, ok("again")))
-        .await
-        .unwrap();
+    let retry = request(&engine, &runs, "again").await;
     assert!(
         matches!(retry, RunOutcome::Replayed(ref r) if *r == Outcome::from(ok("done after the caller left"))),
         "{retry:?}"
@@ -157,20 +189,9 @@ async fn wait_mode_hands_the_first_result_to_every_waiter() {
     let engine = engine(wait(Duration::from_secs(60)));
     let runs = Arc::new(AtomicUsize::new(0));
     let callers: Vec<_> = (0..10)
-        .map(|_| {
-            let engine = engine.clone();
-            let work = counted(&runs, Duration::from_secs(2), ok("one"));
-            tokio::spawn(async move { engine.run(address(), FP, work).await.unwrap() })
-        })
+        .map(|_| spawn_run(&engine, counted(&runs, Duration::from_secs(2), ok("one"))))
         .collect();
-    let (mut executed, mut replayed) = (0, 0);
-    for caller in callers {
-        match caller.await.unwrap() {
-            RunOutcome::Executed(r) if r == ok("one") => executed += 1,
-            RunOutcome::Replayed(r) if r == Outcome::from(ok("one")) => replayed += 1,
-            other => panic!("unexpected {other:?}"),
-        }
-    }
+    let (executed, replayed) = executed_and_replayed(callers, "one").await;
     assert_eq!((executed, replayed), (1, 9));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert_eq!(engine.inner.waiters.len(), 0);
@@ -180,17 +201,10 @@ async fn wait_mode_hands_the_first_result_to_every_waiter() {
 async fn wait_mode_times_out_as_in_flight() {
     let engine = engine(wait(Duration::from_secs(3)).lease(Duration::from_secs(30)));
     let runs = Arc::new(AtomicUsize::new(0));
-    let first = tokio::spawn({
-        let engine = engine.clone();
-        let work = counted(&runs, Duration::from_secs(10), ok("slow"));
-        async move { engine.run(address(), FP, work).await.unwrap() }
-    });
+    let first = spawn_run(&engine, counted(&runs, Duration::from_secs(10), ok("slow")));
     sleep(Duration::from_millis(1)).await;
     let started = tokio::time::Instant::now();
-    let second = engine
-        .run(address(), FP, counted(&runs, Duration::ZERO, ok("b")))
-        .await
-        .unwrap();
+    let second = request(&engine, &runs, "b").await;
     assert_eq!(started.elapsed(), Duration::from_secs(3));
     assert!(
         matches!(second, RunOutcome::InFlight { retry_after } if retry_after == Duration::from_millis(26_999)),
@@ -215,27 +229,18 @@ async fn released_key_is_taken_by_one_waiter_whose_result_the_others_replay() {
             }
         }
     };
-    let first = tokio::spawn({
-        let engine = engine.clone();
-        async move { engine.run(address(), FP, failing).await.unwrap() }
-    });
+    let first = spawn_run(&engine, failing);
     sleep(Duration::from_millis(1)).await;
     let waiters: Vec<_> = (0..5)
         .map(|_| {
-            let engine = engine.clone();
-            let work = counted(&runs, Duration::from_secs(1), ok("second try"));
-            tokio::spawn(async move { engine.run(address(), FP, work).await.unwrap() })
+            spawn_run(
+                &engine,
+                counted(&runs, Duration::from_secs(1), ok("second try")),
+            )
         })
         .collect();
     assert!(matches!(first.await.unwrap(), RunOutcome::Executed(r) if r.status == 503));
-    let (mut executed, mut replayed) = (0, 0);
-    for waiter in waiters {
-        match waiter.await.unwrap() {
-            RunOutcome::Executed(r) if r == ok("second try") => executed += 1,
-            RunOutcome::Replayed(r) if r == Outcome::from(ok("second try")) => replayed += 1,
-            other => panic!("unexpected {other:?}"),
-        }
-    }
+    let (executed, replayed) = executed_and_replayed(waiters, "second try").await;
     assert_eq!((executed, replayed), (1, 4));
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
@@ -245,53 +250,33 @@ async fn long_job_with_a_short_lease_is_not_taken_over_while_it_renews() {
     let lease = Duration::from_millis(300);
     let engine = engine(Policy::default().lease(lease));
     let runs = Arc::new(AtomicUsize::new(0));
-    let long = tokio::spawn({
-        let engine = engine.clone();
-        let work = counted(&runs, lease * 10, ok("long"));
-        async move { engine.run(address(), FP, work).await.unwrap() }
-    });
+    let long = spawn_run(&engine, counted(&runs, lease * 10, ok("long")));
     for _ in 0..8 {
         sleep(lease).await;
-        let probe = engine
-            .run(address(), FP, counted(&runs, Duration::ZERO, ok("stolen")))
-            .await
-            .unwrap();
+        let probe = request(&engine, &runs, "stolen").await;
         assert!(matches!(probe, RunOutcome::InFlight { .. }), "{probe:?}");
     }
     assert!(matches!(long.await.unwrap(), RunOutcome::Executed(r) if r == ok("long")));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
-    let replay = engine
-        .run(address(), FP, counted(&runs, Duration::ZERO, ok("stolen")))
-        .await
-        .unwrap();
+    let replay = request(&engine, &runs, "stolen").await;
     assert!(matches!(replay, RunOutcome::Replayed(r) if r == Outcome::from(ok("long"))));
 }
 
 #[tokio::test(start_paused = true)]
 async fn panicking_job_releases_the_key_and_the_panic_reaches_the_caller() {
     let engine = engine(Policy::default());
-    let caller = tokio::spawn({
-        let engine = engine.clone();
-        async move {
-            engine
-                .run(address(), FP, |_lease| async {
-                    sleep(Duration::from_millis(5)).await;
-                    panic!("handler bug");
-                    #[allow(unreachable_code)]
-                    Execution::NotSent { value: () }
-                })
-                .await
-        }
+    let caller = spawn_run(&engine, |_lease| async {
+        sleep(Duration::from_millis(5)).await;
+        panic!("handler bug");
+        #[allow(unreachable_code)]
+        Execution::NotSent { value: () }
     });
     let panic = caller.await.unwrap_err().into_panic();
     assert_eq!(panic.downcast_ref::<&str>(), Some(&"handler bug"));
-    assert_eq!(engine.store().get(&address()).await.unwrap(), None);
+    assert_eq!(record(&engine).await, None);
 
     let runs = Arc::new(AtomicUsize::new(0));
-    let retry = engine
-        .run(address(), FP, counted(&runs, Duration::ZERO, ok("fixed")))
-        .await
-        .unwrap();
+    let retry = request(&engine, &runs, "fixed").await;
     assert!(matches!(retry, RunOutcome::Executed(_)));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
@@ -299,20 +284,11 @@ async fn panicking_job_releases_the_key_and_the_panic_reaches_the_caller() {
 #[tokio::test(start_paused = true)]
 async fn panic_while_building_the_work_releases_the_key() {
     let engine = engine(Policy::default());
-    let caller = tokio::spawn({
-        let engine = engine.clone();
-        async move {
-            engine
-                .run(
-                    address(),
-                    FP,
-                    |_lease| -> std::future::Ready<Execution<()>> { panic!("bad closure") },
-                )
-                .await
-        }
+    let caller = spawn_run(&engine, |_lease| -> std::future::Ready<Execution<()>> {
+        panic!("bad closure")
     });
     assert!(caller.await.unwrap_err().is_panic());
-    assert_eq!(engine.store().get(&address()).await.unwrap(), None);
+    assert_eq!(record(&engine).await, None);
 }
 
 async fn settle_once(policy: Policy, execution: Execution<()>) -> Option<RecordState> {
@@ -322,12 +298,7 @@ async fn settle_once(policy: Policy, execution: Execution<()>) -> Option<RecordS
         .await
         .unwrap();
     assert!(matches!(outcome, RunOutcome::Executed(())));
-    engine
-        .store()
-        .get(&address())
-        .await
-        .unwrap()
-        .map(|r| r.state)
+    record(&engine).await.map(|r| r.state)
 }
 
 fn stored(state: Option<RecordState>) -> Option<Outcome> {
@@ -367,22 +338,11 @@ async fn ambiguous_outcomes_follow_the_policy() {
 #[tokio::test(start_paused = true)]
 async fn lease_that_ran_out_without_a_result_is_outcome_unknown_under_reject() {
     let engine = engine(Policy::default().ambiguous(Ambiguous::Reject));
-    let terms = Terms::from(engine.policy());
-    // A worker that acquired and died.
-    let dead = engine
-        .store()
-        .acquire(&address(), &FP, terms)
-        .await
-        .unwrap();
-    assert!(matches!(dead, Acquisition::Acquired(_)));
-    sleep(terms.lease).await;
+    dead_holder(&engine).await;
 
     let runs = Arc::new(AtomicUsize::new(0));
     for _ in 0..2 {
-        let outcome = engine
-            .run(address(), FP, counted(&runs, Duration::ZERO, ok("twice")))
-            .await
-            .unwrap();
+        let outcome = request(&engine, &runs, "twice").await;
         assert!(
             matches!(outcome, RunOutcome::Replayed(Outcome::Unknown)),
             "{outcome:?}"
@@ -394,28 +354,17 @@ async fn lease_that_ran_out_without_a_result_is_outcome_unknown_under_reject() {
 #[tokio::test(start_paused = true)]
 async fn lease_that_ran_out_is_executed_again_under_retry() {
     let engine = engine(Policy::default());
-    let terms = Terms::from(engine.policy());
-    let dead = engine
-        .store()
-        .acquire(&address(), &FP, terms)
-        .await
-        .unwrap();
-    let Acquisition::Acquired(dead) = dead else {
-        panic!("{dead:?}")
-    };
-    sleep(terms.lease).await;
+    let dead = dead_holder(&engine).await;
 
     let runs = Arc::new(AtomicUsize::new(0));
-    let outcome = engine
-        .run(address(), FP, counted(&runs, Duration::ZERO, ok("retried")))
-        .await
-        .unwrap();
+    let outcome = request(&engine, &runs, "retried").await;
     assert!(matches!(outcome, RunOutcome::Executed(_)));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     // The dead worker's late result is refused.
+    let ttl = Terms::from(engine.policy()).ttl;
     let late = engine
         .store()
-        .complete(&address(), dead.token, &ok("late").into(), terms.ttl)
+        .complete(&address(), dead.token, &ok("late").into(), ttl)
         .await;
     assert!(matches!(late, Err(StoreError::LeaseLost)));
 }
@@ -424,41 +373,23 @@ async fn lease_that_ran_out_is_executed_again_under_retry() {
 async fn stale_workers_late_result_is_discarded_after_a_forget() {
     let engine = engine(Policy::default());
     let (finish, finish_rx) = oneshot::channel::<()>();
-    let worker = tokio::spawn({
-        let engine = engine.clone();
-        async move {
-            engine
-                .run(address(), FP, move |_lease| async move {
-                    finish_rx.await.unwrap();
-                    Execution::Final {
-                        value: (),
-                        response: ok("stale"),
-                    }
-                })
-                .await
-                .unwrap()
+    let worker = spawn_run(&engine, move |_lease| async move {
+        finish_rx.await.unwrap();
+        Execution::Final {
+            value: (),
+            response: ok("stale"),
         }
     });
     sleep(Duration::from_millis(10)).await;
     assert!(engine.store().forget(&address()).await.unwrap());
     let runs = Arc::new(AtomicUsize::new(0));
-    let fresh = engine
-        .run(address(), FP, counted(&runs, Duration::ZERO, ok("fresh")))
-        .await
-        .unwrap();
+    let fresh = request(&engine, &runs, "fresh").await;
     assert!(matches!(fresh, RunOutcome::Executed(_)));
 
     finish.send(()).unwrap();
     assert!(matches!(worker.await.unwrap(), RunOutcome::Executed(())));
     assert_eq!(
-        stored(
-            engine
-                .store()
-                .get(&address())
-                .await
-                .unwrap()
-                .map(|r| r.state)
-        ),
+        stored(record(&engine).await.map(|r| r.state)),
         Some(ok("fresh").into())
     );
 }
@@ -467,15 +398,14 @@ async fn stale_workers_late_result_is_discarded_after_a_forget() {
 async fn shutdown_waits_for_work_whose_caller_went_away() {
     let engine = engine(Policy::default());
     let runs = Arc::new(AtomicUsize::new(0));
-    let caller = tokio::spawn({
-        let engine = engine.clone();
-        let work = counted(
+    let caller = spawn_run(
+        &engine,
+        counted(
             &runs,
             Duration::from_secs(5),
             ok("finished during shutdown"),
-        );
-        async move { engine.run(address(), FP, work).await }
-    });
+        ),
+    );
     sleep(Duration::from_millis(10)).await;
     assert_eq!(engine.running(), 1);
     caller.abort();
@@ -484,14 +414,7 @@ async fn shutdown_waits_for_work_whose_caller_went_away() {
     assert_eq!(started.elapsed(), Duration::from_millis(4_990));
     assert_eq!(engine.running(), 0);
     assert_eq!(
-        stored(
-            engine
-                .store()
-                .get(&address())
-                .await
-                .unwrap()
-                .map(|r| r.state)
-        ),
+        stored(record(&engine).await.map(|r| r.state)),
         Some(ok("finished during shutdown").into())
     );
 }
@@ -593,25 +516,17 @@ async fn caller_dropped_while_acquiring_does_not_leave_the_key_held_by_nobody() 
     let store = Faulty::new(Duration::from_millis(100), 0);
     let engine = Engine::new(store, wait(Duration::from_secs(60)));
     let runs = Arc::new(AtomicUsize::new(0));
-    let caller = tokio::spawn({
-        let engine = engine.clone();
-        let work = counted(&runs, Duration::from_millis(10), ok("charged once"));
-        async move { engine.run(address(), FP, work).await }
-    });
+    let caller = spawn_run(
+        &engine,
+        counted(&runs, Duration::from_millis(10), ok("charged once")),
+    );
     // The record is written; the caller goes away before the store has answered.
     sleep(Duration::from_millis(50)).await;
     caller.abort();
     assert!(caller.await.unwrap_err().is_cancelled());
 
     let started = tokio::time::Instant::now();
-    let retry = engine
-        .run(
-            address(),
-            FP,
-            counted(&runs, Duration::ZERO, ok("charged twice")),
-        )
-        .await
-        .unwrap();
+    let retry = request(&engine, &runs, "charged twice").await;
     assert!(
         matches!(retry, RunOutcome::Replayed(ref r) if *r == Outcome::from(ok("charged once"))),
         "{retry:?}"
@@ -630,24 +545,10 @@ async fn a_result_is_recorded_once_the_store_is_back_within_the_lease() {
     // Down for 8 attempts: about 5 s of backoff, well within the 30 s lease.
     let engine = Engine::new(Faulty::new(Duration::ZERO, 8), Policy::default());
     let runs = Arc::new(AtomicUsize::new(0));
-    let first = engine
-        .run(
-            address(),
-            FP,
-            counted(&runs, Duration::ZERO, ok("recorded late")),
-        )
-        .await
-        .unwrap();
+    let first = request(&engine, &runs, "recorded late").await;
     assert!(matches!(first, RunOutcome::Executed(_)));
     assert_eq!(engine.store().failing_completes.load(Ordering::SeqCst), 0);
-    let retry = engine
-        .run(
-            address(),
-            FP,
-            counted(&runs, Duration::ZERO, ok("executed twice")),
-        )
-        .await
-        .unwrap();
+    let retry = request(&engine, &runs, "executed twice").await;
     assert!(
         matches!(retry, RunOutcome::Replayed(ref r) if *r == Outcome::from(ok("recorded late"))),
         "{retry:?}"
@@ -664,13 +565,10 @@ async fn recording_gives_up_after_a_lease_and_the_key_frees_up_when_it_ends() {
     );
     let runs = Arc::new(AtomicUsize::new(0));
     let started = tokio::time::Instant::now();
-    let first = engine
-        .run(address(), FP, counted(&runs, Duration::ZERO, ok("lost")))
-        .await
-        .unwrap();
+    let first = request(&engine, &runs, "lost").await;
     assert!(matches!(first, RunOutcome::Executed(_)));
     assert!(started.elapsed() <= lease, "{:?}", started.elapsed());
-    let record = engine.store().get(&address()).await.unwrap().unwrap();
+    let record = record(&engine).await.unwrap();
     assert_eq!(record.state.name(), "processing");
 }
 
@@ -686,18 +584,11 @@ async fn a_renewal_that_hangs_is_abandoned_and_the_next_tick_keeps_the_lease() {
         .store_timeout(Duration::from_millis(1_500));
     let engine = Engine::new(store, policy);
     let runs = Arc::new(AtomicUsize::new(0));
-    let long = tokio::spawn({
-        let engine = engine.clone();
-        let work = counted(&runs, Duration::from_secs(10), ok("long"));
-        async move { engine.run(address(), FP, work).await.unwrap() }
-    });
+    let long = spawn_run(&engine, counted(&runs, Duration::from_secs(10), ok("long")));
     // Past the end of the first lease: without a renewal since the start, it would be taken.
     sleep(Duration::from_millis(3_200)).await;
     assert_eq!(engine.store().hanging_renews.load(Ordering::SeqCst), 0);
-    let probe = engine
-        .run(address(), FP, counted(&runs, Duration::ZERO, ok("stolen")))
-        .await
-        .unwrap();
+    let probe = request(&engine, &runs, "stolen").await;
     assert!(
         matches!(probe, RunOutcome::InFlight { retry_after } if retry_after == Duration::from_millis(2_800)),
         "{probe:?}"
@@ -706,12 +597,17 @@ async fn a_renewal_that_hangs_is_abandoned_and_the_next_tick_keeps_the_lease() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
-#[tokio::test(start_paused = true)]
-async fn an_acquire_that_does_not_answer_fails_as_unavailable_at_the_store_timeout() {
-    let engine = Engine::new(
+/// An engine over a store whose `acquire` does not answer within the engine's store timeout.
+fn engine_over_a_silent_store() -> Engine<Faulty> {
+    Engine::new(
         Faulty::new(Duration::from_secs(60), 0),
         Policy::default().store_timeout(Duration::from_millis(500)),
-    );
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_acquire_that_does_not_answer_fails_as_unavailable_at_the_store_timeout() {
+    let engine = engine_over_a_silent_store();
     let runs = Arc::new(AtomicUsize::new(0));
     let started = tokio::time::Instant::now();
     let outcome = engine
@@ -727,10 +623,7 @@ async fn an_acquire_that_does_not_answer_fails_as_unavailable_at_the_store_timeo
 
 #[tokio::test(start_paused = true)]
 async fn a_store_failure_hands_the_unrun_work_its_input_back() {
-    let failing = Engine::new(
-        Faulty::new(Duration::from_secs(60), 0),
-        Policy::default().store_timeout(Duration::from_millis(500)),
-    );
+    let failing = engine_over_a_silent_store();
     let runs = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&runs);
     let outcome = failing
@@ -815,21 +708,11 @@ async fn take_over_with_failing_completes(
         Faulty::new(Duration::ZERO, failures),
         Policy::default().ambiguous(Ambiguous::Reject),
     );
-    let terms = Terms::from(engine.policy());
-    let dead = engine
-        .store()
-        .acquire(&address(), &FP, terms)
-        .await
-        .unwrap();
-    assert!(matches!(dead, Acquisition::Acquired(_)));
-    sleep(terms.lease).await;
+    dead_holder(&engine).await;
 
     let runs = Arc::new(AtomicUsize::new(0));
-    let outcome = engine
-        .run(address(), FP, counted(&runs, Duration::ZERO, ok("twice")))
-        .await
-        .unwrap();
-    let record = engine.store().get(&address()).await.unwrap().unwrap();
+    let outcome = request(&engine, &runs, "twice").await;
+    let record = record(&engine).await.unwrap();
     (outcome, runs.load(Ordering::SeqCst), record)
 }
 
@@ -838,11 +721,7 @@ async fn waiters_beyond_the_limit_are_in_flight_at_once_and_leaving_frees_their_
     const MAX: usize = 4;
     let engine = engine(wait(Duration::from_secs(60)).max_waiters(MAX));
     let runs = Arc::new(AtomicUsize::new(0));
-    let holder = tokio::spawn({
-        let engine = engine.clone();
-        let work = counted(&runs, Duration::from_secs(10), ok("one"));
-        async move { engine.run(address(), FP, work).await.unwrap() }
-    });
+    let holder = spawn_run(&engine, counted(&runs, Duration::from_secs(10), ok("one")));
     sleep(Duration::from_millis(1)).await;
     let waiter = || {
         let engine = engine.clone();

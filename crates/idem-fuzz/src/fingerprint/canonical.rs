@@ -24,12 +24,7 @@ fn write(doc: &Doc, out: &mut Vec<u8>) -> Option<()> {
         Doc::String(text) => string(text, out),
         Doc::Array(items) => {
             out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write(item, out)?;
-            }
+            comma_separated(items, out, write)?;
             out.push(b']');
         }
         Doc::Object(members) => {
@@ -40,16 +35,29 @@ fn write(doc: &Doc, out: &mut Vec<u8>) -> Option<()> {
                 return None;
             }
             out.push(b'{');
-            for (i, (name, value)) in sorted.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
+            comma_separated(sorted, out, |(name, value), out| {
                 string(name, out);
                 out.push(b':');
-                write(value, out)?;
-            }
+                write(value, out)
+            })?;
             out.push(b'}');
         }
+    }
+    Some(())
+}
+
+/// Writes each of `items` with `write_item`, a `,` between two, the elements of a JSON array or
+/// the members of an object; `None` as soon as an item cannot be written.
+pub(super) fn comma_separated<T>(
+    items: impl IntoIterator<Item = T>,
+    out: &mut Vec<u8>,
+    mut write_item: impl FnMut(T, &mut Vec<u8>) -> Option<()>,
+) -> Option<()> {
+    for (i, item) in items.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_item(item, out)?;
     }
     Some(())
 }

@@ -1,6 +1,9 @@
 //! Other spellings of a document: what a client that re-serializes its payload might send.
 
-use super::{canonical::NumberParts, doc::Doc};
+use super::{
+    canonical::{NumberParts, comma_separated},
+    doc::Doc,
+};
 
 /// Writes `doc` as differently as JSON allows without changing it: white space between every
 /// token, members in reverse order, every character of every string as a `\u` escape (UTF-16
@@ -14,29 +17,26 @@ pub(super) fn loose(doc: &Doc, out: &mut Vec<u8>) {
         Doc::Bool(value) => out.extend_from_slice(if *value { b"true" } else { b"false" }),
         Doc::Number(text) => number(text, out),
         Doc::String(text) => string(text, out),
+        // A loose spelling never fails: every item is written, and each list answers `Some`.
         Doc::Array(items) => {
             out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
+            comma_separated(items, out, |item, out| {
                 loose(item, out);
-            }
+                Some(())
+            });
             out.extend_from_slice(GAP);
             out.push(b']');
         }
         Doc::Object(members) => {
             out.push(b'{');
-            for (i, (name, value)) in members.iter().rev().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
+            comma_separated(members.iter().rev(), out, |(name, value), out| {
                 out.extend_from_slice(GAP);
                 string(name, out);
                 out.extend_from_slice(GAP);
                 out.push(b':');
                 loose(value, out);
-            }
+                Some(())
+            });
             out.extend_from_slice(GAP);
             out.push(b'}');
         }
