@@ -162,7 +162,7 @@ fn purge(results: &Results, out: &mut String) {
 
 /// What each counter of the counts mode is, per new key.
 const COUNTERS: &[(&str, &str)] = &[
-    ("fsyncs", "fsync + fdatasync (strace, the gateway)"),
+    ("fsyncs", "fsync + fdatasync (perf stat, the gateway)"),
     ("commits", "commits (pg_stat_database xact_commit)"),
     ("scripts", "script calls (EVALSHA, EVAL, FCALL)"),
     (
@@ -289,71 +289,69 @@ pub(crate) fn store_label(store: &str) -> &str {
 mod tests {
     use super::*;
 
+    /// The report of `results`, given as lines of `CURVE SERIES X METRIC VALUE`.
+    fn report_of(results: &str) -> String {
+        report(&results.parse().unwrap())
+    }
+
+    /// Checks that `report` has `line`, showing the report otherwise.
+    #[track_caller]
+    fn assert_has(report: &str, line: &str) {
+        assert!(report.contains(line), "{report}");
+    }
+
     #[test]
     fn the_connections_table_gives_both_ratios() {
-        let results: Results = "connections direct 32 rps 60000\n\
-                                connections plain_proxy 32 rps 40000\n\
-                                connections plain_proxy 32 p99_ms 4.5\n\
-                                connections memory_new_keys 32 rps 30000\n\
-                                connections memory_new_keys 32 p99_ms 5.25\n\
-                                connections direct 1024 rps 30000\n\
-                                connections plain_proxy 1024 rps 20000\n\
-                                connections memory_new_keys 1024 rps 24000\n"
-            .parse()
-            .unwrap();
-        let report = report(&results);
-        assert!(
-            report.contains(
-                "| 32 | 60,000 | 40,000 | 4.50 ms | 30,000 | 5.25 ms | 0.75× | 1.00× | 1.00× | 1.00× |"
-            ),
-            "{report}"
+        let report = report_of(
+            "connections direct 32 rps 60000\n\
+             connections plain_proxy 32 rps 40000\n\
+             connections plain_proxy 32 p99_ms 4.5\n\
+             connections memory_new_keys 32 rps 30000\n\
+             connections memory_new_keys 32 p99_ms 5.25\n\
+             connections direct 1024 rps 30000\n\
+             connections plain_proxy 1024 rps 20000\n\
+             connections memory_new_keys 1024 rps 24000\n",
         );
-        assert!(
-            report.contains(
-                "| 1024 | 30,000 | 20,000 | — | 24,000 | — | 1.20× | 0.50× | 0.50× | 0.80× |"
-            ),
-            "{report}"
+        assert_has(
+            &report,
+            "| 32 | 60,000 | 40,000 | 4.50 ms | 30,000 | 5.25 ms | 0.75× | 1.00× | 1.00× | 1.00× |",
+        );
+        assert_has(
+            &report,
+            "| 1024 | 30,000 | 20,000 | — | 24,000 | — | 1.20× | 0.50× | 0.50× | 0.80× |",
         );
         assert!(!report.contains("Body size"), "{report}");
     }
 
     #[test]
     fn stored_keys_are_compared_with_the_empty_store_and_the_plain_proxy() {
-        let results: Results = "keys plain_proxy 0 rps 10000\n\
-                                keys sqlite 0 rps 2000\n\
-                                keys sqlite 0 stored 0\n\
-                                keys sqlite 100000 rps 1800\n\
-                                keys sqlite 100000 stored 104000\n\
-                                keys sqlite 100000 bytes_per_key 412.4\n"
-            .parse()
-            .unwrap();
-        let report = report(&results);
-        assert!(
-            report.contains("| SQLite | 0 | — | 2,000 | — | 1.00× | 0.20× |"),
-            "{report}"
+        let report = report_of(
+            "keys plain_proxy 0 rps 10000\n\
+             keys sqlite 0 rps 2000\n\
+             keys sqlite 0 stored 0\n\
+             keys sqlite 100000 rps 1800\n\
+             keys sqlite 100000 stored 104000\n\
+             keys sqlite 100000 bytes_per_key 412.4\n",
         );
-        assert!(
-            report.contains("| SQLite | 104 k | 412 | 1,800 | — | 0.90× | 0.18× |"),
-            "{report}"
+        assert_has(&report, "| SQLite | 0 | — | 2,000 | — | 1.00× | 0.20× |");
+        assert_has(
+            &report,
+            "| SQLite | 104 k | 412 | 1,800 | — | 0.90× | 0.18× |",
         );
     }
 
     #[test]
     fn counts_are_divided_by_the_requests_made() {
-        let results: Results = "counts sqlite 1 requests 1000\n\
-                                counts sqlite 1 fsyncs 2000\n\
-                                counts sqlite 32 requests 4000\n\
-                                counts sqlite 32 fsyncs 1000\n"
-            .parse()
-            .unwrap();
-        let report = report(&results);
-        assert!(
-            report.contains("| store | per new key | 1 client | 32 clients |"),
-            "{report}"
+        let report = report_of(
+            "counts sqlite 1 requests 1000\n\
+             counts sqlite 1 fsyncs 2000\n\
+             counts sqlite 32 requests 4000\n\
+             counts sqlite 32 fsyncs 1000\n",
         );
-        assert!(
-            report.contains("| SQLite | fsync + fdatasync (strace, the gateway) | 2.000 | 0.250 |"),
-            "{report}"
+        assert_has(&report, "| store | per new key | 1 client | 32 clients |");
+        assert_has(
+            &report,
+            "| SQLite | fsync + fdatasync (perf stat, the gateway) | 2.000 | 0.250 |",
         );
     }
 

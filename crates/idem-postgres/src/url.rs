@@ -171,23 +171,26 @@ mod tests {
         PostgresOptions::from_url(url).unwrap_err().to_string()
     }
 
+    /// The schema, the table, the pool size, the batch size, the batches in flight and the queue
+    /// size of `options`.
+    fn settings(options: &PostgresOptions) -> (&str, &str, u32, usize, usize, usize) {
+        (
+            options.schema.as_str(),
+            options.table.as_str(),
+            options.pool_size,
+            options.batch_size,
+            options.batches_in_flight,
+            options.queue_size,
+        )
+    }
+
     #[test]
     fn idem_parameters_are_taken_out_and_the_others_passed_on() {
         let options = parse(
             "postgres://app:pw@db:5433/pay?sslmode=disable&schema=billing&table=keys&pool_size=16&\
              batch_size=32&batches_in_flight=3&queue_size=4096",
         );
-        assert_eq!(options.schema.as_str(), "billing");
-        assert_eq!(options.table.as_str(), "keys");
-        assert_eq!(options.pool_size, 16);
-        assert_eq!(
-            (
-                options.batch_size,
-                options.batches_in_flight,
-                options.queue_size
-            ),
-            (32, 3, 4096)
-        );
+        assert_eq!(settings(&options), ("billing", "keys", 16, 32, 3, 4096));
         let connect = options.connect_options();
         assert_eq!(connect.get_host(), "db");
         assert_eq!(connect.get_port(), 5433);
@@ -204,16 +207,9 @@ mod tests {
         );
 
         let options = parse("postgresql://db/pay?application_name=billing-gw");
-        assert_eq!(options.schema.as_str(), "public");
-        assert_eq!(options.table.as_str(), "idem_records");
-        assert_eq!(options.pool_size, 10);
         assert_eq!(
-            (
-                options.batch_size,
-                options.batches_in_flight,
-                options.queue_size
-            ),
-            (64, 2, 1024)
+            settings(&options),
+            ("public", "idem_records", 10, 64, 2, 1024)
         );
         assert_eq!(
             options.connect_options().get_application_name(),

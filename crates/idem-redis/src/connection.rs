@@ -30,18 +30,13 @@ impl Connection {
         match &options.target {
             Target::Single(url) => {
                 let client = client(url.as_str(), options)?;
-                ConnectionManager::new_with_config(client, manager_config(options))
+                connect_single(client, manager_config(options))
                     .await
                     .map(Self::Single)
-                    .map_err(Error::Connect)
             }
-            Target::Cluster(nodes) => cluster_client(nodes, options)?
-                .build()
-                .map_err(Error::Settings)?
-                .get_async_connection()
+            Target::Cluster(nodes) => connect_cluster(cluster_client(nodes, options)?)
                 .await
-                .map(Self::Cluster)
-                .map_err(Error::Connect),
+                .map(Self::Cluster),
         }
     }
 
@@ -228,20 +223,14 @@ impl Subscriber {
                     .set_protocol(ProtocolVersion::RESP3);
                 let client = client(info.set_redis_settings(resp3), options)?;
                 let config = manager_config(options).set_push_sender(on_push);
-                ConnectionManager::new_with_config(client, config)
-                    .await
-                    .map(Self::Single)
-                    .map_err(Error::Connect)
+                connect_single(client, config).await.map(Self::Single)
             }
-            Target::Cluster(nodes) => cluster_client(nodes, options)?
-                .use_protocol(ProtocolVersion::RESP3)
-                .push_sender(on_push)
-                .build()
-                .map_err(Error::Settings)?
-                .get_async_connection()
-                .await
-                .map(Self::Cluster)
-                .map_err(Error::Connect),
+            Target::Cluster(nodes) => {
+                let builder = cluster_client(nodes, options)?
+                    .use_protocol(ProtocolVersion::RESP3)
+                    .push_sender(on_push);
+                connect_cluster(builder).await.map(Self::Cluster)
+            }
         }
     }
 
@@ -249,13 +238,8 @@ impl Subscriber {
     pub(crate) async fn subscribe(&mut self, channels: &[String]) -> RedisResult<()> {
         match self {
             Self::Single(connection) => connection.subscribe(channels).await,
-            // A sharded subscription names channels of one slot: one call per channel.
             Self::Cluster(connection) => {
-                let calls = channels.iter().map(|channel| {
-                    let mut connection = connection.clone();
-                    async move { connection.ssubscribe(channel).await }
-                });
-                futures_util::future::try_join_all(calls).await.map(drop)
+                per_channel(connection, channels, ClusterConnection::ssubscribe).await
             }
         }
     }
@@ -265,14 +249,45 @@ impl Subscriber {
         match self {
             Self::Single(connection) => connection.unsubscribe(channels).await,
             Self::Cluster(connection) => {
-                let calls = channels.iter().map(|channel| {
-                    let mut connection = connection.clone();
-                    async move { connection.sunsubscribe(channel).await }
-                });
-                futures_util::future::try_join_all(calls).await.map(drop)
+                per_channel(connection, channels, ClusterConnection::sunsubscribe).await
             }
         }
     }
+}
+
+/// Runs `call` for each of `channels` at once, each on its own clone of `connection`: a sharded
+/// (un)subscription names channels of one slot, so a cluster takes one call per channel.
+async fn per_channel(
+    connection: &ClusterConnection,
+    channels: &[String],
+    call: impl AsyncFn(&mut ClusterConnection, String) -> RedisResult<()>,
+) -> RedisResult<()> {
+    let call = &call;
+    let calls = channels.iter().map(|channel| {
+        let mut connection = connection.clone();
+        async move { call(&mut connection, channel.clone()).await }
+    });
+    futures_util::future::try_join_all(calls).await.map(drop)
+}
+
+/// Connects to one server through a connection manager.
+async fn connect_single(
+    client: Client,
+    config: ConnectionManagerConfig,
+) -> Result<ConnectionManager, Error> {
+    ConnectionManager::new_with_config(client, config)
+        .await
+        .map_err(Error::Connect)
+}
+
+/// Connects to a cluster as `builder` says.
+async fn connect_cluster(builder: ClusterClientBuilder) -> Result<ClusterConnection, Error> {
+    builder
+        .build()
+        .map_err(Error::Settings)?
+        .get_async_connection()
+        .await
+        .map_err(Error::Connect)
 }
 
 /// A lost connection is retried twice, quickly, before the waiting calls fail: while Redis is

@@ -257,41 +257,64 @@ mod tests {
         assert!(matches!(late, Err(StoreError::Unavailable(_))), "{late:?}");
     }
 
-    #[tokio::test]
-    async fn a_connection_is_given_back_after_a_panicking_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let (_, readers) = readers(dir.path(), 1).await;
-        let panicking = readers.clone();
-        let panicked = tokio::spawn(async move {
-            panicking
-                .read(|_| -> Result<(), StoreError> { panic!("a bug in a read") })
+    /// Where a test's read runs: in place ([`Readers::read`]) or on a blocking thread
+    /// ([`Readers::read_apart`]).
+    #[derive(Debug, Clone, Copy)]
+    enum Way {
+        InPlace,
+        Apart,
+    }
+
+    impl Way {
+        async fn read<T: Send + 'static>(
+            self,
+            readers: &Readers,
+            read: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+        ) -> Result<T, StoreError> {
+            match self {
+                Way::InPlace => readers.read(read).await,
+                Way::Apart => readers.read_apart(read).await,
+            }
+        }
+
+        /// Runs a read that panics, on a task of its own, and checks that the task panicked.
+        async fn panic(self, readers: &Readers) {
+            let panicking = readers.clone();
+            let panicked = tokio::spawn(async move {
+                self.read(&panicking, |_| -> Result<(), StoreError> {
+                    panic!("a bug in a read")
+                })
                 .await
-        })
-        .await;
-        assert!(panicked.unwrap_err().is_panic());
-        let one: i64 = readers
-            .read(|connection| {
+            })
+            .await;
+            assert!(panicked.unwrap_err().is_panic());
+        }
+
+        /// `SELECT 1`, once a connection is free.
+        async fn select_one(self, readers: &Readers) -> i64 {
+            self.read(readers, |connection| {
                 Ok(connection
                     .query_row("SELECT 1", [], |row| row.get(0))
                     .unwrap())
             })
             .await
-            .unwrap();
-        assert_eq!(one, 1);
+            .unwrap()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_given_back_after_a_panicking_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, readers) = readers(dir.path(), 1).await;
+        Way::InPlace.panic(&readers).await;
+        assert_eq!(Way::InPlace.select_one(&readers).await, 1);
     }
 
     #[tokio::test]
     async fn a_read_apart_gives_its_connection_back_after_a_panic_and_after_its_caller_gave_up() {
         let dir = tempfile::tempdir().unwrap();
         let (_, readers) = readers(dir.path(), 1).await;
-        let panicking = readers.clone();
-        let panicked = tokio::spawn(async move {
-            panicking
-                .read_apart(|_| -> Result<(), StoreError> { panic!("a bug in a read") })
-                .await
-        })
-        .await;
-        assert!(panicked.unwrap_err().is_panic());
+        Way::Apart.panic(&readers).await;
 
         let (started, has_started) = tokio::sync::oneshot::channel();
         let (go, may_go) = std::sync::mpsc::channel::<()>();
@@ -310,14 +333,6 @@ mod tests {
         assert!(caller.await.unwrap_err().is_cancelled());
         go.send(()).unwrap();
         // The only connection, back once the abandoned read ended.
-        let one: i64 = readers
-            .read_apart(|connection| {
-                Ok(connection
-                    .query_row("SELECT 1", [], |row| row.get(0))
-                    .unwrap())
-            })
-            .await
-            .unwrap();
-        assert_eq!(one, 1);
+        assert_eq!(Way::Apart.select_one(&readers).await, 1);
     }
 }

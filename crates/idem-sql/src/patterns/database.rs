@@ -37,35 +37,29 @@ pub trait PatternDatabase: Database + sealed::Sealed {
     fn flag(row: &Self::Row, column: &str) -> Result<bool, sqlx::Error>;
 }
 
+/// Implements [`PatternDatabase`] for `$database`, whose `SELECT` locks the row it reads with
+/// `$lock_row`: the same code for every database, on its own concrete types rather than under
+/// sqlx's higher-ranked executor bounds.
+macro_rules! pattern_database {
+    ($database:ty, $lock_row:literal) => {
+        impl PatternDatabase for $database {
+            const LOCK_ROW: &'static str = $lock_row;
+
+            fn fetch_optional<'c>(
+                connection: &'c mut Self::Connection,
+                sql: String,
+                arguments: Self::Arguments,
+            ) -> RowFuture<'c, Self> {
+                Box::pin(sqlx::query_with(AssertSqlSafe(sql), arguments).fetch_optional(connection))
+            }
+
+            fn flag(row: &Self::Row, column: &str) -> Result<bool, sqlx::Error> {
+                Ok(row.try_get::<Option<bool>, _>(column)?.unwrap_or(false))
+            }
+        }
+    };
+}
+
 #[cfg(feature = "postgres")]
-impl PatternDatabase for sqlx::Postgres {
-    const LOCK_ROW: &'static str = " FOR UPDATE";
-
-    fn fetch_optional<'c>(
-        connection: &'c mut sqlx::PgConnection,
-        sql: String,
-        arguments: sqlx::postgres::PgArguments,
-    ) -> RowFuture<'c, Self> {
-        Box::pin(sqlx::query_with(AssertSqlSafe(sql), arguments).fetch_optional(connection))
-    }
-
-    fn flag(row: &sqlx::postgres::PgRow, column: &str) -> Result<bool, sqlx::Error> {
-        Ok(row.try_get::<Option<bool>, _>(column)?.unwrap_or(false))
-    }
-}
-
-impl PatternDatabase for sqlx::Sqlite {
-    const LOCK_ROW: &'static str = "";
-
-    fn fetch_optional<'c>(
-        connection: &'c mut sqlx::SqliteConnection,
-        sql: String,
-        arguments: sqlx::sqlite::SqliteArguments,
-    ) -> RowFuture<'c, Self> {
-        Box::pin(sqlx::query_with(AssertSqlSafe(sql), arguments).fetch_optional(connection))
-    }
-
-    fn flag(row: &sqlx::sqlite::SqliteRow, column: &str) -> Result<bool, sqlx::Error> {
-        Ok(row.try_get::<Option<bool>, _>(column)?.unwrap_or(false))
-    }
-}
+pattern_database!(sqlx::Postgres, " FOR UPDATE");
+pattern_database!(sqlx::Sqlite, "");

@@ -3,8 +3,11 @@
 
 use sqlx::{Encode, FromRow, Type};
 
-use super::{Error, PatternDatabase, Table, values::Columns, values::Statement, values::bind};
-use crate::InvalidName;
+use super::{
+    Error, PatternDatabase, Table,
+    keyed_row::KeyedRow,
+    values::{Columns, Statement, bind},
+};
 
 /// How many times an insert that conflicted runs again when the conflicting row is gone before
 /// it can be read (deleted by another transaction in between): more means a table whose rows
@@ -45,17 +48,15 @@ pub struct Upserted<T> {
 /// exactly the [`key`](Self::key) columns). Every value is bound as a parameter.
 #[must_use]
 pub struct Insert<DB: PatternDatabase> {
-    table: Table,
-    key: Columns<DB>,
+    row: KeyedRow<DB>,
     values: Columns<DB>,
-    invalid: Option<InvalidName>,
 }
 
 impl<DB: PatternDatabase> std::fmt::Debug for Insert<DB> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Insert")
-            .field("table", &self.table)
-            .field("key", &self.key.names())
+            .field("table", &self.row.table)
+            .field("key", &self.row.key.names())
             .field("values", &self.values.names())
             .finish_non_exhaustive()
     }
@@ -65,10 +66,8 @@ impl<DB: PatternDatabase> Insert<DB> {
     /// An insert into `table`, with no columns yet.
     pub fn new(table: &Table) -> Self {
         Self {
-            table: table.clone(),
-            key: Columns::default(),
+            row: KeyedRow::new(table),
             values: Columns::default(),
-            invalid: None,
         }
     }
 
@@ -78,9 +77,7 @@ impl<DB: PatternDatabase> Insert<DB> {
     where
         T: for<'q> Encode<'q, DB> + Type<DB> + Send + Sync + 'static,
     {
-        if let Err(invalid) = self.key.push(column, bind(value)) {
-            self.invalid.get_or_insert(invalid);
-        }
+        self.row.key(column, bind(value));
         self
     }
 
@@ -89,9 +86,7 @@ impl<DB: PatternDatabase> Insert<DB> {
     where
         T: for<'q> Encode<'q, DB> + Type<DB> + Send + Sync + 'static,
     {
-        if let Err(invalid) = self.values.push(column, bind(value)) {
-            self.invalid.get_or_insert(invalid);
-        }
+        self.row.push(&mut self.values, column, bind(value));
         self
     }
 
@@ -138,12 +133,7 @@ impl<DB: PatternDatabase> Insert<DB> {
         connection: &mut DB::Connection,
         lock: &str,
     ) -> Result<(bool, DB::Row), Error> {
-        if let Some(invalid) = &self.invalid {
-            return Err(Error::Name(invalid.clone()));
-        }
-        if self.key.is_empty() {
-            return Err(Error::NoKey);
-        }
+        self.row.check()?;
         for _ in 0..ATTEMPTS {
             let insert = self.insert()?;
             if let Some(row) = DB::fetch_optional(connection, insert.text, insert.arguments).await?
@@ -164,18 +154,19 @@ impl<DB: PatternDatabase> Insert<DB> {
     /// `SELECT * FROM t WHERE "k" = $1`, then `lock`.
     fn select(&self, lock: &str) -> Result<Statement<DB>, Error> {
         let mut select = Statement::<DB>::new("SELECT * FROM ");
-        select.push(&self.table.to_string());
+        select.push(&self.row.table.to_string());
         select.push(" WHERE ");
-        select.matching(&self.key)?;
+        select.matching(&self.row.key)?;
         select.push(lock);
         Ok(select)
     }
 
     /// `INSERT INTO t ("k", "v") VALUES ($1, $2) ON CONFLICT ("k") DO NOTHING RETURNING *`.
     fn insert(&self) -> Result<Statement<DB>, Error> {
-        let columns = || self.key.iter().chain(self.values.iter());
+        let key = &self.row.key;
+        let columns = || key.iter().chain(self.values.iter());
         let mut insert = Statement::<DB>::new("INSERT INTO ");
-        insert.push(&self.table.to_string());
+        insert.push(&self.row.table.to_string());
         insert.push(" (");
         insert.names(columns().map(|(c, _)| c));
         insert.push(") VALUES (");
@@ -186,7 +177,7 @@ impl<DB: PatternDatabase> Insert<DB> {
             insert.value(column, value)?;
         }
         insert.push(") ON CONFLICT (");
-        insert.names(self.key.iter().map(|(c, _)| c));
+        insert.names(key.iter().map(|(c, _)| c));
         insert.push(") DO NOTHING RETURNING *");
         Ok(insert)
     }

@@ -59,6 +59,7 @@
 mod database;
 mod error;
 mod insert;
+mod keyed_row;
 mod table;
 mod transition;
 mod values;

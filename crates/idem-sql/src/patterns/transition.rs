@@ -4,9 +4,10 @@ use sqlx::{Encode, FromRow, Type};
 
 use super::{
     Error, PatternDatabase, Table,
+    keyed_row::KeyedRow,
     values::{Bind, Columns, Statement, bind},
 };
-use crate::{ColumnName, InvalidName};
+use crate::ColumnName;
 
 /// The column the read after a transition that changed nothing adds to the row: whether the row
 /// is in the target state.
@@ -41,18 +42,16 @@ struct States<DB: sqlx::Database> {
 /// row in another state. Every value is bound as a parameter.
 #[must_use]
 pub struct Transition<DB: PatternDatabase> {
-    table: Table,
-    key: Columns<DB>,
+    row: KeyedRow<DB>,
     states: Option<States<DB>>,
     set: Columns<DB>,
-    invalid: Option<InvalidName>,
 }
 
 impl<DB: PatternDatabase> std::fmt::Debug for Transition<DB> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Transition")
-            .field("table", &self.table)
-            .field("key", &self.key.names())
+            .field("table", &self.row.table)
+            .field("key", &self.row.key.names())
             .field("state", &self.states.as_ref().map(|s| &s.column))
             .field("set", &self.set.names())
             .finish_non_exhaustive()
@@ -63,11 +62,9 @@ impl<DB: PatternDatabase> Transition<DB> {
     /// A transition of a row of `table`, with no key nor states yet.
     pub fn new(table: &Table) -> Self {
         Self {
-            table: table.clone(),
-            key: Columns::default(),
+            row: KeyedRow::new(table),
             states: None,
             set: Columns::default(),
-            invalid: None,
         }
     }
 
@@ -77,9 +74,7 @@ impl<DB: PatternDatabase> Transition<DB> {
     where
         T: for<'q> Encode<'q, DB> + Type<DB> + Send + Sync + 'static,
     {
-        if let Err(invalid) = self.key.push(column, bind(value)) {
-            self.invalid.get_or_insert(invalid);
-        }
+        self.row.key(column, bind(value));
         self
     }
 
@@ -88,17 +83,12 @@ impl<DB: PatternDatabase> Transition<DB> {
     where
         T: for<'q> Encode<'q, DB> + Type<DB> + Send + Sync + 'static,
     {
-        match column.parse() {
-            Ok(column) => {
-                self.states = Some(States {
-                    column,
-                    from: bind(from),
-                    to: bind(to),
-                });
-            }
-            Err(invalid) => {
-                self.invalid.get_or_insert(invalid);
-            }
+        if let Some(column) = self.row.column(column) {
+            self.states = Some(States {
+                column,
+                from: bind(from),
+                to: bind(to),
+            });
         }
         self
     }
@@ -108,9 +98,7 @@ impl<DB: PatternDatabase> Transition<DB> {
     where
         T: for<'q> Encode<'q, DB> + Type<DB> + Send + Sync + 'static,
     {
-        if let Err(invalid) = self.set.push(column, bind(value)) {
-            self.invalid.get_or_insert(invalid);
-        }
+        self.row.push(&mut self.set, column, bind(value));
         self
     }
 
@@ -127,12 +115,7 @@ impl<DB: PatternDatabase> Transition<DB> {
     where
         T: for<'r> FromRow<'r, DB::Row>,
     {
-        if let Some(invalid) = &self.invalid {
-            return Err(Error::Name(invalid.clone()));
-        }
-        if self.key.is_empty() {
-            return Err(Error::NoKey);
-        }
+        self.row.check()?;
         let states = self.states.as_ref().ok_or(Error::NoState)?;
 
         let update = self.update(states)?;
@@ -155,7 +138,7 @@ impl<DB: PatternDatabase> Transition<DB> {
     /// `UPDATE t SET "state" = $1, "c" = $2 WHERE "k" = $3 AND "state" = $4 RETURNING *`.
     fn update(&self, states: &States<DB>) -> Result<Statement<DB>, Error> {
         let mut update = Statement::<DB>::new("UPDATE ");
-        update.push(&self.table.to_string());
+        update.push(&self.row.table.to_string());
         update.push(" SET ");
         update.column(&states.column);
         update.push(" = ");
@@ -167,7 +150,7 @@ impl<DB: PatternDatabase> Transition<DB> {
             update.value(column, value)?;
         }
         update.push(" WHERE ");
-        update.matching(&self.key)?;
+        update.matching(&self.row.key)?;
         update.push(" AND ");
         update.column(&states.column);
         update.push(" = ");
@@ -184,9 +167,9 @@ impl<DB: PatternDatabase> Transition<DB> {
         select.push(" = ");
         select.value(&states.column, &states.to)?;
         select.push(&format!(r#") AS "{APPLIED}" FROM "#));
-        select.push(&self.table.to_string());
+        select.push(&self.row.table.to_string());
         select.push(" WHERE ");
-        select.matching(&self.key)?;
+        select.matching(&self.row.key)?;
         Ok(select)
     }
 }
@@ -196,6 +179,7 @@ mod tests {
     use sqlx::{Arguments, Sqlite};
 
     use super::*;
+    use crate::InvalidName;
 
     fn refund() -> Transition<Sqlite> {
         let charges = "billing.charges".parse().unwrap();
@@ -230,7 +214,7 @@ mod tests {
             .state("Status", "succeeded", "refunded")
             .set("reason\"", "x");
         assert_eq!(
-            transition.invalid,
+            transition.row.invalid,
             Some(InvalidName::Character {
                 kind: "column",
                 character: 'S',

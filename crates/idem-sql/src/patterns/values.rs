@@ -5,7 +5,7 @@ use std::fmt::Write;
 use sqlx::{Arguments, Database, Encode, Type, error::BoxDynError};
 
 use super::Error;
-use crate::{ColumnName, InvalidName};
+use crate::ColumnName;
 
 /// Adds one value to a statement's arguments; kept so that a value can be bound to several
 /// statements (the insert, then the read of the existing row).
@@ -35,9 +35,8 @@ impl<DB: Database> Default for Columns<DB> {
 }
 
 impl<DB: Database> Columns<DB> {
-    pub(crate) fn push(&mut self, column: &str, value: Bind<DB>) -> Result<(), InvalidName> {
-        self.columns.push((column.parse()?, value));
-        Ok(())
+    pub(crate) fn push(&mut self, column: ColumnName, value: Bind<DB>) {
+        self.columns.push((column, value));
     }
 
     pub(crate) fn is_empty(&self) -> bool {
