@@ -20,7 +20,7 @@
 
 use std::{error::Error, fmt, sync::Arc, time::Duration};
 
-use http::{HeaderName, Method};
+use http::{HeaderName, Method, StatusCode};
 use idem_core::{Ambiguous, Engine, FingerprintMode, InFlight, Store};
 use tower::Layer;
 
@@ -251,6 +251,17 @@ impl<St: Store + Clone> IdempotencyLayer<St> {
     #[must_use]
     pub fn fencing_header(self, name: HeaderName) -> Self {
         self.configure(|settings| settings.fencing_header = Some(name))
+    }
+
+    /// The statuses that mean the operation did not run, such as an authentication refused: the
+    /// response is passed on, nothing is stored and the key is released, so that the retry
+    /// executes, and answers that cost the service nothing do not fill the store for the TTL.
+    /// Default `401` and `403` ([`DEFAULT_RELEASE_STATUSES`](crate::DEFAULT_RELEASE_STATUSES));
+    /// give only statuses your service answers before it acts.
+    #[must_use]
+    pub fn release_statuses(self, statuses: impl IntoIterator<Item = StatusCode>) -> Self {
+        let statuses = statuses.into_iter().collect();
+        self.configure(|settings| settings.release_statuses = statuses)
     }
 }
 

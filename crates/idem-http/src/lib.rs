@@ -109,5 +109,6 @@ pub use outcome::{RequestKey, RequestOutcome};
 pub use service::Idempotency;
 pub use settings::{
     Anonymous, ClassifyError, DEFAULT_KEY_HEADER, DEFAULT_MAX_BODY, DEFAULT_MAX_STORED_RESPONSE,
-    DEFAULT_METHODS, DEFAULT_SCOPE_HEADERS, Delivery, OnStoreError, Settings,
+    DEFAULT_METHODS, DEFAULT_RELEASE_STATUSES, DEFAULT_SCOPE_HEADERS, Delivery, OnStoreError,
+    Settings,
 };

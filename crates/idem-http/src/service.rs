@@ -453,6 +453,16 @@ where
                 let answer = Ok(response.map(ResponseBody::new));
                 return undelivered(&shared, delivery, ambiguous, answer);
             }
+            // The operation did not run (the caller was refused): nothing to replay.
+            None if shared
+                .settings
+                .release_statuses
+                .contains(&response.status()) =>
+            {
+                return Execution::NotSent {
+                    value: Ok(response.map(ResponseBody::new)),
+                };
+            }
             None => response,
         },
         Err(error) => {

@@ -25,7 +25,7 @@
 
 use std::{error::Error, fmt, sync::Arc, time::Duration};
 
-use http::{HeaderName, Method};
+use http::{HeaderName, Method, StatusCode};
 use idem_core::{FingerprintMode, Policy};
 
 /// The default [`key_header`](crate::IdempotencyLayer::key_header): [`idem_core::KEY_HEADER`].
@@ -38,6 +38,10 @@ pub const DEFAULT_SCOPE_HEADERS: [&str; 1] = ["Authorization"];
 pub const DEFAULT_MAX_BODY: usize = 10 << 20;
 /// The default [`max_stored_response`](crate::IdempotencyLayer::max_stored_response): 1 MiB.
 pub const DEFAULT_MAX_STORED_RESPONSE: usize = 1 << 20;
+/// The default [`release_statuses`](crate::IdempotencyLayer::release_statuses): `401` and `403`,
+/// refusals before the operation runs.
+pub const DEFAULT_RELEASE_STATUSES: [StatusCode; 2] =
+    [StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN];
 
 /// What to do with a request whose key cannot be looked up because the store failed.
 ///
@@ -171,6 +175,9 @@ pub struct Settings {
     /// The header that carries each executed request's fencing token to the inner service;
     /// `None` sends none ([`fencing_header`](crate::IdempotencyLayer::fencing_header)).
     pub fencing_header: Option<HeaderName>,
+    /// The statuses that mean the operation did not run: the key is released, nothing is stored
+    /// ([`release_statuses`](crate::IdempotencyLayer::release_statuses)).
+    pub release_statuses: Vec<StatusCode>,
 }
 
 impl Default for Settings {
@@ -197,6 +204,7 @@ impl Default for Settings {
             on_store_error: OnStoreError::Reject,
             classify_error: ClassifyError::default(),
             fencing_header: None,
+            release_statuses: DEFAULT_RELEASE_STATUSES.to_vec(),
         }
     }
 }

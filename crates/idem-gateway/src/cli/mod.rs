@@ -6,6 +6,7 @@
 mod config_file;
 mod method_list;
 mod serve;
+mod status_list;
 
 use std::{ffi::OsString, net::SocketAddr, path::PathBuf, time::Duration};
 
@@ -15,6 +16,7 @@ use idem_core::{IdempotencyKey, ListCursor, Scope, StateFilter};
 pub use self::{
     method_list::MethodList,
     serve::{ServeArgs, serve},
+    status_list::StatusList,
 };
 pub use crate::serve::logging::LogFormat;
 use crate::{

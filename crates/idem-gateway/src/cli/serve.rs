@@ -10,7 +10,7 @@ use http::HeaderName;
 use idem_core::{Ambiguous, FingerprintMode, InFlight, Policy};
 use idem_http::{Anonymous, OnStoreError, Settings};
 
-use super::{LogArgs, MethodList};
+use super::{LogArgs, MethodList, StatusList};
 use crate::{
     AdminToken, ByteSize, Config, Error, Gateway, HumanDuration, StoreUrl, Upstream,
     error::ConfigError,
@@ -123,6 +123,13 @@ pub struct ServeArgs {
     /// The methods whose requests are deduplicated (comma-separated); others pass through.
     #[arg(long, env = "IDEM_METHODS", value_name = "LIST", default_value_t = MethodList(idem_http::DEFAULT_METHODS.to_vec()))]
     pub methods: MethodList,
+
+    /// The statuses that mean the operation did not run (comma-separated 4xx, or `none`): the
+    /// answer is passed on, nothing is stored and the key is released, so that the retry
+    /// executes.
+    #[arg(long, env = "IDEM_RELEASE_STATUSES", value_name = "LIST",
+          default_value_t = StatusList(idem_http::DEFAULT_RELEASE_STATUSES.to_vec()))]
+    pub release_statuses: StatusList,
 
     /// Answer 400 to a covered request without a key, instead of passing it through [default:
     /// off].
@@ -287,6 +294,7 @@ impl TryFrom<&ServeArgs> for Config {
         idempotency.max_stored_response = args.max_stored_response.0;
         idempotency.on_store_error = args.on_store_error;
         idempotency.fencing_header = args.fencing_header.clone();
+        idempotency.release_statuses = args.release_statuses.0.clone();
         let admin_token = args
             .admin_token_file
             .as_deref()
@@ -512,6 +520,10 @@ mod tests {
         // Header names compare with strings case-insensitively.
         assert_eq!(config.idempotency.key_header, idem_http::DEFAULT_KEY_HEADER);
         assert_eq!(config.idempotency.methods, idem_http::DEFAULT_METHODS);
+        assert_eq!(
+            config.idempotency.release_statuses,
+            [http::StatusCode::UNAUTHORIZED, http::StatusCode::FORBIDDEN]
+        );
         assert_eq!(config.idempotency.scope_headers, ["authorization"]);
         assert_eq!(
             config.idempotency.scope_headers,
@@ -599,6 +611,25 @@ mod tests {
         assert_eq!(defaults.upstream_idle_timeout, Duration::from_secs(90));
         let error = config_with_file("", &["--upstream", "http://a", "--max-connections", "0"]);
         assert!(matches!(error, Err(Error::Config(ConfigError::Cli(_)))));
+    }
+
+    #[test]
+    fn release_statuses_are_4xx_or_none() {
+        let config = config_with_file(
+            "",
+            &["--upstream", "http://a", "--release-statuses", "401,409"],
+        )
+        .unwrap();
+        assert_eq!(
+            config.idempotency.release_statuses,
+            [http::StatusCode::UNAUTHORIZED, http::StatusCode::CONFLICT]
+        );
+        let none =
+            config_with_file("release-statuses = \"none\"\n", &["--upstream", "http://a"]).unwrap();
+        assert!(none.idempotency.release_statuses.is_empty());
+        let refused =
+            config_with_file("", &["--upstream", "http://a", "--release-statuses", "201"]);
+        assert!(matches!(refused, Err(Error::Config(ConfigError::Cli(_)))));
     }
 
     #[test]

@@ -102,6 +102,12 @@ pub enum ConfigError {
         /// The value as given.
         value: String,
     },
+    /// A `--release-statuses` entry that is not a 4xx status.
+    #[error(
+        "invalid release status `{0}`: expected a 4xx status that your service answers before \
+         it acts, such as 401"
+    )]
+    InvalidReleaseStatus(String),
     /// A broker URL that cannot be parsed or is refused (`idem relay --broker`).
     #[error(transparent)]
     InvalidBrokerUrl(idem_messaging::InvalidBrokerUrl),

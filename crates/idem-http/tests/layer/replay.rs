@@ -225,6 +225,41 @@ async fn a_final_4xx_is_stored_and_replayed() {
 }
 
 #[tokio::test]
+async fn a_401_or_403_releases_the_key_and_the_retry_executes() {
+    for code in [401, 403] {
+        let f = Fixture::new();
+        let app = f.app(f.layer());
+        let uri = format!("/status/{code}");
+        for n in 1..=2 {
+            let reply = send(&app, keyed(&uri, "k", "")).await;
+            assert_eq!(reply.status.as_u16(), code);
+            assert_eq!(reply.text(), format!("call {n}"));
+            assert!(!reply.is_replay());
+        }
+        assert_eq!(f.calls.get(), 2, "{code}");
+        // Nothing was stored: a refused caller cannot fill the store.
+        assert!(f.store.is_empty(), "{code}");
+    }
+}
+
+#[tokio::test]
+async fn the_release_statuses_are_a_setting() {
+    let f = Fixture::new();
+    let app = f.app(f.layer().release_statuses([StatusCode::NOT_FOUND]));
+    // 404 now releases; 401 is a final answer like any other 4xx, stored and replayed.
+    for n in 1..=2 {
+        let reply = send(&app, keyed("/status/404", "gone", "")).await;
+        assert_eq!(reply.text(), format!("call {n}"));
+    }
+    let first = send(&app, keyed("/status/401", "refused", "")).await;
+    let retry = send(&app, keyed("/status/401", "refused", "")).await;
+    assert_eq!(first.text(), "call 3");
+    assert_eq!(retry.outcome, Some(RequestOutcome::Replayed));
+    assert_eq!(retry.text(), "call 3");
+    assert_eq!(f.calls.get(), 3);
+}
+
+#[tokio::test]
 async fn binary_bodies_are_executed_and_replayed_byte_exact() {
     let f = Fixture::new();
     let app = f.app(f.layer());
