@@ -57,28 +57,7 @@ pub(super) async fn until_shutdown(
         .keep_alive_timeout(HTTP2_KEEP_ALIVE);
     let mut shutdown = std::pin::pin!(shutdown);
     let timing = RequestTiming::register();
-    loop {
-        let (stream, peer) = tokio::select! {
-            biased;
-            () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    // Out of file descriptors, or a connection reset before accept: wait a
-                    // little rather than spin.
-                    tracing::warn!(%error, "accepting a connection failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        // At the limit, this connection waits here (and the next ones in the accept queue)
-        // while idle connections are closed for it.
-        let slot = tokio::select! {
-            biased;
-            () = &mut shutdown => break,
-            slot = connections.slot() => slot,
-        };
+    while let Some((stream, peer, slot)) = connections.accept(&listener, shutdown.as_mut()).await {
         // Responses are written whole; waiting to fill a segment only adds latency.
         let _ = stream.set_nodelay(true);
         // The proxy of this connection names its client in `X-Forwarded-For`.

@@ -69,24 +69,7 @@ async fn serve(
         .header_read_timeout(bounds.idle_timeout);
     builder.http2().timer(TokioTimer::new());
     let mut shutdown = std::pin::pin!(shutdown);
-    loop {
-        let (stream, peer) = tokio::select! {
-            biased;
-            () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    tracing::warn!(%error, "accepting an admin connection failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let slot = tokio::select! {
-            biased;
-            () = &mut shutdown => break,
-            slot = connections.slot() => slot,
-        };
+    while let Some((stream, peer, slot)) = connections.accept(&listener, shutdown.as_mut()).await {
         let activity = Activity::new();
         let requests = std::sync::Arc::clone(&activity);
         let router = router.clone();

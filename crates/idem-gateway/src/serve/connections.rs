@@ -12,6 +12,7 @@
 use std::{
     error::Error,
     future::{Future, poll_fn},
+    net::SocketAddr,
     pin::{Pin, pin},
     sync::{
         Arc, Mutex, PoisonError,
@@ -28,6 +29,7 @@ use http::Response;
 use http_body::{Frame, SizeHint};
 use hyper_util::server::graceful::GracefulConnection;
 use tokio::{
+    net::{TcpListener, TcpStream},
     sync::{Notify, OwnedSemaphorePermit, Semaphore},
     time::{Instant, sleep, sleep_until},
 };
@@ -36,6 +38,8 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 /// How often a full gateway closes idle connections again, and how long a connection must have
 /// been idle to be closed then.
 const SHED_EVERY: Duration = Duration::from_millis(500);
+/// How long the accept loop waits after a failed accept.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
 
 /// The client connections: their limit, their tasks, and the signals that close them.
 #[derive(Debug)]
@@ -60,6 +64,37 @@ impl Connections {
             idle_timeout,
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
+        }
+    }
+
+    /// Accepts the next connection on `listener` and waits for its slot, unless `shutdown`
+    /// completes first (then `None`). A failed accept (out of file descriptors, a connection
+    /// reset before it was accepted) is logged, and the next one awaited after a short pause
+    /// rather than in a spin.
+    pub(crate) async fn accept(
+        &self,
+        listener: &TcpListener,
+        mut shutdown: Pin<&mut impl Future<Output = ()>>,
+    ) -> Option<(TcpStream, SocketAddr, OwnedSemaphorePermit)> {
+        let (stream, peer) = loop {
+            tokio::select! {
+                biased;
+                () = &mut shutdown => return None,
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => break accepted,
+                    Err(error) => {
+                        tracing::warn!(%error, "accepting a connection failed");
+                        sleep(ACCEPT_PAUSE).await;
+                    }
+                },
+            }
+        };
+        // At the limit, this connection waits here (and the next ones in the accept queue)
+        // while idle connections are closed for it.
+        tokio::select! {
+            biased;
+            () = &mut shutdown => None,
+            slot = self.slot() => Some((stream, peer, slot)),
         }
     }
 
