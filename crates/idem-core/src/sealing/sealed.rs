@@ -1,6 +1,6 @@
 //! [`Sealed`]: a store wrapper that keeps stored responses encrypted.
 
-use std::{future::Future, time::Duration};
+use std::{fmt, future::Future, sync::Arc, time::Duration};
 
 use crate::{
     Acquisition, Address, Census, FencingToken, Fingerprint, ListPage, ListQuery, Outcome, Record,
@@ -22,11 +22,11 @@ use crate::{
 /// A sealed record that does not open (altered, copied to another address, sealed with a key
 /// that has left the ring) is [`StoreError::Corrupted`]: never replayed, never executed again.
 ///
-/// A record in clear, written before sealing was turned on, is replayed as it is by default, so
-/// that turning sealing on needs no downtime and no rewrite: old records age out within their
-/// TTL. Once they have, [`accept_plaintext(false)`](Sealed::accept_plaintext) makes such a record
-/// [`StoreError::Corrupted`], so that a record written to the store in clear by someone without
-/// the key is never replayed.
+/// A record in clear is [`StoreError::Corrupted`] by default: whoever can write to the store but
+/// holds no key could otherwise plant a response ("200, charge succeeded") for any key. For the
+/// window after sealing is turned on over a store that holds records in clear,
+/// [`accept_plaintext(true)`](Sealed::accept_plaintext) replays them as they are until they age
+/// out within their TTL, each counted by the [`on_plaintext`](Sealed::on_plaintext) callback.
 ///
 /// # Examples
 ///
@@ -60,11 +60,22 @@ use crate::{
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # }).unwrap();
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Sealed<S> {
     inner: S,
     ring: KeyRing,
     accept_plaintext: bool,
+    on_plaintext: Option<Arc<dyn Fn() + Send + Sync>>,
+}
+
+impl<S: fmt::Debug> fmt::Debug for Sealed<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sealed")
+            .field("inner", &self.inner)
+            .field("ring", &self.ring)
+            .field("accept_plaintext", &self.accept_plaintext)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<S> Sealed<S> {
@@ -73,15 +84,25 @@ impl<S> Sealed<S> {
         Self {
             inner,
             ring,
-            accept_plaintext: true,
+            accept_plaintext: false,
+            on_plaintext: None,
         }
     }
 
-    /// Whether records in clear (written before sealing was on) are replayed (`true`, the
-    /// default) or are [`StoreError::Corrupted`].
+    /// Whether records in clear (written before sealing was on, or planted by someone without
+    /// the key) are replayed (`true`) or are [`StoreError::Corrupted`] (`false`, the default).
     #[must_use]
     pub fn accept_plaintext(mut self, accept: bool) -> Self {
         self.accept_plaintext = accept;
+        self
+    }
+
+    /// Calls `count` each time a record in clear is accepted (under
+    /// [`accept_plaintext(true)`](Self::accept_plaintext)): a metric that says when the records
+    /// written before sealing have aged out.
+    #[must_use]
+    pub fn on_plaintext(mut self, count: impl Fn() + Send + Sync + 'static) -> Self {
+        self.on_plaintext = Some(Arc::new(count));
         self
     }
 
@@ -100,7 +121,12 @@ impl<S> Sealed<S> {
             Outcome::Response(sealed) if is_sealed(&sealed) => {
                 envelope::open(&self.ring, address, sealed).map_err(StoreError::corrupted)
             }
-            plain if self.accept_plaintext => Ok(plain),
+            plain if self.accept_plaintext => {
+                if let Some(count) = &self.on_plaintext {
+                    count();
+                }
+                Ok(plain)
+            }
             _ => Err(StoreError::corrupted(SealingError::Plaintext)),
         }
     }

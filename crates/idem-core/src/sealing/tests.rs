@@ -256,16 +256,27 @@ async fn records_in_clear_are_replayed_unless_refused() {
     let address = address("before-sealing");
     write(&*inner, &address, &response()).await;
 
+    // By default a record in clear is refused: it may have been planted.
     let store = Sealed::new(inner.clone(), ring(KEY_A));
     assert_eq!(
-        replay(&store, &address).await.unwrap(),
-        Acquisition::Completed(response().into())
-    );
-    let strict = store.accept_plaintext(false);
-    assert_eq!(
-        corruption(replay(&strict, &address).await),
+        corruption(replay(&store, &address).await),
         "the record is not sealed, and only sealed records are accepted"
     );
+    // Accepted while the records written before sealing age out, each one counted.
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let lenient = store.accept_plaintext(true).on_plaintext({
+        let accepted = Arc::clone(&accepted);
+        move || {
+            accepted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    for _ in 0..2 {
+        assert_eq!(
+            replay(&lenient, &address).await.unwrap(),
+            Acquisition::Completed(response().into())
+        );
+    }
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::Relaxed), 2);
 }
 
 #[tokio::test]
@@ -303,11 +314,13 @@ async fn an_unknown_outcome_in_clear_is_replayed_unless_refused() {
 
     let store = Sealed::new(inner.clone(), ring(KEY_A));
     assert_eq!(
-        replay(&store, &address).await.unwrap(),
+        replay(&store.clone().accept_plaintext(true), &address)
+            .await
+            .unwrap(),
         Acquisition::Completed(Outcome::Unknown)
     );
     assert_eq!(
-        corruption(replay(&store.accept_plaintext(false), &address).await),
+        corruption(replay(&store, &address).await),
         "the record is not sealed, and only sealed records are accepted"
     );
 }

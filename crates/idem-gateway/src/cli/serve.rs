@@ -111,6 +111,13 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_ENCRYPTION_KEY_FILE", value_name = "PATH")]
     pub encryption_key_file: Option<PathBuf>,
 
+    /// With --encryption-key-file, still replay records stored in clear (for the window after
+    /// sealing is turned on over a store that holds them; each is counted in
+    /// idem_plaintext_records_accepted_total) [default: refused as corrupted, since whoever can
+    /// write to the store could have planted them].
+    #[arg(long, env = "IDEM_ACCEPT_PLAINTEXT", value_parser = BoolishValueParser::new())]
+    pub accept_plaintext: bool,
+
     /// Key the key and scope digests in logs with the 32 bytes, in standard base64, in this file
     /// [default: unkeyed].
     #[arg(long, env = "IDEM_DIGEST_KEY_FILE", value_name = "PATH")]
@@ -319,6 +326,7 @@ impl TryFrom<&ServeArgs> for Config {
                 .as_deref()
                 .map(key_files::key_ring)
                 .transpose()?,
+            accept_plaintext: args.accept_plaintext,
             digest_key: args
                 .digest_key_file
                 .as_deref()

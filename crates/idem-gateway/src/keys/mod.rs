@@ -25,7 +25,7 @@ use crate::{
     admin::{Forgotten, KeyList, ListedView, RecordView, forget},
     cli::{KeyArgs, KeysCommand, ListArgs},
     error::KeysError,
-    store::key_files,
+    store::{Sealing, key_files},
 };
 
 /// How many expired records one store call removes.
@@ -163,7 +163,12 @@ async fn open(args: &KeyArgs) -> Result<(idem_core::DynStore, Address), Error> {
         .encryption_key_file
         .as_deref()
         .map(key_files::key_ring)
-        .transpose()?;
+        .transpose()?
+        // An operator's view replays nothing: a record in clear is shown as it is.
+        .map(|ring| Sealing {
+            ring,
+            accept_plaintext: true,
+        });
     let store = args.store.store.open_sealed(ring.as_ref()).await?;
     let address = Address::new(args.scope.unwrap_or(Scope::ANONYMOUS), args.key.clone());
     Ok((store, address))

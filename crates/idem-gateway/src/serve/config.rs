@@ -104,6 +104,10 @@ pub struct Config {
     pub store: StoreUrl,
     /// The keys that seal stored responses at rest; `None` keeps them in clear.
     pub encryption: Option<KeyRing>,
+    /// With `encryption`, whether a record in clear is still replayed (`true`, for the window
+    /// after sealing is turned on over a store that holds such records) or refused as corrupted
+    /// (`false`, the default: it may have been written by someone without the key).
+    pub accept_plaintext: bool,
     /// The key that makes the digests in logs keyed; `None` leaves them unkeyed. Installed for
     /// the whole process by [`Gateway::bind`](crate::Gateway::bind).
     pub digest_key: Option<DigestKey>,
@@ -147,6 +151,7 @@ impl Config {
                 .parse()
                 .expect("the default store URL is valid"),
             encryption: DEFAULT_ENCRYPTION,
+            accept_plaintext: false,
             digest_key: DEFAULT_DIGEST_KEY,
             idempotency,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     admin::{LEASE, OLDEST_PROCESSING_AGE, RECORDS, UNAUTHORIZED},
     proxy::{REQUEST_DURATION, REQUEST_OWN_DURATION, UPSTREAM_DURATION},
-    store::STORE_DURATION,
+    store::{PLAINTEXT_ACCEPTED, STORE_DURATION},
 };
 
 /// Latency buckets, in seconds: from half a millisecond (a memory store) to a minute (a slow
@@ -104,6 +104,10 @@ fn describe() {
         REQUEST_OWN_DURATION,
         metrics::Unit::Seconds,
         "The gateway's own share of idem_request_duration_seconds: without the wait on the upstream."
+    );
+    metrics::describe_counter!(
+        PLAINTEXT_ACCEPTED,
+        "Records stored in clear that a sealing gateway replayed (--accept-plaintext)."
     );
     metrics::describe_counter!(
         UNAUTHORIZED,

@@ -20,10 +20,10 @@ use std::{
 use futures_util::future::Either;
 use idem_core::{
     Acquisition, Address, Census, DynStore, FencingToken, Fingerprint, ListPage, ListQuery,
-    Outcome, Record, Store, StoreError, Terms, Timestamp, sealing::KeyRing,
+    Outcome, Record, Store, StoreError, Terms, Timestamp,
 };
 
-use super::StoreUrl;
+use super::{Sealing, StoreUrl};
 use crate::Error;
 
 /// The first wait before the store is opened again, doubled after each failure.
@@ -41,7 +41,7 @@ impl PendingStore {
     /// Opens the store at `url` (sealed with `ring`), or, when it cannot be reached, a
     /// [`PendingStore`] that keeps opening it in a task of its own. A store that answers and
     /// refuses is an error, as from [`StoreUrl::open_sealed`].
-    pub(crate) async fn open(url: &StoreUrl, ring: Option<&KeyRing>) -> Result<DynStore, Error> {
+    pub(crate) async fn open(url: &StoreUrl, ring: Option<&Sealing>) -> Result<DynStore, Error> {
         match url.open_sealed(ring).await {
             Ok(store) => Ok(store),
             Err(error) if unreachable(&error) => {
@@ -71,7 +71,7 @@ impl PendingStore {
 }
 
 /// Opens `url` until it opens, or until the [`PendingStore`] is gone.
-async fn keep_opening(url: StoreUrl, ring: Option<KeyRing>, opened: Weak<OnceLock<DynStore>>) {
+async fn keep_opening(url: StoreUrl, ring: Option<Sealing>, opened: Weak<OnceLock<DynStore>>) {
     let mut wait = FIRST_RETRY;
     loop {
         tokio::time::sleep(wait).await;

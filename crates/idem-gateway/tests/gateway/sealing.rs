@@ -168,6 +168,70 @@ async fn sqlite_files_hold_no_response_in_clear_and_keys_rotate() {
     gateway.stop().await;
 }
 
+/// A record in clear under a sealing gateway: planted by whoever can write to the store, or
+/// written before sealing was on. Refused unless `--accept-plaintext`, which counts each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_in_clear_is_refused_unless_plaintext_is_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_url(dir.path(), "idem.db");
+    let ring = write(dir.path(), "a.keys", &format!("{KEY_A}\n"));
+    let ring = ring.to_str().unwrap();
+    let upstream = Upstream::start().await;
+    let client = Client::new();
+
+    // Stored in clear, by a gateway without a key ring.
+    let gateway = Gateway::start(&upstream.url(), &["--store", &store]);
+    assert_eq!(execute_and_replay(&gateway, &upstream, "in-clear").await, 1);
+    gateway.stop().await;
+
+    let sealing = Gateway::start(
+        &upstream.url(),
+        &["--store", &store, "--encryption-key-file", ring],
+    );
+    let refused = client
+        .post(&sealing.url("/binary"), "in-clear", SECRET)
+        .await;
+    assert_eq!(refused.status, 500);
+    assert_eq!(refused.json()["type"], "urn:idem:problem:record-corrupted");
+    assert_eq!(upstream.hits("binary"), 1);
+    sealing.stop().await;
+
+    let accepting = Gateway::start(
+        &upstream.url(),
+        &[
+            "--store",
+            &store,
+            "--encryption-key-file",
+            ring,
+            "--accept-plaintext",
+        ],
+    );
+    for _ in 0..2 {
+        let replay = client
+            .post(&accepting.url("/binary"), "in-clear", SECRET)
+            .await;
+        assert!(replay.replayed());
+        assert_eq!(replay.text(), SECRET);
+    }
+    assert_eq!(upstream.hits("binary"), 1);
+    let metrics = client
+        .send(
+            axum::http::Request::get(accepting.admin_url("/metrics"))
+                .body(axum::body::Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert!(
+        metrics
+            .text()
+            .lines()
+            .any(|line| line == "idem_plaintext_records_accepted_total 2"),
+        "{}",
+        metrics.text()
+    );
+    accepting.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_postgres_row_holds_no_response_in_clear() {
     let Some(schema) = PgSchema::new() else {

@@ -80,10 +80,10 @@ impl StoreUrl {
         self.open_sealed(None).await
     }
 
-    /// Opens the store as [`open`](Self::open) does, sealing its responses with `ring` when
-    /// there is one. The sealing wraps the store itself, before its type is erased: a call goes
-    /// through one dynamic dispatch.
-    pub async fn open_sealed(&self, ring: Option<&KeyRing>) -> Result<DynStore, Error> {
+    /// Opens the store as [`open`](Self::open) does, sealing its responses as `sealing` says
+    /// when there is one. The sealing wraps the store itself, before its type is erased: a call
+    /// goes through one dynamic dispatch.
+    pub async fn open_sealed(&self, ring: Option<&Sealing>) -> Result<DynStore, Error> {
         let failed = |source: Box<dyn std::error::Error + Send + Sync>| Error::OpenStore {
             url: self.to_string(),
             source,
@@ -106,10 +106,27 @@ impl StoreUrl {
     }
 }
 
-/// `store`, sealing its responses with `ring` when there is one, its type erased.
-fn erased(store: impl Store, ring: Option<&KeyRing>) -> DynStore {
-    match ring {
-        Some(ring) => DynStore::new(Sealed::new(store, ring.clone())),
+/// How stored responses are sealed: with a key ring, and whether a record in clear is still
+/// replayed (each counted in [`PLAINTEXT_ACCEPTED`]) or refused as corrupted.
+#[derive(Debug, Clone)]
+pub struct Sealing {
+    /// The keys: the first seals, every one opens.
+    pub ring: KeyRing,
+    /// Whether a record in clear is replayed.
+    pub accept_plaintext: bool,
+}
+
+/// The counter of records in clear replayed by a sealed store (`--accept-plaintext`).
+pub const PLAINTEXT_ACCEPTED: &str = "idem_plaintext_records_accepted_total";
+
+/// `store`, sealing its responses as `sealing` says when there is one, its type erased.
+fn erased(store: impl Store, sealing: Option<&Sealing>) -> DynStore {
+    match sealing {
+        Some(sealing) => DynStore::new(
+            Sealed::new(store, sealing.ring.clone())
+                .accept_plaintext(sealing.accept_plaintext)
+                .on_plaintext(|| metrics::counter!(PLAINTEXT_ACCEPTED).increment(1)),
+        ),
         None => DynStore::new(store),
     }
 }
