@@ -22,7 +22,7 @@ use sqlx::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::store::warn_if_downgradable;
+use crate::store::{unreachable, warn_if_downgradable};
 
 /// How long a statement waits for a connection; at start, how long the database may take to
 /// answer before the process gives up.
@@ -154,14 +154,33 @@ impl RelayProcess {
     /// [`shutdown_signal()`](crate::shutdown_signal) for SIGTERM and SIGINT); then finishes the
     /// batch in flight (within the relay's shutdown grace) and returns.
     ///
-    /// Fails when the store URL is invalid, the database cannot be reached at start (within
-    /// 5 s; an SQLite file that does not exist, unless it is to be migrated), or the migration
+    /// A PostgreSQL database that cannot be reached at start (the connection refused, reset or
+    /// timed out) is tried again, after 100 ms and then at most every 5 s, until it answers or
+    /// `shutdown` comes: under an orchestrator, a database that blinks during a deploy costs a
+    /// wait, not a crash loop.
+    ///
+    /// Fails when the store URL is invalid, the database answers and refuses (credentials,
+    /// TLS), an SQLite file does not exist (unless it is to be migrated), or the migration
     /// fails. Once running, failures of the database or the broker are logged and retried,
     /// never returned.
     pub async fn run(
-        mut self,
+        self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), Error> {
+        let stop = CancellationToken::new();
+        let watch = tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                shutdown.await;
+                stop.cancel();
+            }
+        });
+        let relayed = self.connect_and_relay(&stop).await;
+        watch.abort();
+        relayed
+    }
+
+    async fn connect_and_relay(mut self, stop: &CancellationToken) -> Result<(), Error> {
         if self.store.starts_with("sqlite:") {
             let options = SqliteConnectOptions::from_str(&self.store)?
                 .create_if_missing(self.migrate)
@@ -173,26 +192,65 @@ impl RelayProcess {
                 .connect_with(options)
                 .await?;
             let configure = self.configure_sqlite.take();
-            self.relay_on(pool, configure, shutdown).await
+            self.relay_on(pool, configure, stop).await
         } else {
             let connect = PgConnectOptions::from_str(&self.store)?;
             warn_if_downgradable(&connect, "the outbox's database");
             let pool = PgPoolOptions::new()
                 .max_connections(self.max_connections)
-                .acquire_timeout(ACQUIRE_TIMEOUT)
-                .connect_with(connect)
-                .await?;
+                .acquire_timeout(ACQUIRE_TIMEOUT);
+            let connecting = until_reached(stop, || pool.clone().connect_with(connect.clone()));
+            let Some(pool) = connecting.await? else {
+                return Ok(()); // shut down before the database was reached
+            };
             let configure = self.configure.take();
-            self.relay_on(pool, configure, shutdown).await
+            self.relay_on(pool, configure, stop).await
         }
     }
+}
 
-    /// Migrates if asked, and relays on `pool` until `shutdown` completes.
+/// The first wait before a database that cannot be reached is tried again, doubled after each
+/// failure, and the longest.
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+const MAX_RETRY: Duration = Duration::from_secs(5);
+
+/// `connect()`'s pool, tried again while the database cannot be reached, or `None` once `stop` is
+/// cancelled first. A database that answers and refuses is an error at once.
+async fn until_reached<P, F>(
+    stop: &CancellationToken,
+    connect: impl Fn() -> F,
+) -> Result<Option<P>, Error>
+where
+    F: Future<Output = Result<P, sqlx::Error>>,
+{
+    let mut wait = FIRST_RETRY;
+    loop {
+        match connect().await {
+            Ok(pool) => return Ok(Some(pool)),
+            Err(error) if unreachable(&error) => {
+                tracing::warn!(
+                    error = &error as &(dyn std::error::Error + 'static),
+                    retry_in = ?wait,
+                    "the outbox's database cannot be reached; trying again"
+                );
+            }
+            Err(error) => return Err(error.into()),
+        }
+        tokio::select! {
+            () = stop.cancelled() => return Ok(None),
+            () = tokio::time::sleep(wait) => {}
+        }
+        wait = (wait * 2).min(MAX_RETRY);
+    }
+}
+
+impl RelayProcess {
+    /// Migrates if asked, and relays on `pool` until `stop` is cancelled.
     async fn relay_on<DB: OutboxDatabase>(
         self,
         pool: Pool<DB>,
         configure: Option<Configure<DB>>,
-        shutdown: impl Future<Output = ()> + Send + 'static,
+        stop: &CancellationToken,
     ) -> Result<(), Error> {
         let outbox = Outbox::<DB>::new(self.outbox);
         if self.migrate {
@@ -224,16 +282,7 @@ impl RelayProcess {
             Arc::clone(&confirmed),
             self.progress_interval,
         ));
-        let stop = CancellationToken::new();
-        let watch = tokio::spawn({
-            let stop = stop.clone();
-            async move {
-                shutdown.await;
-                stop.cancel();
-            }
-        });
-        relay.run(stop).await;
-        watch.abort();
+        relay.run(stop.clone()).await;
         progress.abort();
         tracing::info!(
             outbox = %location,

@@ -101,10 +101,10 @@ async fn keep_opening(url: StoreUrl, ring: Option<Sealing>, opened: Weak<OnceLoc
     }
 }
 
-/// Whether opening the store failed for want of a connection (refused, reset, timed out, no
-/// route), rather than because the store answered and refused.
-fn unreachable(error: &Error) -> bool {
-    let mut cause: Option<&(dyn StdError + 'static)> = Some(error);
+/// Whether `error` is a failure to connect (refused, reset, timed out, no route), rather than a
+/// server that answered and refused: a failure worth trying again unchanged.
+pub(crate) fn unreachable(error: &(dyn StdError + 'static)) -> bool {
+    let mut cause = Some(error);
     while let Some(error) = cause {
         if let Some(redis) = error.downcast_ref::<idem_redis::Error>() {
             return redis.is_unreachable();

@@ -344,8 +344,9 @@ async fn a_refused_upstream_connection_releases_the_key_with_502() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_a_fencing_header_the_upstream_gets_each_holders_token_and_never_a_clients() {
+/// An upstream, and a gateway in front of it that sends each holder's token in
+/// `Idempotency-Token`.
+async fn with_fencing_header() -> (Upstream, Gateway) {
     let upstream = Upstream::start().await;
     let gateway = Gateway::start(
         &upstream.url(),
@@ -356,6 +357,12 @@ async fn with_a_fencing_header_the_upstream_gets_each_holders_token_and_never_a_
             "Idempotency-Token",
         ],
     );
+    (upstream, gateway)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_fencing_header_the_upstream_gets_each_holders_token_and_never_a_clients() {
+    let (upstream, gateway) = with_fencing_header().await;
     let client = Client::new();
     // A POST to /echo (which answers with the request it got) with a token of the client's own.
     let echo = |key: Option<&str>| {
@@ -402,16 +409,7 @@ async fn with_a_fencing_header_the_upstream_gets_each_holders_token_and_never_a_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_names_the_fencing_header_in_connection_cannot_strip_it() {
-    let upstream = Upstream::start().await;
-    let gateway = Gateway::start(
-        &upstream.url(),
-        &[
-            "--store",
-            "memory://",
-            "--fencing-header",
-            "Idempotency-Token",
-        ],
-    );
+    let (_upstream, gateway) = with_fencing_header().await;
     let client = Client::new();
     // `Connection` lists the fencing header (and a header of the client's own): both are
     // hop-by-hop for this request, so they go at ingress, before the layer sets the token.

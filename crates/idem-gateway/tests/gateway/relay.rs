@@ -1,15 +1,15 @@
 //! `idem relay`: starts, serves its admin endpoints, stops cleanly on SIGTERM; bad input is one
-//! line. [`RelayProcess`] in-process: migrates, publishes, stops on shutdown, fails fast without
-//! its database. (The relay's behaviour is tested in idem-messaging, against each broker; as a
+//! line. [`RelayProcess`] in-process: migrates, publishes, stops on shutdown, waits for a database
+//! that is down at start and fails at once on one that refuses it. (The relay's behaviour is tested in idem-messaging, against each broker; as a
 //! process under faults in idem-faults.)
 
-use std::{process::Stdio, time::Duration};
+use std::{process::Stdio, str::FromStr, time::Duration};
 
 use async_nats::jetstream::consumer::{AckPolicy, pull};
 use futures_util::StreamExt;
 use idem_gateway::relay::RelayProcess;
 use idem_messaging::{Error, Incoming, OutboxMessage, OutboxOptions, PgOutbox, SqliteOutbox};
-use idem_test_support::{NatsStream, PgSchema, Server, require};
+use idem_test_support::{NatsStream, PgSchema, Server, TcpProxy, require};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -503,14 +503,81 @@ async fn a_relay_process_publishes_to_sqs_with_credentials_from_the_environment(
         .unwrap();
 }
 
-#[tokio::test]
-async fn a_relay_process_fails_fast_when_the_database_is_unreachable() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_process_waits_for_a_database_that_is_down_at_start() {
+    let postgres = require!(Postgres);
     let nats = require!(Nats);
-    let process = RelayProcess::new(
-        "postgres://postgres@127.0.0.1:1/none",
-        nats.parse().unwrap(),
+    let schema = PgSchema::create(&postgres).await;
+    let stream = NatsStream::create(&nats, Duration::from_secs(120)).await;
+    let options = || OutboxOptions::new().schema(schema.name().parse().unwrap());
+    // The relay is given an address where nothing listens yet: its connections are refused.
+    let direct = sqlx::postgres::PgConnectOptions::from_str(&postgres).unwrap();
+    let port = free_port();
+    let through = format!(
+        "postgres://{}@127.0.0.1:{port}/{}",
+        direct.get_username(),
+        direct.get_database().unwrap_or("postgres")
     );
-    let outcome = process.run(std::future::pending()).await;
+    let shutdown = CancellationToken::new();
+    let process = RelayProcess::new(through, nats.parse().unwrap())
+        .outbox(options())
+        .migrate(true)
+        .relay(|relay| relay.poll_interval(Duration::from_millis(50)));
+    let task = tokio::spawn(process.run(shutdown.clone().cancelled_owned()));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    if task.is_finished() {
+        panic!("the relay gave up on its database: {:?}", task.await);
+    }
+    // Then the database appears there.
+    let _proxy = TcpProxy::start_on(
+        port,
+        &format!("{}:{}", direct.get_host(), direct.get_port()),
+    )
+    .await;
+
+    // Once through, it migrates the outbox and publishes what is enqueued.
+    let pool = sqlx::PgPool::connect(&postgres).await.unwrap();
+    let outbox = PgOutbox::new(options());
+    tokio::time::timeout(EVENTUALLY, async {
+        loop {
+            let mut tx = pool.begin().await.unwrap();
+            let message = OutboxMessage::new(stream.subject().to_owned(), "after the outage");
+            if outbox.enqueue(&mut tx, message).await.is_ok() {
+                tx.commit().await.unwrap();
+                return;
+            }
+            drop(tx);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap();
+    tokio::time::timeout(EVENTUALLY, async {
+        while stream.stored().await < 1 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap();
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_relay_process_on_a_database_that_refuses_it_fails_at_once() {
+    let postgres = require!(Postgres);
+    let nats = require!(Nats);
+    let direct = sqlx::postgres::PgConnectOptions::from_str(&postgres).unwrap();
+    let refused = format!(
+        "postgres://no_such_role_for_idem@{}:{}/{}",
+        direct.get_host(),
+        direct.get_port(),
+        direct.get_database().unwrap_or("postgres")
+    );
+    let process = RelayProcess::new(refused, nats.parse().unwrap());
+    let outcome = tokio::time::timeout(EVENTUALLY, process.run(std::future::pending()))
+        .await
+        .expect("a refusal is not retried");
     assert!(matches!(outcome, Err(Error::Database(_))), "{outcome:?}");
 }
 
