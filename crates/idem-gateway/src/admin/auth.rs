@@ -72,7 +72,7 @@ pub struct AdminToken(blake3::Hash);
 impl AdminToken {
     /// The token in the file at `path`: its whole content, one trailing newline (`\n` or `\r\n`)
     /// ignored. It must be visible ASCII (no spaces), as a bearer token is sent, and at least
-    /// [`MIN_TOKEN_LEN`] characters long.
+    /// 16 characters long.
     pub fn from_file(path: &Path) -> Result<Self, Error> {
         let text = std::fs::read(path).map_err(|source| AdminTokenError::ReadAdminToken {
             path: path.to_owned(),
