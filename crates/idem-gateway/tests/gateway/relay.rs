@@ -12,6 +12,8 @@ use idem_messaging::{Error, Incoming, OutboxMessage, OutboxOptions, PgOutbox, Sq
 use idem_test_support::{NatsStream, PgSchema, Server, TcpProxy, require};
 use tokio_util::sync::CancellationToken;
 
+#[cfg(feature = "sqs")]
+use crate::tls_servers::TlsFront;
 use crate::{
     servers::free_port,
     support::{idem, idem_command},
@@ -408,99 +410,205 @@ async fn a_relay_process_migrates_publishes_and_stops_on_shutdown() {
 #[cfg(feature = "sqs")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_process_publishes_to_sqs_with_credentials_from_the_environment() {
-    use idem_messaging::sqs::{
-        SqsConsumer,
-        aws_sdk_sqs::{
-            Client, Config,
-            config::{BehaviorVersion, Credentials, Region},
-        },
-        http_client,
-    };
-
     let postgres = require!(Postgres);
     let sqs = require!(Sqs);
-    let schema = PgSchema::create(&postgres).await;
-    let pool = sqlx::PgPool::connect(&postgres).await.unwrap();
-    let client = Client::from_conf(
-        Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new("us-east-1"))
-            .endpoint_url(&sqs)
-            .credentials_provider(Credentials::new("test", "test", None, None, "idem-tests"))
-            .http_client(http_client())
-            .build(),
-    );
-    let queue = idem_test_support::unique_name("idem-test-");
-    let created = client
-        .create_queue()
-        .queue_name(&queue)
-        .send()
-        .await
-        .unwrap();
-    let queue_url = created.queue_url().unwrap().to_owned();
-    let outbox = PgOutbox::new(OutboxOptions::new().schema(schema.name().parse().unwrap()));
-    outbox.migrate(&pool).await.unwrap();
-    let mut tx = pool.begin().await.unwrap();
-    let mut ids = Vec::new();
-    for n in 0..3 {
-        let message = OutboxMessage::new(queue.clone(), n.to_string());
-        ids.push(outbox.enqueue(&mut tx, message).await.unwrap());
-    }
-    tx.commit().await.unwrap();
+    let queue = SqsQueue::create(&sqs).await;
+    let relayed = queue
+        .relay_three(&postgres, &format!("sqs://us-east-1?endpoint={sqs}"))
+        .await;
+    assert_eq!(relayed.received, relayed.expected);
+    assert_eq!(relayed.pending, 0);
+}
 
-    let broker = format!("sqs://us-east-1?endpoint={sqs}");
-    let mut relay = idem_command()
-        .args(["relay", "--store", &postgres, "--broker", &broker])
-        .args(["--outbox-schema", schema.name(), "--poll-interval", "100ms"])
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        // Nothing from the machine's own AWS configuration.
-        .env("AWS_CONFIG_FILE", "/nonexistent/idem-test/config")
-        .env(
-            "AWS_SHARED_CREDENTIALS_FILE",
-            "/nonexistent/idem-test/credentials",
+/// `idem relay` to SQS over HTTPS (moto behind a TLS endpoint of the test's own): the endpoint's
+/// private CA in the broker URL is trusted; another CA is refused, with the certificate's
+/// problem in the relay's log, and the messages wait.
+#[cfg(feature = "sqs")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_process_publishes_to_sqs_over_https_trusting_the_ca_of_its_url() {
+    let postgres = require!(Postgres);
+    let sqs = require!(Sqs);
+    let dir = tempfile::tempdir().unwrap();
+    let certificates = Certificates::make(dir.path(), &["localhost", "127.0.0.1"]);
+    let front = TlsFront::start(&certificates, sqs.trim_start_matches("http://")).await;
+    let broker = |ca: &std::path::Path| {
+        format!(
+            "sqs://us-east-1?endpoint={}&cacert={}",
+            front.url(),
+            ca.display()
         )
-        .env_remove("AWS_PROFILE")
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    };
 
-    let consumer_client = client.clone();
-    let consumer = SqsConsumer::new(client, queue_url).wait_time(Duration::from_secs(1));
-    let mut received = Vec::new();
-    let deadline = std::time::Instant::now() + EVENTUALLY;
-    while received.len() < 3 && std::time::Instant::now() < deadline {
-        for message in consumer.receive().await.unwrap() {
-            received.push((
-                message.message_id().unwrap().to_owned(),
-                String::from_utf8(message.payload().to_vec()).unwrap(),
-            ));
-            message.ack().await.unwrap();
+    let queue = SqsQueue::create(&sqs).await;
+    let refused = queue
+        .relay_for(
+            &postgres,
+            &broker(&certificates.wrong_ca),
+            Duration::from_secs(3),
+        )
+        .await;
+    assert_eq!(refused.received, Vec::<(String, String)>::new());
+    assert_eq!(refused.pending, 3);
+    assert!(
+        refused.log.contains("UnknownIssuer"),
+        "no certificate problem in the relay's log:\n{}",
+        refused.log
+    );
+
+    let queue = SqsQueue::create(&sqs).await;
+    let relayed = queue
+        .relay_three(&postgres, &broker(&certificates.ca))
+        .await;
+    assert_eq!(relayed.received, relayed.expected);
+    assert_eq!(relayed.pending, 0);
+}
+
+/// What a relay to an SQS queue did: the messages the queue received (id, payload), those
+/// enqueued, the outbox's pending count after, and the relay's log.
+#[cfg(feature = "sqs")]
+struct Relayed {
+    received: Vec<(String, String)>,
+    expected: Vec<(String, String)>,
+    pending: u64,
+    log: String,
+}
+
+/// A queue of the test's own on the SQS server, created and deleted over plain HTTP.
+#[cfg(feature = "sqs")]
+struct SqsQueue {
+    client: idem_messaging::sqs::aws_sdk_sqs::Client,
+    name: String,
+    url: String,
+}
+
+#[cfg(feature = "sqs")]
+impl SqsQueue {
+    async fn create(sqs: &str) -> Self {
+        use idem_messaging::sqs::{
+            aws_sdk_sqs::{
+                Client, Config,
+                config::{BehaviorVersion, Credentials, Region},
+            },
+            http_client,
+        };
+
+        let client = Client::from_conf(
+            Config::builder()
+                .behavior_version(BehaviorVersion::latest())
+                .region(Region::new("us-east-1"))
+                .endpoint_url(sqs)
+                .credentials_provider(Credentials::new("test", "test", None, None, "idem-tests"))
+                .http_client(http_client())
+                .build(),
+        );
+        let name = idem_test_support::unique_name("idem-test-");
+        let created = client
+            .create_queue()
+            .queue_name(&name)
+            .send()
+            .await
+            .unwrap();
+        let url = created.queue_url().unwrap().to_owned();
+        Self { client, name, url }
+    }
+
+    /// Enqueues three messages to this queue in a fresh outbox and runs `idem relay --broker
+    /// broker` until the queue has them (or a minute has passed).
+    async fn relay_three(&self, postgres: &str, broker: &str) -> Relayed {
+        self.relay(postgres, broker, EVENTUALLY, true).await
+    }
+
+    /// The same, for `length` whatever arrives.
+    async fn relay_for(&self, postgres: &str, broker: &str, length: Duration) -> Relayed {
+        self.relay(postgres, broker, length, false).await
+    }
+
+    async fn relay(
+        &self,
+        postgres: &str,
+        broker: &str,
+        length: Duration,
+        until_all: bool,
+    ) -> Relayed {
+        use idem_messaging::sqs::SqsConsumer;
+
+        let schema = PgSchema::create(postgres).await;
+        let pool = sqlx::PgPool::connect(postgres).await.unwrap();
+        let outbox = PgOutbox::new(OutboxOptions::new().schema(schema.name().parse().unwrap()));
+        outbox.migrate(&pool).await.unwrap();
+        let mut tx = pool.begin().await.unwrap();
+        let mut expected = Vec::new();
+        for n in 0..3 {
+            let message = OutboxMessage::new(self.name.clone(), n.to_string());
+            let id = outbox.enqueue(&mut tx, message).await.unwrap();
+            expected.push((id.as_str().to_owned(), n.to_string()));
+        }
+        tx.commit().await.unwrap();
+
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("relay.log");
+        let mut relay = idem_command()
+            .args(["relay", "--store", postgres, "--broker", broker])
+            .args(["--outbox-schema", schema.name(), "--poll-interval", "100ms"])
+            .args(["--log-format", "text"])
+            .args(["--admin-listen", &format!("127.0.0.1:{}", free_port())])
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            // Nothing from the machine's own AWS configuration.
+            .env("AWS_CONFIG_FILE", "/nonexistent/idem-test/config")
+            .env(
+                "AWS_SHARED_CREDENTIALS_FILE",
+                "/nonexistent/idem-test/credentials",
+            )
+            .env_remove("AWS_PROFILE")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+
+        let consumer = SqsConsumer::new(self.client.clone(), self.url.clone())
+            .wait_time(Duration::from_secs(1));
+        let mut received = Vec::new();
+        let deadline = std::time::Instant::now() + length;
+        while std::time::Instant::now() < deadline && !(until_all && received.len() == 3) {
+            for message in consumer.receive().await.unwrap() {
+                received.push((
+                    message.message_id().unwrap().to_owned(),
+                    String::from_utf8(message.payload().to_vec()).unwrap(),
+                ));
+                message.ack().await.unwrap();
+            }
+        }
+        // Confirmed, then marked sent.
+        while until_all
+            && outbox.pending(&pool).await.unwrap() > 0
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let _ = relay.kill();
+        let _ = relay.wait();
+        received.sort_by(|a, b| a.1.cmp(&b.1));
+        Relayed {
+            received,
+            expected,
+            pending: outbox.pending(&pool).await.unwrap(),
+            log: std::fs::read_to_string(&log).unwrap(),
         }
     }
-    // Confirmed, then marked sent.
-    while outbox.pending(&pool).await.unwrap() > 0 && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+#[cfg(feature = "sqs")]
+impl Drop for SqsQueue {
+    fn drop(&mut self) {
+        let (client, url) = (self.client.clone(), self.url.clone());
+        // Deleted in the background: a test's runtime may be shutting down.
+        tokio::spawn(async move {
+            let _ = client.delete_queue().queue_url(url).send().await;
+        });
     }
-    let _ = relay.kill();
-    let _ = relay.wait();
-    received.sort_by(|a, b| a.1.cmp(&b.1));
-    let expected: Vec<(String, String)> = ids
-        .iter()
-        .enumerate()
-        .map(|(n, id)| (id.as_str().to_owned(), n.to_string()))
-        .collect();
-    assert_eq!(received, expected);
-    assert_eq!(outbox.pending(&pool).await.unwrap(), 0);
-    consumer_client
-        .delete_queue()
-        .queue_url(consumer.queue_url())
-        .send()
-        .await
-        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

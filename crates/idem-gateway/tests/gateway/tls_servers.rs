@@ -390,3 +390,65 @@ impl TlsNats {
         format!("tls://127.0.0.1:{}?{parameters}", self.port)
     }
 }
+
+/// A TLS endpoint of the test's own on a free loopback port, with the server certificate of a
+/// [`Certificates`], in front of a plain TCP server (moto's SQS): each connection's TLS is
+/// ended here and its bytes passed on. Stopped when dropped.
+#[cfg(feature = "sqs")]
+pub(crate) struct TlsFront {
+    port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[cfg(feature = "sqs")]
+impl TlsFront {
+    /// A front to `upstream` (`host:port`).
+    pub(crate) async fn start(certificates: &Certificates, upstream: &str) -> Self {
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+
+        let chain = CertificateDer::pem_file_iter(&certificates.cert)
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = PrivateKeyDer::from_pem_file(&certificates.key).unwrap();
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let upstream = upstream.to_owned();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (acceptor, upstream) = (acceptor.clone(), upstream.clone());
+                tokio::spawn(async move {
+                    // A client that refuses the certificate ends the handshake: nothing to pass.
+                    let Ok(mut tls) = acceptor.accept(stream).await else {
+                        return;
+                    };
+                    let Ok(mut plain) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+                });
+            }
+        });
+        Self { port, task }
+    }
+
+    /// `https://127.0.0.1:PORT`.
+    pub(crate) fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+}
+
+#[cfg(feature = "sqs")]
+impl Drop for TlsFront {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

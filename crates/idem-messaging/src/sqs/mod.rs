@@ -93,11 +93,25 @@ pub fn config_loader() -> ConfigLoader {
 /// The HTTP client of [`config_loader`]: HTTPS through rustls on the *ring* provider, trusting
 /// the system's roots. Give it to an `aws_sdk_sqs::Config` built by hand.
 pub fn http_client() -> aws_sdk_sqs::config::SharedHttpClient {
-    aws_smithy_http_client::Builder::new()
-        .tls_provider(tls::Provider::Rustls(
-            tls::rustls_provider::CryptoMode::Ring,
-        ))
-        .build_https()
+    https_client(None)
+}
+
+/// [`http_client`], trusting the CA certificates of `ca` (PEM) besides the system's roots.
+fn https_client(ca: Option<Vec<u8>>) -> aws_sdk_sqs::config::SharedHttpClient {
+    let builder = aws_smithy_http_client::Builder::new().tls_provider(tls::Provider::Rustls(
+        tls::rustls_provider::CryptoMode::Ring,
+    ));
+    match ca {
+        Some(pem) => {
+            let trust = tls::TrustStore::default().with_pem_certificate(pem);
+            let context = tls::TlsContext::builder()
+                .with_trust_store(trust)
+                .build()
+                .expect("a TLS context over a trust store builds");
+            builder.tls_context(context).build_https()
+        }
+        None => builder.build_https(),
+    }
 }
 
 /// Whether `queue` (a name or a URL) names a FIFO queue: its name ends in `.fifo`.

@@ -2,6 +2,7 @@
 
 use std::{collections::HashMap, fmt, ops::Range, sync::Mutex};
 
+use aws_config::BehaviorVersion;
 use aws_sdk_sqs::{
     Client,
     operation::send_message_batch::SendMessageBatchOutput,
@@ -15,7 +16,9 @@ use super::{
     error::{classify, is_rejection, reason, spread},
     is_fifo,
 };
-use crate::{Confirmations, Envelope, PublishError, Publisher};
+use crate::{
+    Confirmations, Envelope, PublishError, Publisher, broker::unreachable, sqs::url::SqsUrl,
+};
 
 /// The most entries SQS takes in one `SendMessageBatch`.
 const MAX_ENTRIES: usize = 10;
@@ -54,16 +57,9 @@ const MAX_QUEUE_URLS: usize = 1024;
 /// ```
 pub struct SqsPublisher {
     client: OnceCell<Client>,
-    settings: Option<Settings>,
+    /// Where a publisher built from a URL gets its client.
+    settings: Option<SqsUrl>,
     queue_urls: Mutex<HashMap<String, String>>,
-}
-
-/// Where a publisher built from a URL gets its client.
-#[derive(Debug)]
-struct Settings {
-    region: String,
-    endpoint: Option<String>,
-    profile: Option<String>,
 }
 
 impl SqsPublisher {
@@ -76,37 +72,44 @@ impl SqsPublisher {
         }
     }
 
-    /// A publisher to `region`, through `endpoint` when given (an SQS-compatible server), with
-    /// the credentials of `profile` or of the usual chain. Loads its configuration on the first
-    /// batch.
-    pub(crate) fn lazy(region: String, endpoint: Option<String>, profile: Option<String>) -> Self {
+    /// A publisher to `url`'s region, through its endpoint when given (an SQS-compatible
+    /// server), with the credentials of its profile or of the usual chain, trusting its CA
+    /// file besides the system's roots. Loads its configuration on the first batch; a CA file
+    /// that cannot be read fails that batch, and the next tries again.
+    pub(crate) fn lazy(url: SqsUrl) -> Self {
         Self {
             client: OnceCell::new(),
-            settings: Some(Settings {
-                region,
-                endpoint,
-                profile,
-            }),
+            settings: Some(url),
             queue_urls: Mutex::new(HashMap::new()),
         }
     }
 
-    async fn client(&self) -> &Client {
+    async fn client(&self) -> Result<&Client, PublishError> {
         self.client
-            .get_or_init(|| async {
-                let settings = self
+            .get_or_try_init(|| async {
+                let url = self
                     .settings
                     .as_ref()
                     .expect("a publisher without a client has settings");
-                let mut loader = super::config_loader()
-                    .region(aws_sdk_sqs::config::Region::new(settings.region.clone()));
-                if let Some(endpoint) = &settings.endpoint {
+                let ca = match &url.ca {
+                    Some(path) => Some(tokio::fs::read(path).await.map_err(|error| {
+                        PublishError::unavailable(format!(
+                            "cannot read the CA file {}: {error}",
+                            path.display()
+                        ))
+                    })?),
+                    None => None,
+                };
+                let mut loader = aws_config::defaults(BehaviorVersion::latest())
+                    .http_client(super::https_client(ca))
+                    .region(aws_sdk_sqs::config::Region::new(url.region.clone()));
+                if let Some(endpoint) = &url.endpoint {
                     loader = loader.endpoint_url(endpoint);
                 }
-                if let Some(profile) = &settings.profile {
+                if let Some(profile) = &url.profile {
                     loader = loader.profile_name(profile);
                 }
-                Client::new(&loader.load().await)
+                Ok(Client::new(&loader.load().await))
             })
             .await
     }
@@ -383,7 +386,10 @@ fn answers(ids: &[String], output: &SendMessageBatchOutput) -> Vec<Answer> {
 
 impl Publisher for SqsPublisher {
     async fn publish_batch(&self, batch: &[Envelope]) -> Confirmations {
-        let client = self.client().await;
+        let client = match self.client().await {
+            Ok(client) => client,
+            Err(error) => return unreachable(batch, "cannot set up the SQS client", error),
+        };
         let mut outcomes: Vec<Option<Result<(), PublishError>>> =
             std::iter::repeat_with(|| None).take(batch.len()).collect();
         // The messages of each queue, in the batch's order.

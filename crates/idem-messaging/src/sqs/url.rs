@@ -1,5 +1,7 @@
-//! [`SqsUrl`]: an Amazon SQS URL (`sqs://REGION[?endpoint=URL&profile=NAME]`), as
+//! [`SqsUrl`]: an Amazon SQS URL (`sqs://REGION[?endpoint=URL&profile=NAME&cacert=PATH]`), as
 //! [`BrokerUrl`](crate::BrokerUrl) takes it.
+
+use std::path::PathBuf;
 
 use crate::{
     BoxPublisher,
@@ -9,15 +11,17 @@ use crate::{
 use super::SqsPublisher;
 
 /// The parameters an SQS URL takes, as an error says them.
-const KNOWN: &str = "takes endpoint and profile";
+const KNOWN: &str = "takes endpoint, profile and cacert";
 
 /// Where an `sqs://` URL sends: a region, and maybe an endpoint (an SQS-compatible server, a VPC
-/// endpoint) and a profile of the AWS configuration files to take the credentials from.
+/// endpoint), a profile of the AWS configuration files to take the credentials from, and the CA
+/// certificates (PEM) to trust for the endpoint besides the system's roots.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SqsUrl {
-    region: String,
-    endpoint: Option<String>,
-    profile: Option<String>,
+    pub(super) region: String,
+    pub(super) endpoint: Option<String>,
+    pub(super) profile: Option<String>,
+    pub(super) ca: Option<PathBuf>,
 }
 
 impl SqsUrl {
@@ -38,12 +42,15 @@ impl SqsUrl {
             region: region.to_owned(),
             endpoint: None,
             profile: None,
+            ca: None,
         };
+        let mut ca = None;
         for parameter in parameters {
             let value = parameter.value;
             let (name, slot): (&'static str, _) = match parameter.name {
                 "endpoint" => ("endpoint", &mut target.endpoint),
                 "profile" => ("profile", &mut target.profile),
+                "cacert" => ("cacert", &mut ca),
                 _ => {
                     return Err(InvalidBrokerUrl::UnknownParameter {
                         name: parameter.name.to_owned(),
@@ -72,17 +79,14 @@ impl SqsUrl {
                 });
             }
         }
+        target.ca = ca.map(PathBuf::from);
         Ok(target)
     }
 
-    /// A publisher to this region: the destination is the queue. Loads its configuration on its
-    /// first batch.
+    /// A publisher to this region: the destination is the queue. Loads its configuration (and
+    /// reads the CA file) on its first batch.
     pub(crate) fn publisher(&self) -> BoxPublisher {
-        BoxPublisher::new(SqsPublisher::lazy(
-            self.region.clone(),
-            self.endpoint.clone(),
-            self.profile.clone(),
-        ))
+        BoxPublisher::new(SqsPublisher::lazy(self.clone()))
     }
 }
 
@@ -98,22 +102,22 @@ mod tests {
             Ok(SqsUrl {
                 region: "eu-west-1".into(),
                 endpoint: None,
-                profile: None
+                profile: None,
+                ca: None
             })
         );
-        let given = "sqs://us-east-1?endpoint=http://127.0.0.1:9324&profile=relay";
+        let given =
+            "sqs://us-east-1?endpoint=https://sqs.internal:9324&profile=relay&cacert=/etc/ca.pem";
         assert_eq!(
             SqsUrl::parse(given.strip_prefix("sqs://").unwrap()),
             Ok(SqsUrl {
                 region: "us-east-1".into(),
-                endpoint: Some("http://127.0.0.1:9324".into()),
-                profile: Some("relay".into())
+                endpoint: Some("https://sqs.internal:9324".into()),
+                profile: Some("relay".into()),
+                ca: Some("/etc/ca.pem".into())
             })
         );
-        assert_eq!(
-            given.parse::<BrokerUrl>().unwrap().to_string(),
-            "sqs://us-east-1?endpoint=http://127.0.0.1:9324&profile=relay"
-        );
+        assert_eq!(given.parse::<BrokerUrl>().unwrap().to_string(), given);
     }
 
     #[test]
@@ -129,7 +133,7 @@ mod tests {
         );
         assert_eq!(
             error("sqs://us-east-1?queue=q"),
-            "unknown parameter `queue` in the broker URL (takes endpoint and profile)"
+            "unknown parameter `queue` in the broker URL (takes endpoint, profile and cacert)"
         );
         assert_eq!(
             error("sqs://us-east-1?endpoint=127.0.0.1:9324"),
