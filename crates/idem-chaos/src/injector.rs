@@ -305,9 +305,11 @@ impl Servers<'_> {
 
     async fn restart(&mut self, gateway: GatewayId) -> Result<(), Error> {
         let give_up = tokio::time::Instant::now() + RESTART_FOR;
-        // A gateway exits when it cannot open its store: on SQLite, while a gateway stopped
-        // inside a write transaction holds the file's lock past the busy timeout; on a server,
-        // while a partition cuts the gateway from it. It is started again, as a supervisor would.
+        // A gateway exits when its store fails it at start other than by refusing the connection
+        // (which it waits out, not ready): on SQLite, while a gateway stopped inside a write
+        // transaction holds the file's lock past the busy timeout; on a server, while a
+        // partition's proxy cuts each connection it opens. It is started again, as a supervisor
+        // would.
         while let Err(error) = self.gateways[usize::from(gateway.0)].restart().await {
             if tokio::time::Instant::now() > give_up || !matches!(error, Error::Exited { .. }) {
                 return Err(error);
