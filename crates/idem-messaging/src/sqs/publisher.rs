@@ -17,7 +17,8 @@ use super::{
     is_fifo,
 };
 use crate::{
-    Confirmations, Envelope, PublishError, Publisher, broker::unreachable, sqs::url::SqsUrl,
+    BoxPublisher, Confirmations, Envelope, PublishError, Publisher, broker::unreachable,
+    sqs::url::SqsUrl,
 };
 
 /// The most entries SQS takes in one `SendMessageBatch`.
@@ -60,6 +61,14 @@ pub struct SqsPublisher {
     /// Where a publisher built from a URL gets its client.
     settings: Option<SqsUrl>,
     queue_urls: Mutex<HashMap<String, String>>,
+}
+
+impl SqsUrl {
+    /// A publisher to this region: the destination is the queue. Loads its configuration (and
+    /// reads the CA file) on its first batch.
+    pub(crate) fn publisher(&self) -> BoxPublisher {
+        BoxPublisher::new(SqsPublisher::lazy(self.clone()))
+    }
 }
 
 impl SqsPublisher {

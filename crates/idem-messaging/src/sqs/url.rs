@@ -3,12 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::{
-    BoxPublisher,
-    broker::{InvalidBrokerUrl, split_query},
-};
-
-use super::SqsPublisher;
+use crate::broker::{InvalidBrokerUrl, split_query};
 
 /// The parameters an SQS URL takes, as an error says them.
 const KNOWN: &str = "takes endpoint, profile and cacert";
@@ -81,12 +76,6 @@ impl SqsUrl {
         }
         target.ca = ca.map(PathBuf::from);
         Ok(target)
-    }
-
-    /// A publisher to this region: the destination is the queue. Loads its configuration (and
-    /// reads the CA file) on its first batch.
-    pub(crate) fn publisher(&self) -> BoxPublisher {
-        BoxPublisher::new(SqsPublisher::lazy(self.clone()))
     }
 }
 
