@@ -22,7 +22,7 @@ use sqlx::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{unreachable, warn_if_downgradable};
+use crate::store::{RetryWaits, unreachable, warn_if_downgradable};
 
 /// How long a statement waits for a connection; at start, how long the database may take to
 /// answer before the process gives up.
@@ -209,11 +209,6 @@ impl RelayProcess {
     }
 }
 
-/// The first wait before a database that cannot be reached is tried again, doubled after each
-/// failure, and the longest.
-const FIRST_RETRY: Duration = Duration::from_millis(100);
-const MAX_RETRY: Duration = Duration::from_secs(5);
-
 /// `connect()`'s pool, tried again while the database cannot be reached, or `None` once `stop` is
 /// cancelled first. A database that answers and refuses is an error at once.
 async fn until_reached<P, F>(
@@ -223,8 +218,9 @@ async fn until_reached<P, F>(
 where
     F: Future<Output = Result<P, sqlx::Error>>,
 {
-    let mut wait = FIRST_RETRY;
+    let mut waits = RetryWaits::new();
     loop {
+        let wait = waits.next_wait();
         match connect().await {
             Ok(pool) => return Ok(Some(pool)),
             Err(error) if unreachable(&error) => {
@@ -240,7 +236,6 @@ where
             () = stop.cancelled() => return Ok(None),
             () = tokio::time::sleep(wait) => {}
         }
-        wait = (wait * 2).min(MAX_RETRY);
     }
 }
 

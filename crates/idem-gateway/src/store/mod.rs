@@ -17,6 +17,6 @@ pub use self::url::{MemoryUrl, PLAINTEXT_ACCEPTED, Sealing, StoreUrl};
 pub(crate) use self::{
     instrumented::{GatewayStore, InstrumentedStore, STORE_DURATION},
     latency_window::LatencyWindow,
-    pending::{PendingStore, unreachable},
+    pending::{PendingStore, RetryWaits, unreachable},
     tls::warn_if_downgradable,
 };

@@ -26,10 +26,29 @@ use idem_core::{
 use super::{Sealing, StoreUrl};
 use crate::Error;
 
-/// The first wait before the store is opened again, doubled after each failure.
+/// The first wait before a store or database that cannot be reached is tried again, doubled
+/// after each failure.
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 /// The longest wait between two attempts.
 const MAX_RETRY: Duration = Duration::from_secs(5);
+
+/// The waits between attempts to reach what cannot be reached yet: 100 ms, then twice the last,
+/// at most 5 s. The gateway's store at start and the relay's outbox database both wait so.
+#[derive(Debug)]
+pub(crate) struct RetryWaits(Duration);
+
+impl RetryWaits {
+    pub(crate) fn new() -> Self {
+        Self(FIRST_RETRY)
+    }
+
+    /// The wait before the next attempt.
+    pub(crate) fn next_wait(&mut self) -> Duration {
+        let wait = self.0;
+        self.0 = (wait * 2).min(MAX_RETRY);
+        wait
+    }
+}
 
 /// A store being opened in the background: unavailable until it is.
 #[derive(Debug, Clone)]
@@ -72,9 +91,9 @@ impl PendingStore {
 
 /// Opens `url` until it opens, or until the [`PendingStore`] is gone.
 async fn keep_opening(url: StoreUrl, ring: Option<Sealing>, opened: Weak<OnceLock<DynStore>>) {
-    let mut wait = FIRST_RETRY;
+    let mut waits = RetryWaits::new();
     loop {
-        tokio::time::sleep(wait).await;
+        tokio::time::sleep(waits.next_wait()).await;
         let Some(slot) = opened.upgrade() else {
             return;
         };
@@ -97,7 +116,6 @@ async fn keep_opening(url: StoreUrl, ring: Option<Sealing>, opened: Weak<OnceLoc
                 );
             }
         }
-        wait = (wait * 2).min(MAX_RETRY);
     }
 }
 
@@ -198,6 +216,13 @@ impl Store for PendingStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_waits_double_from_100_ms_up_to_5_s() {
+        let mut waits = RetryWaits::new();
+        let millis: Vec<u128> = (0..9).map(|_| waits.next_wait().as_millis()).collect();
+        assert_eq!(millis, [100, 200, 400, 800, 1600, 3200, 5000, 5000, 5000]);
+    }
 
     #[test]
     fn a_refused_connection_is_unreachable_and_a_refusal_is_not() {
