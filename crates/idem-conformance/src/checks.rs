@@ -5,8 +5,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use idem_core::{
     Acquisition, Address, Census, FencingToken, Fingerprint, IdempotencyKey, Lease, ListCursor,
-    ListQuery, Listed, Outcome, RecordState, Scope, StateFilter, Store, StoreError, StoredResponse,
-    Terms, Timestamp,
+    ListQuery, Listed, ManualClock, Outcome, RecordState, Scope, StateFilter, Store, StoreError,
+    StoredResponse, Terms, Timestamp,
+    sealing::{DEFAULT_CLOCK_SKEW, KeyRing, Sealed},
 };
 
 use crate::Subject;
@@ -800,4 +801,105 @@ pub async fn census_counts_live_records_by_state(subject: &impl Subject) {
     // Past the TTL every record has expired, purged or not.
     subject.advance(TTL + LEASE).await;
     assert_eq!(store.census().await.unwrap(), Census::default());
+}
+
+/// A sealed outcome is bound to everything a replay reads. A store writer who holds no key
+/// rewrites a record's fingerprint, token or expiry (here through the store itself: forget, then
+/// acquire and complete again with the sealed outcome copied, which every store allows) and the
+/// record is refused, never replayed nor executed again.
+pub async fn sealed_outcomes_are_bound_to_what_replays_read(subject: &impl Subject) {
+    let inner = subject.store();
+    let clock = ManualClock::default();
+    let store =
+        Sealed::new(inner.clone(), KeyRing::single("bound", [5; 32])).with_clock(clock.clone());
+    let sealed = |key: &'static str| {
+        let (store, inner) = (store.clone(), inner.clone());
+        async move {
+            let address = address(key);
+            let lease = acquired(&store, &address, &fingerprint(1)).await;
+            store
+                .complete(&address, lease.token, &response(1).into(), TTL)
+                .await
+                .unwrap();
+            let Some(RecordState::Completed { token, outcome, .. }) = inner
+                .get(&address)
+                .await
+                .unwrap()
+                .map(|record| record.state)
+            else {
+                panic!("{key} is completed");
+            };
+            (address, token, outcome)
+        }
+    };
+
+    // The fingerprint: another request body would be answered with this outcome.
+    let (moved, _, outcome) = sealed("bound-fingerprint").await;
+    rewrite(&inner, &moved, &fingerprint(2), &outcome, TTL).await;
+    assert_eq!(
+        corruption(store.acquire(&moved, &fingerprint(2), TERMS).await),
+        "the record sealed with key `bound` does not open: it was altered or copied from another address"
+    );
+
+    // The token: the record read whole names the execution that sealed its outcome.
+    let (relabelled, sealed_token, outcome) = sealed("bound-token").await;
+    let token = rewrite(&inner, &relabelled, &fingerprint(1), &outcome, TTL).await;
+    assert!(token > sealed_token);
+    assert_eq!(
+        corruption(store.get(&relabelled).await.map(|_| Acquisition::Mismatch)),
+        format!(
+            "the record's fencing token {} is not the token {} its outcome was sealed with",
+            token.get(),
+            sealed_token.get()
+        )
+    );
+
+    // The expiry: kept past its TTL by the store writer, refused once the sealed expiry and the
+    // allowed clock skew have passed; the record left alone expires with the store's clock.
+    let (kept, _, outcome) = sealed("bound-expiry").await;
+    let (left, _, _) = sealed("bound-expiry-control").await;
+    rewrite(&inner, &kept, &fingerprint(1), &outcome, TTL * 1000).await;
+    subject.advance(TTL + DEFAULT_CLOCK_SKEW).await;
+    clock.advance(TTL + DEFAULT_CLOCK_SKEW);
+    assert!(matches!(
+        store.acquire(&left, &fingerprint(1), TERMS).await,
+        Ok(Acquisition::Acquired(_))
+    ));
+    assert_eq!(
+        store.acquire(&kept, &fingerprint(1), TERMS).await.unwrap(),
+        Acquisition::Completed(response(1).into()),
+        "within the allowed clock skew"
+    );
+    subject.advance(Duration::from_millis(1)).await;
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(
+        corruption(store.acquire(&kept, &fingerprint(1), TERMS).await),
+        "the record is served 1ms past the expiry it was sealed with"
+    );
+}
+
+/// Writes `outcome` at `address` under `fingerprint`, as whoever can write to the store could:
+/// forgets the record, acquires it again and completes it. Returns the new token.
+async fn rewrite<S: Store>(
+    store: &S,
+    address: &Address,
+    fingerprint: &Fingerprint,
+    outcome: &Outcome,
+    ttl: Duration,
+) -> FencingToken {
+    assert!(store.forget(address).await.unwrap());
+    let lease = acquired(store, address, fingerprint).await;
+    store
+        .complete(address, lease.token, outcome, ttl)
+        .await
+        .unwrap();
+    lease.token
+}
+
+/// The message of the [`StoreError::Corrupted`] that `result` must be.
+fn corruption(result: Result<Acquisition, StoreError>) -> String {
+    match result {
+        Err(StoreError::Corrupted(source)) => source.to_string(),
+        other => panic!("expected Corrupted, got {other:?}"),
+    }
 }

@@ -18,7 +18,8 @@ async fn subject() -> ManualSubject<Sealed<Arc<MemoryStore>>> {
         store: Sealed::new(
             Arc::new(MemoryStore::with_clock(clock.clone())),
             KeyRing::single("conformance", [9; 32]),
-        ),
+        )
+        .with_clock(clock.clone()),
         clock,
     }
 }

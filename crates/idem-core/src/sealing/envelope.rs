@@ -5,29 +5,50 @@
 //!
 //! ```text
 //! 0xff "idem-sealed"     magic (0xff: never the start of a UTF-8 text body)
-//! u8 1                   version
+//! u8 2                   version
 //! u8 n, n bytes          key id
+//! u64, big-endian        the fencing token of the execution that completed the record
+//! u64, big-endian        the sealed expiry: the sealer's clock at completion plus the TTL, in
+//!                        milliseconds since the Unix epoch
 //! 24 bytes               XChaCha20 nonce, random
 //! …                      the outcome's encoding (`codec.rs`), encrypted
 //! 16 bytes               Poly1305 tag
 //! ```
 //!
-//! The associated data is the record's address (scope, then the key length-prefixed) and the key
-//! id, so a sealed body moved to another address, or relabelled with another key id, does not
-//! open.
+//! The associated data binds everything a replay decision reads: the record's address (scope,
+//! then the key length-prefixed), the key id, the fingerprint of the request that ran, the
+//! state (completed), the fencing token and the sealed expiry. A sealed body moved to another
+//! address, relabelled with another key id, or left under a fingerprint, token or expiry that a
+//! store writer changed does not open, or opens only to be refused (see [`Sealed`]).
+//!
+//! Version 1 (written by earlier builds) has neither token nor expiry, and its associated data is
+//! the address and key id alone; such records still open, bound to their address, until they age
+//! out within their TTL.
+//!
+//! [`Sealed`]: crate::sealing::Sealed
+
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use chacha20poly1305::{AeadInOut, XNonce};
 
 use crate::{
-    Address, DecodeError, MAX_KEY_LEN, Outcome, StoredResponse,
+    Address, DecodeError, FencingToken, Fingerprint, MAX_KEY_LEN, Outcome, StoredResponse,
+    Timestamp,
     sealing::key_ring::{KeyRing, MAX_KEY_ID_LEN},
 };
 
 const MAGIC: &[u8; 12] = b"\xffidem-sealed";
-const VERSION: u8 = 1;
+/// The version written: 2 binds fingerprint, state, token and expiry; 1 the address alone.
+const VERSION: u8 = 2;
+const VERSION_ADDRESS_ONLY: u8 = 1;
 const NONCE_LEN: usize = 24;
 const TAG_LEN: usize = 16;
+/// The fencing token and the sealed expiry, in a version 2 body.
+const BINDING_LEN: usize = 16;
+/// The state a sealed outcome is bound to. Only completed records hold an outcome; the byte keeps
+/// the associated data unambiguous should another state ever hold one.
+const COMPLETED: u8 = b'c';
 /// The status a sealed response carries; a store never looks at it, and a sealed record replayed
 /// by a front end that does not open it (sealing turned off too early) is at least an error.
 const STATUS: u16 = 500;
@@ -49,13 +70,32 @@ pub enum SealingError {
         /// The id found in the record (lossily decoded).
         id: String,
     },
-    /// The record does not open with its key: it was altered, or copied from another address.
+    /// The record does not open with its key: its response, fingerprint, token or sealed expiry
+    /// was altered, or it was copied from another address.
     #[error(
         "the record sealed with key `{id}` does not open: it was altered or copied from another address"
     )]
     Inauthentic {
         /// The key id.
         id: String,
+    },
+    /// The record opened, but its fencing token is not the one its outcome was sealed with: the
+    /// token was altered, or an older outcome of the address was put back.
+    #[error(
+        "the record's fencing token {record} is not the token {sealed} its outcome was sealed with"
+    )]
+    TokenMismatch {
+        /// The token sealed with the outcome.
+        sealed: u64,
+        /// The token the record holds.
+        record: u64,
+    },
+    /// The record opened, but is still served past the expiry it was sealed with (beyond the
+    /// allowed clock skew): its expiry was extended in the store.
+    #[error("the record is served {overdue:?} past the expiry it was sealed with")]
+    Outlived {
+        /// How long past the sealed expiry (and the allowed clock skew) it was read.
+        overdue: Duration,
     },
     /// The sealed body is shorter than its framing, or its key id is not valid.
     #[error("the sealed record is truncated")]
@@ -80,11 +120,31 @@ pub fn is_sealed(response: &StoredResponse) -> bool {
         && response.body.starts_with(MAGIC)
 }
 
-/// Seals `outcome` for `address` with the ring's first key: one allocation for the sealed body,
-/// encrypted in place.
+/// What a sealed outcome is bound to besides its address and key id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Binding {
+    /// The fingerprint of the request that ran.
+    pub(crate) fingerprint: Fingerprint,
+    /// The fencing token of the execution that completed the record.
+    pub(crate) token: FencingToken,
+    /// The sealer's clock at completion plus the TTL.
+    pub(crate) expires: Timestamp,
+}
+
+/// An opened outcome, with what its envelope says of the execution that sealed it.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    pub(crate) outcome: Outcome,
+    /// The sealed token and expiry; `None` for a version 1 record, bound to its address alone.
+    pub(crate) sealed: Option<(FencingToken, Timestamp)>,
+}
+
+/// Seals `outcome` for `address` with the ring's first key, bound to `binding`: one allocation
+/// for the sealed body, encrypted in place.
 pub(crate) fn seal(
     ring: &KeyRing,
     address: &Address,
+    binding: &Binding,
     outcome: &Outcome,
 ) -> Result<StoredResponse, SealingError> {
     let key = ring.sealing_key();
@@ -93,11 +153,15 @@ pub(crate) fn seal(
     getrandom::fill(&mut nonce).map_err(SealingError::Random)?;
 
     let plain_len = outcome.encoded_len();
-    let mut body = Vec::with_capacity(MAGIC.len() + 2 + id.len() + NONCE_LEN + plain_len + TAG_LEN);
+    let mut body = Vec::with_capacity(
+        MAGIC.len() + 2 + id.len() + BINDING_LEN + NONCE_LEN + plain_len + TAG_LEN,
+    );
     body.extend_from_slice(MAGIC);
     body.push(VERSION);
     body.push(id.len() as u8); // Ids are at most 64 bytes (`KeyRing` checks).
     body.extend_from_slice(id);
+    body.extend_from_slice(&binding.token.get().to_be_bytes());
+    body.extend_from_slice(&binding.expires.as_millis().to_be_bytes());
     body.extend_from_slice(&nonce);
     let start = body.len();
     outcome.encode_into(&mut body);
@@ -105,7 +169,7 @@ pub(crate) fn seal(
         .cipher
         .encrypt_inout_detached(
             &XNonce::from(nonce),
-            AssociatedData::new(address, id).as_bytes(),
+            AssociatedData::new(address, id, Some(binding)).as_bytes(),
             (&mut body[start..]).into(),
         )
         .map_err(|_| SealingError::TooLarge)?;
@@ -118,31 +182,46 @@ pub(crate) fn seal(
     })
 }
 
-/// Opens a sealed outcome stored at `address`. The caller has checked [`is_sealed`].
+/// Opens a sealed outcome stored at `address` for a request with `fingerprint`. The caller has
+/// checked [`is_sealed`], and checks the sealed token and expiry it returns.
 pub(crate) fn open(
     ring: &KeyRing,
     address: &Address,
+    fingerprint: &Fingerprint,
     sealed: StoredResponse,
-) -> Result<Outcome, SealingError> {
+) -> Result<Opened, SealingError> {
     let body = &sealed.body[MAGIC.len()..];
     let (&version, body) = body.split_first().ok_or(SealingError::Truncated)?;
-    if version != VERSION {
-        return Err(SealingError::UnsupportedVersion(version));
-    }
+    let binding_len = match version {
+        VERSION => BINDING_LEN,
+        VERSION_ADDRESS_ONLY => 0,
+        other => return Err(SealingError::UnsupportedVersion(other)),
+    };
     let (&id_len, body) = body.split_first().ok_or(SealingError::Truncated)?;
     let id_len = usize::from(id_len);
-    if id_len > MAX_KEY_ID_LEN || body.len() < id_len + NONCE_LEN + TAG_LEN {
+    if id_len > MAX_KEY_ID_LEN || body.len() < id_len + binding_len + NONCE_LEN + TAG_LEN {
         return Err(SealingError::Truncated);
     }
     let (id, body) = body.split_at(id_len);
+    let (binding, body) = body.split_at(binding_len);
     let (nonce, _) = body.split_at(NONCE_LEN);
     let key = ring.find(id).ok_or_else(|| SealingError::UnknownKey {
         id: String::from_utf8_lossy(id).into_owned(),
     })?;
     let nonce = XNonce::try_from(nonce).expect("24 bytes");
-    let aad = AssociatedData::new(address, id);
+    let binding = (binding_len == BINDING_LEN).then(|| {
+        let (token, expires) = binding.split_at(8);
+        Binding {
+            fingerprint: *fingerprint,
+            token: FencingToken::new(u64::from_be_bytes(token.try_into().expect("8 bytes"))),
+            expires: Timestamp::from_millis(u64::from_be_bytes(
+                expires.try_into().expect("8 bytes"),
+            )),
+        }
+    });
+    let aad = AssociatedData::new(address, id, binding.as_ref());
 
-    let start = MAGIC.len() + 2 + id_len + NONCE_LEN;
+    let start = MAGIC.len() + 2 + id_len + binding_len + NONCE_LEN;
     // Decrypted in place: in the body itself when the store handed over the only reference
     // (the usual case), in a copy otherwise.
     let mut buffer = sealed
@@ -157,31 +236,47 @@ pub(crate) fn open(
         .map_err(|_| SealingError::Inauthentic {
             id: key.id.to_string(),
         })?;
-    Ok(Outcome::decode(message)?)
+    Ok(Opened {
+        outcome: Outcome::decode(message)?,
+        sealed: binding.map(|binding| (binding.token, binding.expires)),
+    })
 }
 
-/// The associated data of a record, on the stack: scope, key length, key, id length, id.
+/// The length of the longest associated data: scope, key length, key, id length, id, then
+/// fingerprint, state, token and expiry.
+const AAD_MAX_LEN: usize = 32 + 1 + MAX_KEY_LEN + 1 + MAX_KEY_ID_LEN + 32 + 1 + BINDING_LEN;
+
+/// The associated data of a record, on the stack.
 struct AssociatedData {
-    bytes: [u8; 32 + 1 + MAX_KEY_LEN + 1 + MAX_KEY_ID_LEN],
+    bytes: [u8; AAD_MAX_LEN],
     len: usize,
 }
 
 impl AssociatedData {
-    fn new(address: &Address, id: &[u8]) -> Self {
+    /// The data for a version 2 record with `binding`, or a version 1 record without.
+    fn new(address: &Address, id: &[u8], binding: Option<&Binding>) -> Self {
         let key = address.key.as_str().as_bytes();
-        let mut bytes = [0; 32 + 1 + MAX_KEY_LEN + 1 + MAX_KEY_ID_LEN];
-        let mut len = 0;
-        for part in [
-            address.scope.as_bytes().as_slice(),
-            &[key.len() as u8], // Keys are at most 255 bytes (`IdempotencyKey` checks).
-            key,
-            &[id.len() as u8],
-            id,
-        ] {
-            bytes[len..len + part.len()].copy_from_slice(part);
-            len += part.len();
+        let mut data = Self {
+            bytes: [0; AAD_MAX_LEN],
+            len: 0,
+        };
+        data.push(address.scope.as_bytes());
+        data.push(&[key.len() as u8]); // Keys are at most 255 bytes (`IdempotencyKey` checks).
+        data.push(key);
+        data.push(&[id.len() as u8]);
+        data.push(id);
+        if let Some(binding) = binding {
+            data.push(binding.fingerprint.as_bytes());
+            data.push(&[COMPLETED]);
+            data.push(&binding.token.get().to_be_bytes());
+            data.push(&binding.expires.as_millis().to_be_bytes());
         }
-        Self { bytes, len }
+        data
+    }
+
+    fn push(&mut self, part: &[u8]) {
+        self.bytes[self.len..self.len + part.len()].copy_from_slice(part);
+        self.len += part.len();
     }
 
     fn as_bytes(&self) -> &[u8] {

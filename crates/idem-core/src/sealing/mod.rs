@@ -1,8 +1,9 @@
 //! Stored outcomes protected at rest: [`Sealed`] encrypts them under a rotating [`KeyRing`].
 //!
 //! Behind the `sealing` cargo feature. Responses are sealed with XChaCha20-Poly1305 (a random
-//! 24-byte nonce per record, so random nonces never collide in practice) with the record's address
-//! and the key id as associated data. The sealed form is a
+//! 24-byte nonce per record, so random nonces never collide in practice) with the record's address,
+//! the key id, the request's fingerprint, the fencing token and a sealed expiry as associated
+//! data. The sealed form is a
 //! [`StoredResponse`](crate::StoredResponse), so every store holds it unchanged; its layout is
 //! described in the source of the `envelope` module.
 //!
@@ -25,4 +26,4 @@ mod tests;
 
 pub use envelope::{SealingError, is_sealed};
 pub use key_ring::{KEY_LEN, KeyRing, KeyRingError, MAX_KEY_ID_LEN};
-pub use sealed::Sealed;
+pub use sealed::{DEFAULT_CLOCK_SKEW, Sealed};

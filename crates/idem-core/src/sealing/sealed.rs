@@ -1,15 +1,29 @@
 //! [`Sealed`]: a store wrapper that keeps stored responses encrypted.
 
-use std::{fmt, future::Future, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    fmt,
+    future::Future,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use crate::{
-    Acquisition, Address, Census, FencingToken, Fingerprint, ListPage, ListQuery, Outcome, Record,
-    RecordState, Store, StoreError, Terms, Timestamp,
+    Acquisition, Address, Census, Clock, FencingToken, Fingerprint, ListPage, ListQuery, Outcome,
+    Record, RecordState, Store, StoreError, SystemClock, Terms, Timestamp,
     sealing::{
         KeyRing, SealingError,
-        envelope::{self, is_sealed},
+        envelope::{self, Binding, is_sealed},
     },
 };
+
+/// Default of [`Sealed::clock_skew`]: how far the clocks of the processes sharing a store may
+/// disagree before a record served past its sealed expiry is refused.
+pub const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(300);
+
+/// How many executions in progress [`Sealed`] remembers the fingerprint of. Past it, the oldest
+/// are forgotten, and their completion reads the fingerprint back from the store.
+const MAX_HELD: usize = 65_536;
 
 /// A [`Store`] whose completed outcomes (a response's status, headers, body and trailers, or
 /// [`Outcome::Unknown`]) are sealed with XChaCha20-Poly1305 before they reach the inner store,
@@ -17,10 +31,25 @@ use crate::{
 ///
 /// What stays in clear, because the store's atomic decisions need it: the address (the scope is
 /// a hash already; SQL stores keep a digest of the key), the fingerprint, the state, the tokens
-/// and the timestamps.
+/// and the timestamps. The sealed outcome is bound to all of them:
 ///
-/// A sealed record that does not open (altered, copied to another address, sealed with a key
-/// that has left the ring) is [`StoreError::Corrupted`]: never replayed, never executed again.
+/// - to the address and the fingerprint of the request that ran: a record whose fingerprint a
+///   store writer changed (so that another request body would be answered with this outcome)
+///   does not open;
+/// - to the fencing token of the execution that completed it, checked wherever the record is
+///   read whole ([`get`](Store::get), as the admin API's key view does): a token changed, or an
+///   older outcome of the address put back, is refused;
+/// - to a sealed expiry, this process's clock at completion plus the TTL: a record still served
+///   past it (its expiry extended in the store) is refused, allowing the
+///   [`clock_skew`](Sealed::clock_skew) between the processes that share the store.
+///
+/// A replay ([`acquire`](Store::acquire)) sees the outcome but not the record's token, so an
+/// older outcome of the same request put back within its own TTL, after an operator forgot the
+/// key and it ran again, replays; [`get`](Store::get) refuses it.
+///
+/// A sealed record that does not open or is refused (altered, copied to another address, sealed
+/// with a key that has left the ring) is [`StoreError::Corrupted`]: never replayed, never
+/// executed again.
 ///
 /// A record in clear is [`StoreError::Corrupted`] by default: whoever can write to the store but
 /// holds no key could otherwise plant a response ("200, charge succeeded") for any key. For the
@@ -64,8 +93,50 @@ use crate::{
 pub struct Sealed<S> {
     inner: S,
     ring: KeyRing,
+    clock: Arc<dyn Clock>,
+    clock_skew: Duration,
+    held: Arc<Held>,
     accept_plaintext: bool,
     on_plaintext: Option<Arc<dyn Fn() + Send + Sync>>,
+}
+
+/// The fingerprints of the executions this store granted and that have not completed or released
+/// yet: what a completion binds its sealed outcome to, since [`Store::complete`] is not given it.
+struct Held {
+    fingerprints: Mutex<HashMap<(Address, FencingToken), Fingerprint>>,
+    capacity: usize,
+}
+
+impl Held {
+    fn new(capacity: usize) -> Self {
+        Self {
+            fingerprints: Mutex::default(),
+            capacity,
+        }
+    }
+
+    fn insert(&self, address: &Address, token: FencingToken, fingerprint: Fingerprint) {
+        let mut held = self.lock();
+        if held.len() >= self.capacity {
+            // An execution that never completes nor releases (its caller dropped it) would
+            // otherwise stay forever: forget one, whose completion then reads the store.
+            if let Some(any) = held.keys().next().cloned() {
+                held.remove(&any);
+            }
+        }
+        held.insert((address.clone(), token), fingerprint);
+    }
+
+    fn remove(&self, address: &Address, token: FencingToken) -> Option<Fingerprint> {
+        self.lock().remove(&(address.clone(), token))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(Address, FencingToken), Fingerprint>> {
+        // A panic under the lock leaves the map whole: each step is one insert or remove.
+        self.fingerprints
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 impl<S: fmt::Debug> fmt::Debug for Sealed<S> {
@@ -73,6 +144,7 @@ impl<S: fmt::Debug> fmt::Debug for Sealed<S> {
         f.debug_struct("Sealed")
             .field("inner", &self.inner)
             .field("ring", &self.ring)
+            .field("clock_skew", &self.clock_skew)
             .field("accept_plaintext", &self.accept_plaintext)
             .finish_non_exhaustive()
     }
@@ -84,9 +156,30 @@ impl<S> Sealed<S> {
         Self {
             inner,
             ring,
+            clock: Arc::new(SystemClock),
+            clock_skew: DEFAULT_CLOCK_SKEW,
+            held: Arc::new(Held::new(MAX_HELD)),
             accept_plaintext: false,
             on_plaintext: None,
         }
+    }
+
+    /// The clock the sealed expiry is read from and checked against (the system's by default;
+    /// tests inject a [`ManualClock`](crate::ManualClock)).
+    #[must_use]
+    pub fn with_clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// How far the clocks of the processes that share the store may disagree
+    /// ([`DEFAULT_CLOCK_SKEW`], 5 minutes, by default): a record served later than its sealed
+    /// expiry plus this is refused. The store's own clock decides when records expire; this only
+    /// catches an expiry a store writer extended.
+    #[must_use]
+    pub fn clock_skew(mut self, skew: Duration) -> Self {
+        self.clock_skew = skew;
+        self
     }
 
     /// Whether records in clear (written before sealing was on, or planted by someone without
@@ -116,10 +209,37 @@ impl<S> Sealed<S> {
         &self.ring
     }
 
-    fn open(&self, address: &Address, outcome: Outcome) -> Result<Outcome, StoreError> {
+    /// How many executions in progress this store remembers the fingerprint of.
+    #[cfg(test)]
+    pub(crate) fn held_len(&self) -> usize {
+        self.held.lock().len()
+    }
+
+    /// Remembers the fingerprints of at most `capacity` executions in progress.
+    #[cfg(test)]
+    pub(crate) fn held_capacity(mut self, capacity: usize) -> Self {
+        self.held = Arc::new(Held::new(capacity));
+        self
+    }
+
+    /// Opens the outcome of a completed record at `address`, whose request had `fingerprint` and
+    /// whose token, when the caller knows it, is `token`.
+    fn open(
+        &self,
+        address: &Address,
+        fingerprint: &Fingerprint,
+        token: Option<FencingToken>,
+        outcome: Outcome,
+    ) -> Result<Outcome, StoreError> {
         match outcome {
             Outcome::Response(sealed) if is_sealed(&sealed) => {
-                envelope::open(&self.ring, address, sealed).map_err(StoreError::corrupted)
+                let opened = envelope::open(&self.ring, address, fingerprint, sealed)
+                    .map_err(StoreError::corrupted)?;
+                if let Some((sealed_token, expires)) = opened.sealed {
+                    self.check(sealed_token, expires, token)
+                        .map_err(StoreError::corrupted)?;
+                }
+                Ok(opened.outcome)
             }
             plain if self.accept_plaintext => {
                 if let Some(count) = &self.on_plaintext {
@@ -128,6 +248,51 @@ impl<S> Sealed<S> {
                 Ok(plain)
             }
             _ => Err(StoreError::corrupted(SealingError::Plaintext)),
+        }
+    }
+
+    /// Checks an opened record's sealed token against the record's, and its sealed expiry
+    /// against the clock.
+    fn check(
+        &self,
+        sealed: FencingToken,
+        expires: Timestamp,
+        record: Option<FencingToken>,
+    ) -> Result<(), SealingError> {
+        if let Some(record) = record.filter(|record| *record != sealed) {
+            return Err(SealingError::TokenMismatch {
+                sealed: sealed.get(),
+                record: record.get(),
+            });
+        }
+        let overdue = self.clock.now().saturating_since(expires + self.clock_skew);
+        if overdue > Duration::ZERO {
+            return Err(SealingError::Outlived { overdue });
+        }
+        Ok(())
+    }
+
+    /// The fingerprint of the execution at `address` held by `token`: remembered since its
+    /// acquisition, or read back from the store when it was forgotten (or acquired through
+    /// another `Sealed`).
+    async fn fingerprint(
+        &self,
+        address: &Address,
+        token: FencingToken,
+    ) -> Result<Fingerprint, StoreError>
+    where
+        S: Store,
+    {
+        if let Some(fingerprint) = self.held.remove(address, token) {
+            return Ok(fingerprint);
+        }
+        match self.inner.get(address).await? {
+            Some(Record {
+                fingerprint,
+                state: RecordState::Processing { token: held, .. },
+                ..
+            }) if held == token => Ok(fingerprint),
+            _ => Err(StoreError::LeaseLost),
         }
     }
 }
@@ -140,8 +305,15 @@ impl<S: Store> Store for Sealed<S> {
         terms: Terms,
     ) -> Result<Acquisition, StoreError> {
         match self.inner.acquire(address, fingerprint, terms).await? {
-            Acquisition::Completed(outcome) => {
-                Ok(Acquisition::Completed(self.open(address, outcome)?))
+            Acquisition::Completed(outcome) => Ok(Acquisition::Completed(self.open(
+                address,
+                fingerprint,
+                None,
+                outcome,
+            )?)),
+            Acquisition::Acquired(lease) => {
+                self.held.insert(address, lease.token, *fingerprint);
+                Ok(Acquisition::Acquired(lease))
             }
             other => Ok(other),
         }
@@ -154,10 +326,18 @@ impl<S: Store> Store for Sealed<S> {
         outcome: &Outcome,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        let sealed = envelope::seal(&self.ring, address, outcome).map_err(|error| match error {
-            SealingError::Random(_) => StoreError::unavailable(error),
-            other => StoreError::corrupted(other),
-        })?;
+        let binding = Binding {
+            fingerprint: self.fingerprint(address, token).await?,
+            token,
+            expires: self.clock.now() + ttl,
+        };
+        let sealed =
+            envelope::seal(&self.ring, address, &binding, outcome).map_err(
+                |error| match error {
+                    SealingError::Random(_) => StoreError::unavailable(error),
+                    other => StoreError::corrupted(other),
+                },
+            )?;
         self.inner
             .complete(address, token, &Outcome::Response(sealed), ttl)
             .await
@@ -168,16 +348,21 @@ impl<S: Store> Store for Sealed<S> {
         address: &Address,
         token: FencingToken,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.held.remove(address, token);
         self.inner.release(address, token)
     }
 
-    fn renew(
+    async fn renew(
         &self,
         address: &Address,
         token: FencingToken,
         lease: Duration,
-    ) -> impl Future<Output = Result<Timestamp, StoreError>> + Send {
-        self.inner.renew(address, token, lease)
+    ) -> Result<Timestamp, StoreError> {
+        let renewed = self.inner.renew(address, token, lease).await;
+        if let Err(StoreError::LeaseLost) = renewed {
+            self.held.remove(address, token);
+        }
+        renewed
     }
 
     async fn get(&self, address: &Address) -> Result<Option<Record>, StoreError> {
@@ -191,7 +376,7 @@ impl<S: Store> Store for Sealed<S> {
                 completed_at,
             } => RecordState::Completed {
                 token,
-                outcome: self.open(address, outcome)?,
+                outcome: self.open(address, &record.fingerprint, Some(token), outcome)?,
                 completed_at,
             },
             processing => processing,

@@ -1,9 +1,12 @@
 use std::sync::Arc;
 
 use crate::{
-    Acquisition, Address, Fingerprint, MemoryStore, Outcome, Policy, RecordState, Scope, Store,
-    StoreError, StoredResponse, Terms,
-    sealing::{KeyRing, Sealed},
+    Acquisition, Address, Clock, FencingToken, Fingerprint, MemoryStore, Outcome, Policy,
+    RecordState, Scope, Store, StoreError, StoredResponse, SystemClock, Terms,
+    sealing::{
+        KeyRing, Sealed,
+        envelope::{self, Binding},
+    },
 };
 
 const KEY_A: &str = "a:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
@@ -104,10 +107,10 @@ async fn the_inner_store_holds_no_status_header_or_body_in_clear() {
             String::from_utf8_lossy(clear)
         );
     }
-    // Framing, id, nonce, the encoded response and the tag: nothing more.
+    // Framing, id, token, expiry, nonce, the encoded response and the tag: nothing more.
     assert_eq!(
         sealed.body.len(),
-        12 + 1 + 1 + 1 + 24 + response().encoded_len() + 16
+        12 + 1 + 1 + 1 + 8 + 8 + 24 + response().encoded_len() + 16
     );
 
     assert_eq!(
@@ -131,7 +134,7 @@ async fn each_seal_draws_a_new_nonce() {
     let one = held(&inner, &address("one")).await.body;
     let two = held(&inner, &address("two")).await.body;
     assert_eq!(one[..15], two[..15]);
-    assert_ne!(one[15..39], two[15..39]);
+    assert_ne!(one[31..55], two[31..55]);
 }
 
 #[tokio::test]
@@ -207,7 +210,7 @@ async fn every_altered_byte_makes_the_record_corrupted() {
     let inner = Arc::new(MemoryStore::new());
     let store = Sealed::new(inner.clone(), ring(KEY_A));
     let len = seal(&store, &address("probe")).body.len();
-    // After the magic: version, id length, id, nonce, ciphertext, tag.
+    // After the magic: version, id length, id, token, expiry, nonce, ciphertext, tag.
     for at in 12..len {
         let address = address(&format!("tampered-{at}"));
         let sealed = seal(&store, &address);
@@ -228,9 +231,15 @@ async fn every_altered_byte_makes_the_record_corrupted() {
     }
 }
 
-/// `response()` sealed for `address` with the store's ring.
+/// `response()` sealed for `address` with the store's ring, as the request that `write` and
+/// `replay` send.
 fn seal(store: &Sealed<Arc<MemoryStore>>, address: &Address) -> StoredResponse {
-    crate::sealing::envelope::seal(store.ring(), address, &response().into()).unwrap()
+    let binding = Binding {
+        fingerprint: Fingerprint::from_bytes([1; 32]),
+        token: FencingToken::new(1),
+        expires: SystemClock.now() + terms().ttl,
+    };
+    envelope::seal(store.ring(), address, &binding, &response().into()).unwrap()
 }
 
 #[tokio::test]
@@ -290,7 +299,7 @@ async fn an_unknown_outcome_is_sealed_and_opens_as_unknown() {
     assert_eq!(sealed.status, 500);
     assert_eq!(
         sealed.body.len(),
-        12 + 1 + 1 + 1 + 24 + Outcome::Unknown.encoded_len() + 16
+        12 + 1 + 1 + 1 + 8 + 8 + 24 + Outcome::Unknown.encoded_len() + 16
     );
     assert_eq!(
         replay(&store, &address).await.unwrap(),
@@ -322,5 +331,134 @@ async fn an_unknown_outcome_in_clear_is_replayed_unless_refused() {
     assert_eq!(
         corruption(replay(&store, &address).await),
         "the record is not sealed, and only sealed records are accepted"
+    );
+}
+
+#[tokio::test]
+async fn a_version_1_record_still_opens_bound_to_its_address() {
+    // Sealed by an earlier build: the address and the key id were the whole associated data.
+    // The same key and address, the same layout without token and expiry.
+    let inner = Arc::new(MemoryStore::new());
+    let store = Sealed::new(inner.clone(), ring(KEY_A));
+    let address = address("sealed-before");
+    let current = seal(&store, &address);
+    let v1 = version_1(&store, &address);
+    assert_eq!(v1.len(), current.body.len() - 16);
+    write(
+        &*inner,
+        &address,
+        &StoredResponse {
+            body: v1.into(),
+            ..current
+        },
+    )
+    .await;
+    assert_eq!(
+        replay(&store, &address).await.unwrap(),
+        Acquisition::Completed(response().into())
+    );
+    let elsewhere = self::address("sealed-before-elsewhere");
+    let copied = held(&inner, &address).await;
+    write(&*inner, &elsewhere, &copied).await;
+    assert_eq!(
+        corruption(replay(&store, &elsewhere).await),
+        "the record sealed with key `a` does not open: it was altered or copied from another address"
+    );
+}
+
+/// `response()` sealed for `address` as version 1 of the framing was.
+fn version_1(store: &Sealed<Arc<MemoryStore>>, address: &Address) -> Vec<u8> {
+    use chacha20poly1305::{AeadInOut, XNonce};
+    let key = store.ring().sealing_key();
+    let mut body = b"\xffidem-sealed\x01\x01a".to_vec();
+    let nonce = [3; 24];
+    body.extend_from_slice(&nonce);
+    let start = body.len();
+    Outcome::from(response()).encode_into(&mut body);
+    let mut aad = address.scope.as_bytes().to_vec();
+    aad.push(address.key.as_str().len() as u8);
+    aad.extend_from_slice(address.key.as_str().as_bytes());
+    aad.extend_from_slice(b"\x01a");
+    let tag = key
+        .cipher
+        .encrypt_inout_detached(&XNonce::from(nonce), &aad, (&mut body[start..]).into())
+        .unwrap();
+    body.extend_from_slice(&tag);
+    body
+}
+
+#[tokio::test]
+async fn a_completion_through_another_sealed_store_reads_the_fingerprint_back() {
+    let inner = Arc::new(MemoryStore::new());
+    let acquiring = Sealed::new(inner.clone(), ring(KEY_A));
+    let completing = Sealed::new(inner.clone(), ring(KEY_A));
+    let address = address("handed-over");
+    let fingerprint = Fingerprint::from_bytes([1; 32]);
+    let Acquisition::Acquired(lease) = acquiring
+        .acquire(&address, &fingerprint, terms())
+        .await
+        .unwrap()
+    else {
+        panic!("a new key is acquired");
+    };
+    completing
+        .complete(&address, lease.token, &response().into(), terms().ttl)
+        .await
+        .unwrap();
+    assert_eq!(
+        replay(&acquiring, &address).await.unwrap(),
+        Acquisition::Completed(response().into())
+    );
+    // A token the record does not hold is refused before anything is sealed.
+    let Acquisition::Acquired(stale) = completing
+        .acquire(&self::address("taken-over"), &fingerprint, terms())
+        .await
+        .unwrap()
+    else {
+        panic!("a new key is acquired");
+    };
+    inner.forget(&self::address("taken-over")).await.unwrap();
+    assert!(matches!(
+        acquiring
+            .complete(
+                &self::address("taken-over"),
+                stale.token,
+                &response().into(),
+                terms().ttl
+            )
+            .await,
+        Err(StoreError::LeaseLost)
+    ));
+}
+
+#[tokio::test]
+async fn the_fingerprints_of_executions_in_progress_are_bounded() {
+    let inner = Arc::new(MemoryStore::new());
+    let store = Sealed::new(inner.clone(), ring(KEY_A)).held_capacity(8);
+    let fingerprint = Fingerprint::from_bytes([1; 32]);
+    let mut leases = Vec::new();
+    for i in 0..18 {
+        let address = address(&format!("held-{i}"));
+        let Acquisition::Acquired(lease) = store
+            .acquire(&address, &fingerprint, terms())
+            .await
+            .unwrap()
+        else {
+            panic!("a new key is acquired");
+        };
+        leases.push((address, lease.token));
+    }
+    assert_eq!(store.held_len(), 8);
+    // Every one completes: those forgotten read their fingerprint back from the store.
+    for (address, token) in &leases {
+        store
+            .complete(address, *token, &response().into(), terms().ttl)
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.held_len(), 0);
+    assert_eq!(
+        replay(&store, &leases[0].0).await.unwrap(),
+        Acquisition::Completed(response().into())
     );
 }
