@@ -2,7 +2,7 @@
 
 use std::{future::Future, time::Duration};
 
-use idem_core::{ManualClock, Store};
+use idem_core::{Address, ManualClock, Store};
 
 /// A fresh store under test, and control over its time.
 pub trait Subject: Send + Sync + 'static {
@@ -20,6 +20,12 @@ pub trait Subject: Send + Sync + 'static {
     /// a manual clock, some milliseconds on a server clock that keeps running during the check.
     fn tolerance(&self) -> Duration {
         Duration::ZERO
+    }
+
+    /// The address under which the store keeps and lists `address`'s record: itself, but under a
+    /// wrapper that keys addresses ([`KeyedAddresses`](idem_core::KeyedAddresses)).
+    fn stored(&self, address: &Address) -> Address {
+        address.clone()
     }
 
     /// Whether the store lists records newest first across pages (an index on time), rather

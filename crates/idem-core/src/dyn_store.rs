@@ -37,7 +37,7 @@ impl std::fmt::Debug for DynStore {
 }
 
 /// The object-safe mirror of [`Store`].
-trait ErasedStore: Send + Sync {
+pub(crate) trait ErasedStore: Send + Sync {
     fn acquire<'a>(
         &'a self,
         address: &'a Address,

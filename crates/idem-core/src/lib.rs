@@ -4,7 +4,8 @@
 //! the request [`Fingerprint`], the [`Record`], its states and its [`Outcome`], [`FencingToken`]s and
 //! [`Lease`]s, the [`Policy`], the [`Store`] contract every backend implements, the [`Engine`]
 //! that runs an operation under a key, and [`MemoryStore`], the reference store. With the
-//! `sealing` feature, [`sealing::Sealed`] keeps stored responses encrypted in any store. With the
+//! `sealing` feature, [`sealing::Sealed`] keeps stored responses encrypted in any store;
+//! [`KeyedAddresses`] makes any store keep keyed digests of scopes and keys. With the
 //! `clap` feature, [`Ambiguous`] and [`FingerprintMode`] derive `clap::ValueEnum`, so that a
 //! command line takes them as they are.
 //!
@@ -46,6 +47,7 @@ mod engine;
 mod error;
 mod fingerprint;
 mod key;
+mod keyed_addresses;
 mod lease;
 mod listing;
 mod log_digest;
@@ -68,6 +70,7 @@ pub use engine::{Engine, Execution, NotRun, RunOutcome};
 pub use error::StoreError;
 pub use fingerprint::{Fingerprint, FingerprintBuilder, FingerprintMode, InvalidFingerprint};
 pub use key::{IdempotencyKey, KEY_HEADER, KeyError, MAX_KEY_LEN};
+pub use keyed_addresses::KeyedAddresses;
 pub use lease::{FencingToken, Lease};
 pub use listing::{
     Census, InvalidCursor, InvalidStateFilter, ListCursor, ListPage, ListQuery, Listed, Newest,

@@ -20,6 +20,9 @@ struct Installed {
 
 static INSTALLED: OnceLock<Installed> = OnceLock::new();
 
+/// The context of the scope digests' key, in logs and at rest.
+const SCOPES_CONTEXT: &str = "idem 2026 keyed scope digest for logs";
+
 /// A secret key for the digests printed in logs ([`IdempotencyKey::digest`] and
 /// [`Scope::digest`]), installed once per process with [`DigestKey::install`].
 ///
@@ -45,13 +48,25 @@ impl DigestKey {
         let installed = INSTALLED.get_or_init(|| Installed {
             source: self.0,
             keys: blake3::derive_key("idem 2026 keyed key digest for logs", &self.0),
-            scopes: blake3::derive_key("idem 2026 keyed scope digest for logs", &self.0),
+            scopes: blake3::derive_key(SCOPES_CONTEXT, &self.0),
         });
         if installed.source == self.0 {
             Ok(())
         } else {
             Err(DigestKeyInstalled)
         }
+    }
+}
+
+impl DigestKey {
+    /// The keys of the digests a store keeps under
+    /// [`KeyedAddresses`](crate::KeyedAddresses): the scopes' (the same as the logs', so that
+    /// listings and logs show one scope digest) and the idempotency keys'.
+    pub(crate) fn at_rest(&self) -> ([u8; 32], [u8; 32]) {
+        (
+            blake3::derive_key(SCOPES_CONTEXT, &self.0),
+            blake3::derive_key("idem 2026-12 keyed key digest at rest", &self.0),
+        )
     }
 }
 

@@ -79,6 +79,10 @@ pub struct KeyArgs {
     /// The key ring that opens sealed records (as `idem serve --encryption-key-file`).
     #[arg(long, env = "IDEM_ENCRYPTION_KEY_FILE", value_name = "PATH")]
     pub encryption_key_file: Option<PathBuf>,
+    /// The digest key the store's addresses are keyed with (as `idem serve --digest-key-file`);
+    /// records under plain addresses are found too.
+    #[arg(long, env = "IDEM_DIGEST_KEY_FILE", value_name = "PATH")]
+    pub digest_key_file: Option<PathBuf>,
     /// The store.
     #[command(flatten)]
     pub store: StoreArgs,
@@ -93,8 +97,8 @@ pub struct ListArgs {
     /// Only records acquired at least this long ago, by the store's clock (e.g. 5m).
     #[arg(long, value_name = "DURATION")]
     pub older_than: Option<HumanDuration>,
-    /// Only records of this scope: the scope hash in hex, as the logs show it without
-    /// --digest-key-file.
+    /// Only records of this scope: in hex, as listings and the logs show it (under
+    /// --digest-key-file, its keyed digest).
     #[arg(long, value_name = "HEX")]
     pub scope: Option<Scope>,
     /// At most this many records, from 1 to 1000.

@@ -118,10 +118,16 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_ACCEPT_PLAINTEXT", value_parser = BoolishValueParser::new())]
     pub accept_plaintext: bool,
 
-    /// Key the key and scope digests in logs with the 32 bytes, in standard base64, in this file
-    /// [default: unkeyed].
+    /// Key the key and scope digests in logs and in the store with the 32 bytes, in standard
+    /// base64, in this file [default: unkeyed].
     #[arg(long, env = "IDEM_DIGEST_KEY_FILE", value_name = "PATH")]
     pub digest_key_file: Option<PathBuf>,
+
+    /// With --digest-key-file, how long after start a new key also looks for a record stored
+    /// under its plain address before the key was turned on (0s once none is left)
+    /// [default: the --ttl].
+    #[arg(long, env = "IDEM_DIGEST_CHANGEOVER", value_name = "DURATION")]
+    pub digest_changeover: Option<HumanDuration>,
 
     /// The request header that carries the idempotency key.
     #[arg(long, env = "IDEM_KEY_HEADER", value_name = "NAME", default_value = idem_http::DEFAULT_KEY_HEADER)]
@@ -332,6 +338,7 @@ impl TryFrom<&ServeArgs> for Config {
                 .as_deref()
                 .map(key_files::digest_key)
                 .transpose()?,
+            digest_changeover: args.digest_changeover.map(|window| window.0),
             idempotency,
             shutdown_timeout: args.shutdown_timeout.0,
         })

@@ -16,7 +16,10 @@
 //! # }).unwrap();
 //! ```
 
-use std::{fmt::Write as _, time::SystemTime};
+use std::{
+    fmt::Write as _,
+    time::{Duration, SystemTime},
+};
 
 use idem_core::{Address, ListPage, ListQuery, Listed, RecordState, Scope, Store, Timestamp};
 
@@ -25,7 +28,7 @@ use crate::{
     admin::{Forgotten, KeyList, ListedView, RecordView, forget},
     cli::{KeyArgs, KeysCommand, ListArgs},
     error::KeysError,
-    store::{Sealing, key_files},
+    store::{AtRest, KeyedDigests, Sealing, key_files},
 };
 
 /// How many expired records one store call removes.
@@ -159,7 +162,7 @@ fn row(listed: &Listed, now: Timestamp) -> String {
 }
 
 async fn open(args: &KeyArgs) -> Result<(idem_core::DynStore, Address), Error> {
-    let ring = args
+    let sealing = args
         .encryption_key_file
         .as_deref()
         .map(key_files::key_ring)
@@ -169,7 +172,21 @@ async fn open(args: &KeyArgs) -> Result<(idem_core::DynStore, Address), Error> {
             ring,
             accept_plaintext: true,
         });
-    let store = args.store.store.open_sealed(ring.as_ref()).await?;
+    let digests = args
+        .digest_key_file
+        .as_deref()
+        .map(key_files::digest_key)
+        .transpose()?
+        // Records stored before the key was turned on are found for as long as they live.
+        .map(|key| KeyedDigests {
+            key,
+            changeover: Duration::MAX,
+        });
+    let store = args
+        .store
+        .store
+        .open_at_rest(&AtRest { sealing, digests })
+        .await?;
     let address = Address::new(args.scope.unwrap_or(Scope::ANONYMOUS), args.key.clone());
     Ok((store, address))
 }

@@ -38,6 +38,7 @@ use idem_http::Settings;
 use crate::{
     AdminToken, StoreUrl, Upstream,
     proxy::{DEFAULT_UPSTREAM_IDLE_TIMEOUT, DEFAULT_UPSTREAM_MAX_IDLE},
+    store::{AtRest, KeyedDigests, Sealing},
 };
 
 /// Default of `--listen`.
@@ -108,9 +109,12 @@ pub struct Config {
     /// after sealing is turned on over a store that holds such records) or refused as corrupted
     /// (`false`, the default: it may have been written by someone without the key).
     pub accept_plaintext: bool,
-    /// The key that makes the digests in logs keyed; `None` leaves them unkeyed. Installed for
-    /// the whole process by [`Gateway::bind`](crate::Gateway::bind).
+    /// The key that makes the digests in logs and the store's addresses keyed; `None` leaves
+    /// them unkeyed. Installed for the whole process by [`Gateway::bind`](crate::Gateway::bind).
     pub digest_key: Option<DigestKey>,
+    /// With `digest_key`, how long after the store is opened a new key also looks for a record
+    /// under its plain address, stored before the key was turned on; `None` is the policy's TTL.
+    pub digest_changeover: Option<Duration>,
     /// What the idempotency layer applies: the key header, the methods, the policy (TTL, lease,
     /// in-flight requests, ambiguous outcomes, waiters, store calls' time limit), scoping,
     /// fingerprints, the bounds on bodies and the fencing header. (The proxy never fails: it
@@ -126,6 +130,23 @@ impl Config {
     /// [`Policy::STORE_TIMEOUT_LEASE_FRACTION`](idem_core::Policy::STORE_TIMEOUT_LEASE_FRACTION).
     pub fn store_call_limit(&self) -> Duration {
         self.idempotency.policy.store_call_limit()
+    }
+
+    /// How the store's records are protected at rest: sealed with [`encryption`](Self::encryption),
+    /// addressed by digests keyed with [`digest_key`](Self::digest_key).
+    pub fn at_rest(&self) -> AtRest {
+        AtRest {
+            sealing: self.encryption.clone().map(|ring| Sealing {
+                ring,
+                accept_plaintext: self.accept_plaintext,
+            }),
+            digests: self.digest_key.clone().map(|key| KeyedDigests {
+                key,
+                changeover: self
+                    .digest_changeover
+                    .unwrap_or(self.idempotency.policy.ttl),
+            }),
+        }
     }
 
     /// The defaults, forwarding to `upstream`: the gateway's own, and the idempotency layer's
@@ -153,6 +174,7 @@ impl Config {
             encryption: DEFAULT_ENCRYPTION,
             accept_plaintext: false,
             digest_key: DEFAULT_DIGEST_KEY,
+            digest_changeover: None,
             idempotency,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
         }

@@ -26,9 +26,7 @@ use crate::{
     admin::{self, AdminState, CensusKeeper},
     error::StartupError,
     proxy::Proxy,
-    store::{
-        GatewayStore, InstrumentedStore, PendingStore, Sealing, StoreUrl, warn_if_downgradable,
-    },
+    store::{GatewayStore, InstrumentedStore, PendingStore, StoreUrl, warn_if_downgradable},
 };
 
 /// The gateway with its store open and its sockets bound, ready to [`run`](Gateway::run).
@@ -72,11 +70,7 @@ impl Gateway {
             .store
             .clone()
             .statement_timeout(config.store_call_limit());
-        let sealing = config.encryption.clone().map(|ring| Sealing {
-            ring,
-            accept_plaintext: config.accept_plaintext,
-        });
-        let store = PendingStore::open(&url, sealing.as_ref()).await?;
+        let store = PendingStore::open(&url, &config.at_rest()).await?;
         let store = InstrumentedStore::new(store);
         let bind = |addr| async move {
             TcpListener::bind(addr)

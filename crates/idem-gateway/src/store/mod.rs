@@ -13,7 +13,7 @@ mod pending;
 mod tls;
 mod url;
 
-pub use self::url::{MemoryUrl, PLAINTEXT_ACCEPTED, Sealing, StoreUrl};
+pub use self::url::{AtRest, KeyedDigests, MemoryUrl, PLAINTEXT_ACCEPTED, Sealing, StoreUrl};
 pub(crate) use self::{
     instrumented::{GatewayStore, InstrumentedStore, STORE_DURATION},
     latency_window::LatencyWindow,

@@ -23,7 +23,7 @@ use idem_core::{
     Outcome, Record, Store, StoreError, Terms, Timestamp,
 };
 
-use super::{Sealing, StoreUrl};
+use super::{AtRest, StoreUrl};
 use crate::Error;
 
 /// The first wait before a store or database that cannot be reached is tried again, doubled
@@ -57,11 +57,11 @@ pub(crate) struct PendingStore {
 }
 
 impl PendingStore {
-    /// Opens the store at `url` (sealed with `ring`), or, when it cannot be reached, a
-    /// [`PendingStore`] that keeps opening it in a task of its own. A store that answers and
-    /// refuses is an error, as from [`StoreUrl::open_sealed`].
-    pub(crate) async fn open(url: &StoreUrl, ring: Option<&Sealing>) -> Result<DynStore, Error> {
-        match url.open_sealed(ring).await {
+    /// Opens the store at `url` (its records protected as `at_rest` says), or, when it cannot be
+    /// reached, a [`PendingStore`] that keeps opening it in a task of its own. A store that
+    /// answers and refuses is an error, as from [`StoreUrl::open_at_rest`].
+    pub(crate) async fn open(url: &StoreUrl, at_rest: &AtRest) -> Result<DynStore, Error> {
+        match url.open_at_rest(at_rest).await {
             Ok(store) => Ok(store),
             Err(error) if unreachable(&error) => {
                 tracing::warn!(
@@ -73,7 +73,7 @@ impl PendingStore {
                 };
                 tokio::spawn(keep_opening(
                     url.clone(),
-                    ring.cloned(),
+                    at_rest.clone(),
                     Arc::downgrade(&pending.opened),
                 ));
                 Ok(DynStore::new(pending))
@@ -90,14 +90,14 @@ impl PendingStore {
 }
 
 /// Opens `url` until it opens, or until the [`PendingStore`] is gone.
-async fn keep_opening(url: StoreUrl, ring: Option<Sealing>, opened: Weak<OnceLock<DynStore>>) {
+async fn keep_opening(url: StoreUrl, at_rest: AtRest, opened: Weak<OnceLock<DynStore>>) {
     let mut waits = RetryWaits::new();
     loop {
         tokio::time::sleep(waits.next_wait()).await;
         let Some(slot) = opened.upgrade() else {
             return;
         };
-        match url.open_sealed(ring.as_ref()).await {
+        match url.open_at_rest(&at_rest).await {
             Ok(store) => {
                 let _ = slot.set(store);
                 tracing::info!(store = %url, "the store is reached");

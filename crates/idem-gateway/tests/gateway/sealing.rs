@@ -416,3 +416,116 @@ async fn a_digest_key_makes_the_logged_digests_keyed() {
     assert_ne!(line["scope"], scope.to_string().as_str());
     gateway.stop().await;
 }
+
+/// `--digest-key-file` keys the store's addresses too. Turned on over a store that holds records
+/// under plain addresses, those keep replaying during the change-over window (the TTL after
+/// start, by default), and no longer after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_digest_key_keys_the_stored_addresses_and_changes_over_without_losing_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_url(dir.path(), "idem.db");
+    let digest_key = write(
+        dir.path(),
+        "digest.key",
+        "BQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQU=\n",
+    );
+    let digest_key = digest_key.to_str().unwrap();
+    let upstream = Upstream::start().await;
+    let client = Client::new();
+    let plain_scope = idem_core::Scope::ANONYMOUS;
+
+    let gateway = Gateway::start(&upstream.url(), &["--store", &store]);
+    assert_eq!(
+        execute_and_replay(&gateway, &upstream, "before-key").await,
+        1
+    );
+    gateway.stop().await;
+
+    let keyed = Gateway::start(
+        &upstream.url(),
+        &["--store", &store, "--digest-key-file", digest_key],
+    );
+    let replay = client
+        .post(&keyed.url("/binary"), "before-key", SECRET)
+        .await;
+    assert!(replay.replayed());
+    assert_eq!(replay.text(), SECRET);
+    assert_eq!(upstream.hits("binary"), 1);
+    assert_eq!(execute_and_replay(&keyed, &upstream, "after-key").await, 2);
+    keyed.stop().await;
+
+    // The file holds the plain digest of the key stored before, and nothing of the one after:
+    // neither its SHA-256 nor the plain scope beside it.
+    let mut raw = Vec::new();
+    for file in ["idem.db", "idem.db-wal"] {
+        if let Ok(bytes) = std::fs::read(dir.path().join(file)) {
+            raw.extend(bytes);
+        }
+    }
+    let sha256 = |key: &str| key.parse::<idem_core::IdempotencyKey>().unwrap().sha256();
+    assert!(contains(&raw, &sha256("before-key")));
+    assert!(!contains(&raw, &sha256("after-key")));
+    let listed = idem(&[
+        "keys",
+        "list",
+        "--store",
+        &store,
+        "--json",
+        "--state",
+        "completed",
+    ]);
+    assert_eq!(listed.code, Some(0), "{}", listed.stderr);
+    let page: serde_json::Value = serde_json::from_str(&listed.stdout).unwrap();
+    let scopes: Vec<&str> = page["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|record| record["scope"].as_str().unwrap())
+        .collect();
+    // Newest first: the keyed record's scope is the scope's keyed digest, as the logs print it.
+    let scope_key = blake3::derive_key("idem 2026 keyed scope digest for logs", &[5; 32]);
+    assert_eq!(
+        scopes,
+        [
+            blake3::keyed_hash(&scope_key, plain_scope.as_bytes())
+                .to_hex()
+                .to_string(),
+            plain_scope.to_string(),
+        ]
+    );
+
+    // `idem keys show` finds both with the same flag, and the keyed one only with it.
+    for key in ["before-key", "after-key"] {
+        let shown = idem(&[
+            "keys",
+            "show",
+            key,
+            "--store",
+            &store,
+            "--digest-key-file",
+            digest_key,
+        ]);
+        assert_eq!(shown.code, Some(0), "{key}: {}", shown.stderr);
+    }
+    let unkeyed = idem(&["keys", "show", "after-key", "--store", &store]);
+    assert_eq!(unkeyed.code, Some(1), "{}", unkeyed.stdout);
+
+    // Past the window, records under plain addresses are no longer looked for.
+    let after_window = Gateway::start(
+        &upstream.url(),
+        &[
+            "--store",
+            &store,
+            "--digest-key-file",
+            digest_key,
+            "--digest-changeover",
+            "0s",
+        ],
+    );
+    let again = client
+        .post(&after_window.url("/binary"), "before-key", SECRET)
+        .await;
+    assert!(!again.replayed());
+    assert_eq!(upstream.hits("binary"), 3);
+    after_window.stop().await;
+}

@@ -25,7 +25,7 @@ mod memory;
 use std::{fmt, path::PathBuf, str::FromStr, time::Duration};
 
 use idem_core::{
-    DynStore, Store,
+    DigestKey, DynStore, KeyedAddresses, Store,
     sealing::{KeyRing, Sealed},
     store_url::InvalidStoreUrl,
 };
@@ -77,33 +77,54 @@ impl StoreUrl {
     /// Opens the store: for SQLite, creates the file if missing and brings its schema up to
     /// date; for PostgreSQL, checks that `idem migrate` was run; for Redis, loads the scripts.
     pub async fn open(&self) -> Result<DynStore, Error> {
-        self.open_sealed(None).await
+        self.open_at_rest(&AtRest::default()).await
     }
 
-    /// Opens the store as [`open`](Self::open) does, sealing its responses as `sealing` says
-    /// when there is one. The sealing wraps the store itself, before its type is erased: a call
-    /// goes through one dynamic dispatch.
-    pub async fn open_sealed(&self, ring: Option<&Sealing>) -> Result<DynStore, Error> {
+    /// Opens the store as [`open`](Self::open) does, its records protected as `at_rest` says:
+    /// responses sealed, addresses keyed. The wrappers wrap the store itself, before its type is
+    /// erased: a call goes through one dynamic dispatch.
+    pub async fn open_at_rest(&self, at_rest: &AtRest) -> Result<DynStore, Error> {
         let failed = |source: Box<dyn std::error::Error + Send + Sync>| Error::OpenStore {
             url: self.to_string(),
             source,
         };
         match self {
-            StoreUrl::Memory(url) => Ok(erased(url.open(), ring)),
+            StoreUrl::Memory(url) => Ok(erased(url.open(), at_rest)),
             StoreUrl::Sqlite(options) => SqliteStore::open_with(options.clone())
                 .await
-                .map(|store| erased(store, ring))
+                .map(|store| erased(store, at_rest))
                 .map_err(|error| failed(error.into())),
             StoreUrl::Postgres(options) => PostgresStore::connect_with(options.clone())
                 .await
-                .map(|store| erased(store, ring))
+                .map(|store| erased(store, at_rest))
                 .map_err(|error| failed(error.into())),
             StoreUrl::Redis(options) => RedisStore::open_with(options.clone())
                 .await
-                .map(|store| erased(store, ring))
+                .map(|store| erased(store, at_rest))
                 .map_err(|error| failed(error.into())),
         }
     }
+}
+
+/// How records are protected at rest: their responses sealed, their addresses keyed digests.
+/// The default is neither.
+#[derive(Debug, Clone, Default)]
+pub struct AtRest {
+    /// How responses are sealed, if they are.
+    pub sealing: Option<Sealing>,
+    /// How addresses are keyed, if they are.
+    pub digests: Option<KeyedDigests>,
+}
+
+/// Addresses kept as digests keyed with a [`DigestKey`] (`--digest-key-file`), and how long
+/// after the store is opened records under plain addresses are still looked for.
+#[derive(Debug, Clone)]
+pub struct KeyedDigests {
+    /// The key.
+    pub key: DigestKey,
+    /// The change-over window: the longest TTL records were stored with before the key was
+    /// turned on; zero once none is left.
+    pub changeover: Duration,
 }
 
 /// How stored responses are sealed: with a key ring, and whether a record in clear is still
@@ -119,8 +140,20 @@ pub struct Sealing {
 /// The counter of records in clear replayed by a sealed store (`--accept-plaintext`).
 pub const PLAINTEXT_ACCEPTED: &str = "idem_plaintext_records_accepted_total";
 
-/// `store`, sealing its responses as `sealing` says when there is one, its type erased.
-fn erased(store: impl Store, sealing: Option<&Sealing>) -> DynStore {
+/// `store`, its records protected as `at_rest` says, its type erased.
+fn erased(store: impl Store, at_rest: &AtRest) -> DynStore {
+    match &at_rest.digests {
+        Some(digests) => sealed(
+            KeyedAddresses::new(store, &digests.key).changeover_for(digests.changeover),
+            at_rest.sealing.as_ref(),
+        ),
+        None => sealed(store, at_rest.sealing.as_ref()),
+    }
+}
+
+/// `store`, sealing its responses as `sealing` says when there is one, its type erased. Sealing
+/// is outermost: a sealed response is bound to the plain address, whatever the store keys.
+fn sealed(store: impl Store, sealing: Option<&Sealing>) -> DynStore {
     match sealing {
         Some(sealing) => DynStore::new(
             Sealed::new(store, sealing.ring.clone())
