@@ -1,6 +1,6 @@
 //! `idem relay`: starts, serves its admin endpoints, stops cleanly on SIGTERM; bad input is one
 //! line. [`RelayProcess`] in-process: migrates, publishes, stops on shutdown, waits for a database
-//! that is down at start and fails at once on one that refuses it. (The relay's behaviour is tested in idem-messaging, against each broker; as a
+//! or a broker that is down at start and fails at once on a database that refuses it. (The relay's behaviour is tested in idem-messaging, against each broker; as a
 //! process under faults in idem-faults.)
 
 use std::{process::Stdio, str::FromStr, time::Duration};
@@ -669,6 +669,66 @@ async fn a_relay_process_waits_for_a_database_that_is_down_at_start() {
     .unwrap();
     shutdown.cancel();
     task.await.unwrap().unwrap();
+}
+
+/// A broker that is down when the relay starts: the relay keeps running, the messages wait in the
+/// outbox, and they are published once the broker can be reached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_process_waits_for_a_broker_that_is_down_at_start() {
+    let postgres = require!(Postgres);
+    let nats = require!(Nats);
+    let schema = PgSchema::create(&postgres).await;
+    let pool = sqlx::PgPool::connect(&postgres).await.unwrap();
+    let stream = NatsStream::create(&nats, Duration::from_secs(120)).await;
+    let options = || OutboxOptions::new().schema(schema.name().parse().unwrap());
+    // The relay is given an address where nothing listens yet: its connections are refused.
+    let port = free_port();
+    let shutdown = CancellationToken::new();
+    let process = RelayProcess::new(
+        postgres.clone(),
+        format!("nats://127.0.0.1:{port}").parse().unwrap(),
+    )
+    .outbox(options())
+    .migrate(true)
+    .relay(|relay| relay.poll_interval(Duration::from_millis(50)));
+    let task = tokio::spawn(process.run(shutdown.clone().cancelled_owned()));
+
+    let outbox = PgOutbox::new(options());
+    tokio::time::timeout(EVENTUALLY, async {
+        loop {
+            let mut tx = pool.begin().await.unwrap();
+            let message = OutboxMessage::new(stream.subject().to_owned(), "during the outage");
+            if outbox.enqueue(&mut tx, message).await.is_ok() {
+                tx.commit().await.unwrap();
+                return;
+            }
+            drop(tx);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    if task.is_finished() {
+        panic!("the relay gave up on its broker: {:?}", task.await);
+    }
+    assert_eq!(outbox.pending(&pool).await.unwrap(), 1);
+    assert_eq!(stream.stored().await, 0);
+
+    // Then the broker appears there.
+    let nats_address = nats.trim_start_matches("nats://");
+    let _proxy = TcpProxy::start_on(port, nats_address).await;
+    tokio::time::timeout(EVENTUALLY, async {
+        while stream.stored().await < 1 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap();
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+    assert_eq!(stream.stored().await, 1);
+    assert_eq!(outbox.pending(&pool).await.unwrap(), 0);
 }
 
 #[tokio::test]
