@@ -646,27 +646,8 @@ async fn a_relay_process_waits_for_a_database_that_is_down_at_start() {
     // Once through, it migrates the outbox and publishes what is enqueued.
     let pool = sqlx::PgPool::connect(&postgres).await.unwrap();
     let outbox = PgOutbox::new(options());
-    tokio::time::timeout(EVENTUALLY, async {
-        loop {
-            let mut tx = pool.begin().await.unwrap();
-            let message = OutboxMessage::new(stream.subject().to_owned(), "after the outage");
-            if outbox.enqueue(&mut tx, message).await.is_ok() {
-                tx.commit().await.unwrap();
-                return;
-            }
-            drop(tx);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .unwrap();
-    tokio::time::timeout(EVENTUALLY, async {
-        while stream.stored().await < 1 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .unwrap();
+    enqueue_once_migrated(&pool, &outbox, stream.subject(), "after the outage").await;
+    published(&stream, 1).await;
     shutdown.cancel();
     task.await.unwrap().unwrap();
 }
@@ -694,20 +675,7 @@ async fn a_relay_process_waits_for_a_broker_that_is_down_at_start() {
     let task = tokio::spawn(process.run(shutdown.clone().cancelled_owned()));
 
     let outbox = PgOutbox::new(options());
-    tokio::time::timeout(EVENTUALLY, async {
-        loop {
-            let mut tx = pool.begin().await.unwrap();
-            let message = OutboxMessage::new(stream.subject().to_owned(), "during the outage");
-            if outbox.enqueue(&mut tx, message).await.is_ok() {
-                tx.commit().await.unwrap();
-                return;
-            }
-            drop(tx);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .unwrap();
+    enqueue_once_migrated(&pool, &outbox, stream.subject(), "during the outage").await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     if task.is_finished() {
         panic!("the relay gave up on its broker: {:?}", task.await);
@@ -718,17 +686,40 @@ async fn a_relay_process_waits_for_a_broker_that_is_down_at_start() {
     // Then the broker appears there.
     let nats_address = nats.trim_start_matches("nats://");
     let _proxy = TcpProxy::start_on(port, nats_address).await;
+    published(&stream, 1).await;
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+    assert_eq!(stream.stored().await, 1);
+    assert_eq!(outbox.pending(&pool).await.unwrap(), 0);
+}
+
+/// Enqueues one message to `subject` once the relay has created the outbox.
+async fn enqueue_once_migrated(pool: &sqlx::PgPool, outbox: &PgOutbox, subject: &str, body: &str) {
     tokio::time::timeout(EVENTUALLY, async {
-        while stream.stored().await < 1 {
+        loop {
+            let mut tx = pool.begin().await.unwrap();
+            let message = OutboxMessage::new(subject.to_owned(), body.to_owned());
+            if outbox.enqueue(&mut tx, message).await.is_ok() {
+                tx.commit().await.unwrap();
+                return;
+            }
+            drop(tx);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap();
+}
+
+/// Waits until `stream` holds `count` messages.
+async fn published(stream: &NatsStream, count: u64) {
+    tokio::time::timeout(EVENTUALLY, async {
+        while stream.stored().await < count {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
     .await
     .unwrap();
-    shutdown.cancel();
-    task.await.unwrap().unwrap();
-    assert_eq!(stream.stored().await, 1);
-    assert_eq!(outbox.pending(&pool).await.unwrap(), 0);
 }
 
 #[tokio::test]
