@@ -86,12 +86,16 @@ ensure_nats() {
   export IDEM_TEST_NATS_URL="${IDEM_TEST_NATS_URL:-nats://127.0.0.1:4222}"
 }
 
-# The `kafka` feature builds librdkafka from source (rdkafka-sys runs its ./configure and make).
+# The `kafka` feature builds librdkafka from source (rdkafka-sys runs its ./configure and make),
+# with TLS and SASL linked to Debian's OpenSSL (rdkafka's `ssl` feature: openssl-sys finds it
+# with pkg-config).
 ensure_kafka_build_tools() {
   local missing=()
   command -v cc >/dev/null || missing+=(gcc)
   command -v make >/dev/null || missing+=(make)
   command -v perl >/dev/null || missing+=(perl)
+  command -v pkg-config >/dev/null || missing+=(pkg-config)
+  [ -f /usr/include/openssl/ssl.h ] || missing+=(libssl-dev)
   if [ "${#missing[@]}" -gt 0 ]; then
     apt_install "${missing[@]}"
   fi
@@ -101,8 +105,10 @@ ensure_kafka_build_tools() {
 # crates.io (no JVM, no Debian package), built once into $IDEM_TOOLS (the CI cache) from
 # scripts/tansu, whose Cargo.lock has no yanked crate (tansu's published one has), and run with its
 # in-memory storage. Its log goes to $TMPDIR/idem-tansu.log; it outlives this script.
-# IDEM_TANSU names the binary, for the tests that start a broker of their own.
+# IDEM_TANSU names the binary, for the tests that start a broker of their own. The Kafka TLS tests
+# put stunnel (Debian's stunnel4) in front of a tansu of their own.
 ensure_kafka() {
+  command -v stunnel4 >/dev/null || command -v stunnel >/dev/null || apt_install stunnel4
   local tools="${IDEM_TOOLS:-$HOME/.cache/idem-tools}"
   local recipe built sources
   recipe="$(dirname "${BASH_SOURCE[0]}")/tansu"

@@ -12,19 +12,22 @@ use crate::{
 
 /// A broker's URL: RabbitMQ (`amqp://user:password@host:port/vhost`, `amqps://…` over TLS),
 /// NATS JetStream (`nats://host:port`, several comma-separated; `tls://…` over TLS) or Kafka
-/// (`kafka://host:port[,host:port…]`, the bootstrap servers) or Amazon SQS
+/// (`kafka://host:port[,host:port…]`, the bootstrap servers; `kafkas://…` over TLS) or Amazon SQS
 /// (`sqs://REGION[?endpoint=URL&profile=NAME]`). Each needs its cargo feature.
 ///
-/// TLS connections (rustls) take three parameters, whose files are read when the publisher
-/// connects:
+/// TLS connections (rustls; OpenSSL through librdkafka for Kafka) take three parameters, whose
+/// files are read when the publisher connects:
 ///
-/// - `cacert=PATH`: the CA certificates (PEM) the broker's certificate must chain to. For NATS,
-///   they replace the system's trusted roots; for RabbitMQ, they are trusted besides the Mozilla
-///   roots built into idem.
+/// - `cacert=PATH`: the CA certificates (PEM) the broker's certificate must chain to. For NATS
+///   and Kafka, they replace the system's trusted roots; for RabbitMQ, they are trusted besides
+///   the Mozilla roots built into idem.
 /// - `cert=PATH&key=PATH`: a client certificate and its key (PEM), for brokers that ask for one.
 ///
-/// Any of them makes TLS required: with `nats://`, the connection is refused rather than made in
-/// plain text; with `amqp://`, they are refused (use `amqps://`). A RabbitMQ URL may also carry
+/// Any of them makes TLS required: with `nats://` and `kafka://`, the connection is refused rather
+/// than made in plain text; with `amqp://`, they are refused (use `amqps://`). A Kafka URL also
+/// takes SASL: `sasl.mechanism` (`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`), `sasl.username`,
+/// and `password-file=PATH`, without which the password is read from the environment variable
+/// `IDEM_KAFKA_SASL_PASSWORD`; a password in the URL is refused. A RabbitMQ URL may also carry
 /// lapin's `frame_max`, `channel_max`, `heartbeat`, `connection_timeout` and `auth_mechanism`;
 /// any other parameter is refused, so that a misspelt one is not silently ignored. Values are
 /// taken as given (not percent-decoded).
@@ -42,7 +45,8 @@ use crate::{
 /// container's or the instance's role).
 ///
 /// Its [`publisher`](Self::publisher) publishes with the broker's confirmation; it connects on
-/// its first batch. Displayed with the password hidden.
+/// its first batch. Displayed with the password hidden (and the value of every parameter whose
+/// name says `password`, `secret` or `token`).
 ///
 /// # Examples
 ///
@@ -130,7 +134,7 @@ impl FromStr for BrokerUrl {
             #[cfg(feature = "nats")]
             "nats" | "tls" => crate::nats::NatsUrl::parse(url).map(Target::Nats),
             #[cfg(feature = "kafka")]
-            "kafka" => crate::kafka::KafkaUrl::parse(url).map(Target::Kafka),
+            "kafka" | "kafkas" => crate::kafka::KafkaUrl::parse(url).map(Target::Kafka),
             #[cfg(feature = "sqs")]
             "sqs" => crate::sqs::SqsUrl::parse(rest).map(Target::Sqs),
             // A broker whose feature is off: the arms above take the others.
@@ -139,7 +143,7 @@ impl FromStr for BrokerUrl {
             #[allow(unreachable_patterns)]
             "nats" | "tls" => Err(disabled("nats")),
             #[allow(unreachable_patterns)]
-            "kafka" => Err(disabled("kafka")),
+            "kafka" | "kafkas" => Err(disabled("kafka")),
             #[allow(unreachable_patterns)]
             "sqs" => Err(disabled("sqs")),
             _ => Err(unknown()),
@@ -195,6 +199,7 @@ mod tests {
             ("nats://h", "nats", cfg!(feature = "nats")),
             ("tls://h", "nats", cfg!(feature = "nats")),
             ("kafka://h:9092", "kafka", cfg!(feature = "kafka")),
+            ("kafkas://h:9093", "kafka", cfg!(feature = "kafka")),
             ("sqs://us-east-1", "sqs", cfg!(feature = "sqs")),
         ] {
             match url.parse::<BrokerUrl>() {
@@ -225,7 +230,9 @@ mod tests {
             assert!(matches!(target(url), Target::Nats(_)), "{url}");
         }
         #[cfg(feature = "kafka")]
-        assert!(matches!(target("kafka://h:9092"), Target::Kafka(_)));
+        for url in ["kafka://h:9092", "KAFKAS://h:9093?cacert=/ca.pem"] {
+            assert!(matches!(target(url), Target::Kafka(_)), "{url}");
+        }
         #[cfg(feature = "sqs")]
         assert!(matches!(target("sqs://us-east-1"), Target::Sqs(_)));
         let _ = target;

@@ -44,9 +44,8 @@
 //! ```
 
 mod dyn_publisher;
-// Only RabbitMQ and NATS take certificate files: Kafka's TLS is not compiled in, and SQS is
-// HTTPS through the AWS SDK.
-#[cfg(any(feature = "amqp", feature = "nats"))]
+// SQS takes its CA file through the AWS SDK's own settings.
+#[cfg(any(feature = "amqp", feature = "nats", feature = "kafka"))]
 mod tls;
 mod url;
 
@@ -55,10 +54,12 @@ use std::future::Future;
 use crate::{BoxError, Envelope};
 
 pub use dyn_publisher::{BoxPublisher, DynPublisher};
-#[cfg(any(feature = "amqp", feature = "nats"))]
+#[cfg(any(feature = "amqp", feature = "nats", feature = "kafka"))]
 pub(crate) use tls::TlsFiles;
 pub use url::InvalidBrokerUrl;
-#[cfg(any(feature = "amqp", feature = "nats"))]
+#[cfg(feature = "kafka")]
+pub(crate) use url::Parameter;
+#[cfg(any(feature = "amqp", feature = "nats", feature = "kafka"))]
 pub(crate) use url::TlsParameters;
 pub(crate) use url::redacted;
 #[cfg(any(feature = "amqp", feature = "nats", feature = "kafka", feature = "sqs"))]

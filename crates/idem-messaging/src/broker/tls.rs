@@ -21,6 +21,8 @@ impl TlsFiles {
 
     /// Every file set, each read once: a file that cannot be read is named in the error, rather
     /// than left to the broker's client, whose errors say only "No such file or directory".
+    // librdkafka reads Kafka's files itself.
+    #[cfg(any(feature = "amqp", feature = "nats"))]
     pub(crate) async fn read(&self) -> Result<ReadFiles, ReadCertificate> {
         let ca = match &self.ca {
             Some(path) => Some(read(path).await?),
@@ -34,7 +36,7 @@ impl TlsFiles {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, any(feature = "amqp", feature = "nats")))]
 impl TlsFiles {
     /// The CA certificates at `ca` and the client certificate and key at `client`, if given.
     pub(crate) fn named(ca: Option<&str>, client: Option<(&str, &str)>) -> Self {
@@ -46,6 +48,7 @@ impl TlsFiles {
 }
 
 /// The contents of [`TlsFiles`].
+#[cfg(any(feature = "amqp", feature = "nats"))]
 // The NATS publisher reads the files only to check them: async-nats reads them itself.
 #[cfg_attr(not(feature = "amqp"), allow(dead_code))]
 pub(crate) struct ReadFiles {
@@ -54,6 +57,7 @@ pub(crate) struct ReadFiles {
 }
 
 /// A certificate or key file that cannot be read.
+#[cfg(any(feature = "amqp", feature = "nats"))]
 #[derive(Debug, thiserror::Error)]
 #[error("cannot read {}", path.display())]
 pub(crate) struct ReadCertificate {
@@ -62,6 +66,7 @@ pub(crate) struct ReadCertificate {
     source: std::io::Error,
 }
 
+#[cfg(any(feature = "amqp", feature = "nats"))]
 async fn read(path: &std::path::Path) -> Result<Vec<u8>, ReadCertificate> {
     let owned = path.to_owned();
     // Off the runtime's threads: the file may sit on a slow mount.

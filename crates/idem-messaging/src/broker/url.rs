@@ -9,8 +9,8 @@
 pub enum InvalidBrokerUrl {
     /// The URL has no `scheme://`, or one that names no broker.
     #[error(
-        "a broker URL starts with amqp://, amqps://, nats://, tls://, kafka:// or sqs://; got \
-         {given:?}"
+        "a broker URL starts with amqp://, amqps://, nats://, tls://, kafka://, kafkas:// or \
+         sqs://; got {given:?}"
     )]
     UnknownScheme {
         /// What was given, its password hidden.
@@ -74,7 +74,7 @@ pub(crate) fn split_query(url: &str) -> (&str, impl Iterator<Item = Parameter<'_
 
 /// idem's TLS parameters of a URL, taken one by one from its query: `cacert=PATH` (the CA
 /// certificates), `cert=PATH&key=PATH` (a client certificate and its key).
-#[cfg(any(feature = "amqp", feature = "nats"))]
+#[cfg(any(feature = "amqp", feature = "nats", feature = "kafka"))]
 #[derive(Debug, Default)]
 pub(crate) struct TlsParameters {
     ca: Option<std::path::PathBuf>,
@@ -82,7 +82,7 @@ pub(crate) struct TlsParameters {
     key: Option<std::path::PathBuf>,
 }
 
-#[cfg(any(feature = "amqp", feature = "nats"))]
+#[cfg(any(feature = "amqp", feature = "nats", feature = "kafka"))]
 impl TlsParameters {
     /// Takes `parameter` if it is one of the TLS parameters (`Ok(true)`), refusing an empty path
     /// and a parameter given twice; `Ok(false)` if it is another.

@@ -14,6 +14,8 @@
 //!   messages since the last commit come again, and the inbox skips them. A failure seeks the
 //!   partition back to the message. Configure the consumer with [`consumer_config`]
 //!   (`enable.auto.offset.store=false`) and process a partition's messages one at a time.
+//! - A managed cluster's TLS (CA, client certificate) and SASL (`PLAIN`, `SCRAM-SHA-256`,
+//!   `SCRAM-SHA-512`) are [`KafkaSecurity`]'s, for the publisher and for the consumer's settings.
 //!
 //! # Examples
 //!
@@ -57,13 +59,18 @@
 //! ```
 
 mod consumer;
+mod context;
 mod publisher;
+mod security;
 mod url;
 
 pub use consumer::{KafkaMessage, consumer_config};
 pub use publisher::KafkaPublisher;
 /// The rdkafka this module is built on, for the consumer and the settings it takes.
 pub use rdkafka;
+pub use security::{
+    KafkaSecurity, PasswordError, SASL_PASSWORD_ENV, SaslMechanism, SaslPassword, UnknownMechanism,
+};
 pub(crate) use url::KafkaUrl;
 
 /// The header that carries the outbox id. An outbox header of that name is not sent.

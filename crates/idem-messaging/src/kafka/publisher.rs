@@ -13,7 +13,10 @@ use rdkafka::{
     producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer as _},
 };
 
-use super::MESSAGE_ID_HEADER;
+use super::{
+    KafkaSecurity, MESSAGE_ID_HEADER,
+    context::{ProducerContext, Undelivered},
+};
 use crate::{Confirmations, Envelope, PublishError, Publisher, broker::unreachable};
 
 /// Produces to Kafka, each message confirmed by its delivery report with `acks=all`: the
@@ -27,7 +30,11 @@ use crate::{Confirmations, Envelope, PublishError, Publisher, broker::unreachabl
 ///
 /// A batch is handed to librdkafka at once, then its delivery reports are awaited together.
 /// librdkafka gives up on a message after the delivery timeout (8 s by default: keep it under
-/// the relay's publish timeout); the relay then gives it back and publishes it again later.
+/// the relay's publish timeout); the relay then gives it back and publishes it again later. Such
+/// an error carries what librdkafka last reported about the cluster (a certificate it refused,
+/// an authentication that failed), which is also logged at `warn` as it happens.
+///
+/// TLS and SASL are [`KafkaSecurity`]'s, set with [`security`](Self::security).
 ///
 /// # Examples
 ///
@@ -47,10 +54,15 @@ use crate::{Confirmations, Envelope, PublishError, Publisher, broker::unreachabl
 /// ```
 pub struct KafkaPublisher {
     config: ClientConfig,
+    /// Applied to a copy of `config` as each producer is made, so that the password is read
+    /// then and kept nowhere else.
+    security: KafkaSecurity,
     /// Created on the first batch; retired after a batch that showed it can no longer produce
     /// (librdkafka's fatal error, or [`ends_the_producer`]), and made again on the next.
-    producer: Mutex<Option<Arc<FutureProducer>>>,
+    producer: Mutex<Option<(Arc<Producer>, ProducerContext)>>,
 }
+
+type Producer = FutureProducer<ProducerContext>;
 
 impl KafkaPublisher {
     /// A publisher to the cluster whose bootstrap servers are `bootstrap_servers`
@@ -61,9 +73,10 @@ impl KafkaPublisher {
         Self::with_config(config)
     }
 
-    /// A publisher with the caller's librdkafka settings (security, client id, linger, …);
-    /// `acks=all` and `enable.idempotence=true` are set over them, and the delivery timeout
-    /// (`message.timeout.ms`) unless they set it.
+    /// A publisher with the caller's librdkafka settings (client id, linger, …); `acks=all` and
+    /// `enable.idempotence=true` are set over them, and the delivery timeout
+    /// (`message.timeout.ms`) unless they set it. [`security`](Self::security) sets TLS and SASL
+    /// over them.
     pub fn with_config(mut config: ClientConfig) -> Self {
         config.set("acks", "all").set("enable.idempotence", "true");
         if config.get("message.timeout.ms").is_none() {
@@ -71,8 +84,18 @@ impl KafkaPublisher {
         }
         Self {
             config,
+            security: KafkaSecurity::default(),
             producer: Mutex::new(None),
         }
+    }
+
+    /// Sets how the producer secures its connections: TLS, SASL (plain text without
+    /// authentication by default). The password is read when the producer is made, on the
+    /// first batch.
+    #[must_use]
+    pub fn security(mut self, security: KafkaSecurity) -> Self {
+        self.security = security;
+        self
     }
 
     /// Sets how long librdkafka tries to deliver a message (`message.timeout.ms`, 8 s by
@@ -85,22 +108,30 @@ impl KafkaPublisher {
     }
 
     /// The producer, created on first use and again after one was retired.
-    fn producer(&self) -> Result<Arc<FutureProducer>, PublishError> {
+    fn producer(&self) -> Result<(Arc<Producer>, ProducerContext), PublishError> {
         let mut slot = self.producer.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(producer) = slot.as_ref() {
-            return Ok(Arc::clone(producer));
+        if let Some((producer, context)) = slot.as_ref() {
+            return Ok((Arc::clone(producer), context.clone()));
         }
-        let producer = Arc::new(self.config.create().map_err(PublishError::unavailable)?);
-        *slot = Some(Arc::clone(&producer));
-        Ok(producer)
+        let mut config = self.config.clone();
+        self.security
+            .apply(&mut config)
+            .map_err(PublishError::unavailable)?;
+        let context = ProducerContext::default();
+        let producer = config
+            .create_with_context(context.clone())
+            .map_err(PublishError::unavailable)?;
+        let producer = Arc::new(producer);
+        *slot = Some((Arc::clone(&producer), context.clone()));
+        Ok((producer, context))
     }
 
     /// Retires `producer`, which can no longer produce: the next batch makes a new one.
-    fn retire(&self, producer: Arc<FutureProducer>, reason: &str) {
+    fn retire(&self, producer: Arc<Producer>, reason: &str) {
         let mut slot = self.producer.lock().unwrap_or_else(PoisonError::into_inner);
         if slot
             .as_ref()
-            .is_some_and(|current| Arc::ptr_eq(current, &producer))
+            .is_some_and(|(current, _)| Arc::ptr_eq(current, &producer))
         {
             *slot = None;
             tracing::warn!(
@@ -114,10 +145,7 @@ impl KafkaPublisher {
     }
 
     /// Hands one message to librdkafka; its delivery report comes later.
-    fn send(
-        producer: &FutureProducer,
-        envelope: &Envelope,
-    ) -> Result<DeliveryFuture, PublishError> {
+    fn send(producer: &Producer, envelope: &Envelope) -> Result<DeliveryFuture, PublishError> {
         let message = envelope.message();
         let mut headers = OwnedHeaders::new_with_capacity(message.headers.len() + 1);
         for (name, value) in message
@@ -177,6 +205,17 @@ fn classify(error: KafkaError) -> PublishError {
     }
 }
 
+/// A delivery that timed out, with what librdkafka last reported about the cluster, if it
+/// reported anything: a timeout alone does not say that a certificate or a password was refused.
+fn explain(error: KafkaError, context: &ProducerContext) -> PublishError {
+    match context.last_error() {
+        Some(cluster) if error.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageTimedOut) => {
+            PublishError::unavailable(Undelivered { cluster, error })
+        }
+        _ => classify(error),
+    }
+}
+
 /// Whether a delivery error says the producer itself is done: librdkafka's fatal error (an
 /// idempotent producer that cannot keep its guarantees, as after a sequence gap when messages
 /// timed out while the broker was away), or the broker no longer accepting its producer id or
@@ -197,8 +236,8 @@ fn ends_the_producer(error: &KafkaError) -> bool {
 
 impl Publisher for KafkaPublisher {
     async fn publish_batch(&self, batch: &[Envelope]) -> Confirmations {
-        let producer = match self.producer() {
-            Ok(producer) => producer,
+        let (producer, context) = match self.producer() {
+            Ok(made) => made,
             Err(error) => return unreachable(batch, "cannot create the Kafka producer", error),
         };
         let pending: Vec<_> = batch
@@ -210,12 +249,15 @@ impl Publisher for KafkaPublisher {
         for sent in pending {
             confirmations.push(match sent {
                 Ok(delivery) => match delivery.await {
-                    Ok(Ok(_)) => Ok(()),
+                    Ok(Ok(_)) => {
+                        context.delivered();
+                        Ok(())
+                    }
                     Ok(Err((error, _))) => {
                         if retire.is_none() && ends_the_producer(&error) {
                             retire = Some(error.to_string());
                         }
-                        Err(classify(error))
+                        Err(explain(error, &context))
                     }
                     Err(canceled) => Err(PublishError::unavailable(canceled)),
                 },
@@ -238,6 +280,7 @@ impl fmt::Debug for KafkaPublisher {
         // The configuration may hold credentials.
         f.debug_struct("KafkaPublisher")
             .field("bootstrap_servers", &self.config.get("bootstrap.servers"))
+            .field("security", &self.security)
             .field(
                 "created",
                 &self
