@@ -9,8 +9,8 @@
 pub enum InvalidBrokerUrl {
     /// The URL has no `scheme://`, or one that names no broker.
     #[error(
-        "a broker URL starts with amqp://, amqps://, nats://, tls://, kafka://, kafkas:// or \
-         sqs://; got {given:?}"
+        "a broker URL starts with amqp://, amqps://, nats://, tls://, kafka:// or sqs://; got \
+         {given:?}"
     )]
     UnknownScheme {
         /// What was given, its password hidden.
