@@ -16,9 +16,10 @@
 mod certificates;
 
 use std::{
+    io::Write,
     path::Path,
     process::{Child, Command, Stdio},
-    sync::Arc,
+    sync::{Arc, Mutex, OnceLock, PoisonError},
     time::{Duration, Instant},
 };
 
@@ -34,6 +35,40 @@ use rdkafka::{
     client::DefaultClientContext,
     consumer::{Consumer, StreamConsumer},
 };
+
+/// What the tests of this binary logged at `warn` and above, as text: the subscriber is the
+/// process's, installed by the first test that asks.
+fn logs() -> String {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    let logs = LOGS.get_or_init(|| {
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let writer = Arc::clone(&logs);
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || Logs(Arc::clone(&writer)))
+            .try_init()
+            .unwrap();
+        logs
+    });
+    let text = logs.lock().unwrap_or_else(PoisonError::into_inner);
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+/// A writer into the captured logs.
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Logs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let mut logs = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        logs.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
 
 /// How long the publishers that must fail try (`message.timeout.ms`).
 const REFUSED_WITHIN_MS: u32 = 3000;
@@ -292,6 +327,7 @@ async fn a_wrong_ca_is_refused_and_the_right_one_round_trips() {
     let _kafka = require!(Kafka);
     let dir = tempfile::tempdir().unwrap();
     let certificates = Certificates::make(dir.path());
+    logs(); // capturing from here on
     let cluster = Tunnelled::start(dir.path(), &certificates, false).await;
     let topic = cluster.topic().await;
 
@@ -304,6 +340,18 @@ async fn a_wrong_ca_is_refused_and_the_right_one_round_trips() {
         "ssl",
         cluster.port,
         "error:0A000086:SSL routines::certificate verify failed",
+    );
+    // The publisher's warning said it as it happened.
+    let warned = format!(
+        "the Kafka cluster cannot be used error=Global error: SSL (Local: SSL error) \
+         reason=\"ssl://127.0.0.1:{}/bootstrap: ",
+        cluster.port
+    );
+    let logs = logs();
+    assert!(
+        logs.lines().any(|line| line.contains(&warned)
+            && line.contains("error:0A000086:SSL routines::certificate verify failed")),
+        "{logs}"
     );
     // The system's roots do not know the test's CA either.
     assert_timed_out_after(
@@ -358,6 +406,7 @@ async fn sasl_reads_the_password_file_and_never_shows_it() {
     let _kafka = require!(Kafka);
     let dir = tempfile::tempdir().unwrap();
     let certificates = Certificates::make(dir.path());
+    logs(); // capturing from here on
     let cluster = Tunnelled::start(dir.path(), &certificates, false).await;
     let topic = cluster.topic().await;
     let ca = format!("&cacert={}", display(&certificates.ca));
@@ -403,4 +452,10 @@ async fn sasl_reads_the_password_file_and_never_shows_it() {
             ),
         );
     }
+    let logs = logs();
+    assert!(
+        logs.contains("SASL SCRAM-SHA-256 mechanism handshake failed"),
+        "{logs}"
+    );
+    assert!(!logs.contains("relay-secret"), "{logs}");
 }
