@@ -198,10 +198,13 @@ pub struct RelayArgs {
     pub store: String,
     /// The broker: amqp://USER:PASSWORD@HOST:PORT/VHOST (RabbitMQ), nats://HOST:PORT (NATS
     /// JetStream), kafka://HOST:PORT,HOST:PORT…[?linger.ms=N&…] (Kafka, its bootstrap servers
-    /// and librdkafka producer settings; needs idem built with `--features kafka`) or sqs://REGION[?endpoint=URL&profile=NAME] (Amazon SQS,
-    /// credentials from the AWS environment and profiles; needs `--features sqs`). Over TLS:
-    /// amqps://… or tls://HOST:PORT, with ?cacert=PATH for a private CA and &cert=PATH&key=PATH
-    /// for a client certificate (PEM files).
+    /// and librdkafka producer settings; needs idem built with `--features kafka`) or
+    /// sqs://REGION[?endpoint=URL&profile=NAME] (Amazon SQS, credentials from the AWS environment
+    /// and profiles; needs `--features sqs`). Over TLS: amqps://…, tls://HOST:PORT or
+    /// kafkas://HOST:PORT,…, with ?cacert=PATH for a private CA and &cert=PATH&key=PATH for a
+    /// client certificate (PEM files). Kafka's SASL: &sasl.mechanism=PLAIN|SCRAM-SHA-256|
+    /// SCRAM-SHA-512&sasl.username=NAME&password-file=PATH (or the password in
+    /// IDEM_KAFKA_SASL_PASSWORD).
     #[arg(long, env = "IDEM_BROKER", value_name = "URL", value_parser = broker_url)]
     pub broker: idem_messaging::BrokerUrl,
     /// The outbox's schema (on SQLite, an attached database) [default: public on PostgreSQL,

@@ -37,7 +37,7 @@ fn a_bad_broker_url_is_one_line_and_exit_2() {
     assert_eq!(
         output.stderr.trim_end(),
         "error: invalid value 'ftp://example' for '--broker <URL>': a broker URL starts with \
-         amqp://, amqps://, nats://, tls://, kafka:// or sqs://; got \"ftp://example\""
+         amqp://, amqps://, nats://, tls://, kafka://, kafkas:// or sqs://; got \"ftp://example\""
     );
 }
 

@@ -131,8 +131,9 @@ impl PublishError {
 /// The confirmations of a batch of which nothing was sent because the broker could not be
 /// reached (or its client made), which `failure` says ("cannot connect to NATS"): `error` for the
 /// first message, `failure` for the others. Said once in the log, at `warn`.
-// Only the publishers that connect before a batch use it: RabbitMQ's, NATS's and Kafka's.
-#[cfg(any(feature = "amqp", feature = "nats", feature = "kafka"))]
+// The publishers that connect before a batch use it (RabbitMQ's, NATS's and Kafka's), and SQS's
+// when its client cannot be set up.
+#[cfg(any(feature = "amqp", feature = "nats", feature = "kafka", feature = "sqs"))]
 pub(crate) fn unreachable(batch: &[Envelope], failure: &str, error: PublishError) -> Confirmations {
     tracing::warn!(error = &error as &dyn std::error::Error, "{failure}");
     let mut first = Some(error);

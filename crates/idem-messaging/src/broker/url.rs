@@ -9,7 +9,7 @@
 pub enum InvalidBrokerUrl {
     /// The URL has no `scheme://`, or one that names no broker.
     #[error(
-        "a broker URL starts with amqp://, amqps://, nats://, tls://, kafka:// or sqs://; got \
+        "a broker URL starts with amqp://, amqps://, nats://, tls://, kafka://, kafkas:// or sqs://; got \
          {given:?}"
     )]
     UnknownScheme {
