@@ -1,4 +1,4 @@
-//! What sealing costs: acquire, complete and replay of new keys on a MemoryStore, bare and
+//! What sealing costs: acquire, complete, replay and forget of new keys on a MemoryStore, bare and
 //! wrapped in `Sealed`, for a small JSON response and a 64 KiB one.
 //!
 //! `cargo bench -p idem-core --features sealing --bench sealing`
@@ -30,6 +30,11 @@ fn round(store: &impl Store, address: &Address, response: &StoredResponse, terms
         .unwrap();
     let replay = store.acquire(address, &FP, terms).now_or_never().unwrap();
     assert!(matches!(replay, Ok(Acquisition::Completed(_))));
+    // Forgotten, so that the store stays within its bounds however many rounds run.
+    assert!(matches!(
+        store.forget(address).now_or_never(),
+        Some(Ok(true))
+    ));
 }
 
 fn bench(c: &mut Criterion) {
