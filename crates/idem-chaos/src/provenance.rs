@@ -54,7 +54,7 @@ pub struct Provenance {
 pub enum Build {
     /// With debug assertions: cargo's `dev` profile (`cargo build`).
     Debug,
-    /// Without: `--release` or `--profile dist`.
+    /// Without: `--release`.
     Release,
 }
 

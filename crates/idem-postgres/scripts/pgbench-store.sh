@@ -26,8 +26,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cargo build -q --profile dist -p idem-postgres --example load
-load="$CARGO_TARGET_DIR/dist/examples/load"
+cargo build -q --release -p idem-postgres --example load
+load="$CARGO_TARGET_DIR/release/examples/load"
 
 "$load" script "$schema" > "$script"
 echo "== pgbench: acquire + complete on new keys, $clients clients, ${seconds}s (${schema})"
