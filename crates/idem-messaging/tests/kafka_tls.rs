@@ -14,6 +14,7 @@
 
 #[path = "tls/certificates.rs"]
 mod certificates;
+mod common;
 
 use std::{
     io::Write,
@@ -24,6 +25,7 @@ use std::{
 };
 
 use certificates::Certificates;
+use common::chain;
 use idem_messaging::{
     BrokerUrl, Envelope, Incoming, OutboxMessage, Publisher,
     kafka::{KafkaMessage, KafkaSecurity, consumer_config},
@@ -244,22 +246,6 @@ async fn wait_port(port: u16) {
         assert!(Instant::now() < deadline, "port {port} did not open");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// The error and its sources, joined by `: `, a source that the text before it already ends with
-/// said once (rdkafka's error repeats its code's): as `idem` prints an error.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.ends_with(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// Why publishing one message to `topic` through `url`'s publisher fails: the error chain. The

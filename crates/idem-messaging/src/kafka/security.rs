@@ -303,10 +303,11 @@ pub enum PasswordError {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn settings(config: &ClientConfig) -> Vec<(String, String)> {
+    /// `config`'s settings as (name, value) pairs, sorted by name.
+    pub(in crate::kafka) fn settings(config: &ClientConfig) -> Vec<(String, String)> {
         // `config_map` hides the password: `get` does not. Sorted by name.
         config
             .config_map()
@@ -315,7 +316,8 @@ mod tests {
             .collect()
     }
 
-    fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
+    /// `expected` as [`settings`] gives them.
+    pub(in crate::kafka) fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
         expected
             .iter()
             .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))

@@ -191,26 +191,14 @@ fn setting(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::BrokerUrl;
+    use crate::{BrokerUrl, kafka::security::tests::pairs};
 
     /// The librdkafka settings a URL makes, security applied, sorted.
     fn settings(url: &str) -> Vec<(String, String)> {
         let url = KafkaUrl::parse(url).unwrap();
         let mut config = url.config();
         url.security.apply(&mut config).unwrap();
-        // `config_map` hides the password: `get` does not. Sorted by name.
-        config
-            .config_map()
-            .into_keys()
-            .map(|name| (name.to_owned(), config.get(name).unwrap().to_owned()))
-            .collect()
-    }
-
-    fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
-        expected
-            .iter()
-            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
-            .collect()
+        crate::kafka::security::tests::settings(&config)
     }
 
     #[test]

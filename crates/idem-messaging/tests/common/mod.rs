@@ -142,3 +142,20 @@ impl<P: Publisher> Publisher for Gated<P> {
 }
 
 pub mod suite;
+
+/// The error and its sources, joined by `: `, a source that the text before it already ends with
+/// said once (an `io::Error` and rdkafka's errors repeat what they wrap): as `idem` prints an
+/// error.
+pub fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}

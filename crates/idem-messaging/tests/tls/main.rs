@@ -18,23 +18,7 @@ use std::time::Duration;
 
 use idem_messaging::{BrokerUrl, Outbox, OutboxMessage, Publisher, Relay};
 
-use common::TestSchema;
-
-/// The error and its sources, joined by `: `, a source that the text before it already ends with
-/// said once (an `io::Error` repeats the error it wraps): as `idem` prints an error.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.ends_with(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
+use common::{TestSchema, chain};
 
 /// Why publishing one message through `url`'s publisher fails: the error chain.
 async fn refusal(url: &str) -> String {
