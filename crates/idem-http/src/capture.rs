@@ -40,7 +40,7 @@
 //! # }).unwrap();
 //! ```
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::{
     HeaderMap, HeaderName, HeaderValue, Response, StatusCode,
     header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, SET_COOKIE, TRAILER},
@@ -51,6 +51,7 @@ use idem_core::{Outcome, StoredResponse};
 
 use crate::{
     ResponseBody,
+    collector::Collector,
     hop_by_hop::HopByHop,
     problem::{self, Rejection},
 };
@@ -86,8 +87,9 @@ where
         let response = Response::from_parts(parts, ResponseBody::new(body));
         return Ok((response, stored));
     }
+    // Not over `limit`, so it fits in a usize.
+    let mut data = Collector::new(usize::try_from(body.size_hint().lower()).unwrap_or(limit));
     let mut body = Box::pin(body);
-    let mut data = Data::default();
     let mut trailers: Option<HeaderMap> = None;
     while let Some(frame) = body.frame().await {
         let frame = match frame {
@@ -179,50 +181,6 @@ fn header_lines(headers: &HeaderMap) -> Vec<(String, Bytes)> {
 
 fn bytes(value: &HeaderValue) -> Bytes {
     Bytes::copy_from_slice(value.as_bytes())
-}
-
-/// The body of a response, read chunk by chunk: one chunk is kept as is, more are copied into
-/// one buffer.
-#[derive(Default)]
-enum Data {
-    #[default]
-    Empty,
-    One(Bytes),
-    Many(BytesMut),
-}
-
-impl Data {
-    fn push(&mut self, chunk: Bytes) {
-        *self = match std::mem::take(self) {
-            Data::Empty => Data::One(chunk),
-            Data::One(first) => {
-                let mut all = BytesMut::with_capacity(first.len() + chunk.len());
-                all.extend_from_slice(&first);
-                all.extend_from_slice(&chunk);
-                Data::Many(all)
-            }
-            Data::Many(mut all) => {
-                all.extend_from_slice(&chunk);
-                Data::Many(all)
-            }
-        };
-    }
-
-    fn len(&self) -> usize {
-        match self {
-            Data::Empty => 0,
-            Data::One(data) => data.len(),
-            Data::Many(data) => data.len(),
-        }
-    }
-
-    fn into_bytes(self) -> Bytes {
-        match self {
-            Data::Empty => Bytes::new(),
-            Data::One(data) => data,
-            Data::Many(data) => data.freeze(),
-        }
-    }
 }
 
 /// The replay of a stored outcome, marked `Idempotent-Replayed: true`: the stored response

@@ -89,6 +89,7 @@
 mod body;
 mod budget;
 mod capture;
+mod collector;
 mod from_bytes;
 mod future;
 pub mod hop_by_hop;

@@ -33,7 +33,7 @@
 
 use std::{pin::pin, sync::Arc};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::{
     HeaderMap, HeaderName,
     header::{CONTENT_LENGTH, CONTENT_TYPE},
@@ -44,6 +44,7 @@ use idem_core::{Fingerprint, FingerprintMode, IdempotencyKey, KeyError, Scope};
 
 use crate::{
     budget::{Budget, Reservation},
+    collector::Collector,
     problem::Rejection,
 };
 
@@ -116,14 +117,13 @@ where
         None => None,
     };
     let mut body = pin!(body);
-    let mut chunks: Vec<Bytes> = Vec::new();
-    let mut len = 0_usize;
+    let mut collected = Collector::new(known);
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|error| Rejection::BodyUnreadable(error.into()))?;
         let Ok(chunk) = frame.into_data() else {
             continue;
         };
-        len += chunk.len();
+        let len = collected.len() + chunk.len();
         if len > limit {
             return Err(Rejection::BodyTooLarge { limit });
         }
@@ -133,20 +133,9 @@ where
         {
             return Err(Rejection::Overloaded);
         }
-        chunks.push(chunk);
+        collected.push(chunk);
     }
-    let bytes = match chunks.len() {
-        0 => Bytes::new(),
-        1 => chunks.swap_remove(0),
-        _ => {
-            let mut all = BytesMut::with_capacity(len);
-            for chunk in chunks {
-                all.extend_from_slice(&chunk);
-            }
-            all.freeze()
-        }
-    };
-    Ok((bytes, reservation))
+    Ok((collected.into_bytes(), reservation))
 }
 
 /// The fingerprint: method, path, query as sent, and the body read as `mode` says.

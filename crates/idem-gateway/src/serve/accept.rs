@@ -28,6 +28,10 @@ const MAX_CONCURRENT_STREAMS: u32 = 256;
 /// How often an HTTP/2 client connection is pinged, and how long its answer may take before the
 /// connection is taken for dead and closed.
 const HTTP2_KEEP_ALIVE: Duration = Duration::from_secs(20);
+/// The read buffer of an HTTP/1.1 client connection, which bounds its request head too (a
+/// longer head gets `431`). hyper's default (about 400 KiB) lets the buffer grow to a MiB while
+/// a large body streams through it, and keep that size as long as the connection lives.
+const HTTP1_READ_BUFFER: usize = 64 * 1024;
 
 /// Accepts client connections on `listener` and serves them with `service` until `shutdown`
 /// completes; then the listener is closed (the connections stay, in `connections`).
@@ -48,7 +52,8 @@ pub(super) async fn until_shutdown(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(idle_timeout);
+        .header_read_timeout(idle_timeout)
+        .max_buf_size(HTTP1_READ_BUFFER);
     builder
         .http2()
         .timer(TokioTimer::new())
