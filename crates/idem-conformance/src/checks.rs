@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use idem_core::{
-    Acquisition, Address, Census, FencingToken, Fingerprint, IdempotencyKey, Lease, ListCursor,
-    ListQuery, Listed, ManualClock, Outcome, RecordState, Scope, StateFilter, Store, StoreError,
-    StoredResponse, Terms, Timestamp,
+    Acquisition, Address, Census, CensusClaim, CensusTurn, FencingToken, Fingerprint,
+    IdempotencyKey, Lease, ListCursor, ListQuery, Listed, ManualClock, Outcome, Pace, RecordState,
+    Scope, StateFilter, Store, StoreError, StoredResponse, Terms, Timestamp,
     sealing::{DEFAULT_CLOCK_SKEW, KeyRing, Sealed},
 };
 
@@ -786,7 +786,10 @@ pub async fn listing_filters_by_state_age_and_scope(subject: &impl Subject) {
 /// expired, released and forgotten records do not count.
 pub async fn census_counts_live_records_by_state(subject: &impl Subject) {
     let store = subject.store();
-    assert_eq!(store.census().await.unwrap(), Census::default());
+    assert_eq!(
+        store.census(Pace::UNPACED).await.unwrap(),
+        Census::default()
+    );
 
     // c-0 and c-2 completed, c-1 and c-3 processing.
     let addresses = populate(subject, Scope::ANONYMOUS, "c", 4, Duration::from_millis(5)).await;
@@ -799,7 +802,7 @@ pub async fn census_counts_live_records_by_state(subject: &impl Subject) {
 
     let oldest: Timestamp = store.get(&addresses[1]).await.unwrap().unwrap().created_at;
     assert_eq!(
-        store.census().await.unwrap(),
+        store.census(Pace::UNPACED).await.unwrap(),
         Census {
             processing: 2,
             completed: 2,
@@ -809,7 +812,97 @@ pub async fn census_counts_live_records_by_state(subject: &impl Subject) {
 
     // Past the TTL every record has expired, purged or not.
     subject.advance(TTL + LEASE).await;
-    assert_eq!(store.census().await.unwrap(), Census::default());
+    assert_eq!(
+        store.census(Pace::UNPACED).await.unwrap(),
+        Census::default()
+    );
+}
+
+/// The census board: one claimant counts at a time and renews its claim; the others wait and
+/// read what it posts; a claim that runs out passes to another, and a claimant that lost its
+/// claim cannot post over the newer census. Steps count in their census what the walk reads,
+/// paced or not.
+pub async fn one_census_at_a_time_among_the_processes_sharing_the_store(subject: &impl Subject) {
+    const HOLD: Duration = Duration::from_secs(60);
+    let store = subject.store();
+    let claim = |claimant| CensusClaim {
+        claimant,
+        hold: HOLD,
+    };
+    let waits = |turn: CensusTurn| match turn {
+        CensusTurn::Wait { last, retry_after } => (last, retry_after),
+        CensusTurn::Count { .. } => panic!("{turn:?}: expected to wait"),
+    };
+    let close_to = |got: Duration, expected: Duration| {
+        assert!(
+            got.abs_diff(expected) <= subject.tolerance() + Duration::from_millis(1),
+            "waits {got:?}, expected {expected:?}"
+        );
+    };
+
+    assert_eq!(
+        store.claim_census(claim(1)).await.unwrap(),
+        CensusTurn::Count { last: None }
+    );
+    let (last, retry_after) = waits(store.claim_census(claim(2)).await.unwrap());
+    assert_eq!(last, None);
+    close_to(retry_after, HOLD);
+    // The holder renews its claim halfway through.
+    subject.advance(HOLD / 2).await;
+    assert_eq!(
+        store.claim_census(claim(1)).await.unwrap(),
+        CensusTurn::Count { last: None }
+    );
+    subject.advance(HOLD / 2).await;
+    let (_, retry_after) = waits(store.claim_census(claim(2)).await.unwrap());
+    close_to(retry_after, HOLD / 2);
+
+    // A census of paced steps counts what an unpaced one does.
+    populate(subject, Scope::ANONYMOUS, "b", 4, Duration::from_millis(5)).await;
+    let census = store.census(Pace::share(0.5)).await.unwrap();
+    assert_eq!(census, store.census(Pace::UNPACED).await.unwrap());
+    assert_eq!((census.processing, census.completed), (2, 2));
+
+    let rest = Duration::from_secs(10);
+    assert!(store.post_census(1, &census, rest).await.unwrap());
+    // Nobody counts until the next census is due; everyone reads the posted one.
+    let (last, retry_after) = waits(store.claim_census(claim(2)).await.unwrap());
+    let posted = last.expect("the census is posted");
+    assert_eq!(posted.census, census);
+    assert_eq!(posted.next, posted.at + rest);
+    close_to(retry_after, rest);
+    let (last, _) = waits(store.claim_census(claim(1)).await.unwrap());
+    assert_eq!(last, Some(posted));
+
+    // Due: claimant 2 counts, then stops; past its claim, claimant 1 takes over, and 2's census
+    // no longer posts.
+    subject.advance(rest).await;
+    assert_eq!(
+        store.claim_census(claim(2)).await.unwrap(),
+        CensusTurn::Count { last: Some(posted) }
+    );
+    waits(store.claim_census(claim(1)).await.unwrap());
+    subject.advance(HOLD).await;
+    assert_eq!(
+        store.claim_census(claim(1)).await.unwrap(),
+        CensusTurn::Count { last: Some(posted) }
+    );
+    assert!(
+        !store
+            .post_census(2, &Census::default(), rest)
+            .await
+            .unwrap()
+    );
+    let (last, _) = waits(store.claim_census(claim(2)).await.unwrap());
+    assert_eq!(last, Some(posted));
+    assert!(
+        store
+            .post_census(1, &Census::default(), rest)
+            .await
+            .unwrap()
+    );
+    let (last, _) = waits(store.claim_census(claim(2)).await.unwrap());
+    assert_eq!(last.map(|posted| posted.census), Some(Census::default()));
 }
 
 /// A sealed outcome is bound to everything a replay reads. A store writer who holds no key

@@ -49,6 +49,7 @@ macro_rules! conformance_tests {
             listing_pages_through_every_record_newest_first,
             listing_filters_by_state_age_and_scope,
             census_counts_live_records_by_state,
+            one_census_at_a_time_among_the_processes_sharing_the_store,
             sealed_outcomes_are_bound_to_what_replays_read,
         );
 

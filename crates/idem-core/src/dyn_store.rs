@@ -5,8 +5,8 @@ use std::{future::Future, sync::Arc, time::Duration};
 use futures_util::future::BoxFuture;
 
 use crate::{
-    Acquisition, Address, Census, FencingToken, Fingerprint, ListPage, ListQuery, Outcome, Record,
-    Store, StoreError, Terms, Timestamp,
+    Acquisition, Address, Census, CensusClaim, CensusTurn, FencingToken, Fingerprint, ListPage,
+    ListQuery, Outcome, Pace, Record, Store, StoreError, Terms, Timestamp,
 };
 
 /// A type-erased [`Store`]: the gateway picks a backend from a URL and hands this to the engine.
@@ -68,7 +68,14 @@ pub(crate) trait ErasedStore: Send + Sync {
     fn purge_expired(&self, limit: usize) -> BoxFuture<'_, Result<usize, StoreError>>;
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>>;
     fn list<'a>(&'a self, query: &'a ListQuery) -> BoxFuture<'a, Result<ListPage, StoreError>>;
-    fn census(&self) -> BoxFuture<'_, Result<Census, StoreError>>;
+    fn census(&self, pace: Pace) -> BoxFuture<'_, Result<Census, StoreError>>;
+    fn claim_census(&self, claim: CensusClaim) -> BoxFuture<'_, Result<CensusTurn, StoreError>>;
+    fn post_census<'a>(
+        &'a self,
+        claimant: u64,
+        census: &'a Census,
+        rest: Duration,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
     fn changed(&self, address: &Address) -> BoxFuture<'static, ()>;
 }
 
@@ -132,8 +139,21 @@ impl<S: Store> ErasedStore for S {
         Box::pin(Store::list(self, query))
     }
 
-    fn census(&self) -> BoxFuture<'_, Result<Census, StoreError>> {
-        Box::pin(Store::census(self))
+    fn census(&self, pace: Pace) -> BoxFuture<'_, Result<Census, StoreError>> {
+        Box::pin(Store::census(self, pace))
+    }
+
+    fn claim_census(&self, claim: CensusClaim) -> BoxFuture<'_, Result<CensusTurn, StoreError>> {
+        Box::pin(Store::claim_census(self, claim))
+    }
+
+    fn post_census<'a>(
+        &'a self,
+        claimant: u64,
+        census: &'a Census,
+        rest: Duration,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(Store::post_census(self, claimant, census, rest))
     }
 
     fn changed(&self, address: &Address) -> BoxFuture<'static, ()> {
@@ -194,8 +214,21 @@ impl Store for DynStore {
         self.0.list(query).await
     }
 
-    async fn census(&self) -> Result<Census, StoreError> {
-        self.0.census().await
+    async fn census(&self, pace: Pace) -> Result<Census, StoreError> {
+        self.0.census(pace).await
+    }
+
+    async fn claim_census(&self, claim: CensusClaim) -> Result<CensusTurn, StoreError> {
+        self.0.claim_census(claim).await
+    }
+
+    async fn post_census(
+        &self,
+        claimant: u64,
+        census: &Census,
+        rest: Duration,
+    ) -> Result<bool, StoreError> {
+        self.0.post_census(claimant, census, rest).await
     }
 
     fn changed(&self, address: &Address) -> impl Future<Output = ()> + Send + 'static {

@@ -3,9 +3,9 @@
 use std::{future::Future, sync::Arc, time::Duration};
 
 use crate::{
-    Acquisition, Address, Census, Clock, DigestKey, FencingToken, Fingerprint, IdempotencyKey,
-    ListPage, ListQuery, Outcome, Record, Scope, Store, StoreError, SystemClock, Terms, Timestamp,
-    dyn_store::ErasedStore,
+    Acquisition, Address, Census, CensusClaim, CensusTurn, Clock, DigestKey, FencingToken,
+    Fingerprint, IdempotencyKey, ListPage, ListQuery, Outcome, Pace, Record, Scope, Store,
+    StoreError, SystemClock, Terms, Timestamp, dyn_store::ErasedStore,
 };
 
 /// A [`Store`] that addresses records by keyed digests: the inner store sees, instead of each
@@ -256,8 +256,24 @@ impl<S: Store> Store for KeyedAddresses<S> {
         self.inner.list(query)
     }
 
-    fn census(&self) -> impl Future<Output = Result<Census, StoreError>> + Send {
-        self.inner.census()
+    fn census(&self, pace: Pace) -> impl Future<Output = Result<Census, StoreError>> + Send {
+        self.inner.census(pace)
+    }
+
+    fn claim_census(
+        &self,
+        claim: CensusClaim,
+    ) -> impl Future<Output = Result<CensusTurn, StoreError>> + Send {
+        self.inner.claim_census(claim)
+    }
+
+    fn post_census(
+        &self,
+        claimant: u64,
+        census: &Census,
+        rest: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.inner.post_census(claimant, census, rest)
     }
 
     fn changed(&self, address: &Address) -> impl Future<Output = ()> + Send + 'static {

@@ -40,6 +40,7 @@
 //! # }).unwrap();
 //! ```
 
+pub mod census;
 mod clock;
 mod codec;
 mod dyn_store;
@@ -63,6 +64,7 @@ pub mod store_url;
 pub mod time_limit;
 pub mod transition;
 
+pub use census::{CensusClaim, CensusTurn, Pace, Posted};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use codec::DecodeError;
 pub use dyn_store::DynStore;

@@ -412,6 +412,16 @@ pub struct Census {
 }
 
 impl Census {
+    /// Counts in `other`'s records: a census taken in steps adds each step's.
+    pub fn merge(&mut self, other: Census) {
+        self.processing += other.processing;
+        self.completed += other.completed;
+        self.oldest_processing = match (self.oldest_processing, other.oldest_processing) {
+            (Some(one), Some(other)) => Some(one.min(other)),
+            (one, other) => one.or(other),
+        };
+    }
+
     /// Counts `record` in.
     pub fn add(&mut self, record: &Record) {
         match record.state {

@@ -13,9 +13,10 @@ use std::{
 use hashbrown::{HashTable, hash_table::OccupiedEntry};
 
 use crate::{
-    Acquisition, Address, Census, Clock, FencingToken, Fingerprint, Lease, ListPage, ListQuery,
-    Listed, Newest, Outcome, Record, RecordState, Scope, StateFilter, Store, StoreError,
-    SystemClock, Terms, Timestamp,
+    Acquisition, Address, Census, CensusClaim, CensusTurn, Clock, FencingToken, Fingerprint, Lease,
+    ListPage, ListQuery, Listed, Newest, Outcome, Pace, Record, RecordState, Scope, StateFilter,
+    Store, StoreError, SystemClock, Terms, Timestamp,
+    census::Board,
     transition::{AcquirePlan, RecordView, plan_acquire, processing_expiry},
 };
 
@@ -92,6 +93,8 @@ pub struct MemoryStore {
     sweeping: AtomicBool,
     /// Each scope's records, when a scope's share is bounded.
     per_scope: Option<ScopeCounts>,
+    /// The census board, for the tasks of this process that count.
+    census_board: Mutex<Board>,
 }
 
 /// The records of each scope that holds any, and the most a scope may hold. Counted under one
@@ -271,6 +274,7 @@ impl MemoryStore {
             earliest_expiry: AtomicU64::new(u64::MAX),
             sweeping: AtomicBool::new(false),
             per_scope: None,
+            census_board: Mutex::default(),
         }
     }
 
@@ -631,11 +635,13 @@ impl Store for MemoryStore {
         Ok(newest.finish())
     }
 
-    /// Reads every record, one shard's lock at a time, without decoding any.
-    async fn census(&self) -> Result<Census, StoreError> {
+    /// Reads every record, one shard's lock at a time, without decoding any, resting after each
+    /// shard at `pace`.
+    async fn census(&self, pace: Pace) -> Result<Census, StoreError> {
         let now = self.clock.now();
         let mut census = Census::default();
         for shard in &self.shards {
+            let started = std::time::Instant::now();
             for entry in lock(shard).iter().filter(|e| now < e.expires_at) {
                 match entry.state {
                     Held::Processing { .. } => {
@@ -649,8 +655,22 @@ impl Store for MemoryStore {
                     Held::Completed { .. } => census.completed += 1,
                 }
             }
+            pace.rest(started.elapsed()).await;
         }
         Ok(census)
+    }
+
+    async fn claim_census(&self, claim: CensusClaim) -> Result<CensusTurn, StoreError> {
+        Ok(lock(&self.census_board).claim(claim, self.clock.now()))
+    }
+
+    async fn post_census(
+        &self,
+        claimant: u64,
+        census: &Census,
+        rest: Duration,
+    ) -> Result<bool, StoreError> {
+        Ok(lock(&self.census_board).post(claimant, *census, rest, self.clock.now()))
     }
 }
 

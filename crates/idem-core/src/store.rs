@@ -3,8 +3,8 @@
 use std::{future::Future, sync::Arc, time::Duration};
 
 use crate::{
-    Address, Census, FencingToken, Fingerprint, Lease, ListPage, ListQuery, Outcome, Policy,
-    Record, StoreError, Timestamp,
+    Address, Census, CensusClaim, CensusTurn, FencingToken, Fingerprint, Lease, ListPage,
+    ListQuery, Outcome, Pace, Policy, Record, StoreError, Timestamp,
 };
 
 /// The durations an acquisition is granted.
@@ -142,13 +142,53 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// Counts the live records by state and finds the oldest processing one. For operators: it
-    /// may read every record, as each store documents; callers space their calls accordingly.
+    /// may read every record, as each store documents, so it reads them in bounded steps and
+    /// rests between them at `pace`, on connections the requests do not wait behind; callers
+    /// also space their calls, and share one census through [`claim_census`](Store::claim_census).
     ///
     /// The default answers [`StoreError::Unsupported`].
-    fn census(&self) -> impl Future<Output = Result<Census, StoreError>> + Send {
+    fn census(&self, pace: Pace) -> impl Future<Output = Result<Census, StoreError>> + Send {
+        let _ = pace;
         std::future::ready(Err(StoreError::Unsupported {
             operation: "counting records",
         }))
+    }
+
+    /// Asks the store's census board whether `claim`'s claimant counts now: it does when the
+    /// last census posted is due (or there is none) and no other claimant's claim holds, and it
+    /// then holds the claim for `claim.hold`, renewed by claiming again. One step, atomic among
+    /// every process that shares the store, on the store's clock: so a fleet takes one census
+    /// at a time, and a claimant that stops is replaced once its claim runs out. The answer
+    /// carries the census last posted, for those that do not count. See [`Board`] for the
+    /// rules.
+    ///
+    /// [`Board`]: crate::census::Board
+    ///
+    /// The default, for a store that no other process shares, always answers
+    /// [`CensusTurn::Count`] with no census.
+    fn claim_census(
+        &self,
+        claim: CensusClaim,
+    ) -> impl Future<Output = Result<CensusTurn, StoreError>> + Send {
+        let _ = claim;
+        std::future::ready(Ok(CensusTurn::Count { last: None }))
+    }
+
+    /// Posts `census` on the store's board for `claimant`, the next census due after `rest`:
+    /// `false`, and nothing posted, unless `claimant` holds the claim (a claimant whose claim
+    /// ran out and was taken by another cannot overwrite the newer census). Releases the
+    /// claim.
+    ///
+    /// The default, for a store that no other process shares, posts nothing and answers
+    /// `true`.
+    fn post_census(
+        &self,
+        claimant: u64,
+        census: &Census,
+        rest: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        let _ = (claimant, census, rest);
+        std::future::ready(Ok(true))
     }
 
     /// Resolves when the record at `address` may have been completed, released or forgotten by
@@ -229,8 +269,24 @@ impl<S: Store> Store for Arc<S> {
         (**self).list(query)
     }
 
-    fn census(&self) -> impl Future<Output = Result<Census, StoreError>> + Send {
-        (**self).census()
+    fn census(&self, pace: Pace) -> impl Future<Output = Result<Census, StoreError>> + Send {
+        (**self).census(pace)
+    }
+
+    fn claim_census(
+        &self,
+        claim: CensusClaim,
+    ) -> impl Future<Output = Result<CensusTurn, StoreError>> + Send {
+        (**self).claim_census(claim)
+    }
+
+    fn post_census(
+        &self,
+        claimant: u64,
+        census: &Census,
+        rest: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        (**self).post_census(claimant, census, rest)
     }
 
     fn changed(&self, address: &Address) -> impl Future<Output = ()> + Send + 'static {

@@ -1,13 +1,22 @@
--- $1 now. The processing records are counted from their range of the index on
--- (state, created_at), each one's expiry read from the table; the completed ones are the other
--- live records, counted from the `expires_at` index (an index-only scan, but for the pages that
--- vacuum has not marked all-visible yet). One statement, one snapshot: the counts agree.
-WITH processing AS (
-    SELECT count(*) AS count, min(created_at) AS oldest
+-- $1 now, $2 and $3 the scope and key digest of the last record of the step before (empty at
+-- first), $4 the step's length. One step of a census: the next $4 records in primary key order,
+-- read from the primary key's index, the live ones among them counted by state. `last_scope`
+-- and `last_key` are NULL once no record is left.
+WITH step AS (
+    SELECT scope, key, state, created_at, expires_at
     FROM "{schema}"."{table}"
-    WHERE state = 'processing' AND {now} < expires_at
+    WHERE (scope, key) > ($2, $3)
+    ORDER BY scope, key
+    LIMIT $4
+), last AS (
+    SELECT scope, key FROM step ORDER BY scope DESC, key DESC LIMIT 1
+), live AS (
+    SELECT state, created_at FROM step WHERE {now} < expires_at
 )
-SELECT p.count AS processing,
-    (SELECT count(*) FROM "{schema}"."{table}" WHERE {now} < expires_at) - p.count AS completed,
-    (extract(epoch FROM p.oldest) * 1000)::bigint AS oldest_processing
-FROM processing AS p
+SELECT
+    (SELECT count(*) FROM live WHERE state = 'processing') AS processing,
+    (SELECT count(*) FROM live WHERE state = 'completed') AS completed,
+    (SELECT (extract(epoch FROM min(created_at)) * 1000)::bigint
+        FROM live WHERE state = 'processing') AS oldest_processing,
+    (SELECT scope FROM last) AS last_scope,
+    (SELECT key FROM last) AS last_key

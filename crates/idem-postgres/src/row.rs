@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use idem_core::{
-    Acquisition, Census, FencingToken, Fingerprint, Lease, Listed, Outcome, Record, RecordState,
-    Scope, StateFilter, StoreError, Timestamp,
+    Acquisition, Census, FencingToken, Fingerprint, Lease, Listed, Outcome, Posted, Record,
+    RecordState, Scope, StateFilter, StoreError, Timestamp, census::Board,
 };
 use sqlx::{Decode, Postgres, Row, Type, postgres::PgRow};
 
@@ -139,17 +139,53 @@ impl Columns<'_> {
         })
     }
 
-    /// The columns of `sql/census.sql`.
-    pub(crate) fn census(&self) -> Result<Census, StoreError> {
-        let count = |name| {
-            self.get::<i64>(name)
-                .map(|count| u64::try_from(count).unwrap_or(0))
+    /// The columns of `sql/census.sql`: one step's census, and the step's last record (`None`
+    /// past the last record).
+    pub(crate) fn census_step(&self) -> Result<(Census, Option<PrimaryKey>), StoreError> {
+        let census = Census {
+            processing: self.count("processing")?,
+            completed: self.count("completed")?,
+            oldest_processing: self.time("oldest_processing")?,
         };
-        Ok(Census {
-            processing: count("processing")?,
-            completed: count("completed")?,
-            oldest_processing: self.get::<Option<i64>>("oldest_processing")?.map(timestamp),
-        })
+        let last_scope: Option<Vec<u8>> = self.get("last_scope")?;
+        let last_key: Option<Vec<u8>> = self.get("last_key")?;
+        Ok((census, last_scope.zip(last_key)))
+    }
+
+    /// The columns of `sql/census_board.sql`: the board, and the store's time.
+    pub(crate) fn census_board(&self) -> Result<(Board, Timestamp), StoreError> {
+        let claimant: Option<i64> = self.get("claimant")?;
+        let posted = match (self.time("posted_at")?, self.time("next_at")?) {
+            (Some(at), Some(next)) => Some(Posted {
+                census: Census {
+                    processing: self.count("processing")?,
+                    completed: self.count("completed")?,
+                    oldest_processing: self.time("oldest_processing")?,
+                },
+                at,
+                next,
+            }),
+            _ => None,
+        };
+        let board = Board {
+            posted,
+            claim: claimant
+                .zip(self.time("claimed_until")?)
+                .map(|(claimant, until)| (claimant.cast_unsigned(), until)),
+        };
+        Ok((board, timestamp(self.get("now")?)))
+    }
+
+    /// A count, NULL as 0.
+    fn count(&self, name: &str) -> Result<u64, StoreError> {
+        Ok(self
+            .get::<Option<i64>>(name)?
+            .map_or(0, |count| u64::try_from(count).unwrap_or(0)))
+    }
+
+    /// A time in milliseconds since the epoch, or NULL.
+    fn time(&self, name: &str) -> Result<Option<Timestamp>, StoreError> {
+        Ok(self.get::<Option<i64>>(name)?.map(timestamp))
     }
 
     /// A 32-byte column: the scope, or the key's digest.
@@ -158,6 +194,9 @@ impl Columns<'_> {
         <[u8; 32]>::try_from(bytes).map_err(StoreError::corrupted)
     }
 }
+
+/// A record's primary key: its scope and key digest.
+pub(crate) type PrimaryKey = (Vec<u8>, Vec<u8>);
 
 /// Milliseconds since the epoch from the database; the store writes none before 1970.
 fn timestamp(millis: i64) -> Timestamp {

@@ -30,6 +30,7 @@ const MIGRATIONS: &[MigrationFile] = &[
         "state created",
         include_str!("../migrations/0003_state_created.sql"),
     ),
+    MigrationFile::new(4, "census", include_str!("../migrations/0004_census.sql")),
 ];
 
 /// A statement the store runs, to read its SQL with [`PostgresStore::sql`](crate::PostgresStore::sql).
@@ -55,8 +56,14 @@ pub enum Statement {
     /// [`Store::list`](idem_core::Store::list): `$2` is an array of states; of each, `$8` records
     /// and the others of the last one's millisecond.
     List,
-    /// [`Store::census`](idem_core::Store::census).
+    /// One step of [`Store::census`](idem_core::Store::census): the live records by state
+    /// among the `$4` records after `($2, $3)` in primary key order.
     Census,
+    /// The census board's row, locked, for [`Store::claim_census`](idem_core::Store::claim_census)
+    /// and [`Store::post_census`](idem_core::Store::post_census).
+    CensusBoard,
+    /// The census board's row written back.
+    CensusBoardWrite,
 }
 
 /// Every statement of one store, rendered. Cloning a statement's text is cheap (an `Arc`).
@@ -71,6 +78,8 @@ pub(crate) struct Sql {
     pub(crate) purge_expired: Arc<str>,
     pub(crate) list: Arc<str>,
     pub(crate) census: Arc<str>,
+    pub(crate) census_board: Arc<str>,
+    pub(crate) census_board_write: Arc<str>,
     pub(crate) applied_migrations: Arc<str>,
     /// The `LISTEN`/`NOTIFY` channel.
     pub(crate) channel: String,
@@ -96,6 +105,8 @@ impl Sql {
             purge_expired: render(include_str!("../sql/purge_expired.sql")),
             list: render(include_str!("../sql/list.sql")),
             census: render(include_str!("../sql/census.sql")),
+            census_board: render(include_str!("../sql/census_board.sql")),
+            census_board_write: render(include_str!("../sql/census_board_write.sql")),
             applied_migrations: render(include_str!("../sql/applied_migrations.sql")),
             schema: location.quoted_schema(),
             table: location.qualified(),
@@ -116,6 +127,8 @@ impl Sql {
             Statement::PurgeExpired => &self.purge_expired,
             Statement::List => &self.list,
             Statement::Census => &self.census,
+            Statement::CensusBoard => &self.census_board,
+            Statement::CensusBoardWrite => &self.census_board_write,
         }
     }
 

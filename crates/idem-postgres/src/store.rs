@@ -3,8 +3,9 @@
 use std::{fmt, future::Future, sync::Arc, time::Duration};
 
 use idem_core::{
-    Acquisition, Address, Census, FencingToken, Fingerprint, ListPage, ListQuery, Newest, Outcome,
-    Record, StateFilter, Store, StoreError, Terms, Timestamp,
+    Acquisition, Address, Census, CensusClaim, CensusTurn, FencingToken, Fingerprint, ListPage,
+    ListQuery, Newest, Outcome, Pace, Record, StateFilter, Store, StoreError, Terms, Timestamp,
+    census::Board,
 };
 use idem_sql::{PurgeLoop, query_text};
 use sqlx::{
@@ -26,6 +27,9 @@ use crate::{
     sql::Sql,
     writes::{Acquire, AcquireArgs, Complete, CompleteArgs, Op, Release, Renew, RenewArgs},
 };
+
+/// How many records one step of a census reads.
+const CENSUS_STEP: i64 = 5_000;
 
 /// A store in a PostgreSQL table, shared by every instance that connects to the database.
 ///
@@ -274,6 +278,43 @@ impl PostgresStore {
     }
 
     /// A connection for one of the store's own operations (see [`Connections`]).
+    /// Reads the census board's row and locks it, changes it with `change` at the server's
+    /// time, and writes it back, in one transaction.
+    async fn with_census_board<T>(
+        &self,
+        change: impl FnOnce(&mut Board, Timestamp) -> T,
+    ) -> Result<T, StoreError> {
+        let sql = &self.inner.shared.sql;
+        let mut transaction = self.inner.pool.begin().await.map_err(|e| self.error(e))?;
+        let row = sqlx::query(query_text(&sql.census_board))
+            .bind(self.inner.shared.now())
+            .fetch_one(&mut *transaction)
+            .await
+            .map_err(|e| self.error(e))?;
+        let (mut board, now) = self.columns(&row).census_board()?;
+        let answer = change(&mut board, now);
+        let millis = |at: Timestamp| i64::try_from(at.as_millis()).unwrap_or(i64::MAX);
+        let count = |count: u64| i64::try_from(count).unwrap_or(i64::MAX);
+        let posted = board.posted;
+        sqlx::query(query_text(&sql.census_board_write))
+            .bind(board.claim.map(|(claimant, _)| claimant.cast_signed()))
+            .bind(board.claim.map(|(_, until)| millis(until)))
+            .bind(posted.map(|posted| millis(posted.at)))
+            .bind(posted.map(|posted| millis(posted.next)))
+            .bind(posted.map(|posted| count(posted.census.processing)))
+            .bind(posted.map(|posted| count(posted.census.completed)))
+            .bind(
+                posted
+                    .and_then(|posted| posted.census.oldest_processing)
+                    .map(millis),
+            )
+            .execute(&mut *transaction)
+            .await
+            .map_err(|e| self.error(e))?;
+        transaction.commit().await.map_err(|e| self.error(e))?;
+        Ok(answer)
+    }
+
     async fn connection(&self) -> Result<Checkout, StoreError> {
         self.inner.shared.connection().await
     }
@@ -434,21 +475,51 @@ impl Store for PostgresStore {
         Ok(newest.finish())
     }
 
-    /// One statement on the store's own connections, on the server's clock, without decoding a
-    /// record: the processing records are counted from their range of the index on
-    /// `(state, created_at)` (reading each one's expiry from the table), every live record from
-    /// the index on `expires_at` (the completed ones are the others; see `sql/census.sql`). The
-    /// second count reads an index entry per live record, and the table's pages that vacuum has
-    /// not yet marked all-visible: at 10 million records, about 0.8 s when it has marked them
-    /// all, 2 s when it has marked none.
-    async fn census(&self) -> Result<Census, StoreError> {
-        let mut connection = self.connection().await?;
-        let row = sqlx::query(query_text(&self.inner.shared.sql.census))
-            .bind(self.inner.shared.now())
-            .fetch_one(&mut *connection)
+    /// Reads the table in steps of 5,000 records in primary key order, each step one statement
+    /// on the operators' pool (the connections `purge_expired` and `ping` use, not the
+    /// requests'), on the server's clock, resting after each at `pace`; nothing is decoded. A
+    /// step reads its records' index entries and heap tuples, expired ones included: at 1
+    /// million records, 200 steps of about 10 ms of the server's time, spread over 40 s at the
+    /// default pace. The steps are separate snapshots: a record written meanwhile may count in
+    /// its old place or its new one.
+    async fn census(&self, pace: Pace) -> Result<Census, StoreError> {
+        let mut census = Census::default();
+        let mut after = (Vec::new(), Vec::new());
+        loop {
+            let started = std::time::Instant::now();
+            let row = sqlx::query(query_text(&self.inner.shared.sql.census))
+                .bind(self.inner.shared.now())
+                .bind(&after.0)
+                .bind(&after.1)
+                .bind(CENSUS_STEP)
+                .fetch_one(&self.inner.pool)
+                .await
+                .map_err(|e| self.error(e))?;
+            let (step, last) = self.columns(&row).census_step()?;
+            census.merge(step);
+            let Some(last) = last else {
+                return Ok(census);
+            };
+            after = last;
+            pace.rest(started.elapsed()).await;
+        }
+    }
+
+    /// One transaction on the operators' pool: the board's row read and locked
+    /// (migration 4), decided on the server's clock, written back.
+    async fn claim_census(&self, claim: CensusClaim) -> Result<CensusTurn, StoreError> {
+        self.with_census_board(|board, now| board.claim(claim, now))
             .await
-            .map_err(|e| self.error(e));
-        self.columns(&connection.keep(row)?).census()
+    }
+
+    async fn post_census(
+        &self,
+        claimant: u64,
+        census: &Census,
+        rest: Duration,
+    ) -> Result<bool, StoreError> {
+        self.with_census_board(|board, now| board.post(claimant, *census, rest, now))
+            .await
     }
 
     fn changed(&self, address: &Address) -> impl Future<Output = ()> + Send + 'static {

@@ -60,6 +60,12 @@ pub(crate) fn record_pattern(prefix: &KeyPrefix) -> String {
     format!("{{{prefix}:{}}}", "?".repeat(DIGEST_HEX_LEN))
 }
 
+/// The census board of `prefix`, `{prefix}:census`: a hash, outside [`record_pattern`] and the
+/// record keys' own `{prefix:` names.
+pub(crate) fn census_board_key(prefix: &KeyPrefix) -> String {
+    format!("{{{prefix}}}:census")
+}
+
 #[cfg(test)]
 mod tests {
     use idem_core::Scope;

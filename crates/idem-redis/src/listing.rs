@@ -1,7 +1,11 @@
 //! The operators' listing and census: a [`Walk`] over the prefix's record keys, each `SCAN`
 //! step's records read by one call of a read-only script on the server that holds them.
 
-use idem_core::{Census, ListCursor, ListPage, ListQuery, Listed, StoreError};
+use std::time::{Duration, Instant};
+
+use idem_core::{
+    Census, CensusClaim, ListCursor, ListPage, ListQuery, Listed, Pace, Posted, StoreError,
+};
 use redis::Cmd;
 
 use crate::{
@@ -88,40 +92,90 @@ pub(crate) async fn list(
 }
 
 /// Counts the live records whose keys match `pattern`, at the time `now` (a manual clock's, or
-/// empty for each server's own): one `SCAN` step and one script call per 1,000 keys or so.
+/// empty for each server's own): one `SCAN` step and one script call per 1,000 keys or so, then
+/// a rest at `pace`.
 pub(crate) async fn census(
     connection: &Connection,
     pattern: &str,
     now: &str,
+    pace: Pace,
 ) -> Result<Census, StoreError> {
     let mut walk = Walk::new(connection, pattern, (0, 0))
         .await
         .map_err(store_error)?;
     let mut census = Census::default();
-    while let Some(step) = walk.step().await.map_err(store_error)? {
-        if step.keys.is_empty() {
-            continue;
+    loop {
+        let started = Instant::now();
+        let Some(step) = walk.step().await.map_err(store_error)? else {
+            return Ok(census);
+        };
+        if !step.keys.is_empty() {
+            let mut command = redis::cmd("EVALSHA");
+            command
+                .arg(scripts::CENSUS.get_hash())
+                .arg(0)
+                .arg(now)
+                .arg(&step.keys);
+            let counted = connection
+                .run_script(&scripts::CENSUS, &command, Some(&step.shard))
+                .await
+                .map_err(store_error)?;
+            census.merge(reply::census(&counted)?);
         }
-        let mut command = redis::cmd("EVALSHA");
-        command
-            .arg(scripts::CENSUS.get_hash())
-            .arg(0)
-            .arg(now)
-            .arg(&step.keys);
-        let counted = connection
-            .run_script(&scripts::CENSUS, &command, Some(&step.shard))
-            .await
-            .map_err(store_error)?;
-        let counted = reply::census(&counted)?;
-        census.processing += counted.processing;
-        census.completed += counted.completed;
-        census.oldest_processing = census
-            .oldest_processing
-            .into_iter()
-            .chain(counted.oldest_processing)
-            .min();
+        pace.rest(started.elapsed()).await;
     }
-    Ok(census)
+}
+
+/// Claims the next census for `claim`, or posts `census` for `claimant` (see
+/// `lua/census_board.lua`), on the board `key`, at the time `now`.
+pub(crate) async fn census_board(
+    connection: &Connection,
+    key: &str,
+    now: &str,
+    write: BoardWrite<'_>,
+) -> Result<(bool, Duration, Option<Posted>), StoreError> {
+    let mut command = redis::cmd("EVALSHA");
+    command
+        .arg(scripts::CENSUS_BOARD.get_hash())
+        .arg(1)
+        .arg(key)
+        .arg(now);
+    match write {
+        BoardWrite::Claim(claim) => command
+            .arg("claim")
+            .arg(claim.claimant.to_string())
+            .arg(millis(claim.hold)),
+        BoardWrite::Post {
+            claimant,
+            census,
+            rest,
+        } => command
+            .arg("post")
+            .arg(claimant.to_string())
+            .arg(millis(rest))
+            .arg(census.processing)
+            .arg(census.completed)
+            .arg(
+                census
+                    .oldest_processing
+                    .map_or_else(String::new, |oldest| oldest.as_millis().to_string()),
+            ),
+    };
+    let reply = connection
+        .run_script(&scripts::CENSUS_BOARD, &command, None)
+        .await
+        .map_err(store_error)?;
+    reply::census_board(&reply)
+}
+
+/// A claim on the next census, or a census to post.
+pub(crate) enum BoardWrite<'a> {
+    Claim(CensusClaim),
+    Post {
+        claimant: u64,
+        census: &'a Census,
+        rest: Duration,
+    },
 }
 
 /// The call of `lua/list.lua` on `step`'s keys.

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use idem_core::{
-    Acquisition, Census, FencingToken, Fingerprint, Lease, Listed, Outcome, Record, RecordState,
-    Scope, StateFilter, StoreError, Timestamp,
+    Acquisition, Census, FencingToken, Fingerprint, Lease, Listed, Outcome, Posted, Record,
+    RecordState, Scope, StateFilter, StoreError, Timestamp,
 };
 use redis::Value;
 
@@ -238,6 +238,44 @@ pub(crate) fn census(reply: &Value) -> Result<Census, StoreError> {
             oldest => Some(Timestamp::from_millis(uint(oldest)?)),
         },
     })
+}
+
+/// The reply of `lua/census_board.lua`: whether the claim or the post succeeded, how long a
+/// waiting claimant waits, and the census posted before the call.
+pub(crate) fn census_board(reply: &Value) -> Result<(bool, Duration, Option<Posted>), StoreError> {
+    let Value::Array(items) = reply else {
+        return Err(unexpected());
+    };
+    let [yes, retry_after, at, next, processing, completed, oldest] = items.as_slice() else {
+        return Err(unexpected());
+    };
+    let millis = |value: &Value| -> Result<Option<u64>, StoreError> {
+        bytes(value)?
+            .map(|text| {
+                std::str::from_utf8(text)
+                    .ok()
+                    .and_then(|text| text.parse().ok())
+                    .ok_or_else(unexpected)
+            })
+            .transpose()
+    };
+    let posted = match (millis(at)?, millis(next)?) {
+        (Some(at), Some(next)) => Some(Posted {
+            census: Census {
+                processing: millis(processing)?.unwrap_or(0),
+                completed: millis(completed)?.unwrap_or(0),
+                oldest_processing: millis(oldest)?.map(Timestamp::from_millis),
+            },
+            at: Timestamp::from_millis(at),
+            next: Timestamp::from_millis(next),
+        }),
+        _ => None,
+    };
+    Ok((
+        uint(yes)? == 1,
+        Duration::from_millis(uint(retry_after)?),
+        posted,
+    ))
 }
 
 #[cfg(test)]

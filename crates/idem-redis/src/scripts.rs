@@ -40,6 +40,14 @@ pub(crate) static CENSUS: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
+/// Claims the next census, or posts one, on a prefix's census board.
+pub(crate) static CENSUS_BOARD: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/record.lua"),
+        include_str!("../lua/census_board.lua"),
+    ))
+});
+
 /// The longest duration sent to Redis, about 1,000 years: times stay exact in Lua's doubles
 /// (below 2^53) and valid for `PEXPIREAT`.
 const MAX_MILLIS: u64 = 1_000 * 365 * 24 * 3_600 * 1_000;

@@ -3,8 +3,8 @@
 use std::{fmt, future::Future, sync::Arc, time::Duration};
 
 use idem_core::{
-    Acquisition, Address, Census, Clock, FencingToken, Fingerprint, ListPage, ListQuery,
-    ManualClock, Outcome, Record, Store, StoreError, Terms, Timestamp,
+    Acquisition, Address, Census, CensusClaim, CensusTurn, Clock, FencingToken, Fingerprint,
+    ListPage, ListQuery, ManualClock, Outcome, Pace, Record, Store, StoreError, Terms, Timestamp,
 };
 use redis::Value;
 
@@ -14,8 +14,8 @@ use crate::{
     changes::Changes,
     connection::Connection,
     error::store_error,
-    keys::{Keys, record_pattern},
-    listing,
+    keys::{Keys, census_board_key, record_pattern},
+    listing::{self, BoardWrite},
     operation::{Kind, Operation},
     reply,
     scripts::{self, millis},
@@ -319,9 +319,39 @@ impl Store for RedisStore {
     /// large store. A key that `SCAN` finds twice (when Redis resizes its key table meanwhile)
     /// counts twice, and a record that cannot be read fails the census with
     /// [`StoreError::Corrupted`].
-    async fn census(&self) -> Result<Census, StoreError> {
+    async fn census(&self, pace: Pace) -> Result<Census, StoreError> {
         let pattern = record_pattern(&self.inner.prefix);
-        listing::census(&self.inner.connection, &pattern, &self.now()).await
+        listing::census(&self.inner.connection, &pattern, &self.now(), pace).await
+    }
+
+    /// One call of a script on the board's hash, `{prefix:census}`, on the server's clock.
+    async fn claim_census(&self, claim: CensusClaim) -> Result<CensusTurn, StoreError> {
+        let key = census_board_key(&self.inner.prefix);
+        let write = BoardWrite::Claim(claim);
+        let (counts, retry_after, last) =
+            listing::census_board(&self.inner.connection, &key, &self.now(), write).await?;
+        Ok(if counts {
+            CensusTurn::Count { last }
+        } else {
+            CensusTurn::Wait { last, retry_after }
+        })
+    }
+
+    async fn post_census(
+        &self,
+        claimant: u64,
+        census: &Census,
+        rest: Duration,
+    ) -> Result<bool, StoreError> {
+        let key = census_board_key(&self.inner.prefix);
+        let write = BoardWrite::Post {
+            claimant,
+            census,
+            rest,
+        };
+        let (posted, ..) =
+            listing::census_board(&self.inner.connection, &key, &self.now(), write).await?;
+        Ok(posted)
     }
 
     fn changed(&self, address: &Address) -> impl Future<Output = ()> + Send + 'static {

@@ -23,7 +23,8 @@ use std::{
 
 use idem_conformance::checks::{TERMS, TTL, acquired, address, fingerprint, response};
 use idem_core::{
-    Acquisition, Census, Clock, ListCursor, ListQuery, Listed, ManualClock, StateFilter, Store,
+    Acquisition, Census, Clock, ListCursor, ListQuery, Listed, ManualClock, Pace, StateFilter,
+    Store,
 };
 use idem_redis::{KeyPrefix, RedisOptions, RedisStore};
 
@@ -194,7 +195,7 @@ async fn listing_and_census_walk_every_master() {
         .unwrap();
     assert_eq!(processing.records.len(), ADDRESSES / 2);
     assert_eq!(
-        store.census().await.unwrap(),
+        store.census(Pace::UNPACED).await.unwrap(),
         Census {
             processing: ADDRESSES as u64 / 2,
             completed: ADDRESSES as u64 / 2,

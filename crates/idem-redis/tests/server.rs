@@ -22,8 +22,8 @@ use futures_util::FutureExt as _;
 use idem_conformance::checks::{self, TERMS, TTL, acquired, address, fingerprint, response};
 use idem_core::{
     Acquisition, Address, Census, Clock, DecodeError, Engine, Execution, FencingToken, Fingerprint,
-    InFlight, ListCursor, ListPage, ListQuery, Listed, ManualClock, Outcome, Policy, RecordState,
-    RunOutcome, Scope, StateFilter, Store, StoreError, StoredResponse, Timestamp,
+    InFlight, ListCursor, ListPage, ListQuery, Listed, ManualClock, Outcome, Pace, Policy,
+    RecordState, RunOutcome, Scope, StateFilter, Store, StoreError, StoredResponse, Timestamp,
 };
 use idem_redis::{Error, KeyPrefix, RedisOptions, RedisStore};
 use redis::Commands;
@@ -743,7 +743,7 @@ async fn records_keep_their_scope_and_key_digest_and_older_ones_are_counted_but_
         }
     );
     assert_eq!(
-        store.census().await.unwrap(),
+        store.census(Pace::UNPACED).await.unwrap(),
         Census {
             processing: 2,
             completed: 0,
@@ -820,7 +820,7 @@ async fn listing_splits_large_scan_steps_and_lists_each_record_once() {
         assert!(split > 0, "some step is taken over several pages");
     }
     assert_eq!(
-        store.census().await.unwrap(),
+        store.census(Pace::UNPACED).await.unwrap(),
         Census {
             processing: (RECORDS - RECORDS.div_ceil(3)) as u64,
             completed: RECORDS.div_ceil(3) as u64,

@@ -1,12 +1,15 @@
--- ?1 now, ?2 processing. The processing records are counted from their range of
--- idem_records_state_created (`+expires_at`: not from the `expires_at` index); the completed ones
--- are the other live records, counted from the `expires_at` index alone, without reading a
--- record. One statement, so one snapshot: the two counts agree.
-SELECT p.count AS processing,
-    (SELECT count(*) FROM idem_records WHERE ?1 < expires_at) - p.count AS completed,
-    p.oldest AS oldest_processing
+-- ?1 now, ?2 processing, ?3 the last rowid of the step before (0 at first), ?4 the step's
+-- length. One step of a census: the next ?4 records in rowid order, the table's own order, so
+-- that a step reads a run of the table's pages and nothing else; the live ones among them
+-- counted by state. `last` is NULL once no record is left.
+SELECT max(id) AS last,
+    coalesce(sum(state = ?2 AND ?1 < expires_at), 0) AS processing,
+    coalesce(sum(state <> ?2 AND ?1 < expires_at), 0) AS completed,
+    min(CASE WHEN state = ?2 AND ?1 < expires_at THEN created_at END) AS oldest_processing
 FROM (
-    SELECT count(*) AS count, min(created_at) AS oldest
+    SELECT rowid AS id, state, created_at, expires_at
     FROM idem_records
-    WHERE state = ?2 AND ?1 < +expires_at
-) AS p
+    WHERE rowid > ?3
+    ORDER BY rowid
+    LIMIT ?4
+)

@@ -27,7 +27,7 @@
 
 use std::{fmt, sync::Arc};
 
-use idem_core::{Acquisition, Clock, StoreError, Timestamp};
+use idem_core::{Acquisition, CensusClaim, CensusTurn, Clock, StoreError, Timestamp};
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
@@ -43,6 +43,8 @@ pub(crate) enum Job {
     Holder(HolderWrite, Reply<Timestamp>),
     Forget(writes::Target, Reply<bool>),
     Purge(usize, Reply<usize>),
+    ClaimCensus(CensusClaim, Reply<CensusTurn>),
+    PostCensus(writes::PostCensus, Reply<bool>),
     /// Runs what is queued, closes the connection, then answers.
     Close(oneshot::Sender<()>),
     /// Holds the writer until the sender is used or dropped: tests queue writes meanwhile, which
@@ -301,6 +303,12 @@ impl Thread {
             Job::Purge(limit, reply) => {
                 Answer::of(reply, writes::purge_expired(connection, clock, limit))
             }
+            Job::ClaimCensus(claim, reply) => {
+                Answer::of(reply, writes::claim_census(connection, clock, claim))
+            }
+            Job::PostCensus(post, reply) => {
+                Answer::of(reply, writes::post_census(connection, clock, &post))
+            }
             Job::Close(_) => unreachable!("a close is taken out of its batch"),
             #[cfg(test)]
             Job::Pause(_) | Job::Inspect(_) => unreachable!("tests send these to an idle writer"),
@@ -356,6 +364,8 @@ impl Answer {
             Job::Holder(_, reply) => failure(reply),
             Job::Forget(_, reply) => failure(reply),
             Job::Purge(_, reply) => failure(reply),
+            Job::ClaimCensus(_, reply) => failure(reply),
+            Job::PostCensus(_, reply) => failure(reply),
             Job::Close(_) => unreachable!("a close is taken out of its batch"),
             #[cfg(test)]
             Job::Pause(_) | Job::Inspect(_) => unreachable!("tests send these to an idle writer"),

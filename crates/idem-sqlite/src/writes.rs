@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use idem_core::{
-    Acquisition, Address, Clock, FencingToken, Fingerprint, Lease, StoreError, Terms, Timestamp,
+    Acquisition, Address, Census, CensusClaim, CensusTurn, Clock, FencingToken, Fingerprint, Lease,
+    Posted, StoreError, Terms, Timestamp,
+    census::Board,
     transition::{AcquirePlan, plan_acquire, processing_expiry},
 };
 use rusqlite::{Connection, OptionalExtension, Row, ToSql};
@@ -194,6 +196,101 @@ pub(crate) fn forget(
         })
         .map_err(sqlite_error)?;
     Ok(expires_at.is_some_and(|at| now < Timestamp::from_millis(at)))
+}
+
+/// A census to post on the board.
+pub(crate) struct PostCensus {
+    pub(crate) claimant: u64,
+    pub(crate) census: Census,
+    pub(crate) rest: Duration,
+}
+
+/// Answers `claim` from the census board ([`Board::claim`]), in the writer's transaction.
+pub(crate) fn claim_census(
+    connection: &Connection,
+    clock: &dyn Clock,
+    claim: CensusClaim,
+) -> Result<CensusTurn, StoreError> {
+    with_board(connection, clock, |board, now| board.claim(claim, now))
+}
+
+/// Posts a census on the board ([`Board::post`]), in the writer's transaction.
+pub(crate) fn post_census(
+    connection: &Connection,
+    clock: &dyn Clock,
+    post: &PostCensus,
+) -> Result<bool, StoreError> {
+    with_board(connection, clock, |board, now| {
+        board.post(post.claimant, post.census, post.rest, now)
+    })
+}
+
+/// Reads the census board, changes it with `change` at the store's time, and writes it back.
+fn with_board<T>(
+    connection: &Connection,
+    clock: &dyn Clock,
+    change: impl FnOnce(&mut Board, Timestamp) -> T,
+) -> Result<T, StoreError> {
+    let now = clock.now();
+    let mut board = connection
+        .prepare_cached(include_str!("../sql/census_board.sql"))
+        .and_then(|mut read| read.query_row((), board))
+        .map_err(sqlite_error)?;
+    let answer = change(&mut board, now);
+    let millis = |at: Timestamp| sql_int(at.as_millis());
+    let posted = board.posted;
+    connection
+        .prepare_cached(include_str!("../sql/census_board_write.sql"))
+        .and_then(|mut write| {
+            write.execute((
+                board.claim.map(|(claimant, _)| claimant.cast_signed()),
+                board.claim.map(|(_, until)| millis(until)),
+                posted.map(|posted| millis(posted.at)),
+                posted.map(|posted| millis(posted.next)),
+                posted.map(|posted| sql_int(posted.census.processing)),
+                posted.map(|posted| sql_int(posted.census.completed)),
+                posted
+                    .and_then(|posted| posted.census.oldest_processing)
+                    .map(millis),
+            ))
+        })
+        .map_err(sqlite_error)?;
+    Ok(answer)
+}
+
+/// The census board as its row holds it.
+fn board(row: &rusqlite::Row<'_>) -> rusqlite::Result<Board> {
+    let at = |index: usize| at_of(row, index);
+    let count = |index: usize| -> rusqlite::Result<u64> {
+        row.get::<_, Option<i64>>(index)?
+            .map_or(Ok(0), |count| unsigned(index, count))
+    };
+    let claimant: Option<i64> = row.get(0)?;
+    let posted = match (at(2)?, at(3)?) {
+        (Some(posted_at), Some(next)) => Some(Posted {
+            census: Census {
+                processing: count(4)?,
+                completed: count(5)?,
+                oldest_processing: at(6)?,
+            },
+            at: posted_at,
+            next,
+        }),
+        _ => None,
+    };
+    Ok(Board {
+        posted,
+        claim: claimant
+            .zip(at(1)?)
+            .map(|(claimant, until)| (claimant.cast_unsigned(), until)),
+    })
+}
+
+/// A time column that may be NULL.
+fn at_of(row: &rusqlite::Row<'_>, index: usize) -> rusqlite::Result<Option<Timestamp>> {
+    row.get::<_, Option<i64>>(index)?
+        .map(|millis| unsigned(index, millis).map(Timestamp::from_millis))
+        .transpose()
 }
 
 /// Deletes up to `limit` expired records; how many.

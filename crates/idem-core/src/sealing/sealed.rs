@@ -9,8 +9,9 @@ use std::{
 };
 
 use crate::{
-    Acquisition, Address, Census, Clock, FencingToken, Fingerprint, ListPage, ListQuery, Outcome,
-    Record, RecordState, Store, StoreError, SystemClock, Terms, Timestamp,
+    Acquisition, Address, Census, CensusClaim, CensusTurn, Clock, FencingToken, Fingerprint,
+    ListPage, ListQuery, Outcome, Pace, Record, RecordState, Store, StoreError, SystemClock, Terms,
+    Timestamp,
     sealing::{
         KeyRing, SealingError,
         envelope::{self, Binding, is_sealed},
@@ -406,8 +407,24 @@ impl<S: Store> Store for Sealed<S> {
         self.inner.list(query)
     }
 
-    fn census(&self) -> impl Future<Output = Result<Census, StoreError>> + Send {
-        self.inner.census()
+    fn census(&self, pace: Pace) -> impl Future<Output = Result<Census, StoreError>> + Send {
+        self.inner.census(pace)
+    }
+
+    fn claim_census(
+        &self,
+        claim: CensusClaim,
+    ) -> impl Future<Output = Result<CensusTurn, StoreError>> + Send {
+        self.inner.claim_census(claim)
+    }
+
+    fn post_census(
+        &self,
+        claimant: u64,
+        census: &Census,
+        rest: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.inner.post_census(claimant, census, rest)
     }
 
     fn changed(&self, address: &Address) -> impl Future<Output = ()> + Send + 'static {

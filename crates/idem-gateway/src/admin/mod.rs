@@ -399,6 +399,9 @@ pub(crate) struct Stats {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     records: Option<RecordCounts>,
+    /// Whether this gateway is counting the records now (one gateway of those sharing the
+    /// store counts at a time, at most 5% of the store's time).
+    counting: bool,
     /// The store's calls on the request path over the last minute.
     store: StoreStats,
 }
@@ -421,6 +424,8 @@ pub(crate) struct RecordCounts {
     /// When these were counted.
     #[schema(format = DateTime)]
     counted_at: String,
+    /// Whether this gateway counted them; `false` when another gateway sharing the store did.
+    counted_here: bool,
 }
 
 /// The store's calls on the request path over the last minute.
@@ -447,8 +452,8 @@ pub(crate) struct LatencySeconds {
     max: f64,
 }
 
-/// The records by state (counted in the background, in at most 5% of the store's time) and the
-/// store's latency over the last minute.
+/// The records by state (counted in the background by one gateway for all, in at most 5% of the
+/// store's time) and the store's latency over the last minute.
 #[utoipa::path(
     get,
     path = "/v1/stats",
@@ -470,10 +475,12 @@ pub(crate) async fn stats(State(state): State<AdminState>) -> Json<Stats> {
             .oldest_processing
             .map(|oldest| now.saturating_since(oldest).as_secs_f64()),
         counted_at: rfc3339(counted.at),
+        counted_here: counted.here,
     });
     let window = state.store.last_minute();
     Json(Stats {
         records,
+        counting: state.census.counting(),
         store: StoreStats {
             window_seconds: LatencyWindow::LENGTH.as_secs(),
             calls: window.calls,

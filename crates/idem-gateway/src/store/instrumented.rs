@@ -3,8 +3,8 @@
 use std::{future::Future, sync::Arc, time::Duration};
 
 use idem_core::{
-    Acquisition, Address, Census, DynStore, FencingToken, Fingerprint, ListPage, ListQuery,
-    Outcome, Record, Store, StoreError, Terms, Timestamp,
+    Acquisition, Address, Census, CensusClaim, CensusTurn, DynStore, FencingToken, Fingerprint,
+    ListPage, ListQuery, Outcome, Pace, Record, Store, StoreError, Terms, Timestamp,
 };
 use metrics::Histogram;
 use tokio::time::Instant;
@@ -197,8 +197,23 @@ impl<S: Store> Store for InstrumentedStore<S> {
         timed(&self.latency.list, self.inner.list(query)).await
     }
 
-    async fn census(&self) -> Result<Census, StoreError> {
-        timed(&self.latency.census, self.inner.census()).await
+    /// Timed from its first step to its last, rests included.
+    async fn census(&self, pace: Pace) -> Result<Census, StoreError> {
+        timed(&self.latency.census, self.inner.census(pace)).await
+    }
+
+    // Not timed: one short call per census, at most.
+    async fn claim_census(&self, claim: CensusClaim) -> Result<CensusTurn, StoreError> {
+        self.inner.claim_census(claim).await
+    }
+
+    async fn post_census(
+        &self,
+        claimant: u64,
+        census: &Census,
+        rest: Duration,
+    ) -> Result<bool, StoreError> {
+        self.inner.post_census(claimant, census, rest).await
     }
 
     // Not timed: it resolves when another process changes the record, whenever that is.

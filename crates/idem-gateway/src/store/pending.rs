@@ -19,8 +19,8 @@ use std::{
 
 use futures_util::future::Either;
 use idem_core::{
-    Acquisition, Address, Census, DynStore, FencingToken, Fingerprint, ListPage, ListQuery,
-    Outcome, Record, Store, StoreError, Terms, Timestamp,
+    Acquisition, Address, Census, CensusClaim, CensusTurn, DynStore, FencingToken, Fingerprint,
+    ListPage, ListQuery, Outcome, Pace, Record, Store, StoreError, Terms, Timestamp,
 };
 
 use super::{AtRest, StoreUrl};
@@ -200,8 +200,21 @@ impl Store for PendingStore {
         self.store()?.list(query).await
     }
 
-    async fn census(&self) -> Result<Census, StoreError> {
-        self.store()?.census().await
+    async fn census(&self, pace: Pace) -> Result<Census, StoreError> {
+        self.store()?.census(pace).await
+    }
+
+    async fn claim_census(&self, claim: CensusClaim) -> Result<CensusTurn, StoreError> {
+        self.store()?.claim_census(claim).await
+    }
+
+    async fn post_census(
+        &self,
+        claimant: u64,
+        census: &Census,
+        rest: Duration,
+    ) -> Result<bool, StoreError> {
+        self.store()?.post_census(claimant, census, rest).await
     }
 
     fn changed(&self, address: &Address) -> impl Future<Output = ()> + Send + 'static {
