@@ -4,14 +4,26 @@ with the machine's load, for comparing two builds of one change (the load harnes
 measures the same in requests per second, on a quiet machine).
 
     bench/callgrind/requests.py IDEM [IDEM...]
+    STORES="sqlite postgres redis" NGINX=/usr/sbin/nginx bench/callgrind/requests.py IDEM [IDEM...]
 
 Each IDEM is an `idem` binary (say, `cargo build --release -p idem-gateway` of the commit before
 a change, copied aside, and of the change). For each one it starts an upstream (IDEM_UPSTREAM,
-by default `idem-bench-upstream` beside the first binary), runs `idem serve --store memory://`
-under `valgrind --tool=callgrind`, sends WARMUP requests, zeroes the counters, sends REQUESTS
-more over one kept-alive connection, and dumps the counters: the instructions (user space, the
-gateway's process only) divided by REQUESTS. Two kinds of request, as the load harness sends
-them: a plain one (no key: the proxy alone) and one with a new key each (the memory store).
+by default `idem-bench-upstream` beside the first binary), runs `idem serve` under `valgrind
+--tool=callgrind`, sends WARMUP requests, zeroes the counters, sends REQUESTS more over one
+kept-alive connection (CONNECTIONS connections at once for the stores of STORES), and dumps the
+counters: the instructions (user space, every thread of the gateway's process) divided by
+REQUESTS. The kinds of request, as the load harness sends them: a plain one (no key: the proxy
+alone), one with a new key each and one replayed key on the memory store (`memory://`), and,
+for each store named in STORES, one with a new key each on it:
+
+- `sqlite`: a new file in a scratch directory;
+- `postgres`: a schema of its own, migrated with `idem migrate`, on the database of
+  IDEM_TEST_POSTGRES_URL (without TLS);
+- `redis`: a key prefix of its own on the server of IDEM_TEST_REDIS_URL.
+
+With NGINX (the path of an `nginx` binary) it counts nginx forwarding the plain request too,
+configured as the load harness's but as one process (`master_process off`), for the plain
+request's ratio to it.
 
 Prints a markdown table, one row per kind, one column per binary, and each column's ratio to the
 first. Needs valgrind (Debian's package).
@@ -24,11 +36,14 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 
 WARMUP = int(os.environ.get("WARMUP", "200"))
 REQUESTS = int(os.environ.get("REQUESTS", "2000"))
+CONNECTIONS = int(os.environ.get("CONNECTIONS", "1"))
+STORES = os.environ.get("STORES", "").split()
 BODY = b'{"amount": 1000, "currency": "eur", "source": "tok_visa", "description": "load"}'
 
 
@@ -51,18 +66,34 @@ def wait_for(port: int, process: subprocess.Popen, what: str, timeout: float = 1
     sys.exit(f"callgrind: {what} is not listening on {port} after {timeout:.0f} s")
 
 
-def send(port: int, count: int, keyed: bool) -> None:
+def send(port: int, count: int, key: str) -> None:
+    """`count` requests over one connection; `key` is "none", "unique" or "same"."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    expected = 200 if key == "none" else 201
     for _ in range(count):
         headers = {"Content-Type": "application/json", "Authorization": "Bearer sk_test_load"}
-        if keyed:
+        if key == "unique":
             headers["Idempotency-Key"] = str(uuid.uuid4())
+        elif key == "same":
+            headers["Idempotency-Key"] = "callgrind-replayed"
         connection.request("POST", "/v1/charges", body=BODY, headers=headers)
         response = connection.getresponse()
         response.read()
-        if response.status != 201:
-            sys.exit(f"callgrind: the gateway answered {response.status}, not 201")
+        if response.status not in (200, 201):
+            sys.exit(f"callgrind: answered {response.status}, not 2xx")
     connection.close()
+
+
+def send_all(port: int, count: int, key: str, connections: int) -> None:
+    if connections == 1:
+        send(port, count, key)
+        return
+    threads = [threading.Thread(target=send, args=(port, count // connections, key))
+               for _ in range(connections)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def instructions(out: pathlib.Path) -> int:
@@ -74,31 +105,87 @@ def instructions(out: pathlib.Path) -> int:
     sys.exit(f"callgrind: no total in {dumps[-1]}")
 
 
-def measure(idem: str, upstream_port: int, keyed: bool, work: pathlib.Path) -> float:
-    port, admin = free_port(), free_port()
+def count(command: list, port: int, key: str, connections: int, work: pathlib.Path,
+          what: str) -> float:
+    """Runs `command` (listening on `port`) under callgrind, and counts REQUESTS of `key`."""
     out = work / f"callgrind.{uuid.uuid4().hex}"
-    gateway = subprocess.Popen(
-        [
-            "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", idem, "serve",
-            "--store", "memory://", "--upstream", f"http://127.0.0.1:{upstream_port}",
-            "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}",
-        ],
+    process = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *command],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env={**os.environ, "RUST_LOG": "warn"},
     )
     try:
-        wait_for(port, gateway, "the gateway under callgrind")
-        send(port, WARMUP, keyed)
-        subprocess.run(["callgrind_control", "--zero", str(gateway.pid)], check=True,
+        wait_for(port, process, what)
+        send_all(port, WARMUP, key, connections)
+        subprocess.run(["callgrind_control", "--zero", str(process.pid)], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        send(port, REQUESTS, keyed)
-        subprocess.run(["callgrind_control", "--dump", str(gateway.pid)], check=True,
+        send_all(port, REQUESTS, key, connections)
+        subprocess.run(["callgrind_control", "--dump", str(process.pid)], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        return instructions(out) / REQUESTS
+        return instructions(out) / (REQUESTS // connections * connections)
     finally:
-        gateway.terminate()
-        gateway.wait()
+        process.terminate()
+        process.wait()
+
+
+def store_url(idem: str, store: str, work: pathlib.Path) -> str:
+    """A fresh store of kind `store` for one measurement."""
+    name = f"callgrind_{uuid.uuid4().hex[:12]}"
+    if store == "memory":
+        return "memory://"
+    if store == "sqlite":
+        return f"sqlite://{work / name}.db"
+    if store == "postgres":
+        server = os.environ.get("IDEM_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test")
+        url = f"{server.split('?')[0]}?schema={name}&sslmode=disable"
+        subprocess.run([idem, "migrate", "--store", url], check=True, stdout=subprocess.DEVNULL)
+        return url
+    if store == "redis":
+        server = os.environ.get("IDEM_TEST_REDIS_URL", "redis://127.0.0.1:6379")
+        return f"{server.split('?')[0]}?prefix={name}"
+    sys.exit(f"callgrind: unknown store {store!r}: expected sqlite, postgres or redis")
+
+
+def measure(idem: str, upstream_port: int, store: str, key: str, connections: int,
+            work: pathlib.Path) -> float:
+    port, admin = free_port(), free_port()
+    command = [
+        idem, "serve", "--store", store_url(idem, store, work),
+        "--upstream", f"http://127.0.0.1:{upstream_port}",
+        "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}",
+        "--log-level", "warn",
+    ]
+    return count(command, port, key, connections, work, "the gateway under callgrind")
+
+
+def measure_nginx(upstream_port: int, work: pathlib.Path) -> float:
+    """nginx as the load harness runs it, in one process."""
+    port = free_port()
+    prefix = work / "nginx"
+    (prefix / "logs").mkdir(parents=True, exist_ok=True)
+    (prefix / "nginx.conf").write_text(f"""
+master_process off;
+worker_processes 1;
+pid {prefix}/nginx.pid;
+error_log {prefix}/logs/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  upstream api {{ server 127.0.0.1:{upstream_port}; keepalive 64; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://api;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }}
+  }}
+}}
+""")
+    nginx = os.environ["NGINX"]
+    command = [nginx, "-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-g", "daemon off;"]
+    return count(command, port, "none", 1, work, "nginx under callgrind")
 
 
 def main() -> None:
@@ -111,13 +198,27 @@ def main() -> None:
     upstream_port = free_port()
     upstream = subprocess.Popen([upstream_bin, f"127.0.0.1:{upstream_port}"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    rows = {"plain proxy (no key)": [], "memory store, new keys": []}
+    kinds = [
+        ("plain proxy (no key)", "memory", "none", 1),
+        ("memory store, new keys", "memory", "unique", 1),
+        ("memory store, replays", "memory", "same", 1),
+    ]
+    for store in STORES:
+        suffix = f", {CONNECTIONS} connections" if CONNECTIONS > 1 else ""
+        kinds.append((f"{store}, new keys{suffix}", store, "unique", CONNECTIONS))
+    rows = {kind: [] for kind, *_ in kinds}
+    nginx = None
     try:
         wait_for(upstream_port, upstream, "the upstream")
         with tempfile.TemporaryDirectory() as work:
+            if os.environ.get("NGINX"):
+                nginx = measure_nginx(upstream_port, pathlib.Path(work))
+                print(f"callgrind: nginx: {nginx:,.0f} instructions per request",
+                      file=sys.stderr)
             for idem in binaries:
-                for kind, keyed in zip(rows, (False, True)):
-                    per_request = measure(idem, upstream_port, keyed, pathlib.Path(work))
+                for kind, store, key, connections in kinds:
+                    per_request = measure(idem, upstream_port, store, key, connections,
+                                          pathlib.Path(work))
                     print(f"callgrind: {idem}: {kind}: {per_request:,.0f} instructions per "
                           "request", file=sys.stderr)
                     rows[kind].append(per_request)
@@ -134,6 +235,8 @@ def main() -> None:
         cells = " | ".join(f"{value:,.0f}" for value in values)
         ratio_cells = " | ".join(f"{value / values[0]:.3f}" for value in values[1:])
         print(f"| {kind} | {cells} |{' ' + ratio_cells + ' |' if ratio_cells else ''}")
+    if nginx is not None:
+        print(f"\nnginx forwarding the plain request: {nginx:,.0f} instructions per request")
 
 
 if __name__ == "__main__":
