@@ -23,7 +23,15 @@
 #   records per store call, its calls paced to a quarter of the round's time) removes them while
 #   wrk measures new keys in 1 s windows; the purge's duration is the time its store calls took
 #   (the idem_store_duration_seconds metric) and the windows it ran through, and its cost is the
-#   windows' new keys/s against the same gateway's once the purge is done.
+#   windows' new keys/s against the same gateway's once the purge is done;
+# - census (CENSUS_KEYS live records, 1 M, on CENSUS_STORES): the gateway starts on a store
+#   holding them and takes its first census at once (at the default pace, 5% of the store's
+#   time), then rests as long as it took and counts again; wrk measures new keys in 1 s windows
+#   throughout, each window classed by /v1/stats' `counting` before and after it, until
+#   CENSUS_WINDOWS windows during a census and as many outside one; the census's cost is the mean
+#   of the windows during one against the mean of those outside. The same gateway then pages
+#   through the records (the admin API's listing, 100 records a page, one page after another)
+#   while wrk measures new keys again, for the listing's cost.
 #
 # SQLite, PostgreSQL and Redis are filled directly by idem-bench-fill, through the store's own
 # API with 64 calls at a time (10 M keys through the gateway would take hours on SQLite); the
@@ -37,6 +45,8 @@ if [ "${SHORT:-0}" != 0 ]; then
   CURVE_ROUNDS="${CURVE_ROUNDS:-1}"
   CURVE_KEYS="${CURVE_KEYS:-0 10000 100000}"
   PURGE_KEYS="${PURGE_KEYS:-100000}"
+  CENSUS_KEYS="${CENSUS_KEYS:-100000}"
+  CENSUS_WINDOWS="${CENSUS_WINDOWS:-3}"
 fi
 CURVE_ROUNDS="${CURVE_ROUNDS:-3}"
 CURVE_CONNECTIONS="${CURVE_CONNECTIONS:-1 32 256 1024}"
@@ -45,7 +55,10 @@ CURVE_KEYS="${CURVE_KEYS:-0 100000 1000000 10000000}"
 CURVE_STORES="${CURVE_STORES:-memory sqlite postgres redis}"
 PURGE_KEYS="${PURGE_KEYS:-1000000}"
 PURGE_STORES="${PURGE_STORES:-sqlite postgres}"
-CURVES_RUN="${CURVES_RUN:-connections body keys purge}"
+CENSUS_KEYS="${CENSUS_KEYS:-1000000}"
+CENSUS_STORES="${CENSUS_STORES:-sqlite postgres redis}"
+CENSUS_WINDOWS="${CENSUS_WINDOWS:-10}"
+CURVES_RUN="${CURVES_RUN:-connections body keys purge census}"
 CHARTS_DIR="${CHARTS_DIR:-$CARGO_TARGET_DIR/load-charts}"
 CURVES="$CARGO_TARGET_DIR/load-curves.txt"
 # The gateways' logs: a store under load may log a warning per slow statement.
@@ -293,15 +306,100 @@ curve_purge() {
   done
 }
 
+# stats_counting: whether the running gateway is counting its store's records now.
+stats_counting() {
+  curl -s "$GATEWAY_ADMIN/v1/stats" | python3 -c 'import json, sys; print(str(json.load(sys.stdin)["counting"]).lower())'
+}
+
+# mean_of FILE: the mean of the numbers in FILE, one per line.
+mean_of() {
+  awk '{ total += $1; n += 1 } END { print (n ? total / n : 0) }' "$1"
+}
+
+# census_point STORE STORE_URL FILL_URL: CENSUS_KEYS live records, counted by the gateway's
+# census while wrk measures new keys in 1 s windows, each window classed by whether a census ran
+# all through it; then the listing, paged through back to back.
+census_point() {
+  local store="$1" url="$2" fill_url="$3" windows=0 before after rps pages=0 lister
+  fill "$fill_url" "$CENSUS_KEYS" 0
+  "settle_$store" idem_census
+  : >"$WORK/census_during"
+  : >"$WORK/census_outside"
+  start_gateway "$url"
+  while [ "$(wc -l <"$WORK/census_during")" -lt "$CENSUS_WINDOWS" ] ||
+    [ "$(wc -l <"$WORK/census_outside")" -lt "$CENSUS_WINDOWS" ]; do
+    before="$(stats_counting)"
+    DURATION=1s wrk_run "census_${store}_$windows" "$GATEWAY" unique "$CONNECTIONS"
+    after="$(stats_counting)"
+    rps="$(tail -1 "$WORK/results" | cut -d' ' -f2)"
+    if [ "$before" = true ] && [ "$after" = true ]; then
+      echo "$rps" >>"$WORK/census_during"
+    elif [ "$before" = false ] && [ "$after" = false ]; then
+      echo "$rps" >>"$WORK/census_outside"
+    fi
+    windows=$((windows + 1))
+    if [ "$windows" -ge 1200 ]; then
+      echo "the census of $store did not give $CENSUS_WINDOWS windows of each kind in 1200" >&2
+      exit 1
+    fi
+  done
+  record census "$store" "$CENSUS_KEYS" rps_during "$(mean_of "$WORK/census_during")"
+  record census "$store" "$CENSUS_KEYS" rps_outside "$(mean_of "$WORK/census_outside")"
+  record census "$store" "$CENSUS_KEYS" windows_during "$(wc -l <"$WORK/census_during")"
+  record census "$store" "$CENSUS_KEYS" census_s "$(awk -v s="$(store_calls census sum)" \
+    -v n="$(store_calls census count)" 'BEGIN { print (n ? s / n : 0) }')"
+  # The listing: pages of 100 records, one after the other, for as long as wrk runs.
+  (
+    cursor=""
+    while :; do
+      # The next page's cursor (letters and digits), read without starting a program per page.
+      cursor="$(curl -s "$GATEWAY_ADMIN/v1/keys?limit=100${cursor:+&cursor=$cursor}" |
+        sed -n 's/.*"next":"\([0-9A-Za-z_-]*\)".*/\1/p')"
+      echo page >>"$WORK/census_pages"
+    done
+  ) &
+  lister=$!
+  : >"$WORK/census_pages"
+  wrk_run "census_${store}_listing" "$GATEWAY" unique "$CONNECTIONS"
+  kill "$lister" 2>/dev/null || true
+  wait "$lister" 2>/dev/null || true
+  pages="$(wc -l <"$WORK/census_pages")"
+  record census "$store" "$CENSUS_KEYS" rps_listing "$(tail -1 "$WORK/results" | cut -d' ' -f2)"
+  record census "$store" "$CENSUS_KEYS" listing_pages_per_s "$(awk -v p="$pages" -v d="${DURATION%s}" 'BEGIN { print p / d }')"
+  stop_gateway_and_settle
+}
+
+curve_census() {
+  local store pg
+  for store in $CENSUS_STORES; do
+    echo "-- census: $store" >&2
+    case "$store" in
+      sqlite)
+        rm -f "$WORK"/census.db*
+        census_point sqlite "sqlite://$WORK/census.db" "sqlite://$WORK/census.db"
+        ;;
+      postgres)
+        pg="$(postgres_store idem_census)"
+        census_point postgres "$pg" \
+          "$PG_URL?schema=idem_census&sslmode=disable&pool_size=$FILL_CONCURRENCY&options[synchronous_commit]=off"
+        ;;
+      redis) census_point redis "$REDIS_URL?prefix=idem-census" "$REDIS_URL?prefix=idem-census" ;;
+      *) echo "the census is measured on sqlite, postgres and redis, not $store" >&2; exit 2 ;;
+    esac
+  done
+}
+
 run_curves() {
   : >"$WORK/results"
   : >"$CURVES"
   # The servers, when a curve that runs measures them.
   if { in_list keys "$CURVES_RUN" && in_list postgres "$CURVE_STORES"; } ||
-    { in_list purge "$CURVES_RUN" && in_list postgres "$PURGE_STORES"; }; then
+    { in_list purge "$CURVES_RUN" && in_list postgres "$PURGE_STORES"; } ||
+    { in_list census "$CURVES_RUN" && in_list postgres "$CENSUS_STORES"; }; then
     start_postgres_database
   fi
-  if in_list keys "$CURVES_RUN" && in_list redis "$CURVE_STORES"; then
+  if { in_list keys "$CURVES_RUN" && in_list redis "$CURVE_STORES"; } ||
+    { in_list census "$CURVES_RUN" && in_list redis "$CENSUS_STORES"; }; then
     start_redis_server
   fi
   local curve
@@ -311,7 +409,8 @@ run_curves() {
       body) curve_of body "$CURVE_BODIES" plain memory ;;
       keys) curve_keys ;;
       purge) curve_purge ;;
-      *) echo "unknown curve $curve (connections, body, keys, purge)" >&2; exit 2 ;;
+      census) curve_census ;;
+      *) echo "unknown curve $curve (connections, body, keys, purge, census)" >&2; exit 2 ;;
     esac
   done
   {

@@ -40,6 +40,7 @@ CURVE_TABLES = {
     "Body size": "curve-body",
     "Stored keys": "curve-keys",
     "Purging expired keys": "curve-purge",
+    "Counting and listing records": "curve-census",
     "Counted per new key": "counts",
 }
 

@@ -15,6 +15,7 @@ pub fn report(results: &Results) -> String {
     body(results, &mut out);
     keys(results, &mut out);
     purge(results, &mut out);
+    census(results, &mut out);
     counts(results, &mut out);
     out
 }
@@ -154,6 +155,47 @@ fn purge(results: &Results, out: &mut String) {
                 rate(during),
                 rate(without),
                 ratio(during, without),
+            );
+        }
+    }
+    out.push('\n');
+}
+
+fn census(results: &Results, out: &mut String) {
+    let xs = results.xs("census");
+    if xs.is_empty() {
+        return;
+    }
+    heading(
+        out,
+        "Counting and listing records",
+        results.rounds("census"),
+    );
+    out.push_str(
+        "| store | live records | census duration | new keys/s during a census | outside one | \
+         ratio | new keys/s while listing | listing pages/s | ratio |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for store in results.series("census") {
+        for &x in &xs {
+            let get = |metric| results.get("census", store, x, metric);
+            let Some(duration) = get("census_s") else {
+                continue;
+            };
+            let (during, outside) = (get("rps_during"), get("rps_outside"));
+            let listing = get("rps_listing");
+            let pages =
+                get("listing_pages_per_s").map_or_else(|| "–".to_owned(), |p| format!("{p:.0}"));
+            let _ = writeln!(
+                out,
+                "| {} | {} | {duration:.1} s | {} | {} | {} | {} | {pages} | {} |",
+                store_label(store),
+                count(x),
+                rate(during),
+                rate(outside),
+                ratio(during, outside),
+                rate(listing),
+                ratio(listing, outside),
             );
         }
     }

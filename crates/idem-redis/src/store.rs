@@ -313,11 +313,11 @@ impl Store for RedisStore {
     /// Reads the state and times of every record of the prefix, records without the listing's
     /// fields included: `SCAN` over the server's whole keyspace (every master's, on a cluster),
     /// about 1,000 keys per step, and one read-only script call per step that counts its
-    /// records. Its cost is O(keys in Redis): two round trips per 1,000 keys, and about 2 µs of
-    /// the server's time per key walked plus 4 µs per record counted (on the test machine:
-    /// 0.6 s for 100,000 records), in calls of a few milliseconds each. Call it seldom on a
-    /// large store. A key that `SCAN` finds twice (when Redis resizes its key table meanwhile)
-    /// counts twice, and a record that cannot be read fails the census with
+    /// records, then a rest at `pace`. Its cost is O(keys in Redis): two round trips per 1,000
+    /// keys, and about 2 µs of the server's time per key walked plus 4 µs per record counted (on
+    /// the test machine: 0.6 s for 100,000 records), in calls of a few milliseconds each, spread
+    /// out by the rests. A key that `SCAN` finds twice (when Redis resizes its key table
+    /// meanwhile) counts twice, and a record that cannot be read fails the census with
     /// [`StoreError::Corrupted`].
     async fn census(&self, pace: Pace) -> Result<Census, StoreError> {
         let pattern = record_pattern(&self.inner.prefix);
