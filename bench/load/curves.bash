@@ -348,22 +348,26 @@ census_point() {
   record census "$store" "$CENSUS_KEYS" windows_during "$(wc -l <"$WORK/census_during")"
   record census "$store" "$CENSUS_KEYS" census_s "$(awk -v s="$(store_calls census sum)" \
     -v n="$(store_calls census count)" 'BEGIN { print (n ? s / n : 0) }')"
-  # The listing: pages of 100 records, one after the other, for as long as wrk runs.
-  (
-    cursor=""
-    while :; do
-      # The next page's cursor (letters and digits), read without starting a program per page.
-      cursor="$(curl -s "$GATEWAY_ADMIN/v1/keys?limit=100${cursor:+&cursor=$cursor}" |
-        sed -n 's/.*"next":"\([0-9A-Za-z_-]*\)".*/\1/p')"
-      echo page >>"$WORK/census_pages"
-    done
-  ) &
+  # The listing: pages of 100 records, one after the other, for as long as wrk runs, from one
+  # process (a program started per page would cost more than the page).
+  echo 0 >"$WORK/census_pages"
+  python3 - "$GATEWAY_ADMIN" "$WORK/census_pages" <<'PY' &
+import json, sys, urllib.request
+admin, out = sys.argv[1], sys.argv[2]
+cursor, pages = None, 0
+while True:
+    url = admin + "/v1/keys?limit=100" + ("&cursor=" + cursor if cursor else "")
+    with urllib.request.urlopen(url) as reply:
+        cursor = json.load(reply).get("next")
+    pages += 1
+    with open(out, "w") as counted:
+        counted.write(f"{pages}\n")
+PY
   lister=$!
-  : >"$WORK/census_pages"
   wrk_run "census_${store}_listing" "$GATEWAY" unique "$CONNECTIONS"
   kill "$lister" 2>/dev/null || true
   wait "$lister" 2>/dev/null || true
-  pages="$(wc -l <"$WORK/census_pages")"
+  pages="$(cat "$WORK/census_pages")"
   record census "$store" "$CENSUS_KEYS" rps_listing "$(tail -1 "$WORK/results" | cut -d' ' -f2)"
   record census "$store" "$CENSUS_KEYS" listing_pages_per_s "$(awk -v p="$pages" -v d="${DURATION%s}" 'BEGIN { print p / d }')"
   stop_gateway_and_settle

@@ -513,7 +513,12 @@ mod tests {
         let tables: Vec<String> = select(&store, sql, |row| row.get(0)).await;
         assert_eq!(
             tables,
-            ["_sqlx_migrations", "idem_census", "idem_fencing", "idem_records"]
+            [
+                "_sqlx_migrations",
+                "idem_census",
+                "idem_fencing",
+                "idem_records"
+            ]
         );
     }
 

@@ -219,6 +219,46 @@ async fn stats_show_the_census_and_the_last_minutes_store_calls() {
     assert!(text.contains("idem_lease_seconds 30"), "{text}");
 }
 
+/// The censuses a gateway took, from its `idem_store_duration_seconds` histogram.
+async fn censuses_taken(client: &Client, gateway: &Gateway) -> u64 {
+    let metrics = get(client, gateway.admin_url("/metrics")).await;
+    metrics
+        .text()
+        .lines()
+        .find(|line| {
+            line.starts_with("idem_store_duration_seconds_count") && line.contains("op=\"census\"")
+        })
+        .and_then(|line| line.rsplit(' ').next())
+        .map_or(0, |count| count.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateways_sharing_a_store_take_one_census_between_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_url(dir.path(), "shared.db");
+    let upstream = Upstream::start().await;
+    let started = std::time::Instant::now();
+    let gateways = [
+        Gateway::start(&upstream.url(), &["--store", &store]),
+        Gateway::start(&upstream.url(), &["--store", &store]),
+    ];
+    let client = Client::new();
+    // The next census is due 5 s after the last one ended: each gateway on its own would
+    // count three times in 12 s, the two together take three censuses at most.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let mut taken = 0;
+    for gateway in &gateways {
+        taken += censuses_taken(&client, gateway).await;
+        let stats = get(&client, gateway.admin_url("/v1/stats")).await.json();
+        assert_eq!(stats["records"]["completed"], 0, "{stats}");
+    }
+    let elapsed = started.elapsed().as_secs();
+    assert!(
+        (1..=elapsed / 5 + 1).contains(&taken),
+        "{taken} censuses in {elapsed} s"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_latency_is_measured_with_and_without_the_upstream() {
     let upstream = Upstream::start().await;
