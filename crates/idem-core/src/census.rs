@@ -11,9 +11,9 @@
 //! ([`Store::post_census`](crate::Store::post_census)), which every other then reads from the
 //! board.
 
-use std::time::Duration;
+use std::{future::Future, time::Duration};
 
-use crate::{Census, Timestamp};
+use crate::{Census, StoreError, Timestamp};
 
 /// The share of the store's time a census may take while it counts: after a step that took
 /// `t`, the census rests `t × (1 − share) / share` before the next.
@@ -65,6 +65,33 @@ impl Pace {
         let rest = self.rest_after(step);
         if rest >= Duration::from_millis(1) {
             tokio::time::sleep(rest).await;
+        }
+    }
+}
+
+impl Pace {
+    /// A census taken in steps at this pace: `step(from)` counts one bounded step from
+    /// position `from` and answers its census and where the next step starts (`None` after the
+    /// last); the steps' censuses are added up, with a rest after each.
+    ///
+    /// # Errors
+    ///
+    /// The first step's error; the census stops there.
+    pub async fn count<P, F, Fut>(self, mut from: P, mut step: F) -> Result<Census, StoreError>
+    where
+        F: FnMut(P) -> Fut,
+        Fut: Future<Output = Result<(Census, Option<P>), StoreError>>,
+    {
+        let mut census = Census::default();
+        loop {
+            let started = std::time::Instant::now();
+            let (counted, next) = step(from).await?;
+            census.merge(counted);
+            let Some(next) = next else {
+                return Ok(census);
+            };
+            from = next;
+            self.rest(started.elapsed()).await;
         }
     }
 }

@@ -483,10 +483,7 @@ impl Store for PostgresStore {
     /// default pace. The steps are separate snapshots: a record written meanwhile may count in
     /// its old place or its new one.
     async fn census(&self, pace: Pace) -> Result<Census, StoreError> {
-        let mut census = Census::default();
-        let mut after = (Vec::new(), Vec::new());
-        loop {
-            let started = std::time::Instant::now();
+        pace.count((Vec::new(), Vec::new()), |after| async move {
             let row = sqlx::query(query_text(&self.inner.shared.sql.census))
                 .bind(self.inner.shared.now())
                 .bind(&after.0)
@@ -495,14 +492,9 @@ impl Store for PostgresStore {
                 .fetch_one(&self.inner.pool)
                 .await
                 .map_err(|e| self.error(e))?;
-            let (step, last) = self.columns(&row).census_step()?;
-            census.merge(step);
-            let Some(last) = last else {
-                return Ok(census);
-            };
-            after = last;
-            pace.rest(started.elapsed()).await;
-        }
+            self.columns(&row).census_step()
+        })
+        .await
     }
 
     /// One transaction on the operators' pool: the board's row read and locked

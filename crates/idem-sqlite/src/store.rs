@@ -264,21 +264,11 @@ impl Store for SqliteStore {
     /// snapshots: a record that writers move meanwhile may count twice or not at all.
     async fn census(&self, pace: Pace) -> Result<Census, StoreError> {
         let now = self.clock.now();
-        let mut census = Census::default();
-        let mut after = 0;
-        loop {
-            let started = std::time::Instant::now();
-            let (step, last) = self
-                .readers
+        pace.count(0, |after| {
+            self.readers
                 .read_apart(move |reader| listing::census_step(reader, now, after))
-                .await?;
-            census.merge(step);
-            let Some(last) = last else {
-                return Ok(census);
-            };
-            after = last;
-            pace.rest(started.elapsed()).await;
-        }
+        })
+        .await
     }
 
     /// One write of the board's row (migration 4), by the writer, on the store's clock.
