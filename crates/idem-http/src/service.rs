@@ -44,7 +44,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use idem_core::{
     Address, Ambiguous, Engine, Execution, FencingToken, Lease, NotRun, RunOutcome, Store,
-    StoreError,
+    StoreError, time_limit::bounded,
 };
 use tower::Service;
 
@@ -307,8 +307,9 @@ where
         settings.max_body,
         shared.budget.as_ref(),
     );
+    // A body that came with its head sets no timer.
     let buffered = match settings.body_timeout {
-        Some(timeout) => tokio::time::timeout(timeout, buffering)
+        Some(timeout) => bounded(timeout, buffering)
             .await
             .unwrap_or(Err(Rejection::BodyTimeout { timeout })),
         None => buffering.await,
