@@ -495,8 +495,10 @@ impl<S: Store> Inner<S> {
     /// the lease was renewed at most a third of a lease ago, so until then nobody can have taken
     /// the key over, and a result recorded late is still accepted if nobody has since. Giving up
     /// sooner would let a retry take the key over after the lease and execute a second time.
+    /// The lease is counted from the first failure, so that a result recorded at once reads no
+    /// clock.
     async fn settle(&self, address: &Address, lease: Lease, settlement: Settlement) {
-        let deadline = Instant::now() + self.policy.lease;
+        let mut deadline = None;
         let mut pause = SETTLE_BACKOFF.0;
         loop {
             let limit = self.policy.store_call_limit();
@@ -523,16 +525,17 @@ impl<S: Store> Inner<S> {
                     );
                     return;
                 }
-                Err(error) if Instant::now() + pause >= deadline => {
-                    tracing::error!(
-                        key = %address.key.digest(),
-                        %error,
-                        "could not record the result within a lease; the key frees up when its \
-                         lease ends"
-                    );
-                    return;
-                }
                 Err(error) => {
+                    let now = Instant::now();
+                    if now + pause >= *deadline.get_or_insert(now + self.policy.lease) {
+                        tracing::error!(
+                            key = %address.key.digest(),
+                            %error,
+                            "could not record the result within a lease; the key frees up when \
+                             its lease ends"
+                        );
+                        return;
+                    }
                     tracing::warn!(key = %address.key.digest(), %error, "recording the result failed; retrying");
                     sleep(pause).await;
                     pause = (pause * 2).min(SETTLE_BACKOFF.1);

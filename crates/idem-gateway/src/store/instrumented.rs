@@ -112,10 +112,11 @@ async fn windowed<T>(
 ) -> Result<T, StoreError> {
     let start = Instant::now();
     let result = call.await;
-    let elapsed = start.elapsed();
+    let ended = Instant::now();
+    let elapsed = ended.saturating_duration_since(start);
     histogram.record(elapsed.as_secs_f64());
     let failed = matches!(&result, Err(error) if !matches!(error, StoreError::LeaseLost));
-    window.record(elapsed, failed);
+    window.record(ended, elapsed, failed);
     result
 }
 

@@ -117,14 +117,15 @@ impl LatencyWindow {
         }
     }
 
-    /// The current period, plus one.
-    fn period(&self) -> u64 {
-        (self.start.elapsed().as_secs() / SLOT.as_secs()) + 1
+    /// The period of `at`, plus one.
+    fn period(&self, at: Instant) -> u64 {
+        (at.saturating_duration_since(self.start).as_secs() / SLOT.as_secs()) + 1
     }
 
-    /// Counts one call that took `elapsed`, failed or not.
-    pub(crate) fn record(&self, elapsed: Duration, failed: bool) {
-        let period = self.period();
+    /// Counts one call that ended at `ended` after `elapsed`, failed or not: the caller read the
+    /// clock for its latency already.
+    pub(crate) fn record(&self, ended: Instant, elapsed: Duration, failed: bool) {
+        let period = self.period(ended);
         let slot = &self.slots[(period % SLOTS as u64) as usize];
         slot.claim(period);
         let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
@@ -139,7 +140,7 @@ impl LatencyWindow {
     /// The last minute: the six slots before the current one and the current one, so between 60
     /// and 70 seconds of calls.
     pub(crate) fn snapshot(&self) -> LatencySnapshot {
-        let now = self.period();
+        let now = self.period(Instant::now());
         let mut counts = [0u64; BUCKETS];
         let (mut calls, mut errors, mut max_micros) = (0, 0, 0);
         for slot in &self.slots {
@@ -247,10 +248,10 @@ mod tests {
         let window = LatencyWindow::new();
         // 98 fast calls and 2 slow ones, one of them failed.
         for _ in 0..98 {
-            window.record(Duration::from_micros(1000), false);
+            window.record(Instant::now(), Duration::from_micros(1000), false);
         }
-        window.record(Duration::from_millis(40), false);
-        window.record(Duration::from_millis(50), true);
+        window.record(Instant::now(), Duration::from_millis(40), false);
+        window.record(Instant::now(), Duration::from_millis(50), true);
         let snapshot = window.snapshot();
         assert_eq!((snapshot.calls, snapshot.errors), (100, 1));
         let latency = snapshot.latency.unwrap();
@@ -263,7 +264,7 @@ mod tests {
         // Still counted 65 s later (the slot of second 0 is within 6 slots of second 65)...
         tokio::time::advance(Duration::from_secs(65)).await;
         assert_eq!(window.snapshot().calls, 100);
-        window.record(Duration::from_micros(10), false);
+        window.record(Instant::now(), Duration::from_micros(10), false);
         // ...and gone once its slot is out of the window.
         tokio::time::advance(Duration::from_secs(10)).await;
         let snapshot = window.snapshot();
