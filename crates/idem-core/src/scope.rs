@@ -1,6 +1,8 @@
 //! Scopes (whose key is it) and record addresses (scope + key).
 
-use std::fmt;
+use std::{fmt, sync::LazyLock};
+
+use blake3::hazmat::{ContextKey, HasherExt, hash_derive_key_context};
 
 use crate::IdempotencyKey;
 
@@ -37,7 +39,10 @@ impl Scope {
     /// Hashes the parts of an identity (for example the values of the scope headers, in the
     /// configured order). The parts are length-prefixed, so `["ab", "c"]` and `["a", "bc"]` differ.
     pub fn from_identity<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> Self {
-        let mut hasher = blake3::Hasher::new_derive_key("idem 2026-11 scope v1");
+        // The derive-key context hashed once, not for every request.
+        static CONTEXT: LazyLock<ContextKey> =
+            LazyLock::new(|| hash_derive_key_context("idem 2026-11 scope v1"));
+        let mut hasher = blake3::Hasher::new_from_context_key(&CONTEXT);
         for part in parts {
             hasher.update(&(part.len() as u64).to_le_bytes());
             hasher.update(part);

@@ -68,15 +68,17 @@ pub(crate) fn key(
 /// The hash of the scope headers' names and values, in the configured order; anonymous when
 /// none is present (or none is configured).
 pub(crate) fn scope(headers: &HeaderMap, names: &[HeaderName]) -> Scope {
-    let mut identity: Vec<&[u8]> = Vec::new();
-    for name in names {
-        for value in headers.get_all(name) {
-            // The name goes in too, so that `A: x` and `B: x` are different callers.
-            identity.push(name.as_str().as_bytes());
-            identity.push(value.as_bytes());
-        }
-    }
-    if identity.is_empty() {
+    // The name goes in too, so that `A: x` and `B: x` are different callers.
+    let mut identity = names
+        .iter()
+        .flat_map(|name| {
+            headers
+                .get_all(name)
+                .iter()
+                .flat_map(move |value| [name.as_str().as_bytes(), value.as_bytes()])
+        })
+        .peekable();
+    if identity.peek().is_none() {
         Scope::ANONYMOUS
     } else {
         Scope::from_identity(identity)
