@@ -357,13 +357,18 @@ census_point() {
   # process (a program started per page would cost more than the page).
   echo 0 >"$WORK/census_pages"
   python3 - "$GATEWAY_ADMIN" "$WORK/census_pages" <<'PY' &
-import json, sys, urllib.request
+import json, sys, urllib.parse, urllib.request
 admin, out = sys.argv[1], sys.argv[2]
 cursor, pages = None, 0
 while True:
-    url = admin + "/v1/keys?limit=100" + ("&cursor=" + cursor if cursor else "")
-    with urllib.request.urlopen(url) as reply:
-        cursor = json.load(reply).get("next")
+    url = admin + "/v1/keys?limit=100" + ("&cursor=" + urllib.parse.quote(cursor) if cursor else "")
+    try:
+        with urllib.request.urlopen(url) as reply:
+            cursor = json.load(reply).get("next")
+    except Exception as error:  # a page refused or cut off: said, and the listing starts over
+        print(f"listing: {error}", file=sys.stderr)
+        cursor = None
+        continue
     pages += 1
     with open(out, "w") as counted:
         counted.write(f"{pages}\n")

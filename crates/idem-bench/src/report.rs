@@ -183,9 +183,10 @@ fn census(results: &Results, out: &mut String) {
                 continue;
             };
             let (during, outside) = (get("rps_during"), get("rps_outside"));
-            let listing = get("rps_listing");
-            let pages =
-                get("listing_pages_per_s").map_or_else(|| "–".to_owned(), |p| format!("{p:.0}"));
+            // No page listed: the listing was not measured.
+            let pages = get("listing_pages_per_s").filter(|&pages| pages > 0.0);
+            let listing = pages.and(get("rps_listing"));
+            let pages = pages.map_or_else(|| "—".to_owned(), |pages| format!("{pages:.0}"));
             let _ = writeln!(
                 out,
                 "| {} | {} | {duration:.1} s | {} | {} | {} | {} | {pages} | {} |",
