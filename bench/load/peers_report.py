@@ -17,7 +17,7 @@ import os
 import statistics
 import sys
 
-from results import write_table
+from results import print_table
 
 results, cpu_file, duration, connections, clk_tck = sys.argv[1:6]
 results_dir = sys.argv[6] if len(sys.argv) > 6 else None
@@ -40,16 +40,7 @@ def median(name, column):
 
 def table(name, columns, rows, notes=()):
     """Prints a table of the report, its notes under it, and writes its result file."""
-    print("| " + " | ".join(columns) + " |")
-    print("|" + " --- |" * len(columns))
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
-    for note in notes:
-        print(f"\n{note}")
-    print()
-    if results_dir:
-        path = write_table(results_dir, name, columns, rows, notes)
-        print(f"wrote {path}", file=sys.stderr)
+    print_table(results_dir, name, columns, rows, notes)
 
 
 print(f"`{os.environ.get('LOAD_COMMAND', 'scripts/load peers')}`, "

@@ -78,6 +78,21 @@ def write_table(directory, name, columns, rows, notes=(), date=None, command=Non
     return path
 
 
+def print_table(results_dir, name, columns, rows, notes=()):
+    """Prints a table of a report, its notes under it, and writes its result file into
+    results_dir (when given)."""
+    print("| " + " | ".join(columns) + " |")
+    print("|" + " --- |" * len(columns))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    for note in notes:
+        print(f"\n{note}")
+    print()
+    if results_dir:
+        path = write_table(results_dir, name, columns, rows, notes)
+        print(f"wrote {path}", file=sys.stderr)
+
+
 def cells(line):
     """The cells of a markdown table line `| a | b |`."""
     return [cell.strip() for cell in line.strip().strip("|").split("|")]
