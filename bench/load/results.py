@@ -78,6 +78,26 @@ def write_table(directory, name, columns, rows, notes=(), date=None, command=Non
     return path
 
 
+def read_runs(path):
+    """The harness's wrk results file: for each run's name, its (requests/s, p50 ms, p99 ms),
+    one per round."""
+    runs = {}
+    for line in open(path):
+        name, rps, p50, p99 = line.split()
+        runs.setdefault(name, []).append((float(rps), float(p50), float(p99)))
+    return runs
+
+
+def read_cpu(path):
+    """The harness's CPU file: for each run's name, its figures (requests, then the CPU ticks
+    of each party), one list per round."""
+    cpu = {}
+    for line in open(path):
+        name, *values = line.split()
+        cpu.setdefault(name, []).append([float(v) for v in values])
+    return cpu
+
+
 def print_table(results_dir, name, columns, rows, notes=()):
     """Prints a table of a report, its notes under it, and writes its result file into
     results_dir (when given)."""

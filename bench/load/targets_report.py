@@ -17,20 +17,14 @@ import os
 import statistics
 import sys
 
-from results import print_table
+from results import print_table, read_cpu, read_runs
 
 results, cpu_file, fsyncs_file, writer_file, duration, connections, clk_tck = sys.argv[1:8]
 results_dir = sys.argv[8] if len(sys.argv) > 8 else None
 tick_us = 1e6 / float(clk_tck)
 
-runs = {}  # name -> [(rps, p50, p99)], one per round
-for line in open(results):
-    name, rps, p50, p99 = line.split()
-    runs.setdefault(name, []).append((float(rps), float(p50), float(p99)))
-cpu = {}  # name -> [[requests, busy, total, gateway, upstream, store, wrk, stolen]], one per round
-for line in open(cpu_file):
-    name, *values = line.split()
-    cpu.setdefault(name, []).append([float(v) for v in values])
+runs = read_runs(results)  # name -> [(rps, p50, p99)], one per round
+cpu = read_cpu(cpu_file)  # name -> [[requests, busy, total, gateway, upstream, store, wrk, stolen]]
 fsyncs = [tuple(map(float, line.split())) for line in open(fsyncs_file)]
 writer = [tuple(map(float, line.split())) for line in open(writer_file)]
 rounds = len(runs["plain_proxy"])
