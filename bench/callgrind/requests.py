@@ -23,10 +23,14 @@ for each store named in STORES, one with a new key each on it:
 
 With NGINX (the path of an `nginx` binary) it counts nginx forwarding the plain request too,
 configured as the load harness's but as one process (`master_process off`), for the plain
-request's ratio to it.
+request's ratio to it. With HYPER_PROXY (the path of `idem-bench-hyper-proxy`) it counts the
+least a proxy on hyper does with the same request: hyper's server, one upstream connection per
+client connection on hyper's client, nothing else; the floor of the gateway's plain proxy.
 
 Prints a markdown table, one row per kind, one column per binary, and each column's ratio to the
-first. Needs valgrind (Debian's package).
+first. With KEEP (a directory), each count's callgrind file is kept there, named after the
+binary and the kind of request, for `callgrind_annotate --inclusive=yes`. Needs valgrind
+(Debian's package).
 """
 
 import http.client
@@ -44,6 +48,7 @@ WARMUP = int(os.environ.get("WARMUP", "200"))
 REQUESTS = int(os.environ.get("REQUESTS", "2000"))
 CONNECTIONS = int(os.environ.get("CONNECTIONS", "1"))
 STORES = os.environ.get("STORES", "").split()
+KEEP = os.environ.get("KEEP")
 BODY = b'{"amount": 1000, "currency": "eur", "source": "tok_visa", "description": "load"}'
 
 
@@ -106,7 +111,7 @@ def instructions(out: pathlib.Path) -> int:
 
 
 def count(command: list, port: int, key: str, connections: int, work: pathlib.Path,
-          what: str) -> float:
+          what: str, name: str) -> float:
     """Runs `command` (listening on `port`) under callgrind, and counts REQUESTS of `key`."""
     out = work / f"callgrind.{uuid.uuid4().hex}"
     process = subprocess.Popen(
@@ -123,7 +128,14 @@ def count(command: list, port: int, key: str, connections: int, work: pathlib.Pa
         send_all(port, REQUESTS, key, connections)
         subprocess.run(["callgrind_control", "--dump", str(process.pid)], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        return instructions(out) / (REQUESTS // connections * connections)
+        per_request = instructions(out) / (REQUESTS // connections * connections)
+        if KEEP:
+            kept = pathlib.Path(KEEP)
+            kept.mkdir(parents=True, exist_ok=True)
+            dumps = sorted(out.parent.glob(out.name + "*"), key=lambda path: path.stat().st_mtime)
+            slug = "".join(c if c.isalnum() else "-" for c in name).strip("-")
+            dumps[-1].replace(kept / f"{slug}.callgrind")
+        return per_request
     finally:
         process.terminate()
         process.wait()
@@ -148,7 +160,7 @@ def store_url(idem: str, store: str, work: pathlib.Path) -> str:
 
 
 def measure(idem: str, upstream_port: int, store: str, key: str, connections: int,
-            work: pathlib.Path) -> float:
+            work: pathlib.Path, kind: str) -> float:
     port, admin = free_port(), free_port()
     command = [
         idem, "serve", "--store", store_url(idem, store, work),
@@ -156,7 +168,8 @@ def measure(idem: str, upstream_port: int, store: str, key: str, connections: in
         "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}",
         "--log-level", "warn",
     ]
-    return count(command, port, key, connections, work, "the gateway under callgrind")
+    return count(command, port, key, connections, work, "the gateway under callgrind",
+                 f"{pathlib.Path(idem).name} {kind}")
 
 
 def measure_nginx(upstream_port: int, work: pathlib.Path) -> float:
@@ -185,7 +198,15 @@ http {{
 """)
     nginx = os.environ["NGINX"]
     command = [nginx, "-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-g", "daemon off;"]
-    return count(command, port, "none", 1, work, "nginx under callgrind")
+    return count(command, port, "none", 1, work, "nginx under callgrind", "nginx")
+
+
+def measure_hyper_proxy(upstream_port: int, work: pathlib.Path) -> float:
+    """`idem-bench-hyper-proxy`: hyper's two ends and nothing else."""
+    port = free_port()
+    command = [os.environ["HYPER_PROXY"], f"127.0.0.1:{port}", f"127.0.0.1:{upstream_port}"]
+    return count(command, port, "none", 1, work, "the hyper proxy under callgrind",
+                 "hyper-proxy")
 
 
 def main() -> None:
@@ -207,7 +228,7 @@ def main() -> None:
         suffix = f", {CONNECTIONS} connections" if CONNECTIONS > 1 else ""
         kinds.append((f"{store}, new keys{suffix}", store, "unique", CONNECTIONS))
     rows = {kind: [] for kind, *_ in kinds}
-    nginx = None
+    nginx = hyper_proxy = None
     try:
         wait_for(upstream_port, upstream, "the upstream")
         with tempfile.TemporaryDirectory() as work:
@@ -215,10 +236,14 @@ def main() -> None:
                 nginx = measure_nginx(upstream_port, pathlib.Path(work))
                 print(f"callgrind: nginx: {nginx:,.0f} instructions per request",
                       file=sys.stderr)
+            if os.environ.get("HYPER_PROXY"):
+                hyper_proxy = measure_hyper_proxy(upstream_port, pathlib.Path(work))
+                print(f"callgrind: hyper proxy: {hyper_proxy:,.0f} instructions per request",
+                      file=sys.stderr)
             for idem in binaries:
                 for kind, store, key, connections in kinds:
                     per_request = measure(idem, upstream_port, store, key, connections,
-                                          pathlib.Path(work))
+                                          pathlib.Path(work), kind)
                     print(f"callgrind: {idem}: {kind}: {per_request:,.0f} instructions per "
                           "request", file=sys.stderr)
                     rows[kind].append(per_request)
@@ -237,6 +262,9 @@ def main() -> None:
         print(f"| {kind} | {cells} |{' ' + ratio_cells + ' |' if ratio_cells else ''}")
     if nginx is not None:
         print(f"\nnginx forwarding the plain request: {nginx:,.0f} instructions per request")
+    if hyper_proxy is not None:
+        print(f"\nhyper's server and client alone (`idem-bench-hyper-proxy`): {hyper_proxy:,.0f} "
+              "instructions per request")
 
 
 if __name__ == "__main__":
