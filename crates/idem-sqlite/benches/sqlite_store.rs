@@ -3,7 +3,7 @@
 //!
 //! - `sqlite_acquire_complete`: one caller at a time, both with `synchronous = NORMAL`, so that
 //!   the numbers measure the code rather than the disk's flush latency: the ratio is the store's
-//!   overhead (its reader's look first, the writer task, the savepoints, planning, decoding);
+//!   overhead (its reader's look first, the writer task, planning, decoding);
 //! - `sqlite_full_concurrent`: 1, 8, 32 and 128 concurrent callers with `synchronous = FULL`,
 //!   the default: the store commits the writes of many callers with one flush (group commit),
 //!   the baseline flushes once per transaction, twice per key.

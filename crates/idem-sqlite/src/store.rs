@@ -22,8 +22,8 @@ use crate::{
 /// A durable store in one SQLite file (WAL journal), shared safely by every process that opens it.
 ///
 /// Writes are committed in groups: one writer thread owns the write connection, and the writes
-/// that arrive while it commits go into its next transaction together, each in its own
-/// savepoint, each answered only once that transaction committed. With
+/// that arrive while it commits go into its next transaction together, a failing one undone
+/// alone, each answered only once that transaction committed. With
 /// [`Synchronous::Full`](crate::Synchronous::Full) one flush of the disk makes a whole group
 /// durable, so the store's throughput grows with its callers instead of queueing them behind one
 /// flush each. Each transaction takes SQLite's write lock before it reads (`BEGIN IMMEDIATE`), so
@@ -774,11 +774,16 @@ mod tests {
             "{refused:?}"
         );
         assert!(matches!(lost.await.unwrap(), Err(StoreError::LeaseLost)));
-        // The poisoned acquire's token was rolled back with it: the next one is 3, not 4.
-        assert_eq!(token_of(after.await.unwrap()), 3);
+        // The poisoned acquire's row was undone; the token it took stays taken (skipped): the
+        // next one is 4, and no record holds 3.
+        assert_eq!(token_of(after.await.unwrap()), 4);
         assert_eq!(
             scalar::<i64>(&store, "SELECT last FROM idem_fencing").await,
-            3
+            4
+        );
+        assert_eq!(
+            scalar::<i64>(&store, "SELECT count(*) FROM idem_records WHERE token = 3").await,
+            0
         );
         assert_eq!(
             scalar::<i64>(&store, "SELECT count(*) FROM idem_records").await,
@@ -788,6 +793,50 @@ mod tests {
             store.get(&a).await.unwrap().unwrap().state.token(),
             lease.token
         );
+    }
+
+    #[tokio::test]
+    async fn a_failing_write_that_rolls_the_transaction_back_fails_every_write_in_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rolled_back.db");
+        let store = open(&path).await;
+        // `RAISE(ROLLBACK)` ends the whole transaction, as a full disk may.
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "CREATE TRIGGER refuse BEFORE INSERT ON idem_records WHEN NEW.key = {} \
+             BEGIN SELECT RAISE(ROLLBACK, 'refused'); END",
+            digest_literal("poisoned")
+        )))
+        .execute(&mut by_hand(&path).await)
+        .await
+        .unwrap();
+
+        let writer = &store.writer;
+        let resume = writer.pause().await;
+        let before = writer.queue(acquire_job("before")).await;
+        let poisoned = writer.queue(acquire_job("poisoned")).await;
+        let after = writer.queue(acquire_job("after")).await;
+        drop(resume);
+
+        for (name, result) in [
+            ("before", before.await.unwrap()),
+            ("poisoned", poisoned.await.unwrap()),
+            ("after", after.await.unwrap()),
+        ] {
+            assert!(
+                matches!(result, Err(StoreError::Unavailable(_))),
+                "{name}: {result:?}"
+            );
+        }
+        assert_eq!(
+            scalar::<i64>(&store, "SELECT count(*) FROM idem_records").await,
+            0
+        );
+        assert_eq!(
+            scalar::<i64>(&store, "SELECT last FROM idem_fencing").await,
+            0
+        );
+        // The writer goes on with the next transaction.
+        assert_eq!(token_of(store.writer.run(acquire_job("next")).await), 1);
     }
 
     #[tokio::test]

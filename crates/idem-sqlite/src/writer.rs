@@ -7,14 +7,23 @@
 //!
 //! ```text
 //! BEGIN IMMEDIATE
-//!   SAVEPOINT write   (write 1)   RELEASE write
-//!   SAVEPOINT write   (write 2)   ROLLBACK TO write; RELEASE write   -- failed: undone alone
-//!   SAVEPOINT write   (write 3)   RELEASE write
+//!   (write 1)
+//!   (write 2)   -- failed: wrote nothing
+//!   (write 3)
 //! COMMIT
 //! ```
 //!
-//! Each write runs in its own savepoint, so a failing one is undone without its neighbours;
-//! writes run in the order they were queued, so two writes of one key are never reordered; and
+//! A failing write is undone without its neighbours, and without a savepoint: every write but
+//! the acquire changes the store with one statement (complete, release, renew, forget, the
+//! purge's one `DELETE`, the census board's one `UPDATE`), which SQLite undoes by itself when it
+//! fails. An acquire runs two, the fencing counter's increment and then the record's row; a
+//! failure of the second leaves a token skipped, which fencing allows (tokens grow; they need not
+//! be consecutive). A savepoint around each write would cost it two statements more and a copy
+//! of each page it changes (kept for the rollback) and buy nothing. When a failure makes SQLite
+//! roll the whole transaction back (a full disk, an I/O error), the writes before it are gone
+//! too, and they all fail with it.
+//!
+//! Writes run in the order they were queued, so two writes of one key are never reordered; and
 //! every caller gets its result only once `COMMIT` returned: nothing is acknowledged before it is
 //! durable. A lone write waits for nothing: the writer never holds a transaction open for more.
 //!
@@ -211,8 +220,8 @@ impl Thread {
         }
     }
 
-    /// Runs `batch` in one transaction, each write in a savepoint, and answers each write once
-    /// the transaction committed (or failed).
+    /// Runs `batch` in one transaction, and answers each write once the transaction committed
+    /// (or failed).
     fn commit(&mut self, batch: &mut Vec<Job>) {
         let mut answers = Vec::with_capacity(batch.len());
         let committed = self.run_batch(batch.drain(..), &mut answers);
@@ -242,17 +251,16 @@ impl Thread {
                     continue;
                 }
             }
-            if let Err(error) = self.execute("SAVEPOINT write") {
-                return Err(self.abandon(error, answers, [job].into_iter().chain(jobs)));
-            }
             let answer = self.apply(job);
-            // A failed write is undone alone. If that fails, SQLite has rolled the whole
-            // transaction back (a full disk, an I/O error): the writes before it are gone too.
-            let ended = if answer.failed {
-                self.execute("ROLLBACK TO write")
-                    .and_then(|()| self.execute("RELEASE write"))
+            // SQLite has undone the failed write. If it rolled the whole transaction back
+            // instead, the writes before it are gone too.
+            let ended = if answer.failed && self.connection.is_autocommit() {
+                Err(rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
+                    Some("a failed write rolled the transaction back".into()),
+                ))
             } else {
-                self.execute("RELEASE write")
+                Ok(())
             };
             answers.push(answer);
             if let Err(error) = ended {
