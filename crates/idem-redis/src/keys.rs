@@ -1,5 +1,8 @@
 //! The Redis names of an address's keys and channel.
 
+use std::sync::LazyLock;
+
+use blake3::hazmat::{ContextKey, HasherExt, hash_derive_key_context};
 use idem_core::Address;
 
 use crate::KeyPrefix;
@@ -17,15 +20,21 @@ pub(crate) struct Keys {
 
 impl Keys {
     pub(crate) fn new(prefix: &KeyPrefix, address: &Address) -> Self {
-        let mut hasher = blake3::Hasher::new_derive_key("idem 2026-11 redis address v1");
+        // `blake3::derive_key` with the context hashed once, not for every call.
+        static CONTEXT: LazyLock<ContextKey> =
+            LazyLock::new(|| hash_derive_key_context("idem 2026-11 redis address v1"));
+        let mut hasher = blake3::Hasher::new_from_context_key(&CONTEXT);
         // The scope has a fixed length, so scope and key cannot run into each other.
         hasher.update(address.scope.as_bytes());
         hasher.update(address.key.as_str().as_bytes());
         let digest = hasher.finalize().to_hex();
         debug_assert_eq!(digest.len(), DIGEST_HEX_LEN);
-        Self {
-            record: format!("{{{prefix}:{digest}}}"),
+        let prefix = prefix.as_str();
+        let mut record = String::with_capacity(prefix.len() + DIGEST_HEX_LEN + 3);
+        for part in ["{", prefix, ":", digest.as_str(), "}"] {
+            record.push_str(part);
         }
+        Self { record }
     }
 
     /// The hash that holds the record.
@@ -81,6 +90,20 @@ mod tests {
         assert!(!keys.record().contains("order-42"));
         assert_eq!(keys.fence(), format!("{}:fence", keys.record()));
         assert_eq!(keys.channel(), format!("{}:changed", keys.record()));
+    }
+
+    #[test]
+    fn the_record_key_is_the_derived_key_of_scope_and_key() {
+        // Records written by every version are found by this name: it must never change.
+        let address = Address::anonymous("order-42".parse().unwrap());
+        let mut derived = blake3::Hasher::new_derive_key("idem 2026-11 redis address v1");
+        derived.update(address.scope.as_bytes());
+        derived.update(b"order-42");
+        let expected = format!("{{idem:{}}}", derived.finalize().to_hex());
+        assert_eq!(
+            Keys::new(&KeyPrefix::default(), &address).record(),
+            expected
+        );
     }
 
     #[test]
