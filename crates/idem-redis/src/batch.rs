@@ -1,8 +1,9 @@
 //! Natural batching: the operations that arrive while a script call is on its way go together
 //! in the next one.
 //!
-//! Operations queue in lanes: a single server is one lane, a Redis Cluster has one lane per
-//! slot. At most one script call of a lane is on its way at a time. An operation that finds
+//! Operations queue in lanes: a single server has a few ([`RedisOptions::lanes`]), which each
+//! address falls in by its key's hash, a Redis Cluster has one lane per slot. At most one script
+//! call of a lane is on its way at a time; the lanes' calls overlap on the connection. An operation that finds
 //! none goes at once, alone, sent by its caller: an idle lane adds no wait and no hop to
 //! another task. One that finds a call on its way waits in the lane's queue; when that call is
 //! answered, a task takes whatever the queue holds (up to the batch size, and up to
@@ -61,17 +62,23 @@ pub(crate) struct Batcher {
 struct Shared {
     connection: Connection,
     batch_size: usize,
+    /// How many lanes a single server has.
+    single_lanes: usize,
     /// One permit per operation that may wait in a lane's queue, whichever lane.
     room: Semaphore,
-    /// The lanes that have been used: one on a single server, at most one per slot (16,384) on
+    /// The lanes that have been used: a few on a single server, at most one per slot (16,384) on
     /// a cluster. A lane stays once made, so that a busy lane's queue keeps its room.
     lanes: Mutex<HashMap<Lane, State>>,
     /// Where the task that serves the queue runs: the runtime the store was opened in.
     runtime: Handle,
 }
 
-/// Where an operation queues: `None` on a single server, its slot on a cluster.
-type Lane = Option<Slot>;
+/// Where an operation queues: on a single server, one of its few lanes; on a cluster, its slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Lane {
+    Single(usize),
+    Slot(Slot),
+}
 
 #[derive(Default)]
 struct State {
@@ -108,6 +115,7 @@ impl Batcher {
             shared: Arc::new(Shared {
                 connection,
                 batch_size: options.batch_size,
+                single_lanes: options.lanes.max(1),
                 room: Semaphore::new(options.queue_size),
                 lanes: Mutex::default(),
                 runtime: Handle::current(),
@@ -121,8 +129,8 @@ impl Batcher {
         let stopped = || StoreError::unavailable(Error::Stopped);
         let room = self.shared.room.acquire().await.map_err(|_| stopped())?;
         let lane = match self.shared.connection {
-            Connection::Single(_) => None,
-            Connection::Cluster(_) => Some(operation.slot()),
+            Connection::Single(_) => Lane::Single(operation.lane(self.shared.single_lanes)),
+            Connection::Cluster(_) => Lane::Slot(operation.slot()),
         };
         let (reply, answer) = oneshot::channel();
         let call = Call { operation, reply };

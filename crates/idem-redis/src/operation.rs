@@ -70,6 +70,15 @@ impl Operation {
         Slot::for_key(&self.keys[0])
     }
 
+    /// Which of `lanes` lanes the operation's address falls in on a single server: one of its
+    /// record key's hex digits (the key is `{prefix:HEX}`), so one address is always in one
+    /// lane, and addresses spread evenly.
+    pub(crate) fn lane(&self, lanes: usize) -> usize {
+        let record = &self.keys[0];
+        let digit = record.len().checked_sub(2).map_or(0, |at| record[at]);
+        usize::from(digit) % lanes
+    }
+
     /// The bytes of its keys and arguments.
     pub(crate) fn size(&self) -> usize {
         self.keys.iter().chain(&self.args).map(Vec::len).sum()

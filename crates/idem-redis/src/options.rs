@@ -50,6 +50,7 @@ pub struct RedisOptions {
     pub(crate) response_timeout: Duration,
     pub(crate) batch_size: usize,
     pub(crate) queue_size: usize,
+    pub(crate) lanes: usize,
     pub(crate) tls_ca_file: Option<PathBuf>,
     pub(crate) tls_client: Option<(PathBuf, PathBuf)>,
     /// The URL the options were made from, password hidden.
@@ -63,6 +64,9 @@ impl RedisOptions {
     /// The most operations waiting for a script call, unless [`queue_size`](Self::queue_size)
     /// says otherwise: 1024.
     pub const DEFAULT_QUEUE_SIZE: usize = 1024;
+    /// How many script calls may be on their way at once on a single server, unless
+    /// [`lanes`](Self::lanes) says otherwise: 2.
+    pub const DEFAULT_LANES: usize = 2;
 
     /// One Redis server at `url`, with the prefix `idem`, a connection timeout of 2 seconds, a
     /// response timeout of 5 seconds, batches of up to [64](Self::DEFAULT_BATCH_SIZE) operations
@@ -85,6 +89,7 @@ impl RedisOptions {
             response_timeout: Duration::from_secs(5),
             batch_size: Self::DEFAULT_BATCH_SIZE,
             queue_size: Self::DEFAULT_QUEUE_SIZE,
+            lanes: Self::DEFAULT_LANES,
             tls_ca_file: None,
             tls_client: None,
             url: None,
@@ -124,6 +129,21 @@ impl RedisOptions {
     #[must_use]
     pub fn batch_size(mut self, operations: usize) -> Self {
         self.batch_size = operations.max(1);
+        self
+    }
+
+    /// Sets how many script calls may be on their way at once on a single server
+    /// ([2](Self::DEFAULT_LANES) by default; at least 1, at most 16).
+    ///
+    /// Operations fall into this many lanes by their address (its key's hash), and each lane
+    /// has one script call on its way at a time, batching what arrives meanwhile: so two
+    /// operations on one address still run in the order they were made, while the lanes'
+    /// calls overlap, one running in Redis while another is on the wire or being answered. More
+    /// lanes mean smaller batches, so more script calls per key, for Redis and for the store.
+    /// A cluster has a lane per slot and ignores this.
+    #[must_use]
+    pub fn lanes(mut self, lanes: usize) -> Self {
+        self.lanes = lanes.clamp(1, 16);
         self
     }
 
@@ -232,6 +252,7 @@ impl fmt::Debug for RedisOptions {
             .field("response_timeout", &self.response_timeout)
             .field("batch_size", &self.batch_size)
             .field("queue_size", &self.queue_size)
+            .field("lanes", &self.lanes)
             .field("tls_ca_file", &self.tls_ca_file)
             .field("tls_client", &self.tls_client)
             .field("url", &self.url)

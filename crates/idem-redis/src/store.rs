@@ -29,11 +29,12 @@ use crate::{
 /// concurrent callers, in this process or in others, behave as if they ran one after the other.
 /// Alone, a new key takes two round trips (acquire, complete), a replay one.
 ///
-/// - **Batching**: the store sends one script call at a time (on a cluster, one per slot). An
-///   operation that finds none on its way goes at once; those that arrive meanwhile wait in a
-///   bounded queue ([`queue_size`](RedisOptions::queue_size)) and go together in the
-///   next call, up to [`batch_size`](RedisOptions::batch_size) of them, run in the queue's
-///   order, each with its own reply or error. So many concurrent keys share each round trip and
+/// - **Batching**: the store sends one script call at a time per lane: on a single server an
+///   address falls in one of a few lanes ([`lanes`](RedisOptions::lanes)), on a cluster each
+///   slot is a lane. An operation that finds none of its lane on its way goes at once; those
+///   that arrive meanwhile wait in a bounded queue ([`queue_size`](RedisOptions::queue_size))
+///   and go together in the lane's next call, up to [`batch_size`](RedisOptions::batch_size)
+///   of them, run in the queue's order, each with its own reply or error. So many concurrent keys share each round trip and
 ///   each call's cost in Redis, two operations on one key never swap, and on a cluster a master
 ///   that stalls holds up its own slots only.
 /// - **Time** is the server's `TIME`, never the caller's clock, so instances with skewed clocks

@@ -8,7 +8,7 @@ use crate::{KeyPrefix, RedisOptions};
 
 /// What an unknown parameter's error says is known.
 const KNOWN: &str =
-    "idem takes prefix, batch_size, queue_size, and cacert, cert and key with rediss://";
+    "idem takes prefix, batch_size, queue_size, lanes, and cacert, cert and key with rediss://";
 
 impl RedisOptions {
     /// `redis://[user[:password]@]host[:port][/db][?parameters]`, one Redis server, or
@@ -23,6 +23,8 @@ impl RedisOptions {
     ///   (default 1024, [`queue_size`](Self::queue_size)). Each a whole number, at least 1.
     ///   `queue_size` was once `queue`: that spelling is still read, with a warning, and a URL
     ///   that gives both is refused;
+    /// - `lanes`: how many script calls may be on their way at once on a single server (default
+    ///   2, [`lanes`](Self::lanes)), a whole number from 1 to 16; a cluster ignores it;
     /// - `cacert=PATH` (TLS only): trust only the CA certificates in this PEM file, instead of
     ///   the Mozilla root certificates built into idem ([`tls_ca_file`](Self::tls_ca_file));
     /// - `cert=PATH&key=PATH` (TLS only): a client certificate and its key, for servers that
@@ -61,6 +63,10 @@ impl RedisOptions {
         let prefix = parts.take("prefix", KeyPrefix::from_str)?;
         let batch_size = parts.take("batch_size", count::<usize>)?;
         let queue_size = parts.take_renamed("queue_size", "queue", count::<usize>)?;
+        let lanes = parts.take("lanes", count::<usize>)?;
+        if lanes.is_some_and(|lanes| lanes > 16) {
+            return Err(parts.error("lanes is at most 16"));
+        }
         let ca = parts.take("cacert", PathBuf::from_str)?;
         let cert = parts.take("cert", PathBuf::from_str)?;
         let key = parts.take("key", PathBuf::from_str)?;
@@ -118,6 +124,9 @@ impl RedisOptions {
         }
         if let Some(operations) = queue_size {
             options = options.queue_size(operations);
+        }
+        if let Some(lanes) = lanes {
+            options = options.lanes(lanes);
         }
         if let Some(ca) = ca {
             options = options.tls_ca_file(ca);
@@ -185,6 +194,12 @@ mod tests {
     fn batches_and_the_queue_are_set_by_the_url() {
         let one = parse("redis://cache?batch_size=16&queue_size=256&prefix=p");
         assert_eq!((one.batch_size, one.queue_size), (16, 256));
+        assert_eq!(one.lanes, RedisOptions::DEFAULT_LANES);
+        assert_eq!(parse("redis://cache?lanes=4").lanes, 4);
+        assert_eq!(parse("redis://cache?lanes=16").lanes, 16);
+        for refused in ["redis://cache?lanes=0", "redis://cache?lanes=x"] {
+            assert!(RedisOptions::from_url(refused).is_err(), "{refused}");
+        }
         assert_eq!(nodes(&one), ["redis://cache"]);
         let cluster = parse("rediss+cluster://a:7000?queue_size=4096");
         assert_eq!((cluster.batch_size, cluster.queue_size), (64, 4096));
@@ -272,7 +287,12 @@ mod tests {
         assert_eq!(
             error("redis://h?protocol=resp3"),
             "invalid store URL `redis://h?protocol=resp3`: unknown parameter `protocol` (idem \
-             takes prefix, batch_size, queue_size, and cacert, cert and key with rediss://)"
+             takes prefix, batch_size, queue_size, lanes, and cacert, cert and key with \
+             rediss://)"
+        );
+        assert_eq!(
+            error("redis://h?lanes=17"),
+            "invalid store URL `redis://h?lanes=17`: lanes is at most 16"
         );
         assert_eq!(
             error("redis://h?batch_size=0"),

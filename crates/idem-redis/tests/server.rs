@@ -447,12 +447,13 @@ async fn only_a_record_found_in_flight_announces_its_change() {
     assert_eq!(calls(&mut redis, &["publish"]), 3);
 }
 
-/// A store on `server` under a fresh prefix, on a manual clock, with `batch_size`.
+/// A store on `server` under a fresh prefix, on a manual clock, with `batch_size` and one lane.
 async fn batching_store(server: &Server, clock: &ManualClock, batch_size: usize) -> RedisStore {
     let options = RedisOptions::new(server.url())
         .prefix(fresh_prefix())
         .manual_clock(clock.clone())
-        .batch_size(batch_size);
+        .batch_size(batch_size)
+        .lanes(1);
     RedisStore::open_with(options)
         .await
         .expect("open the store")
@@ -481,6 +482,52 @@ async fn operations_on_one_key_keep_their_order_across_and_within_batches() {
             script_calls,
             "batch size {batch_size}"
         );
+    }
+}
+
+#[tokio::test]
+async fn each_lane_sends_its_own_calls_and_keeps_its_addresses_in_order() {
+    const ADDRESSES: usize = 20;
+    if idem_test_support::Server::Redis.url().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), free_port(), &["--appendonly", "no"]);
+    let mut redis = inspect(&server.url());
+    for lanes in [2, 4] {
+        for batch_size in [3, 64] {
+            let options = RedisOptions::new(server.url())
+                .prefix(fresh_prefix())
+                .manual_clock(ManualClock::default())
+                .batch_size(batch_size)
+                .lanes(lanes);
+            let store = RedisStore::open_with(options).await.unwrap();
+            // An address's lane is the last hex digit of its record key's hash, modulo the
+            // lanes; each address makes 5 operations. In every lane the first goes alone, at
+            // once, whatever the other lanes have on their way, and the rest queue behind it.
+            let mut per_lane = vec![0_u64; lanes];
+            for n in 0..ADDRESSES {
+                let record = store.record_key(&address(&format!("ordered-{n}")));
+                let digit = record.as_bytes()[record.len() - 2];
+                per_lane[usize::from(digit) % lanes] += 5;
+            }
+            assert!(
+                per_lane.iter().all(|&operations| operations > 0),
+                "{per_lane:?}"
+            );
+            let batch = u64::try_from(batch_size).unwrap();
+            let script_calls: u64 = per_lane
+                .iter()
+                .map(|&operations| 1 + (operations - 1).div_ceil(batch))
+                .sum();
+            let before = round_trips(&mut redis);
+            operations_on_one_key_keep_their_order(&store, "ordered", ADDRESSES).await;
+            assert_eq!(
+                round_trips(&mut redis) - before,
+                script_calls,
+                "{lanes} lanes, batch size {batch_size}, operations per lane {per_lane:?}"
+            );
+        }
     }
 }
 
@@ -605,7 +652,8 @@ async fn the_queue_holds_at_most_queue_size_operations() {
     let mut redis = inspect(&server.url());
     let options = RedisOptions::new(server.url())
         .prefix(fresh_prefix())
-        .queue_size(CAPACITY);
+        .queue_size(CAPACITY)
+        .lanes(1);
     let store = RedisStore::open_with(options).await.unwrap();
 
     // Redis answers nothing for a second: the first acquire goes and waits for its answer, the
