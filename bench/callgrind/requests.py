@@ -21,6 +21,8 @@ for each store named in STORES, one with a new key each on it:
   IDEM_TEST_POSTGRES_URL (without TLS);
 - `redis`: a key prefix of its own on the server of IDEM_TEST_REDIS_URL.
 
+The schema and the keys are removed after each measurement (with `psql` and `redis-cli`).
+
 With NGINX (the path of an `nginx` binary) it counts nginx forwarding the plain request too,
 configured as the load harness's but as one process (`master_process off`), for the plain
 request's ratio to it. With HYPER_PROXY (the path of `idem-bench-hyper-proxy`) it counts the
@@ -159,17 +161,39 @@ def store_url(idem: str, store: str, work: pathlib.Path) -> str:
     sys.exit(f"callgrind: unknown store {store!r}: expected sqlite, postgres or redis")
 
 
+def remove(store: str, url: str) -> None:
+    """Removes what a measurement left on a shared server: its schema, or its prefix's keys."""
+    if store == "postgres":
+        base, query = url.split("?", 1)
+        schema = dict(part.split("=", 1) for part in query.split("&"))["schema"]
+        subprocess.run(["psql", base, "-q", "-c", f"DROP SCHEMA IF EXISTS {schema} CASCADE"],
+                       check=True, stdout=subprocess.DEVNULL,
+                       env={**os.environ, "PGOPTIONS": "-c client_min_messages=warning"})
+    elif store == "redis":
+        base, query = url.split("?", 1)
+        prefix = query.removeprefix("prefix=")
+        keys = subprocess.run(["redis-cli", "-u", base, "--scan", "--pattern", f"{{{prefix}*"],
+                              check=True, capture_output=True, text=True).stdout.split()
+        for start in range(0, len(keys), 500):
+            subprocess.run(["redis-cli", "-u", base, "DEL", *keys[start:start + 500]],
+                           check=True, stdout=subprocess.DEVNULL)
+
+
 def measure(idem: str, upstream_port: int, store: str, key: str, connections: int,
             work: pathlib.Path, kind: str) -> float:
     port, admin = free_port(), free_port()
+    url = store_url(idem, store, work)
     command = [
-        idem, "serve", "--store", store_url(idem, store, work),
+        idem, "serve", "--store", url,
         "--upstream", f"http://127.0.0.1:{upstream_port}",
         "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}",
         "--log-level", "warn",
     ]
-    return count(command, port, key, connections, work, "the gateway under callgrind",
-                 f"{pathlib.Path(idem).name} {kind}")
+    try:
+        return count(command, port, key, connections, work, "the gateway under callgrind",
+                     f"{pathlib.Path(idem).name} {kind}")
+    finally:
+        remove(store, url)
 
 
 def measure_nginx(upstream_port: int, work: pathlib.Path) -> float:
