@@ -447,13 +447,18 @@ async fn only_a_record_found_in_flight_announces_its_change() {
     assert_eq!(calls(&mut redis, &["publish"]), 3);
 }
 
-/// A store on `server` under a fresh prefix, on a manual clock, with `batch_size` and one lane.
-async fn batching_store(server: &Server, clock: &ManualClock, batch_size: usize) -> RedisStore {
+/// A store on `server` under a fresh prefix, on a manual clock, with `batch_size` and `lanes`.
+async fn batching_store(
+    server: &Server,
+    clock: &ManualClock,
+    batch_size: usize,
+    lanes: usize,
+) -> RedisStore {
     let options = RedisOptions::new(server.url())
         .prefix(fresh_prefix())
         .manual_clock(clock.clone())
         .batch_size(batch_size)
-        .lanes(1);
+        .lanes(lanes);
     RedisStore::open_with(options)
         .await
         .expect("open the store")
@@ -463,7 +468,7 @@ async fn batching_store(server: &Server, clock: &ManualClock, batch_size: usize)
 // before any reply is read, so the script calls they take are an exact count.
 
 #[tokio::test]
-async fn operations_on_one_key_keep_their_order_across_and_within_batches() {
+async fn operations_on_one_key_keep_their_order_across_and_within_batches_and_lanes() {
     const ADDRESSES: usize = 20;
     if idem_test_support::Server::Redis.url().is_none() {
         return;
@@ -471,40 +476,15 @@ async fn operations_on_one_key_keep_their_order_across_and_within_batches() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), free_port(), &["--appendonly", "no"]);
     let mut redis = inspect(&server.url());
-    // The first operation finds the store idle and goes alone; the 99 others queue behind it
-    // and go in batches of at most `batch_size`, so batches end inside every address's run.
-    for (batch_size, script_calls) in [(1, 100), (3, 1 + 33), (7, 1 + 15), (64, 1 + 2)] {
-        let store = batching_store(&server, &ManualClock::default(), batch_size).await;
-        let before = round_trips(&mut redis);
-        operations_on_one_key_keep_their_order(&store, "ordered", ADDRESSES).await;
-        assert_eq!(
-            round_trips(&mut redis) - before,
-            script_calls,
-            "batch size {batch_size}"
-        );
-    }
-}
-
-#[tokio::test]
-async fn each_lane_sends_its_own_calls_and_keeps_its_addresses_in_order() {
-    const ADDRESSES: usize = 20;
-    if idem_test_support::Server::Redis.url().is_none() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), free_port(), &["--appendonly", "no"]);
-    let mut redis = inspect(&server.url());
-    for lanes in [2, 4] {
-        for batch_size in [3, 64] {
-            let options = RedisOptions::new(server.url())
-                .prefix(fresh_prefix())
-                .manual_clock(ManualClock::default())
-                .batch_size(batch_size)
-                .lanes(lanes);
-            let store = RedisStore::open_with(options).await.unwrap();
+    for lanes in [1, 2, 4] {
+        for batch_size in [1, 3, 7, 64] {
+            let store = batching_store(&server, &ManualClock::default(), batch_size, lanes).await;
             // An address's lane is the last hex digit of its record key's hash, modulo the
-            // lanes; each address makes 5 operations. In every lane the first goes alone, at
-            // once, whatever the other lanes have on their way, and the rest queue behind it.
+            // lanes; each address makes 5 operations. In each lane the first operation finds
+            // the lane idle and goes alone, whatever the other lanes have on their way; the
+            // others queue behind it and go in batches of at most `batch_size`, so batches end
+            // inside every address's run (one lane: 100 operations in 1 + 99 / `batch_size`
+            // calls).
             let mut per_lane = vec![0_u64; lanes];
             for n in 0..ADDRESSES {
                 let record = store.record_key(&address(&format!("ordered-{n}")));
@@ -540,7 +520,7 @@ async fn a_failing_operation_leaves_its_neighbours_in_the_batch_their_results() 
     let server = Server::start(dir.path(), free_port(), &["--appendonly", "no"]);
     let mut redis = inspect(&server.url());
     let clock = ManualClock::default();
-    let store = batching_store(&server, &clock, 64).await;
+    let store = batching_store(&server, &clock, 64, 1).await;
     let (held, done, fresh) = (address("held"), address("done"), address("fresh"));
     let (not_a_hash, unknown_state) = (address("not-a-hash"), address("unknown-state"));
     let lease = acquired(&store, &held, &fingerprint(1)).await;
@@ -697,7 +677,7 @@ async fn batches_load_the_script_again_after_a_script_flush() {
     }
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), free_port(), &["--appendonly", "no"]);
-    let store = batching_store(&server, &ManualClock::default(), 3).await;
+    let store = batching_store(&server, &ManualClock::default(), 3, 1).await;
     let () = redis::cmd("SCRIPT")
         .arg("FLUSH")
         .query(&mut inspect(&server.url()))

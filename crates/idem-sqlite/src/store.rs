@@ -726,6 +726,19 @@ mod tests {
         format!("X'{hex}'")
     }
 
+    /// Makes inserting `key`'s record fail with `RAISE(raise, …)` (`ABORT`: the statement is
+    /// undone; `ROLLBACK`: the whole transaction).
+    async fn refuse_to_insert(path: &Path, key: &str, raise: &str) {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "CREATE TRIGGER refuse BEFORE INSERT ON idem_records WHEN NEW.key = {} \
+             BEGIN SELECT RAISE({raise}, 'refused'); END",
+            digest_literal(key)
+        )))
+        .execute(&mut by_hand(path).await)
+        .await
+        .unwrap();
+    }
+
     // The writes below are queued while the writer is paused, so they reach it together and form
     // batches of `batch_size`.
 
@@ -737,14 +750,7 @@ mod tests {
         let a = address("a");
         let lease = acquired(&store, &a).await;
         // The second statement of a poisoned acquire fails, after the first took a token.
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "CREATE TRIGGER refuse BEFORE INSERT ON idem_records WHEN NEW.key = {} \
-             BEGIN SELECT RAISE(ABORT, 'refused'); END",
-            digest_literal("poisoned")
-        )))
-        .execute(&mut by_hand(&path).await)
-        .await
-        .unwrap();
+        refuse_to_insert(&path, "poisoned", "ABORT").await;
 
         let writer = &store.writer;
         let resume = writer.pause().await;
@@ -801,14 +807,7 @@ mod tests {
         let path = dir.path().join("rolled_back.db");
         let store = open(&path).await;
         // `RAISE(ROLLBACK)` ends the whole transaction, as a full disk may.
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "CREATE TRIGGER refuse BEFORE INSERT ON idem_records WHEN NEW.key = {} \
-             BEGIN SELECT RAISE(ROLLBACK, 'refused'); END",
-            digest_literal("poisoned")
-        )))
-        .execute(&mut by_hand(&path).await)
-        .await
-        .unwrap();
+        refuse_to_insert(&path, "poisoned", "ROLLBACK").await;
 
         let writer = &store.writer;
         let resume = writer.pause().await;
