@@ -217,7 +217,7 @@ mod tests {
             "postgres://db/pay?batch_size=16&batches_in_flight=1&queue_size=256",
             "postgresql://u@db:5433/pay?sslmode=verify-full&sslrootcert=/etc/ca.pem",
             "redis://cache:6379/1?prefix=p",
-            "redis://cache:6379?batch_size=16&queue_size=256",
+            "redis://cache:6379?batch_size=16&queue_size=256&lanes=4",
             "redis+cluster://a:7000,b:7001?prefix=p",
             "rediss://cache:6380?cacert=/etc/ca.pem",
             "rediss+cluster://a:7000,b:7001?prefix=p",
