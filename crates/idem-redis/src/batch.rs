@@ -3,11 +3,11 @@
 //!
 //! Operations queue in lanes: a single server has a few ([`RedisOptions::lanes`]), which each
 //! address falls in by its key's hash, a Redis Cluster has one lane per slot. At most one script
-//! call of a lane is on its way at a time; the lanes' calls overlap on the connection. An operation that finds
-//! none goes at once, alone, sent by its caller: an idle lane adds no wait and no hop to
-//! another task. One that finds a call on its way waits in the lane's queue; when that call is
-//! answered, a task takes whatever the queue holds (up to the batch size, and up to
-//! [`MAX_BATCH_BYTES`] of keys and arguments) and sends it as one `EVALSHA` of the script,
+//! call of a lane is on its way at a time; the lanes' calls overlap on the connection. An
+//! operation that finds none goes at once, alone, sent by its caller: an idle lane adds no wait
+//! and no hop to another task. One that finds a call on its way waits in the lane's queue; when
+//! that call is answered, a task takes whatever the queue holds (up to the batch size, and up
+//! to [`MAX_BATCH_BYTES`] of keys and arguments) and sends it as one `EVALSHA` of the script,
 //! which runs the operations in order and answers each one's reply in its place, hands each
 //! caller its own reply, and goes on until the queue is empty. Under load, the callers that
 //! arrive during a round trip share the next one, so Redis runs one script, with one `TIME`, one
@@ -62,7 +62,7 @@ pub(crate) struct Batcher {
 struct Shared {
     connection: Connection,
     batch_size: usize,
-    /// How many lanes a single server has.
+    /// How many lanes a single server has (at least 1: [`RedisOptions::lanes`] sees to it).
     single_lanes: usize,
     /// One permit per operation that may wait in a lane's queue, whichever lane.
     room: Semaphore,
@@ -115,7 +115,7 @@ impl Batcher {
             shared: Arc::new(Shared {
                 connection,
                 batch_size: options.batch_size,
-                single_lanes: options.lanes.max(1),
+                single_lanes: options.lanes,
                 room: Semaphore::new(options.queue_size),
                 lanes: Mutex::default(),
                 runtime: Handle::current(),

@@ -34,9 +34,9 @@ use crate::{
 ///   slot is a lane. An operation that finds none of its lane on its way goes at once; those
 ///   that arrive meanwhile wait in a bounded queue ([`queue_size`](RedisOptions::queue_size))
 ///   and go together in the lane's next call, up to [`batch_size`](RedisOptions::batch_size)
-///   of them, run in the queue's order, each with its own reply or error. So many concurrent keys share each round trip and
-///   each call's cost in Redis, two operations on one key never swap, and on a cluster a master
-///   that stalls holds up its own slots only.
+///   of them, run in the queue's order, each with its own reply or error. So many concurrent
+///   keys share each round trip and each call's cost in Redis, two operations on one key never
+///   swap, and on a cluster a master that stalls holds up its own slots only.
 /// - **Time** is the server's `TIME`, never the caller's clock, so instances with skewed clocks
 ///   agree.
 /// - **Expiry** is the server's: each record key expires (`PEXPIREAT`) when the record does, so

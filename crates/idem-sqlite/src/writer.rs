@@ -254,16 +254,13 @@ impl Thread {
             let answer = self.apply(job);
             // SQLite has undone the failed write. If it rolled the whole transaction back
             // instead, the writes before it are gone too.
-            let ended = if answer.failed && self.connection.is_autocommit() {
-                Err(rusqlite::Error::SqliteFailure(
+            let rolled_back = answer.failed && self.connection.is_autocommit();
+            answers.push(answer);
+            if rolled_back {
+                let error = rusqlite::Error::SqliteFailure(
                     rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
                     Some("a failed write rolled the transaction back".into()),
-                ))
-            } else {
-                Ok(())
-            };
-            answers.push(answer);
-            if let Err(error) = ended {
+                );
                 return Err(self.abandon(error, answers, jobs));
             }
         }
