@@ -45,6 +45,7 @@ import tempfile
 import threading
 import time
 import uuid
+from typing import Callable
 
 WARMUP = int(os.environ.get("WARMUP", "200"))
 REQUESTS = int(os.environ.get("REQUESTS", "2000"))
@@ -103,13 +104,17 @@ def send_all(port: int, count: int, key: str, connections: int) -> None:
         thread.join()
 
 
-def instructions(out: pathlib.Path) -> int:
-    """The `summary:` (or `totals:`) line of the last dump callgrind wrote for the process."""
-    dumps = sorted(out.parent.glob(out.name + "*"), key=lambda path: path.stat().st_mtime)
-    for line in dumps[-1].read_text().splitlines():
+def last_dump(out: pathlib.Path) -> pathlib.Path:
+    """The last dump callgrind wrote for the process whose output file is `out`."""
+    return max(out.parent.glob(out.name + "*"), key=lambda path: path.stat().st_mtime)
+
+
+def instructions(dump: pathlib.Path) -> int:
+    """The `summary:` (or `totals:`) line of a callgrind dump."""
+    for line in dump.read_text().splitlines():
         if line.startswith(("summary:", "totals:")):
             return int(line.split()[1])
-    sys.exit(f"callgrind: no total in {dumps[-1]}")
+    sys.exit(f"callgrind: no total in {dump}")
 
 
 def count(command: list, port: int, key: str, connections: int, work: pathlib.Path,
@@ -130,59 +135,56 @@ def count(command: list, port: int, key: str, connections: int, work: pathlib.Pa
         send_all(port, REQUESTS, key, connections)
         subprocess.run(["callgrind_control", "--dump", str(process.pid)], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        per_request = instructions(out) / (REQUESTS // connections * connections)
+        dump = last_dump(out)
+        per_request = instructions(dump) / (REQUESTS // connections * connections)
         if KEEP:
             kept = pathlib.Path(KEEP)
             kept.mkdir(parents=True, exist_ok=True)
-            dumps = sorted(out.parent.glob(out.name + "*"), key=lambda path: path.stat().st_mtime)
             slug = "".join(c if c.isalnum() else "-" for c in name).strip("-")
-            dumps[-1].replace(kept / f"{slug}.callgrind")
+            dump.replace(kept / f"{slug}.callgrind")
         return per_request
     finally:
         process.terminate()
         process.wait()
 
 
-def store_url(idem: str, store: str, work: pathlib.Path) -> str:
-    """A fresh store of kind `store` for one measurement."""
+def store_url(idem: str, store: str, work: pathlib.Path) -> tuple[str, Callable[[], None]]:
+    """A fresh store of kind `store` for one measurement, and what removes it from a shared
+    server afterwards: its schema, or its prefix's keys."""
     name = f"callgrind_{uuid.uuid4().hex[:12]}"
     if store == "memory":
-        return "memory://"
+        return "memory://", lambda: None
     if store == "sqlite":
-        return f"sqlite://{work / name}.db"
+        return f"sqlite://{work / name}.db", lambda: None
     if store == "postgres":
         server = os.environ.get("IDEM_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test")
-        url = f"{server.split('?')[0]}?schema={name}&sslmode=disable"
+        base = server.split("?")[0]
+        url = f"{base}?schema={name}&sslmode=disable"
         subprocess.run([idem, "migrate", "--store", url], check=True, stdout=subprocess.DEVNULL)
-        return url
+        return url, lambda: subprocess.run(
+            ["psql", base, "-q", "-c", f"DROP SCHEMA IF EXISTS {name} CASCADE"],
+            check=True, stdout=subprocess.DEVNULL,
+            env={**os.environ, "PGOPTIONS": "-c client_min_messages=warning"})
     if store == "redis":
         server = os.environ.get("IDEM_TEST_REDIS_URL", "redis://127.0.0.1:6379")
-        return f"{server.split('?')[0]}?prefix={name}"
+        base = server.split("?")[0]
+        return f"{base}?prefix={name}", lambda: delete_keys(base, f"{{{name}*")
     sys.exit(f"callgrind: unknown store {store!r}: expected sqlite, postgres or redis")
 
 
-def remove(store: str, url: str) -> None:
-    """Removes what a measurement left on a shared server: its schema, or its prefix's keys."""
-    if store == "postgres":
-        base, query = url.split("?", 1)
-        schema = dict(part.split("=", 1) for part in query.split("&"))["schema"]
-        subprocess.run(["psql", base, "-q", "-c", f"DROP SCHEMA IF EXISTS {schema} CASCADE"],
-                       check=True, stdout=subprocess.DEVNULL,
-                       env={**os.environ, "PGOPTIONS": "-c client_min_messages=warning"})
-    elif store == "redis":
-        base, query = url.split("?", 1)
-        prefix = query.removeprefix("prefix=")
-        keys = subprocess.run(["redis-cli", "-u", base, "--scan", "--pattern", f"{{{prefix}*"],
-                              check=True, capture_output=True, text=True).stdout.split()
-        for start in range(0, len(keys), 500):
-            subprocess.run(["redis-cli", "-u", base, "DEL", *keys[start:start + 500]],
-                           check=True, stdout=subprocess.DEVNULL)
+def delete_keys(server: str, pattern: str) -> None:
+    """Deletes the keys of the Redis at `server` that `pattern` matches."""
+    keys = subprocess.run(["redis-cli", "-u", server, "--scan", "--pattern", pattern],
+                          check=True, capture_output=True, text=True).stdout.split()
+    for start in range(0, len(keys), 500):
+        subprocess.run(["redis-cli", "-u", server, "DEL", *keys[start:start + 500]],
+                       check=True, stdout=subprocess.DEVNULL)
 
 
 def measure(idem: str, upstream_port: int, store: str, key: str, connections: int,
             work: pathlib.Path, kind: str) -> float:
     port, admin = free_port(), free_port()
-    url = store_url(idem, store, work)
+    url, remove = store_url(idem, store, work)
     command = [
         idem, "serve", "--store", url,
         "--upstream", f"http://127.0.0.1:{upstream_port}",
@@ -193,7 +195,7 @@ def measure(idem: str, upstream_port: int, store: str, key: str, connections: in
         return count(command, port, key, connections, work, "the gateway under callgrind",
                      f"{pathlib.Path(idem).name} {kind}")
     finally:
-        remove(store, url)
+        remove()
 
 
 def measure_nginx(upstream_port: int, work: pathlib.Path) -> float:
