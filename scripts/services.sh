@@ -53,6 +53,32 @@ ensure_postgres() {
   export IDEM_TEST_POSTGRES_URL="${IDEM_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}"
 }
 
+ensure_mysql() {
+  if ! listening 3306; then
+    command -v mariadbd >/dev/null || command -v mysqld >/dev/null || apt_install mariadb-server
+    # The package may have started the server itself.
+    if ! listening 3306; then
+      if [ -x /etc/init.d/mariadb ]; then
+        /etc/init.d/mariadb start >/dev/null
+      else
+        (mysqld_safe --user=mysql >/dev/null 2>&1 &)
+      fi
+    fi
+    wait_for MariaDB 3306
+  fi
+  local mysql=(mariadb -h 127.0.0.1 -P 3306 -u root)
+  command -v mariadb >/dev/null || mysql=(mysql -h 127.0.0.1 -P 3306 -u root)
+  # Tests connect over TCP as root without a password (a test machine). Debian's package lets
+  # root in through the Unix socket only: root@127.0.0.1 gets an empty password there.
+  for _ in $(seq 50); do "${mysql[@]}" -e 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
+  if ! "${mysql[@]}" -e 'select 1' >/dev/null 2>&1; then
+    "${mysql[0]}" -u root -e "CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY '';
+      GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;"
+  fi
+  "${mysql[@]}" -e 'CREATE DATABASE IF NOT EXISTS test'
+  export IDEM_TEST_MYSQL_URL="${IDEM_TEST_MYSQL_URL:-mysql://root@127.0.0.1:3306/test}"
+}
+
 ensure_redis() {
   command -v redis-server >/dev/null || apt_install redis-server
   if ! listening 6379; then

@@ -18,9 +18,10 @@
 pub enum Failure {
     /// The database could not be reached or is not serving: a connection lost or refused, the
     /// pool empty or closed, the server shutting down or out of resources, a statement timeout
-    /// (PostgreSQL classes 08, 53, 57). Transient.
+    /// (PostgreSQL classes 08, 53, 57; MySQL's lock wait and statement timeouts, too many
+    /// connections, a shutdown). Transient.
     Unreachable,
-    /// The transaction lost a race: a serialization failure or a deadlock (PostgreSQL class 40),
+    /// The transaction lost a race: a serialization failure or a deadlock (SQLSTATE class 40),
     /// or another connection holds the lock (SQLite busy or locked). Transient: run the
     /// transaction again.
     Conflict,
@@ -44,6 +45,12 @@ impl Failure {
                 Some(code) if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() => {
                     of_sqlite(&code)
                 }
+                #[cfg(feature = "mysql")]
+                Some(code) => match db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+                    Some(mysql) => of_mysql(mysql.number(), &code),
+                    None => of_sqlstate(&code),
+                },
+                #[cfg(not(feature = "mysql"))]
                 Some(code) => of_sqlstate(&code),
                 None => Self::Other,
             },
@@ -90,6 +97,22 @@ fn of_sqlstate(code: &str) -> Failure {
         Some("22" | "23") => Failure::Corrupted,
         Some("XX") if matches!(code, "XX001" | "XX002") => Failure::Corrupted,
         _ => Failure::Other,
+    }
+}
+
+/// MySQL's and MariaDB's error numbers where their SQLSTATE is the catch-all `HY000`, then the
+/// SQLSTATE's class.
+#[cfg(feature = "mysql")]
+fn of_mysql(number: u16, sqlstate: &str) -> Failure {
+    // ER_LOCK_WAIT_TIMEOUT, ER_QUERY_TIMEOUT (MySQL's max_execution_time), ER_STATEMENT_TIMEOUT
+    // (MariaDB's max_statement_time), ER_QUERY_INTERRUPTED, ER_SERVER_SHUTDOWN,
+    // ER_CON_COUNT_ERROR, ER_OPTION_PREVENTS_STATEMENT (a read-only server).
+    match number {
+        1205 | 3024 | 1969 | 1317 | 1053 | 1040 => Failure::Unreachable,
+        1290 | 1836 => Failure::Other,
+        // ER_LOCK_DEADLOCK (SQLSTATE 40001 too).
+        1213 => Failure::Conflict,
+        _ => of_sqlstate(sqlstate),
     }
 }
 

@@ -1,8 +1,8 @@
 //! What the tests of the workspace share: the test servers, named by `IDEM_TEST_POSTGRES_URL`,
-//! `IDEM_TEST_REDIS_URL`, `IDEM_TEST_AMQP_URL`, `IDEM_TEST_NATS_URL` and `IDEM_TEST_KAFKA_URL`
+//! `IDEM_TEST_MYSQL_URL`, `IDEM_TEST_REDIS_URL`, `IDEM_TEST_AMQP_URL`, `IDEM_TEST_NATS_URL` and `IDEM_TEST_KAFKA_URL`
 //! ([`Server`]); the skip when one is not set (one line on stderr naming the variable and the
 //! test); things of a test's own on them, so that tests run in parallel on one server: a
-//! PostgreSQL schema, created and dropped ([`PgSchema`]), a Redis key prefix (`RedisPrefix`, the
+//! PostgreSQL schema, created and dropped ([`PgSchema`]), a MySQL database ([`MysqlDatabase`]), a Redis key prefix (`RedisPrefix`, the
 //! `redis` feature), a JetStream stream (`NatsStream`, the `nats` feature), any other name
 //! ([`unique_name`]); a free port for a server the test starts itself ([`free_port`]); and a TCP
 //! proxy that takes a server away for a while ([`TcpProxy`]).
@@ -25,6 +25,7 @@
 //! ```
 
 mod ledger;
+mod mysql;
 mod names;
 #[cfg(feature = "nats")]
 mod nats_stream;
@@ -36,6 +37,7 @@ mod redis_prefix;
 mod server;
 
 pub use ledger::Ledger;
+pub use mysql::MysqlDatabase;
 pub use names::unique_name;
 #[cfg(feature = "nats")]
 pub use nats_stream::NatsStream;
@@ -46,7 +48,7 @@ pub use proxy::TcpProxy;
 pub use redis_prefix::RedisPrefix;
 pub use server::Server;
 
-/// The URL of a test server (`Postgres`, `Redis`, `Amqp`, `Nats`, `Kafka` or `Sqs`), or returns
+/// The URL of a test server (`Postgres`, `Mysql`, `Redis`, `Amqp`, `Nats`, `Kafka` or `Sqs`), or returns
 /// from the test after saying on stderr that it is skipped.
 #[macro_export]
 macro_rules! require {

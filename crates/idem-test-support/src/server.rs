@@ -8,6 +8,8 @@ use std::io::Write;
 pub enum Server {
     /// PostgreSQL: `IDEM_TEST_POSTGRES_URL`.
     Postgres,
+    /// MySQL or MariaDB: `IDEM_TEST_MYSQL_URL`.
+    Mysql,
     /// Redis: `IDEM_TEST_REDIS_URL`.
     Redis,
     /// RabbitMQ: `IDEM_TEST_AMQP_URL`.
@@ -25,6 +27,7 @@ impl Server {
     pub const fn variable(self) -> &'static str {
         match self {
             Self::Postgres => "IDEM_TEST_POSTGRES_URL",
+            Self::Mysql => "IDEM_TEST_MYSQL_URL",
             Self::Redis => "IDEM_TEST_REDIS_URL",
             Self::Amqp => "IDEM_TEST_AMQP_URL",
             Self::Nats => "IDEM_TEST_NATS_URL",
@@ -86,6 +89,7 @@ mod tests {
     #[test]
     fn each_server_has_its_variable() {
         assert_eq!(Server::Postgres.variable(), "IDEM_TEST_POSTGRES_URL");
+        assert_eq!(Server::Mysql.variable(), "IDEM_TEST_MYSQL_URL");
         assert_eq!(Server::Redis.variable(), "IDEM_TEST_REDIS_URL");
         assert_eq!(Server::Amqp.variable(), "IDEM_TEST_AMQP_URL");
         assert_eq!(Server::Nats.variable(), "IDEM_TEST_NATS_URL");

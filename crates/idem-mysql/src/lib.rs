@@ -1,0 +1,3 @@
+//! The MySQL and MariaDB store of idem.
+
+pub mod patterns;

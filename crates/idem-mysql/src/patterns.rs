@@ -1,0 +1,1 @@
+//! Idempotent operations on your own tables.
