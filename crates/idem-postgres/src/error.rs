@@ -1,13 +1,11 @@
 //! The failures of the Postgres store, and how database errors map to [`StoreError`].
 
-use std::{error::Error as StdError, fmt, sync::Arc, time::Duration};
-
 use idem_core::StoreError;
 use idem_sql::Failure;
 
 /// A failure to set up a [`PostgresStore`](crate::PostgresStore): connecting, migrating, or
 /// finding the schema it expects. Also the source of [`StoreError::Corrupted`] for a record it
-/// cannot read, and of [`StoreError::Unavailable`] when `acquire` keeps losing races.
+/// cannot read. (A batched write's own failures are [`BatchError`](crate::BatchError)s.)
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -92,92 +90,6 @@ pub enum Error {
         /// The column that is NULL.
         column: &'static str,
     },
-    /// `acquire` kept losing races to concurrent writers of the same key (each retry means another
-    /// writer changed the record in between).
-    #[error("acquire lost {0} races in a row on one key")]
-    Contended(u32),
-    /// The queue of one kind of write stayed full while the operation waited for room
-    /// ([`PostgresOptions::queue_size`](crate::PostgresOptions::queue_size),
-    /// [`PostgresOptions::pool_timeout`](crate::PostgresOptions::pool_timeout)): the database
-    /// commits more slowly than operations arrive.
-    #[error("{capacity} operations of this kind were waiting for {waited:?}: the queue is full")]
-    QueueFull {
-        /// The queue's capacity.
-        capacity: usize,
-        /// How long the operation waited for room.
-        waited: Duration,
-    },
-    /// The task that runs the store's batches has stopped: its runtime shut down.
-    #[error("the store's batches are no longer run")]
-    Stopped,
-    /// The statement of a batch of several operations failed as a whole; each of them fails with
-    /// this error, and none was applied.
-    #[error("a batch of {size} operations failed")]
-    Batch {
-        /// How many operations the batch held.
-        size: usize,
-        /// The batch's error.
-        #[source]
-        source: BatchFailure,
-    },
-}
-
-/// The error of a whole batch, which each of its operations reports
-/// ([`Error::Batch`]); its source is the database's error.
-#[derive(Clone)]
-pub struct BatchFailure(Arc<dyn StdError + Send + Sync>);
-
-impl fmt::Debug for BatchFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
-
-impl fmt::Display for BatchFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
-
-impl StdError for BatchFailure {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        Some(&*self.0)
-    }
-}
-
-/// `error` once per operation of a batch of `size`, as [`Error::Batch`] when there are several.
-pub(crate) fn fan_out(error: StoreError, size: usize) -> Vec<StoreError> {
-    if size <= 1 {
-        return vec![error];
-    }
-    let each = |source: Box<dyn StdError + Send + Sync>, make: fn(Error) -> StoreError| {
-        let source = BatchFailure(Arc::from(source));
-        (0..size)
-            .map(|_| {
-                make(Error::Batch {
-                    size,
-                    source: source.clone(),
-                })
-            })
-            .collect()
-    };
-    match error {
-        StoreError::LeaseLost => (0..size).map(|_| StoreError::LeaseLost).collect(),
-        StoreError::Unavailable(source) => each(source, StoreError::unavailable),
-        StoreError::Corrupted(source) => each(source, StoreError::corrupted),
-        StoreError::Misconfigured { message, source } => {
-            let source = source.map(|source| BatchFailure(Arc::from(source)));
-            (0..size)
-                .map(|_| StoreError::Misconfigured {
-                    message: message.clone(),
-                    source: source.clone().map(|source| {
-                        Box::new(Error::Batch { size, source }) as Box<dyn StdError + Send + Sync>
-                    }),
-                })
-                .collect()
-        }
-        other => each(Box::new(other), StoreError::unavailable),
-    }
 }
 
 /// `idem migrate`, with the store's URL when it is known.

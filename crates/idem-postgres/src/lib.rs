@@ -53,7 +53,6 @@
 //! # }
 //! ```
 
-mod batch;
 mod changes;
 mod connections;
 mod error;
@@ -68,7 +67,8 @@ mod store;
 mod url;
 mod writes;
 
-pub use error::{BatchFailure, Error};
+pub use error::Error;
+pub use idem_sql::batch::{BatchError, BatchFailure};
 pub use idem_sql::{InvalidName, Purger, SchemaName, TableName};
 pub use options::PostgresOptions;
 pub use schema::Migration;

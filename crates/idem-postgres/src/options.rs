@@ -165,7 +165,7 @@ impl PostgresOptions {
     /// batches being formed and run (at most [`batch_size`](Self::batch_size) each). A write that finds
     /// its queue full waits for room up to the [pool timeout](Self::pool_timeout), then fails with
     /// [`StoreError::Unavailable`](idem_core::StoreError::Unavailable)
-    /// ([`Error::QueueFull`](crate::Error::QueueFull); HTTP front ends answer 503).
+    /// ([`BatchError::QueueFull`](crate::BatchError::QueueFull); HTTP front ends answer 503).
     #[must_use]
     pub fn queue_size(mut self, size: usize) -> Self {
         self.queue_size = size.max(1);

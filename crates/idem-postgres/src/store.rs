@@ -7,7 +7,11 @@ use idem_core::{
     ListQuery, Newest, Outcome, Pace, Record, StateFilter, Store, StoreError, Terms, Timestamp,
     census::Board,
 };
-use idem_sql::{PurgeLoop, query_text};
+use idem_sql::{
+    PurgeLoop,
+    batch::{ATTEMPTS, BatchError, Limits, Queue, Step},
+    query_text,
+};
 use sqlx::{
     PgConnection, PgPool, Postgres, Row,
     postgres::{PgArguments, PgRow},
@@ -16,7 +20,6 @@ use sqlx::{
 
 use crate::{
     Error, Migration, PostgresOptions, Purger, Statement,
-    batch::{ATTEMPTS, Kind, Limits, Queue, Step},
     changes::Changes,
     connections::{Checkout, Connections},
     error::store_error,
@@ -25,7 +28,10 @@ use crate::{
     schema,
     shared::Shared,
     sql::Sql,
-    writes::{Acquire, AcquireArgs, Complete, CompleteArgs, Op, Release, Renew, RenewArgs},
+    writes::{
+        Acquire, AcquireArgs, Batched, Complete, CompleteArgs, Op, Release, Renew, RenewArgs,
+        Write, run,
+    },
 };
 
 /// How many records one step of a census reads.
@@ -86,10 +92,10 @@ struct Inner {
     pool: PgPool,
     shared: Arc<Shared>,
     changes: Changes,
-    acquisitions: Queue<Acquire>,
-    completions: Queue<Complete>,
-    renewals: Queue<Renew>,
-    releases: Queue<Release>,
+    acquisitions: Queue<Batched<Acquire>>,
+    completions: Queue<Batched<Complete>>,
+    renewals: Queue<Batched<Renew>>,
+    releases: Queue<Batched<Release>>,
 }
 
 impl PostgresStore {
@@ -239,7 +245,7 @@ impl PostgresStore {
                 Step::Again => continue,
             }
         }
-        Err(StoreError::unavailable(Error::Contended(ATTEMPTS)))
+        Err(StoreError::unavailable(BatchError::Contended(ATTEMPTS)))
     }
 
     /// [`Store::complete`] on `connection`, inside the caller's transaction if one is open on it
@@ -266,12 +272,12 @@ impl PostgresStore {
     }
 
     /// `op` alone, as a batch of one, on `connection`.
-    async fn alone<K: Kind>(
+    async fn alone<W: Write>(
         &self,
         connection: &mut PgConnection,
-        op: &K::Op,
-    ) -> Result<Step<K::Output>, StoreError> {
-        let mut steps = K::run(&self.inner.shared, connection, &[op])
+        op: &Op<W::Args>,
+    ) -> Result<Step<W::Output>, StoreError> {
+        let mut steps = run::<W>(&self.inner.shared, connection, &[op])
             .await
             .map_err(|e| self.error(e))?;
         Ok(steps.pop().expect("one step per operation"))

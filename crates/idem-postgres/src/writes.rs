@@ -5,16 +5,19 @@
 //! its own arguments, and returns a row per operation it answers, `n` its position. One [`run`]
 //! serves all four.
 
-use std::time::Duration;
+use std::{marker::PhantomData, time::Duration};
 
 use idem_core::{
     Acquisition, Address, FencingToken, Fingerprint, Outcome, StoreError, Terms, Timestamp,
 };
-use idem_sql::query_text;
+use idem_sql::{
+    Failure,
+    batch::{Failed, Kind, Step},
+    query_text,
+};
 use sqlx::{PgConnection, Postgres, Row, postgres::PgArguments, postgres::PgRow, query::Query};
 
 use crate::{
-    batch::{Kind, Step},
     error::store_error,
     key_digest::key_digest,
     row::{AcquireRow, Columns, sql_millis, sql_token},
@@ -66,26 +69,44 @@ pub(crate) trait Write: Send + Sync + 'static {
     fn missing() -> Step<Self::Output>;
 }
 
-impl<W: Write> Kind for W {
+/// `W`, run in batches by a [`Queue`](idem_sql::batch::Queue).
+pub(crate) struct Batched<W>(PhantomData<W>);
+
+impl<W: Write> Kind for Batched<W> {
     type Op = Op<W::Args>;
     type Output = W::Output;
+    type Runner = Shared;
     const REPEATS: bool = W::REPEATS;
 
     fn address(op: &Op<W::Args>) -> &Address {
         &op.address
     }
 
-    async fn run(
+    /// One statement for `ops`, on a connection of the store's.
+    async fn attempt(
         shared: &Shared,
-        connection: &mut PgConnection,
         ops: &[&Op<W::Args>],
-    ) -> Result<Vec<Step<W::Output>>, sqlx::Error> {
-        run::<W>(shared, connection, ops).await
+    ) -> Result<Vec<Step<W::Output>>, Failed> {
+        let mut connection = shared.connection().await?;
+        match run::<W>(shared, &mut connection, ops).await {
+            Ok(steps) => {
+                connection.keep(Ok(()))?;
+                Ok(steps)
+            }
+            // The connection is closed: it may hold a half-read answer.
+            Err(error) => Err(Failed {
+                // Only an error the server reported for the statement is known to have rolled it
+                // back, and only these can be one operation's doing.
+                one_at_fault: matches!(error, sqlx::Error::Database(_))
+                    && matches!(Failure::of(&error), Failure::Conflict | Failure::Corrupted),
+                error: store_error(error, &shared.sql.table),
+            }),
+        }
     }
 }
 
 /// Runs `ops` as one statement of `W` on `connection`: one step per operation, in order.
-async fn run<W: Write>(
+pub(crate) async fn run<W: Write>(
     shared: &Shared,
     connection: &mut PgConnection,
     ops: &[&Op<W::Args>],

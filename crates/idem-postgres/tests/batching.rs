@@ -20,7 +20,7 @@ use idem_core::{
     Acquisition, Clock, DecodeError, FencingToken, ManualClock, Outcome, Store, StoreError,
     StoredResponse, Terms, Timestamp,
 };
-use idem_postgres::Error;
+use idem_postgres::BatchError;
 use idem_test_support::require;
 use sqlx::AssertSqlSafe;
 use tokio::time::timeout;
@@ -361,8 +361,10 @@ async fn a_full_queue_fails_the_write_after_the_pool_timeout() {
     let Err(StoreError::Unavailable(source)) = refused else {
         panic!("expected Unavailable, got {refused:?}");
     };
-    match source.downcast_ref::<Error>() {
-        Some(Error::QueueFull { capacity, waited }) => assert_eq!((*capacity, *waited), (1, WAIT)),
+    match source.downcast_ref::<BatchError>() {
+        Some(BatchError::QueueFull { capacity, waited }) => {
+            assert_eq!((*capacity, *waited), (1, WAIT))
+        }
         other => panic!("expected QueueFull, got {other:?}"),
     }
 

@@ -1,4 +1,4 @@
-//! idem's internal plumbing for its SQL crates (`idem-postgres`, `idem-sqlite`,
+//! idem's internal plumbing for its SQL crates (`idem-postgres`, `idem-mysql`, `idem-sqlite`,
 //! `idem-messaging`) and the gateway: each piece written once for all of them.
 //!
 //! **No stability promise**: this crate is published only because those crates depend on it.
@@ -14,9 +14,12 @@
 //! - [`Failure`]: what a database error means, by SQLSTATE or SQLite result code.
 //! - [`listener::Listener`] (`postgres` feature): `LISTEN` on a channel, reconnecting with
 //!   backoff.
+//! - [`batch`] (`store` feature): group commit, the stores' writes coalesced into batches.
 //! - [`Purge`], [`PurgeLoop`] and [`Purger`]: deleting what has expired in bounded batches, for
 //!   any table or, with the `store` feature, any `idem_core::Store`.
 
+#[cfg(feature = "store")]
+pub mod batch;
 mod failure;
 #[cfg(feature = "postgres")]
 pub mod listener;

@@ -1,29 +1,34 @@
-//! Group commit: the store's writes, coalesced into one statement per batch.
+//! Group commit: a store's writes, coalesced into one statement (or one round trip) per batch.
 //!
 //! Each kind of write ([`Kind`]: acquire, complete, renew, release) has a [`Queue`] and a task
 //! that serves it. The task takes the oldest waiting operation, adds what else is already waiting,
-//! up to the batch size, runs the batch as one statement over arrays (`sql/*.sql`, `unnest`) in
-//! its own transaction, and answers each caller once that statement has returned, so after the
-//! commit: nothing is acknowledged before it is durable. Up to `in_flight` batches run at once;
-//! the operations that arrive meanwhile form the next one. An operation that finds room runs at
-//! once, alone: batches only grow when operations arrive faster than the database commits them.
+//! up to the batch size, runs the batch ([`Kind::attempt`]: the store's statements, in one
+//! transaction), and answers each caller once that has returned, so after the commit: nothing is
+//! acknowledged before it is durable. Up to `in_flight` batches run at once; the operations that
+//! arrive meanwhile form the next one. An operation that finds room runs at once, alone: batches
+//! only grow when operations arrive faster than the database commits them.
 //!
 //! Operations on one address run in the order they were queued: one on an address that a running
 //! batch holds waits for it, and so do the newer ones behind a waiting one. A batch holds at most
 //! one completion, renewal or release per address, so that a statement never changes a row twice;
 //! it may hold several acquisitions of one address ([`Kind::REPEATS`]), of which only the first
-//! writes (see `sql/acquire.sql`). An acquisition that lost a race runs again in the next batch,
-//! before anything newer on its address.
+//! writes. An acquisition that lost a race runs again in the next batch, before anything newer on
+//! its address.
 //!
 //! Each operation gets its own answer: a lost lease or a record that cannot be read is that
 //! operation's alone. When the server rejects a whole batch for something one operation may have
 //! caused (a data exception, a deadlock with another batch, as the row locks of two batches may be
-//! taken in different orders), it rolled all of it back, and each operation runs again on its own.
-//! Any other failure of the statement (a connection lost, a statement timeout) is every
-//! operation's: each caller gets it, and none of the operations was acknowledged.
+//! taken in different orders), it rolled all of it back, and each operation runs again on its own
+//! ([`Failed::one_at_fault`]). Any other failure (a connection lost, a statement timeout) is every
+//! operation's: each caller gets it ([`BatchError::Batch`]), and none of the operations was
+//! acknowledged.
+//!
+//! The PostgreSQL and MySQL stores run their writes through it.
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
+    error::Error as StdError,
+    fmt,
     future::Future,
     sync::Arc,
     time::Duration,
@@ -31,24 +36,16 @@ use std::{
 
 use futures_util::{StreamExt, stream::FuturesUnordered};
 use idem_core::{Address, StoreError};
-use idem_sql::Failure;
-use sqlx::PgConnection;
 use tokio::sync::{mpsc, oneshot};
-
-use crate::{
-    Error,
-    error::{fan_out, store_error},
-    shared::Shared,
-};
 
 /// How many times an acquisition runs again after losing a race to a concurrent writer of the
 /// same key. Each loss means another writer committed a change to that record in between, so this
 /// is only reached under pathological contention.
-pub(crate) const ATTEMPTS: u32 = 8;
+pub const ATTEMPTS: u32 = 8;
 
 /// What one operation's statement decided.
 #[derive(Debug)]
-pub(crate) enum Step<T> {
+pub enum Step<T> {
     /// Its answer.
     Done(Result<T, StoreError>),
     /// It lost a race with a concurrent writer: run it again.
@@ -56,11 +53,13 @@ pub(crate) enum Step<T> {
 }
 
 /// A kind of write that runs in batches.
-pub(crate) trait Kind: Send + Sync + 'static {
+pub trait Kind: Send + Sync + 'static {
     /// One operation's arguments.
     type Op: Send + Sync + 'static;
     /// One operation's answer.
     type Output: Send + 'static;
+    /// What runs a batch: the store's connections and statements.
+    type Runner: Send + Sync + 'static;
     /// Whether one batch may hold several operations on one address, in the order they were
     /// queued: the statement lets the first one write, and answers the others as it would have
     /// without that write, or has them run again.
@@ -69,26 +68,26 @@ pub(crate) trait Kind: Send + Sync + 'static {
     /// The record the operation is about.
     fn address(op: &Self::Op) -> &Address;
 
-    /// Runs `ops` (at distinct addresses, unless [`REPEATS`](Self::REPEATS)) as one statement on
-    /// `connection`: their steps, in order. An error is the whole statement's.
-    fn run<'a>(
-        shared: &'a Shared,
-        connection: &'a mut PgConnection,
+    /// Runs `ops` (at distinct addresses, unless [`REPEATS`](Self::REPEATS)) as one batch, on a
+    /// connection of `runner`'s: their steps, in order. An error is the whole batch's, and none
+    /// of its operations was applied.
+    fn attempt<'a>(
+        runner: &'a Self::Runner,
         ops: &'a [&'a Self::Op],
-    ) -> impl Future<Output = Result<Vec<Step<Self::Output>>, sqlx::Error>> + Send + 'a;
+    ) -> impl Future<Output = Result<Vec<Step<Self::Output>>, Failed>> + Send + 'a;
 }
 
 /// How a [`Queue`] batches.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Limits {
+pub struct Limits {
     /// Operations in one batch at most.
-    pub(crate) batch_size: usize,
+    pub batch_size: usize,
     /// Batches running at once at most.
-    pub(crate) in_flight: usize,
+    pub in_flight: usize,
     /// Operations waiting in the queue at most.
-    pub(crate) capacity: usize,
+    pub capacity: usize,
     /// How long a caller waits for room in a full queue.
-    pub(crate) wait: Duration,
+    pub wait: Duration,
 }
 
 /// One caller's operation, waiting for its batch.
@@ -100,7 +99,7 @@ struct Request<K: Kind> {
 }
 
 /// The queue of one kind of write, and the task that runs it in batches.
-pub(crate) struct Queue<K: Kind> {
+pub struct Queue<K: Kind> {
     sender: mpsc::Sender<Request<K>>,
     capacity: usize,
     wait: Duration,
@@ -110,7 +109,7 @@ impl<K: Kind> Queue<K> {
     /// Starts the task: up to `in_flight` batches at a time of at most `batch_size` operations,
     /// taken from a queue of at most `capacity` operations, in which a caller waits at most `wait`
     /// for room. The task ends once the queue is dropped and emptied.
-    pub(crate) fn spawn(shared: Arc<Shared>, limits: Limits) -> Self {
+    pub fn spawn(runner: Arc<K::Runner>, limits: Limits) -> Self {
         let Limits {
             batch_size,
             in_flight,
@@ -118,7 +117,7 @@ impl<K: Kind> Queue<K> {
             wait,
         } = limits;
         let (sender, receiver) = mpsc::channel(capacity);
-        tokio::spawn(serve::<K>(shared, receiver, batch_size, in_flight));
+        tokio::spawn(serve::<K>(runner, receiver, batch_size, in_flight));
         Self {
             sender,
             capacity,
@@ -128,7 +127,7 @@ impl<K: Kind> Queue<K> {
 
     /// Runs `op` in the next batch that can take it, and returns its answer once that batch
     /// committed.
-    pub(crate) async fn call(&self, op: K::Op) -> Result<K::Output, StoreError> {
+    pub async fn call(&self, op: K::Op) -> Result<K::Output, StoreError> {
         let (reply, answer) = oneshot::channel();
         let request = Request {
             op,
@@ -138,14 +137,14 @@ impl<K: Kind> Queue<K> {
         match self.sender.try_send(request) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Closed(_)) => {
-                return Err(StoreError::unavailable(Error::Stopped));
+                return Err(StoreError::unavailable(BatchError::Stopped));
             }
             Err(mpsc::error::TrySendError::Full(request)) => {
                 match tokio::time::timeout(self.wait, self.sender.send(request)).await {
                     Ok(Ok(())) => {}
-                    Ok(Err(_)) => return Err(StoreError::unavailable(Error::Stopped)),
+                    Ok(Err(_)) => return Err(StoreError::unavailable(BatchError::Stopped)),
                     Err(_) => {
-                        return Err(StoreError::unavailable(Error::QueueFull {
+                        return Err(StoreError::unavailable(BatchError::QueueFull {
                             capacity: self.capacity,
                             waited: self.wait,
                         }));
@@ -155,13 +154,13 @@ impl<K: Kind> Queue<K> {
         }
         answer
             .await
-            .unwrap_or_else(|_| Err(StoreError::unavailable(Error::Stopped)))
+            .unwrap_or_else(|_| Err(StoreError::unavailable(BatchError::Stopped)))
     }
 }
 
 /// The task: up to `in_flight` batches at a time, until the queue is dropped and empty.
 async fn serve<K: Kind>(
-    shared: Arc<Shared>,
+    runner: Arc<K::Runner>,
     mut receiver: mpsc::Receiver<Request<K>>,
     batch_size: usize,
     in_flight: usize,
@@ -190,7 +189,7 @@ async fn serve<K: Kind>(
                 break;
             }
             busy.extend(batch.iter().map(|request| K::address(&request.op).clone()));
-            running.push(run(&shared, batch));
+            running.push(run::<K>(&runner, batch));
         }
         if !open && running.is_empty() && pending.is_empty() {
             return;
@@ -275,20 +274,20 @@ fn form<T>(
 /// Runs `batch` and answers its callers; returns the batch's addresses, and the requests that lost
 /// a race and run again.
 async fn run<K: Kind>(
-    shared: &Shared,
+    runner: &K::Runner,
     mut batch: Vec<Request<K>>,
 ) -> (Vec<Address>, Vec<Request<K>>) {
     // One order of row locks for every batch (see `sql/acquire.sql`); stable, so operations on one
     // address stay in the order they were queued.
     batch.sort_by(|a, b| K::address(&a.op).cmp(K::address(&b.op)));
-    let steps = match attempt::<K>(shared, &batch).await {
+    let steps = match attempt::<K>(runner, &batch).await {
         Ok(steps) => steps,
         Err(failed) if failed.one_at_fault && batch.len() > 1 => {
             tracing::debug!(size = batch.len(), error = %failed.error, "a batch failed: running its operations one by one");
             let mut steps = Vec::with_capacity(batch.len());
             for request in &batch {
                 steps.push(
-                    match attempt::<K>(shared, std::slice::from_ref(request)).await {
+                    match attempt::<K>(runner, std::slice::from_ref(request)).await {
                         Ok(mut one) => one.pop().expect("one step per operation"),
                         Err(failed) => Step::Done(Err(failed.error)),
                     },
@@ -314,7 +313,7 @@ async fn run<K: Kind>(
                 again.push(request);
                 continue;
             }
-            Step::Again => Err(StoreError::unavailable(Error::Contended(ATTEMPTS))),
+            Step::Again => Err(StoreError::unavailable(BatchError::Contended(ATTEMPTS))),
         };
         // A caller that went away does not need its answer.
         let _ = request.reply.send(answer);
@@ -322,38 +321,25 @@ async fn run<K: Kind>(
     (addresses, again)
 }
 
-/// A batch's statement that failed as a whole.
-struct Failed {
-    error: StoreError,
-    /// The server rolled the statement back for something one operation may have caused.
-    one_at_fault: bool,
+/// A batch that failed as a whole: none of its operations was applied.
+#[derive(Debug)]
+pub struct Failed {
+    /// The error, every operation's.
+    pub error: StoreError,
+    /// The server rolled the batch back for something one operation may have caused (a data
+    /// exception, a deadlock): its operations run again one by one.
+    pub one_at_fault: bool,
 }
 
-/// One statement for `batch`, on a connection of the store's.
+/// The operations' `ops` of a batch, handed to [`Kind::attempt`].
 async fn attempt<K: Kind>(
-    shared: &Shared,
+    runner: &K::Runner,
     batch: &[Request<K>],
 ) -> Result<Vec<Step<K::Output>>, Failed> {
-    let mut connection = shared.connection().await.map_err(|error| Failed {
-        error,
-        one_at_fault: false,
-    })?;
     let ops: Vec<&K::Op> = batch.iter().map(|request| &request.op).collect();
-    match K::run(shared, &mut connection, &ops).await {
-        Ok(steps) => {
-            debug_assert_eq!(steps.len(), ops.len());
-            connection.keep(Ok(()))?;
-            Ok(steps)
-        }
-        // The connection is closed: it may hold a half-read answer.
-        Err(error) => Err(Failed {
-            // Only an error the server reported for the statement is known to have rolled it
-            // back, and only these can be one operation's doing.
-            one_at_fault: matches!(error, sqlx::Error::Database(_))
-                && matches!(Failure::of(&error), Failure::Conflict | Failure::Corrupted),
-            error: store_error(error, &shared.sql.table),
-        }),
-    }
+    let steps = K::attempt(runner, &ops).await?;
+    debug_assert_eq!(steps.len(), ops.len());
+    Ok(steps)
 }
 
 impl From<StoreError> for Failed {
@@ -362,6 +348,99 @@ impl From<StoreError> for Failed {
             error,
             one_at_fault: false,
         }
+    }
+}
+
+/// Why a batched write failed without the database saying so.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BatchError {
+    /// `acquire` kept losing races to concurrent writers of the same key (each retry means another
+    /// writer changed the record in between).
+    #[error("acquire lost {0} races in a row on one key")]
+    Contended(u32),
+    /// The queue of one kind of write stayed full while the operation waited for room (the
+    /// store's queue size and pool timeout): the database commits more slowly than operations
+    /// arrive.
+    #[error("{capacity} operations of this kind were waiting for {waited:?}: the queue is full")]
+    QueueFull {
+        /// The queue's capacity.
+        capacity: usize,
+        /// How long the operation waited for room.
+        waited: Duration,
+    },
+    /// The task that runs the store's batches has stopped: its runtime shut down.
+    #[error("the store's batches are no longer run")]
+    Stopped,
+    /// A batch of several operations failed as a whole; each of them fails with this error, and
+    /// none was applied.
+    #[error("a batch of {size} operations failed")]
+    Batch {
+        /// How many operations the batch held.
+        size: usize,
+        /// The batch's error.
+        #[source]
+        source: BatchFailure,
+    },
+}
+
+/// The error of a whole batch, which each of its operations reports
+/// ([`BatchError::Batch`]); its source is the database's error.
+#[derive(Clone)]
+pub struct BatchFailure(Arc<dyn StdError + Send + Sync>);
+
+impl fmt::Debug for BatchFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for BatchFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl StdError for BatchFailure {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&*self.0)
+    }
+}
+
+/// `error` once per operation of a batch of `size`, as [`BatchError::Batch`] when there are
+/// several.
+fn fan_out(error: StoreError, size: usize) -> Vec<StoreError> {
+    if size <= 1 {
+        return vec![error];
+    }
+    let each = |source: Box<dyn StdError + Send + Sync>, make: fn(BatchError) -> StoreError| {
+        let source = BatchFailure(Arc::from(source));
+        (0..size)
+            .map(|_| {
+                make(BatchError::Batch {
+                    size,
+                    source: source.clone(),
+                })
+            })
+            .collect()
+    };
+    match error {
+        StoreError::LeaseLost => (0..size).map(|_| StoreError::LeaseLost).collect(),
+        StoreError::Unavailable(source) => each(source, StoreError::unavailable),
+        StoreError::Corrupted(source) => each(source, StoreError::corrupted),
+        StoreError::Misconfigured { message, source } => {
+            let source = source.map(|source| BatchFailure(Arc::from(source)));
+            (0..size)
+                .map(|_| StoreError::Misconfigured {
+                    message: message.clone(),
+                    source: source.clone().map(|source| {
+                        Box::new(BatchError::Batch { size, source })
+                            as Box<dyn StdError + Send + Sync>
+                    }),
+                })
+                .collect()
+        }
+        other => each(Box::new(other), StoreError::unavailable),
     }
 }
 
