@@ -1,10 +1,5 @@
-//! The connections the store runs its own operations on.
-//!
-//! A sqlx pool pings every connection it takes back (a round trip to the server, from a task it
-//! spawns): two extra round trips per new key, on top of the two statements. These connections
-//! come from a [`deadpool`] pool instead, opened with the sqlx pool's options, and go back to it
-//! as they are once a statement has finished. A connection whose statement failed or was
-//! cancelled half-way may hold a half-read answer: it is closed instead.
+//! The connections the store runs its own operations on ([`idem_sql::connections`]: not a sqlx
+//! pool, which pings every connection it takes back), opened with the sqlx pool's options.
 //!
 //! They always use the generic plan of a prepared statement (`plan_cache_mode`): the writes take
 //! arrays, whose length a custom plan would see, so PostgreSQL would plan every execution again.
@@ -19,10 +14,7 @@
 //! `(state, created_at)` is no other way either.) The operators' listing walks that index, with
 //! no sort: its plan cannot depend on the statistics either.
 
-use std::ops::{Deref, DerefMut};
-
-use deadpool::managed::{self, Metrics, Object, PoolError, RecycleResult, Timeouts};
-use idem_core::StoreError;
+use idem_sql::connections::Connect;
 use sqlx::{ConnectOptions, PgConnection, postgres::PgConnectOptions};
 
 /// The planner settings of the store's connections (see the module's docs). JIT compilation is
@@ -38,109 +30,32 @@ pub(crate) const PLANNER: [(&str, &str); 7] = [
     ("jit", "off"),
 ];
 
-/// Opens connections as the sqlx pool it was made from would.
+/// Opens the store's connections: the sqlx pool's options, with the [`PLANNER`] settings.
 #[derive(Debug)]
-pub(crate) struct Manager {
+pub(crate) struct Session {
     options: PgConnectOptions,
 }
 
-impl managed::Manager for Manager {
-    type Type = PgConnection;
-    type Error = sqlx::Error;
-
-    async fn create(&self) -> Result<PgConnection, sqlx::Error> {
-        self.options.connect().await
+impl Session {
+    pub(crate) fn new(options: PgConnectOptions) -> Self {
+        Self {
+            options: options.options(PLANNER),
+        }
     }
+}
 
-    async fn recycle(&self, _: &mut PgConnection, _: &Metrics) -> RecycleResult<sqlx::Error> {
-        // Only connections whose last statement completed come back (see `Checkout::keep`).
-        Ok(())
+impl Connect for Session {
+    type Connection = PgConnection;
+
+    async fn connect(&self) -> Result<PgConnection, sqlx::Error> {
+        self.options.connect().await
     }
 }
 
 /// The pool of the store's connections.
-#[derive(Debug)]
-pub(crate) struct Connections {
-    pool: managed::Pool<Manager>,
-}
-
-impl Connections {
-    /// At most `size` connections opened with `options`, waiting at most `timeout` for one.
-    pub(crate) fn new(
-        options: PgConnectOptions,
-        size: usize,
-        timeout: std::time::Duration,
-    ) -> Self {
-        let options = options.options(PLANNER);
-        let manager = Manager { options };
-        let pool = managed::Pool::builder(manager)
-            .max_size(size)
-            .timeouts(Timeouts {
-                wait: Some(timeout),
-                create: Some(timeout),
-                recycle: None,
-            })
-            .runtime(deadpool::Runtime::Tokio1)
-            .build()
-            .expect("a runtime is set, so timeouts are allowed");
-        Self { pool }
-    }
-
-    /// A connection, idle or new.
-    pub(crate) async fn get(&self, table: &str) -> Result<Checkout, StoreError> {
-        match self.pool.get().await {
-            Ok(object) => Ok(Checkout {
-                object: Some(object),
-            }),
-            Err(PoolError::Backend(error)) => Err(crate::error::store_error(error, table)),
-            Err(error) => Err(StoreError::unavailable(error)),
-        }
-    }
-
-    /// Closes the idle connections; later [`get`](Self::get)s fail.
-    pub(crate) fn close(&self) {
-        self.pool.close();
-    }
-}
-
-/// A connection taken from [`Connections`]: closed when dropped, unless [`kept`](Self::keep).
-pub(crate) struct Checkout {
-    object: Option<Object<Manager>>,
-}
-
-impl Checkout {
-    /// Gives the connection back for the next operation, unless `result`, the operation's,
-    /// says that it failed (a lost lease is an answer like any other; everything else might
-    /// have broken it); returns `result`.
-    pub(crate) fn keep<T>(mut self, result: Result<T, StoreError>) -> Result<T, StoreError> {
-        if matches!(result, Ok(_) | Err(StoreError::LeaseLost)) {
-            drop(self.object.take());
-        }
-        result
-    }
-}
-
-impl Deref for Checkout {
-    type Target = PgConnection;
-
-    fn deref(&self) -> &PgConnection {
-        self.object.as_ref().expect("present until dropped")
-    }
-}
-
-impl DerefMut for Checkout {
-    fn deref_mut(&mut self) -> &mut PgConnection {
-        self.object.as_mut().expect("present until dropped")
-    }
-}
-
-impl Drop for Checkout {
-    fn drop(&mut self) {
-        if let Some(object) = self.object.take() {
-            drop(Object::take(object));
-        }
-    }
-}
+pub(crate) type Connections = idem_sql::connections::Connections<Session>;
+/// A connection of the store's.
+pub(crate) type Checkout = idem_sql::connections::Checkout<Session>;
 
 #[cfg(test)]
 mod tests {
@@ -164,7 +79,11 @@ mod tests {
         PostgresStore::migrate(&pool, &options).await.unwrap();
         pool.close().await;
         let sql = Sql::new(&options.schema, &options.table);
-        let connections = Connections::new(url.parse().unwrap(), 1, Duration::from_secs(5));
+        let connections = Connections::new(
+            Session::new(url.parse().unwrap()),
+            1,
+            Duration::from_secs(5),
+        );
         (schema, sql, connections)
     }
 
@@ -200,7 +119,10 @@ mod tests {
     async fn on_a_table_without_statistics_every_statement_looks_records_up_by_primary_key() {
         let url = require!(Postgres);
         let (_schema, sql, connections) = migrated(&url).await;
-        let mut connection = connections.get(&sql.table).await.unwrap();
+        let mut connection = connections
+            .get(|e| crate::error::store_error(e, &sql.table))
+            .await
+            .unwrap();
         let arrays = |kinds: &[&'static str]| {
             let mut types = vec!["bigint"];
             types.extend(kinds);
@@ -253,7 +175,10 @@ mod tests {
     async fn listing_processing_records_walks_the_state_index_backwards_from_the_page_bound() {
         let url = require!(Postgres);
         let (_schema, sql, connections) = migrated(&url).await;
-        let mut connection = connections.get(&sql.table).await.unwrap();
+        let mut connection = connections
+            .get(|e| crate::error::store_error(e, &sql.table))
+            .await
+            .unwrap();
         let types = [
             "bigint", "text[]", "bigint", "bytea", "bigint", "bytea", "bytea", "bigint",
         ];

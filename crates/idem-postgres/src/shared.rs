@@ -4,6 +4,7 @@ use idem_core::{Clock, ManualClock, StoreError};
 
 use crate::{
     connections::{Checkout, Connections},
+    error::store_error,
     row::sql_now,
     sql::Sql,
 };
@@ -18,7 +19,9 @@ pub(crate) struct Shared {
 impl Shared {
     /// A connection for one of the store's own operations (see [`Connections`]).
     pub(crate) async fn connection(&self) -> Result<Checkout, StoreError> {
-        self.connections.get(&self.sql.table).await
+        self.connections
+            .get(|error| store_error(error, &self.sql.table))
+            .await
     }
 
     /// `$1` of every statement.

@@ -21,7 +21,7 @@ use sqlx::{
 use crate::{
     Error, Migration, PostgresOptions, Purger, Statement,
     changes::Changes,
-    connections::{Checkout, Connections},
+    connections::{Checkout, Connections, Session},
     error::store_error,
     key_digest::key_digest,
     row::{Columns, sql_millis, sql_time, state_column},
@@ -139,7 +139,7 @@ impl PostgresStore {
         let connect = options.with_timeouts((*pool.connect_options()).clone());
         let changes = Changes::new(&connect, sql.channel.clone());
         let connections = Connections::new(
-            connect,
+            Session::new(connect),
             usize::try_from(options.pool_size).unwrap_or(usize::MAX),
             options.pool_timeout,
         );

@@ -14,12 +14,15 @@
 //! - [`Failure`]: what a database error means, by SQLSTATE or SQLite result code.
 //! - [`listener::Listener`] (`postgres` feature): `LISTEN` on a channel, reconnecting with
 //!   backoff.
-//! - [`batch`] (`store` feature): group commit, the stores' writes coalesced into batches.
+//! - [`batch`] (`store` feature): group commit, the stores' writes coalesced into batches; and
+//!   [`connections`], the pool of connections the stores run them on.
 //! - [`Purge`], [`PurgeLoop`] and [`Purger`]: deleting what has expired in bounded batches, for
 //!   any table or, with the `store` feature, any `idem_core::Store`.
 
 #[cfg(feature = "store")]
 pub mod batch;
+#[cfg(feature = "store")]
+pub mod connections;
 mod failure;
 #[cfg(feature = "postgres")]
 pub mod listener;
@@ -31,6 +34,8 @@ mod template;
 
 pub use failure::{Failure, sqlite_code};
 pub use migrations::MigrationFile;
+#[cfg(feature = "mysql")]
+pub use migrations::migrate_mysql;
 #[cfg(feature = "postgres")]
 pub use migrations::migrate_postgres;
 pub use names::{ColumnName, InvalidName, SchemaName, TableName};
