@@ -1302,7 +1302,12 @@ mod tests {
     #[test]
     fn a_partition_of_another_gateway_explains_nothing_on_any_store() {
         let history = executed_twice(vec![partition(1, Link::Upstream, 900, 4_900)]);
-        for store in [StoreKind::Sqlite, StoreKind::Postgres, StoreKind::Redis] {
+        for store in [
+            StoreKind::Sqlite,
+            StoreKind::Postgres,
+            StoreKind::Mysql,
+            StoreKind::Redis,
+        ] {
             let verdict = check(
                 &history,
                 Settings {
@@ -1539,7 +1544,12 @@ mod tests {
 
     #[test]
     fn a_failover_explains_nothing_on_other_stores() {
-        for store in [StoreKind::Redis, StoreKind::Postgres, StoreKind::Sqlite] {
+        for store in [
+            StoreKind::Redis,
+            StoreKind::Postgres,
+            StoreKind::Mysql,
+            StoreKind::Sqlite,
+        ] {
             let settings = Settings {
                 store,
                 ..settings(Ambiguous::Reject)

@@ -58,6 +58,12 @@ pub enum Error {
          initdb (install the postgresql package)"
     )]
     NoPostgres,
+    /// No MariaDB server binaries were found.
+    #[error(
+        "no MariaDB binaries: mariadbd (or mysqld) and mariadb-install-db (or mysql_install_db) \
+         are needed, on PATH or in /usr/sbin (install the mariadb-server package)"
+    )]
+    NoMysql,
     /// The gateway library refused its configuration or could not start.
     #[error(transparent)]
     Gateway(#[from] idem_gateway::Error),

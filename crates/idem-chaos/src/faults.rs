@@ -66,10 +66,10 @@ pub enum FaultKind {
     TwoGateways,
     /// A gateway's wall clock steps forward or back, by half a lease to three leases, or is set
     /// right again, as an NTP step would. Only the SQLite store reads the gateway's clock; the
-    /// PostgreSQL and Redis stores read their server's, so on them nothing is stepped.
+    /// PostgreSQL, MySQL and Redis stores read their server's, so on them nothing is stepped.
     ClockSteps,
-    /// For 0.3 to 3 leases, a gateway is cut from its store (PostgreSQL, Redis) or from its
-    /// upstream: the link's traffic is black-holed one way or both, or every connection is
+    /// For 0.3 to 3 leases, a gateway is cut from its store (PostgreSQL, MariaDB, Redis) or from
+    /// its upstream: the link's traffic is black-holed one way or both, or every connection is
     /// reset.
     Partitions,
 }
@@ -105,8 +105,8 @@ pub struct Plan {
     /// The mean time from the end of one partition to the start of the next (each lasts from
     /// 0.3 to 3 leases).
     pub partition_every: Duration,
-    /// Whether the gateways reach the store over the network (PostgreSQL, Redis): only then are
-    /// they cut from it.
+    /// Whether the gateways reach the store over the network (PostgreSQL, MariaDB, Redis): only
+    /// then are they cut from it.
     pub store_link: bool,
 }
 

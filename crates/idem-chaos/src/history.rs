@@ -79,7 +79,7 @@ impl fmt::Display for GatewayId {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Link {
-    /// To the store's server (PostgreSQL or Redis; a SQLite file has no network link).
+    /// To the store's server (PostgreSQL, MariaDB or Redis; a SQLite file has no network link).
     Store,
     /// To the upstream.
     Upstream,

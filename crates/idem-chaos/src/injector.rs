@@ -350,6 +350,10 @@ impl Servers<'_> {
                     .event("PostgreSQL crashes (immediate shutdown)");
                 server.restart().await?;
             }
+            StoreServer::Mysql(server) => {
+                self.progress.event("SIGKILL mariadbd");
+                server.restart().await?;
+            }
             StoreServer::Redis(server) => {
                 self.progress.event("SIGKILL redis-server");
                 server.restart().await?;

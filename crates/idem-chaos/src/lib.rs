@@ -3,13 +3,12 @@
 //! execution, and a check of that history at the end.
 //!
 //! `idem-chaos run` starts an upstream API that records every execution, the store (a SQLite
-//! file, or a PostgreSQL or Redis server or a Redis Cluster of its own), two gateways sharing
-//! it, and a proxy in front of them that drops some of their answers. Callers make logical
-//! operations, one key each, while a seeded schedule SIGKILLs gateways, stops them past their
-//! lease, restarts the store (on a cluster: kills a master and lets its replica take over), cuts
-//! a gateway from its store or its upstream (through a proxy on each link), steps their clocks,
-//! and
-//! slows the upstream down or has it answer 503. The upstream refuses a request
+//! file, or a PostgreSQL, MariaDB or Redis server or a Redis Cluster of its own), two gateways
+//! sharing it, and a proxy in front of them that drops some of their answers. Callers make
+//! logical operations, one key each, while a seeded schedule SIGKILLs gateways, stops them past
+//! their lease, restarts the store (on a cluster: kills a master and lets its replica take over),
+//! cuts a gateway from its store or its upstream (through a proxy on each link), steps their
+//! clocks, and slows the upstream down or has it answer 503. The upstream refuses a request
 //! whose fencing token is lower than one it applied for the operation. Then [`check()`] reads
 //! the history: duplicates, stale writes, lost operations, stuck keys. With `--json`, the run's
 //! [`Report`] records its figures, options and [`provenance`] (date, commit, machine);

@@ -36,6 +36,9 @@ pub enum StoreKind {
     /// A PostgreSQL server of the run's own (initdb in a temporary directory), crashed with an
     /// immediate shutdown and started again.
     Postgres,
+    /// A MariaDB server of the run's own (mariadb-install-db in a temporary directory),
+    /// SIGKILLed and started again: InnoDB recovers from its redo log.
+    Mysql,
     /// A `redis-server` of the run's own with an append-only file fsynced on every write,
     /// SIGKILLed and started again.
     Redis,
@@ -50,6 +53,7 @@ impl fmt::Display for StoreKind {
         f.write_str(match self {
             Self::Sqlite => "sqlite",
             Self::Postgres => "postgres",
+            Self::Mysql => "mysql",
             Self::Redis => "redis",
             Self::RedisCluster => "redis-cluster",
         })

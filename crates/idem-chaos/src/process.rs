@@ -7,8 +7,8 @@ use std::{
     fs::OpenOptions,
     future::Future,
     net::{SocketAddr, TcpListener},
-    os::unix::fs::MetadataExt as _,
-    path::Path,
+    os::unix::fs::{MetadataExt as _, PermissionsExt as _},
+    path::{Path, PathBuf},
     process::{Output, Stdio},
     time::Duration,
 };
@@ -134,7 +134,27 @@ pub(crate) fn free_port() -> Result<SocketAddr, Error> {
         .map_err(Error::io("find a free port"))
 }
 
-/// Whether the harness runs as root (PostgreSQL then runs as the `postgres` user).
+/// Creates `dir/name`, the directory of a server that runs as `user` when the harness is root:
+/// the run's directory, private to the harness, is opened for `user` to reach, and `dir/name`
+/// made `user`'s own.
+pub(crate) async fn server_home(
+    dir: &Path,
+    name: &str,
+    user: Option<&str>,
+) -> Result<PathBuf, Error> {
+    let home = dir.join(name);
+    std::fs::create_dir(&home).map_err(Error::io(format!("create {}", home.display())))?;
+    if let Some(user) = user {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+            .map_err(Error::io(format!("open the run's directory to {user}")))?;
+        let mut chown = Command::new("chown");
+        chown.arg(format!("{user}:")).arg(&home);
+        run(chown, "chown").await?;
+    }
+    Ok(home)
+}
+
+/// Whether the harness runs as root (PostgreSQL and MariaDB then run as users of their own).
 pub(crate) fn is_root() -> bool {
     // /proc/self belongs to the process's effective user.
     std::fs::metadata("/proc/self").is_ok_and(|metadata| metadata.uid() == 0)

@@ -118,7 +118,8 @@ pub struct Sample {
     /// Each gateway that was up.
     pub gateways: Vec<ProcessSample>,
     /// The store's files: SQLite's database and its write-ahead log, PostgreSQL's databases
-    /// (without its write-ahead log), Redis's append-only file.
+    /// (without its write-ahead log), the store's database on MariaDB (without InnoDB's redo
+    /// log and system tablespace), Redis's append-only file.
     pub store_bytes: u64,
 }
 

@@ -197,6 +197,7 @@ fn store(store: StoreKind) -> &'static str {
     match store {
         StoreKind::Sqlite => "SQLite",
         StoreKind::Postgres => "PostgreSQL",
+        StoreKind::Mysql => "MariaDB",
         StoreKind::Redis => "Redis",
         StoreKind::RedisCluster => "Redis Cluster",
     }

@@ -6,7 +6,9 @@
 //! PostgreSQL and Redis runs start servers of their own, but run only when the suites of those
 //! stores are enabled (`IDEM_TEST_POSTGRES_URL`, `IDEM_TEST_REDIS_URL`), as the other server
 //! suites of the repository do; so does one Redis Cluster run, in reject mode, with failovers
-//! for store restarts. `scripts/chaos` runs the long form.
+//! for store restarts. MySQL runs start a MariaDB server of their own, and run wherever one is
+//! installed: without it they say they are skipped, and fail when `CI` is set (`scripts/test`
+//! installs it). `scripts/chaos` runs the long form.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -18,8 +20,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use idem_chaos::{Ambiguous, Failure, GatewayId, InFlight, Report, StoreKind};
-use idem_test_support::Server;
+use idem_chaos::{Ambiguous, Failure, GatewayId, InFlight, Report, StoreKind, store::MysqlServer};
+use idem_test_support::{MysqlDatabase, Server};
 
 /// How long a short run may take in all, faults, waits and checks included: far above the
 /// minute one takes, so that only a hang reaches it, and fails the test instead of stalling CI.
@@ -251,6 +253,69 @@ fn postgres_retry_executes_again_only_after_a_kill_pause_or_partition() {
 fn postgres_wait_mode_keeps_the_expectations() {
     if Server::Postgres.url().is_some() {
         reject_never_executes_twice("postgres", InFlight::Wait);
+    }
+}
+
+/// Whether MariaDB is installed for the MySQL runs; where it is not, the test says it is skipped,
+/// or fails when `CI` is set: CI installs `mariadb-server`, and a run there skips nothing.
+fn mariadb_installed() -> bool {
+    if MysqlServer::installed() {
+        return true;
+    }
+    let missing = "no MariaDB server: mariadbd (or mysqld) and mariadb-install-db (or \
+                   mysql_install_db), on PATH or in /usr/sbin (install mariadb-server)";
+    assert!(std::env::var_os("CI").is_none(), "{missing}");
+    let test = std::thread::current();
+    eprintln!("skipped: {missing} ({})", test.name().unwrap_or("?"));
+    false
+}
+
+/// The run's MariaDB on its own: the store's database is there at the start, a database created
+/// before a SIGKILL is there after the restart, and the server is gone once dropped.
+#[test]
+fn a_mariadb_server_keeps_its_data_across_a_sigkill() {
+    if !mariadb_installed() {
+        return;
+    }
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let mut server = MysqlServer::start(dir.path()).await.unwrap();
+        let addr = server.addr();
+        assert_ne!(addr.port(), 3306);
+        assert_eq!(server.url(), format!("mysql://root@{addr}/idem"));
+        // Connects to the store's database, and creates one of its own beside it.
+        let database = MysqlDatabase::create(&server.url()).await;
+        server.restart().await.unwrap();
+        drop(database.connect().await);
+        drop(database);
+        drop(server);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while tokio::net::TcpStream::connect(addr).await.is_ok() {
+            assert!(Instant::now() < deadline, "MariaDB still listens on {addr}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+}
+
+#[test]
+fn mysql_reject_never_executes_twice() {
+    if mariadb_installed() {
+        reject_never_executes_twice("mysql", InFlight::Reject);
+    }
+}
+
+#[test]
+fn mysql_retry_executes_again_only_after_a_kill_pause_or_partition() {
+    if mariadb_installed() {
+        retry_executes_again_only_after_a_kill_pause_or_partition("mysql", InFlight::Reject);
+    }
+}
+
+#[test]
+fn mysql_wait_mode_keeps_the_expectations() {
+    if mariadb_installed() {
+        reject_never_executes_twice("mysql", InFlight::Wait);
     }
 }
 

@@ -1,10 +1,11 @@
-//! The store the gateways share: a SQLite file, or a PostgreSQL or Redis server (or a Redis
-//! Cluster) that the run starts for itself on free loopback ports, and crashes and restarts (or
-//! fails over) on schedule.
+//! The store the gateways share: a SQLite file, or a PostgreSQL, MariaDB or Redis server (or a
+//! Redis Cluster) that the run starts for itself on free loopback ports, and crashes and
+//! restarts (or fails over) on schedule.
 //!
-//! The run never touches the machine's own servers (5432, 6379): other tests use them, and a
-//! crash is the point here.
+//! The run never touches the machine's own servers (5432, 3306, 6379): other tests use them, and
+//! a crash is the point here.
 
+mod mysql;
 mod postgres;
 mod redis;
 mod redis_cluster;
@@ -15,6 +16,7 @@ use std::{
 };
 
 pub use self::{
+    mysql::MysqlServer,
     postgres::PostgresServer,
     redis::RedisServer,
     redis_cluster::{NODE_TIMEOUT as CLUSTER_NODE_TIMEOUT, RedisCluster},
@@ -29,6 +31,8 @@ pub enum StoreServer {
     Sqlite(PathBuf),
     /// A PostgreSQL server of the run's own.
     Postgres(PostgresServer),
+    /// A MariaDB server of the run's own.
+    Mysql(MysqlServer),
     /// A `redis-server` of the run's own.
     Redis(RedisServer),
     /// A Redis Cluster of the run's own.
@@ -51,6 +55,11 @@ impl StoreServer {
                 idem_gateway::store::migrate::run(&server.url().parse()?).await?;
                 Self::Postgres(server)
             }
+            StoreKind::Mysql => {
+                let server = MysqlServer::start(dir).await?;
+                idem_gateway::store::migrate::run(&server.url().parse()?).await?;
+                Self::Mysql(server)
+            }
             StoreKind::Redis => Self::Redis(RedisServer::start(dir, redis).await?),
             StoreKind::RedisCluster => {
                 Self::RedisCluster(RedisCluster::start(dir, redis, seed).await?)
@@ -63,13 +72,16 @@ impl StoreServer {
         match self {
             Self::Sqlite(path) => format!("sqlite://{}", path.display()),
             Self::Postgres(server) => server.url(),
+            Self::Mysql(server) => server.url(),
             Self::Redis(server) => server.url(),
             Self::RedisCluster(cluster) => cluster.url(),
         }
     }
 
     /// The files whose size is the store's size on disk: SQLite's database and its write-ahead
-    /// log, PostgreSQL's databases (not its write-ahead log, which it recycles), Redis's files.
+    /// log, PostgreSQL's databases (not its write-ahead log, which it recycles), the store's
+    /// database on MariaDB (not InnoDB's redo log, of a fixed size, or its system tablespace),
+    /// Redis's files.
     pub fn files(&self) -> Vec<PathBuf> {
         match self {
             Self::Sqlite(path) => ["", "-wal"]
@@ -77,6 +89,7 @@ impl StoreServer {
                 .map(|suffix| PathBuf::from(format!("{}{suffix}", path.display())))
                 .collect(),
             Self::Postgres(server) => vec![server.data().join("base")],
+            Self::Mysql(server) => vec![server.database_dir()],
             Self::Redis(server) => vec![server.dir().to_owned()],
             Self::RedisCluster(cluster) => cluster.dirs(),
         }
@@ -89,6 +102,7 @@ impl StoreServer {
         match self {
             Self::Sqlite(_) | Self::RedisCluster(_) => None,
             Self::Postgres(server) => Some(server.addr()),
+            Self::Mysql(server) => Some(server.addr()),
             Self::Redis(server) => Some(server.addr()),
         }
     }
@@ -99,6 +113,7 @@ impl StoreServer {
         match self {
             Self::Sqlite(_) | Self::RedisCluster(_) => self.url(),
             Self::Postgres(_) => PostgresServer::url_at(addr),
+            Self::Mysql(_) => MysqlServer::url_at(addr),
             Self::Redis(_) => RedisServer::url_at(addr),
         }
     }
@@ -108,6 +123,7 @@ impl StoreServer {
         match self {
             Self::Sqlite(_) => {}
             Self::Postgres(server) => server.stop().await,
+            Self::Mysql(server) => server.stop().await,
             Self::Redis(server) => server.stop().await,
             Self::RedisCluster(cluster) => cluster.stop().await,
         }

@@ -39,18 +39,9 @@ impl PostgresServer {
     pub async fn start(dir: &Path) -> Result<Self, Error> {
         let bin = bin_dir().await?;
         let user = process::is_root().then_some(POSTGRES_USER);
-        let home = dir.join("postgres");
-        std::fs::create_dir(&home).map_err(Error::io("create the PostgreSQL directory"))?;
-        if let Some(user) = user {
-            // The postgres user must reach its directory inside the run's private one.
-            use std::os::unix::fs::PermissionsExt as _;
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
-                .map_err(Error::io("open the run's directory to PostgreSQL"))?;
-            let mut chown = tokio::process::Command::new("chown");
-            chown.arg(format!("{user}:")).arg(&home);
-            process::run(chown, "chown").await?;
-        }
-        let data = home.join("data");
+        let data = process::server_home(dir, "postgres", user)
+            .await?
+            .join("data");
         let mut initdb = as_user(bin.join("initdb"), user);
         initdb.arg("-D").arg(&data).args([
             "-U",
