@@ -1,0 +1,701 @@
+//! The four writes that run in batches ([`idem_sql::batch`]): their statements, and how each
+//! operation's answer is read from the rows.
+//!
+//! A batch is one round trip: `START TRANSACTION`, the statements of [`Write::statements`], and
+//! `COMMIT`, sent together (MySQL's multi-statement text protocol), with every value a literal
+//! (see [`Batch`]). Its time is set once, `@idem_now`, so that every statement decides at the
+//! same instant. A batch whose text would pass [`ROUND_TRIP_BYTES`] (large responses being
+//! completed) is sent in several round trips, still one transaction.
+//!
+//! The holder-only writes (complete, renew, release) first read, and lock, the records that the
+//! tokens hold: those rows are the operations that succeed, and the next statement changes them
+//! and only them. Acquisitions are [`Acquire`]'s.
+
+use std::{
+    collections::{HashMap, HashSet},
+    marker::PhantomData,
+    time::Duration,
+};
+
+use idem_core::{
+    Acquisition, Address, FencingToken, Fingerprint, Lease, Outcome, StoreError, Terms, Timestamp,
+};
+use idem_sql::{
+    Failure,
+    batch::{Failed, Kind, Step},
+};
+use sqlx::{AssertSqlSafe, MySqlConnection, Row, mysql::MySqlRow};
+
+use crate::{
+    Error,
+    error::store_error,
+    key_digest::key_digest,
+    row::{COMPLETED, Columns, PROCESSING, millis, sql_token, timestamp},
+    shared::Shared,
+    sql::Batch,
+};
+
+/// The most bytes of statements sent in one round trip, unless one operation alone is larger:
+/// well under the servers' smallest default `max_allowed_packet` (16 MiB on MariaDB).
+pub(crate) const ROUND_TRIP_BYTES: usize = 4 << 20;
+
+/// One write: the address it is about, as the statements take it, and its own arguments.
+pub(crate) struct Op<A> {
+    address: Address,
+    /// The key's digest, the `key_digest` column.
+    key: [u8; 32],
+    args: A,
+}
+
+impl<A> Op<A> {
+    pub(crate) fn new(address: &Address, args: A) -> Self {
+        Self {
+            key: key_digest(&address.key),
+            address: address.clone(),
+            args,
+        }
+    }
+
+    fn scope(&self) -> &[u8] {
+        self.address.scope.as_bytes()
+    }
+
+    /// `r.scope = X'…' AND r.key_digest = X'…'`, or without the alias.
+    fn is_row(&self, batch: &mut Batch, alias: &str) {
+        batch
+            .push(alias)
+            .push("scope = ")
+            .bytes(self.scope())
+            .push(" AND ")
+            .push(alias)
+            .push("key_digest = ")
+            .bytes(&self.key);
+    }
+}
+
+/// A kind of write: its statements and how its operations' answers are read from their rows.
+pub(crate) trait Write: Send + Sync + 'static {
+    /// One operation's own arguments.
+    type Args: Send + Sync + 'static;
+    /// One operation's answer.
+    type Output: Send + 'static;
+    /// [`Kind::REPEATS`].
+    const REPEATS: bool;
+
+    /// About how many bytes `op` adds to a batch's text.
+    fn size(op: &Op<Self::Args>) -> usize;
+
+    /// Appends the statements that run `ops` (at distinct addresses, unless
+    /// [`REPEATS`](Self::REPEATS)) to `batch`, after `@idem_now` is set, inside a transaction.
+    fn statements(batch: &mut Batch, table: &str, ops: &[&Op<Self::Args>]);
+
+    /// Each operation's step, from the rows the statements returned.
+    fn answers(
+        rows: &[MySqlRow],
+        table: &str,
+        ops: &[&Op<Self::Args>],
+    ) -> Result<Vec<Step<Self::Output>>, StoreError>;
+}
+
+/// `W`, run in batches by a [`Queue`](idem_sql::batch::Queue).
+pub(crate) struct Batched<W>(PhantomData<W>);
+
+impl<W: Write> Kind for Batched<W> {
+    type Op = Op<W::Args>;
+    type Output = W::Output;
+    type Runner = Shared;
+    const REPEATS: bool = W::REPEATS;
+
+    fn address(op: &Op<W::Args>) -> &Address {
+        &op.address
+    }
+
+    /// One transaction for `ops`, on a connection of the store's.
+    async fn attempt(
+        shared: &Shared,
+        ops: &[&Op<W::Args>],
+    ) -> Result<Vec<Step<W::Output>>, Failed> {
+        let mut connection = shared.connection().await?;
+        match run::<W>(shared, &mut connection, ops, Transaction::Own).await {
+            Ok(steps) => {
+                connection.keep(Ok(()))?;
+                Ok(steps)
+            }
+            // The connection is closed, and with it the transaction: the server rolls it back.
+            Err(failed) => Err(failed),
+        }
+    }
+}
+
+/// Whose transaction a batch runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Transaction {
+    /// Its own: begun and committed around its statements.
+    Own,
+    /// The caller's, open on the connection (the transactional API).
+    Callers,
+}
+
+/// Runs `ops` as one batch of `W` on `connection`: one step per operation, in order. An error is
+/// the whole batch's.
+pub(crate) async fn run<W: Write>(
+    shared: &Shared,
+    connection: &mut MySqlConnection,
+    ops: &[&Op<W::Args>],
+    transaction: Transaction,
+) -> Result<Vec<Step<W::Output>>, Failed> {
+    let table = &shared.sql.table;
+    let failed = |error: sqlx::Error| Failed {
+        // Only an error the server reported is known to have been one statement's; with it, the
+        // transaction is rolled back (the connection is closed), and only these can be one
+        // operation's doing.
+        one_at_fault: matches!(error, sqlx::Error::Database(_))
+            && matches!(Failure::of(&error), Failure::Conflict | Failure::Corrupted),
+        error: store_error(error, table),
+    };
+    let mut steps: Vec<Option<Step<W::Output>>> = ops.iter().map(|_| None).collect();
+    let chunks = chunks::<W>(ops);
+    for (number, chunk) in chunks.iter().enumerate() {
+        let chunk_ops: Vec<&Op<W::Args>> = chunk.iter().map(|&at| ops[at]).collect();
+        let mut batch = Batch::new();
+        if number == 0 {
+            if transaction == Transaction::Own {
+                batch.statement("START TRANSACTION");
+            }
+            batch.now(shared.now());
+        }
+        W::statements(&mut batch, table, &chunk_ops);
+        if number + 1 == chunks.len() && transaction == Transaction::Own {
+            batch.statement("COMMIT");
+        }
+        let text = batch.finish();
+        let rows = shared
+            .within(sqlx::raw_sql(AssertSqlSafe(text)).fetch_all(&mut *connection))
+            .await
+            .map_err(failed)?;
+        let answers = W::answers(&rows, table, &chunk_ops).map_err(Failed::from)?;
+        for (&at, step) in chunk.iter().zip(answers) {
+            steps[at] = Some(step);
+        }
+    }
+    Ok(steps
+        .into_iter()
+        .map(|step| step.expect("every chunk answers each of its operations"))
+        .collect())
+}
+
+/// The positions of `ops` in groups whose text stays under [`ROUND_TRIP_BYTES`]. (A later
+/// group runs in the same transaction, so it sees what the earlier ones wrote.)
+fn chunks<W: Write>(ops: &[&Op<W::Args>]) -> Vec<Vec<usize>> {
+    let mut chunks: Vec<Vec<usize>> = Vec::new();
+    let mut bytes = 0;
+    for (at, op) in ops.iter().enumerate() {
+        let size = W::size(op);
+        match chunks.last_mut() {
+            Some(chunk) if bytes + size <= ROUND_TRIP_BYTES => chunk.push(at),
+            _ => {
+                chunks.push(vec![at]);
+                bytes = 0;
+            }
+        }
+        bytes += size;
+    }
+    chunks
+}
+
+/// The operations as a derived table, `(SELECT 0 AS n, … UNION ALL SELECT 1, …) AS b`: `columns`
+/// (the first is `n`, the operation's position) and each operation's values, written by `values`
+/// after its position.
+fn derived<A>(
+    batch: &mut Batch,
+    ops: &[&Op<A>],
+    columns: &[&str],
+    values: impl Fn(&mut Batch, &Op<A>),
+) {
+    batch.push("(");
+    for (n, op) in ops.iter().enumerate() {
+        batch.push(if n == 0 {
+            "SELECT "
+        } else {
+            " UNION ALL SELECT "
+        });
+        batch.number(i64::try_from(n).expect("a batch is small"));
+        if n == 0 {
+            batch.push(" AS n");
+        }
+        let mut fields = Batch::new();
+        values(&mut fields, op);
+        let text = fields.finish();
+        for (field, column) in text.split('\u{1f}').zip(&columns[1..]) {
+            batch.push(", ").push(field);
+            if n == 0 {
+                batch.push(" AS ").push(column);
+            }
+        }
+    }
+    batch.push(") AS b");
+}
+
+/// Separates the fields [`derived`]'s `values` writes.
+const FIELD: &str = "\u{1f}";
+
+/// The positions (`n`) of the rows a holder-only write's `SELECT` returned.
+fn positions(rows: &[MySqlRow], table: &str, len: usize) -> Result<Vec<Option<usize>>, StoreError> {
+    let mut found = vec![None; len];
+    for (index, row) in rows.iter().enumerate() {
+        let n: i64 = row.try_get("n").map_err(|e| store_error(e, table))?;
+        let n = usize::try_from(n)
+            .ok()
+            .filter(|&n| n < len)
+            .ok_or_else(|| StoreError::corrupted(Error::NotReadBack))?;
+        found[n] = Some(index);
+    }
+    Ok(found)
+}
+
+/// [`Store::acquire`](idem_core::Store::acquire).
+///
+/// 1. One `INSERT … ON DUPLICATE KEY UPDATE` creates each record that is absent, replaces each
+///    that has expired, and takes over each whose lease ran out (same fingerprint, still
+///    processing), exactly as `idem_core::transition::plan_acquire` decides; it locks every
+///    record of the batch. A written record gets a placeholder token: 0 when created, -1 when
+///    taken over. The conditions read only columns that no earlier assignment changed, or the
+///    placeholder, so that they hold whether the server assigns left to right (MySQL, MariaDB)
+///    or all at once (MariaDB's `SIMULTANEOUS_ASSIGNMENT`).
+/// 2. A token is drawn (a row inserted into `<table>_tokens`): after the records are locked, so
+///    larger than every token their earlier holders drew, even of records released or purged
+///    since. One token serves the whole batch: tokens grow per address, and a batch holds each
+///    address once.
+/// 3. The records are read back, locked: a placeholder means acquired; any other record is
+///    answered as it stands (replay, mismatch, in flight).
+/// 4. The placeholders become the token, and the token's row is deleted.
+pub(crate) struct Acquire;
+
+/// An acquisition's own arguments.
+pub(crate) struct AcquireArgs {
+    fingerprint: Fingerprint,
+    terms: Terms,
+}
+
+impl AcquireArgs {
+    /// The acquisition of `address` with `fingerprint` on `terms`.
+    pub(crate) fn op(address: &Address, fingerprint: &Fingerprint, terms: Terms) -> Op<Self> {
+        Op::new(
+            address,
+            Self {
+                fingerprint: *fingerprint,
+                terms,
+            },
+        )
+    }
+}
+
+/// Created, in the `token` column until the token is drawn.
+const CREATED: i64 = 0;
+/// Taken over, in the `token` column until the token is drawn.
+const TAKEN_OVER: i64 = -1;
+
+impl Write for Acquire {
+    type Args = AcquireArgs;
+    type Output = Acquisition;
+    const REPEATS: bool = true;
+
+    fn size(_: &Op<AcquireArgs>) -> usize {
+        600
+    }
+
+    /// Of several acquisitions of one address, only the first writes.
+    fn statements(batch: &mut Batch, table: &str, ops: &[&Op<AcquireArgs>]) {
+        let mut seen = HashSet::with_capacity(ops.len());
+        let ops: Vec<&Op<AcquireArgs>> = ops
+            .iter()
+            .copied()
+            .filter(|op| seen.insert(&op.address))
+            .collect();
+        batch.push("INSERT INTO ").push(table).push(
+            " (scope, key_digest, fingerprint, state, token, lease_until, created_at, \
+             completed_at, expires_at, response) VALUES ",
+        );
+        for (n, op) in ops.iter().enumerate() {
+            let lease = millis(op.args.terms.lease);
+            let ttl = millis(op.args.terms.ttl);
+            batch
+                .push(if n == 0 { "(" } else { ", (" })
+                .bytes(op.scope())
+                .push(", ")
+                .bytes(&op.key)
+                .push(", ")
+                .bytes(op.args.fingerprint.as_bytes())
+                .push(", 'processing', 0, @idem_now + ")
+                .number(lease)
+                .push(", @idem_now, NULL, @idem_now + ")
+                .number(lease.max(ttl))
+                .push(", NULL)");
+        }
+        // Expired (absent) / taken over: the decisions, on the row as locked.
+        let expired = "expires_at <= @idem_now";
+        let lease_over = "(fingerprint = VALUES(fingerprint) AND state = 'processing' \
+                          AND lease_until <= @idem_now)";
+        batch.statement(&format!(
+            " ON DUPLICATE KEY UPDATE \
+             token = IF({expired}, {CREATED}, IF({lease_over}, {TAKEN_OVER}, token)), \
+             fingerprint = IF({expired}, VALUES(fingerprint), fingerprint), \
+             state = IF({expired}, 'processing', state), \
+             created_at = IF({expired}, VALUES(created_at), created_at), \
+             completed_at = IF({expired}, NULL, completed_at), \
+             response = IF({expired}, NULL, response), \
+             lease_until = IF(token <= 0 OR {expired} OR {lease_over}, \
+                 VALUES(lease_until), lease_until), \
+             expires_at = IF({expired}, VALUES(expires_at), \
+                 IF(token <= 0 OR {lease_over}, GREATEST(expires_at, VALUES(lease_until)), \
+                     expires_at))"
+        ));
+        batch.push("INSERT INTO `");
+        batch.push(table.trim_matches('`'));
+        batch.statement("_tokens` (id) VALUES (NULL)");
+        let any_of = |batch: &mut Batch| {
+            for (n, op) in ops.iter().enumerate() {
+                batch.push(if n == 0 { "(" } else { " OR (" });
+                op.is_row(batch, "");
+                batch.push(")");
+            }
+        };
+        batch
+            .push(
+                "SELECT scope, key_digest, fingerprint, state, token, lease_until, expires_at, \
+                 response, @idem_now AS now, CAST(LAST_INSERT_ID() AS SIGNED) AS issued FROM ",
+            )
+            .push(table)
+            .push(" WHERE ");
+        any_of(batch);
+        batch.statement(" FOR UPDATE");
+        batch
+            .push("UPDATE ")
+            .push(table)
+            .push(" SET token = LAST_INSERT_ID() WHERE token <= 0 AND (");
+        any_of(batch);
+        batch.statement(")");
+        batch.push("DELETE FROM `");
+        batch.push(table.trim_matches('`'));
+        batch.statement("_tokens` WHERE id = LAST_INSERT_ID()");
+    }
+
+    fn answers(
+        rows: &[MySqlRow],
+        table: &str,
+        ops: &[&Op<AcquireArgs>],
+    ) -> Result<Vec<Step<Acquisition>>, StoreError> {
+        let mut by_address = HashMap::with_capacity(rows.len());
+        for row in rows {
+            let columns = Columns { row, table };
+            by_address.insert(
+                (columns.digest("scope")?, columns.digest("key_digest")?),
+                row,
+            );
+        }
+        // The first acquisition of an address is answered by the row; a later one as if it came
+        // right after: a record the first acquired is in flight for it.
+        let mut seen = HashSet::with_capacity(ops.len());
+        Ok(ops
+            .iter()
+            .map(|op| {
+                let scope: [u8; 32] = *op.address.scope.as_bytes();
+                let first = seen.insert(&op.address);
+                Step::Done(match by_address.get(&(scope, op.key)) {
+                    Some(row) => acquisition(&Columns { row, table }, &op.args.fingerprint, first),
+                    None => Err(StoreError::corrupted(Error::NotReadBack)),
+                })
+            })
+            .collect())
+    }
+}
+
+/// What the row read back after an acquisition says: acquired (a placeholder token, for the
+/// `first` acquisition of the address in the batch), or the record as it stands.
+fn acquisition(
+    columns: &Columns<'_>,
+    fingerprint: &Fingerprint,
+    first: bool,
+) -> Result<Acquisition, StoreError> {
+    let token: i64 = columns.get("token")?;
+    if token <= 0 && first {
+        let issued: i64 = columns.get("issued")?;
+        return Ok(Acquisition::Acquired(Lease {
+            token: FencingToken::new(u64::try_from(issued).unwrap_or(0)),
+            until: timestamp(columns.required(PROCESSING, "lease_until")?),
+            took_over: token == TAKEN_OVER,
+        }));
+    }
+    if columns.fingerprint()? != *fingerprint {
+        return Ok(Acquisition::Mismatch);
+    }
+    Ok(match columns.get::<&str>("state")? {
+        COMPLETED => Acquisition::Completed(columns.outcome()?),
+        PROCESSING => {
+            let until: i64 = columns.required(PROCESSING, "lease_until")?;
+            let now: i64 = columns.get("now")?;
+            let left = u64::try_from(until.saturating_sub(now)).unwrap_or(0);
+            Acquisition::InFlight {
+                retry_after: Duration::from_millis(left),
+            }
+        }
+        other => return Err(StoreError::corrupted(Error::UnknownState(other.to_owned()))),
+    })
+}
+
+/// [`Store::complete`](idem_core::Store::complete).
+pub(crate) struct Complete;
+
+/// A completion's own arguments.
+pub(crate) struct CompleteArgs {
+    token: FencingToken,
+    /// The outcome, encoded.
+    response: Vec<u8>,
+    ttl: Duration,
+}
+
+impl CompleteArgs {
+    pub(crate) fn new(token: FencingToken, outcome: &Outcome, ttl: Duration) -> Self {
+        Self {
+            token,
+            response: outcome.encode(),
+            ttl,
+        }
+    }
+}
+
+impl Write for Complete {
+    type Args = CompleteArgs;
+    type Output = ();
+    const REPEATS: bool = false;
+
+    fn size(op: &Op<CompleteArgs>) -> usize {
+        400 + 2 * op.args.response.len()
+    }
+
+    fn statements(batch: &mut Batch, table: &str, ops: &[&Op<CompleteArgs>]) {
+        holder_statements(
+            batch,
+            table,
+            ops,
+            |op| op.args.token,
+            "",
+            &["response", "ttl"],
+            &|batch, op| {
+                batch
+                    .bytes(&op.args.response)
+                    .push(FIELD)
+                    .number(millis(op.args.ttl));
+            },
+            HolderChange::Update(
+                "r.state = 'completed', r.lease_until = NULL, r.completed_at = @idem_now, \
+                 r.expires_at = @idem_now + b.ttl, r.response = b.response",
+            ),
+        );
+    }
+
+    fn answers(
+        rows: &[MySqlRow],
+        table: &str,
+        ops: &[&Op<CompleteArgs>],
+    ) -> Result<Vec<Step<()>>, StoreError> {
+        Ok(positions(rows, table, ops.len())?
+            .into_iter()
+            .map(|found| match found {
+                Some(_) => Step::Done(Ok(())),
+                None => lease_lost(),
+            })
+            .collect())
+    }
+}
+
+/// [`Store::renew`](idem_core::Store::renew).
+pub(crate) struct Renew;
+
+/// A renewal's own arguments.
+pub(crate) struct RenewArgs {
+    pub(crate) token: FencingToken,
+    pub(crate) lease: Duration,
+}
+
+impl Write for Renew {
+    type Args = RenewArgs;
+    type Output = Timestamp;
+    const REPEATS: bool = false;
+
+    fn size(_: &Op<RenewArgs>) -> usize {
+        400
+    }
+
+    fn statements(batch: &mut Batch, table: &str, ops: &[&Op<RenewArgs>]) {
+        holder_statements(
+            batch,
+            table,
+            ops,
+            |op| op.args.token,
+            ", @idem_now + b.lease AS lease_until",
+            &["lease"],
+            &|batch, op| {
+                batch.number(millis(op.args.lease));
+            },
+            HolderChange::Update(
+                "r.lease_until = @idem_now + b.lease, \
+                 r.expires_at = GREATEST(r.expires_at, @idem_now + b.lease)",
+            ),
+        );
+    }
+
+    fn answers(
+        rows: &[MySqlRow],
+        table: &str,
+        ops: &[&Op<RenewArgs>],
+    ) -> Result<Vec<Step<Timestamp>>, StoreError> {
+        positions(rows, table, ops.len())?
+            .into_iter()
+            .map(|found| match found {
+                Some(index) => {
+                    let until: i64 = rows[index]
+                        .try_get("lease_until")
+                        .map_err(|e| store_error(e, table))?;
+                    Ok(Step::Done(Ok(timestamp(until))))
+                }
+                None => Ok(lease_lost()),
+            })
+            .collect()
+    }
+}
+
+/// [`Store::release`](idem_core::Store::release). Its own argument is the token.
+pub(crate) struct Release;
+
+impl Write for Release {
+    type Args = FencingToken;
+    type Output = ();
+    const REPEATS: bool = false;
+
+    fn size(_: &Op<FencingToken>) -> usize {
+        400
+    }
+
+    fn statements(batch: &mut Batch, table: &str, ops: &[&Op<FencingToken>]) {
+        holder_statements(
+            batch,
+            table,
+            ops,
+            |op| op.args,
+            "",
+            &[],
+            &|_, _| {},
+            HolderChange::Delete,
+        );
+    }
+
+    fn answers(
+        rows: &[MySqlRow],
+        table: &str,
+        ops: &[&Op<FencingToken>],
+    ) -> Result<Vec<Step<()>>, StoreError> {
+        Ok(positions(rows, table, ops.len())?
+            .into_iter()
+            .map(|found| match found {
+                Some(_) => Step::Done(Ok(())),
+                None => lease_lost(),
+            })
+            .collect())
+    }
+}
+
+/// What a holder-only write does to the records its tokens hold.
+enum HolderChange {
+    /// `UPDATE … SET` these assignments (`r` the record, `b` the operation).
+    Update(&'static str),
+    /// `DELETE` them.
+    Delete,
+}
+
+/// The holder-only writes' statements: the records of `ops` whose token holds a live processing
+/// record, read and locked (`SELECT b.n` and `select`), then changed; `extra` columns of the
+/// operations (`response` is left out of the read) with their `values`.
+#[allow(clippy::too_many_arguments)]
+fn holder_statements<A>(
+    batch: &mut Batch,
+    table: &str,
+    ops: &[&Op<A>],
+    token: impl Fn(&Op<A>) -> FencingToken + Copy,
+    select: &str,
+    extra: &[&str],
+    values: &dyn Fn(&mut Batch, &Op<A>),
+    change: HolderChange,
+) {
+    let key_columns = ["n", "scope", "key_digest", "token"];
+    let keys = |batch: &mut Batch, op: &Op<A>| {
+        batch
+            .bytes(op.scope())
+            .push(FIELD)
+            .bytes(&op.key)
+            .push(FIELD)
+            .number(sql_token(token(op)));
+    };
+    let held = " ON r.scope = b.scope AND r.key_digest = b.key_digest \
+                WHERE r.token = b.token AND r.state = 'processing' AND @idem_now < r.expires_at";
+    // The read: the operations' keys and the extra columns but the response.
+    let read: Vec<&str> = key_columns
+        .iter()
+        .copied()
+        .chain(extra.iter().copied().filter(|&column| column != "response"))
+        .collect();
+    batch
+        .push("SELECT b.n")
+        .push(select)
+        .push(" FROM ")
+        .push(table)
+        .push(" AS r JOIN ");
+    derived(batch, ops, &read, |batch, op| {
+        keys(batch, op);
+        let mut more = Batch::new();
+        values(&mut more, op);
+        let more = more.finish();
+        for (field, column) in more.split(FIELD).zip(extra) {
+            if *column != "response" {
+                batch.push(FIELD).push(field);
+            }
+        }
+    });
+    batch.push(held).statement(" FOR UPDATE");
+    // The change: every column.
+    let all: Vec<&str> = key_columns.iter().chain(extra).copied().collect();
+    let with_all = |batch: &mut Batch| {
+        derived(batch, ops, &all, |batch, op| {
+            keys(batch, op);
+            let mut more = Batch::new();
+            values(&mut more, op);
+            let more = more.finish();
+            if !more.is_empty() {
+                batch.push(FIELD).push(&more);
+            }
+        });
+    };
+    match change {
+        HolderChange::Update(assignments) => {
+            batch.push("UPDATE ").push(table).push(" AS r JOIN ");
+            with_all(batch);
+            let (on, condition) = held.split_once(" WHERE ").expect("a join and a condition");
+            batch
+                .push(on)
+                .push(" SET ")
+                .push(assignments)
+                .push(" WHERE ")
+                .statement(condition);
+        }
+        HolderChange::Delete => {
+            batch.push("DELETE r FROM ").push(table).push(" AS r JOIN ");
+            with_all(batch);
+            batch.statement(held);
+        }
+    }
+}
+
+/// A holder-only write that changed no row: the token does not hold the key.
+fn lease_lost<T>() -> Step<T> {
+    Step::Done(Err(StoreError::LeaseLost))
+}
