@@ -70,9 +70,39 @@ impl Location {
 /// session-level lock held, so the connection is then closed rather than given back to its pool.
 #[cfg(feature = "postgres")]
 pub async fn migrate_postgres(
-    mut connection: sqlx::pool::PoolConnection<sqlx::Postgres>,
+    connection: sqlx::pool::PoolConnection<sqlx::Postgres>,
     migrator: &Migrator,
 ) -> Result<(), sqlx::migrate::MigrateError> {
+    run_or_close(connection, migrator).await
+}
+
+/// Applies `migrator` on `connection`, taken from a MySQL or MariaDB pool whose URL names a
+/// database. Safe to run from several processes at once: sqlx serializes them with a named lock
+/// (`GET_LOCK`) on the connection's database. A failed run can leave that session-level lock
+/// held, so the connection is then closed rather than given back to its pool.
+///
+/// A DDL statement commits by itself on MySQL, so a migration is not atomic: one that fails
+/// half-way keeps what it did before, and sqlx records it as failed and refuses to run again
+/// (`MigrateError::Dirty`) until an operator has finished or undone it and deleted its row in
+/// the migrations table.
+#[cfg(feature = "mysql")]
+pub async fn migrate_mysql(
+    connection: sqlx::pool::PoolConnection<sqlx::MySql>,
+    migrator: &Migrator,
+) -> Result<(), sqlx::migrate::MigrateError> {
+    run_or_close(connection, migrator).await
+}
+
+/// Runs `migrator` on `connection`, closing the connection if the run fails.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+async fn run_or_close<DB>(
+    mut connection: sqlx::pool::PoolConnection<DB>,
+    migrator: &Migrator,
+) -> Result<(), sqlx::migrate::MigrateError>
+where
+    DB: sqlx::Database,
+    DB::Connection: sqlx::migrate::Migrate,
+{
     use sqlx::Connection as _;
 
     let result = migrator.run_direct(None, &mut *connection, false).await;
