@@ -1,2 +1,2 @@
 -- The number of messages waiting to be published (claimed or not).
-SELECT count(*) FROM "{schema}"."{table}" WHERE state = 'pending'
+SELECT count(*) FROM {qualified} WHERE state = 'pending'

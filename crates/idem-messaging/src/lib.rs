@@ -4,12 +4,12 @@
 //! Brokers deliver at least once, and publishing from a transaction is never atomic with it.
 //! This crate closes both gaps with the database the service already trusts:
 //!
-//! - [`Inbox`] (PostgreSQL or SQLite): a consumer records `(consumer, message id)` in the same
-//!   transaction as its effects, so a redelivered message is recognised and skipped, and a
-//!   failed handler leaves no trace. [`Inbox::consume`] does it for a broker's delivery and
+//! - [`Inbox`] (PostgreSQL, MySQL or MariaDB with the `mysql` feature, or SQLite): a consumer
+//!   records `(consumer, message id)` in the same transaction as its effects, so a redelivered
+//!   message is recognised and skipped, and a failed handler leaves no trace. [`Inbox::consume`] does it for a broker's delivery and
 //!   acknowledges only after the commit.
-//! - [`Outbox`] (PostgreSQL or SQLite): a producer enqueues its events in the business
-//!   transaction; each gets a stable id (a UUIDv7).
+//! - [`Outbox`] (PostgreSQL, MySQL or MariaDB, or SQLite): a producer enqueues its events in the
+//!   business transaction; each gets a stable id (a UUIDv7).
 //! - [`Relay`]: publishes the outbox with the broker's confirmation, marks what was confirmed,
 //!   retries with backoff, dead-letters what keeps failing, keeps per-key order when asked.
 //!   Several relays may share an outbox.
@@ -104,9 +104,13 @@ pub use broker_url::BrokerUrl;
 pub use error::{BoxError, Error};
 pub use id::{ConsumerName, InvalidId, MessageId};
 pub use idem_sql::{InvalidName, SchemaName, TableName};
+#[cfg(feature = "mysql")]
+pub use inbox::MysqlInbox;
 pub use inbox::{
     Arrival, Handled, Inbox, InboxDatabase, InboxOptions, PgInbox, Purger, SqliteInbox,
 };
+#[cfg(feature = "mysql")]
+pub use outbox::MysqlOutbox;
 pub use outbox::{
     BatchReport, DeadLetter, Envelope, Outbox, OutboxCounts, OutboxDatabase, OutboxMessage,
     OutboxOptions, PgOutbox, SqliteOutbox,

@@ -1,6 +1,6 @@
-//! The outbox and its relay on PostgreSQL and on SQLite, publishing to brokers in memory that
+//! The outbox and its relay on PostgreSQL, MySQL and SQLite, publishing to brokers in memory that
 //! confirm, refuse, stall or die: what is published, how often, and in which order. Each
-//! behaviour is a generic function, run on both databases by `on_both!`.
+//! behaviour is a generic function, run on every database it applies to by `stamp!`.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -12,7 +12,6 @@ use idem_messaging::{
     BatchReport, Confirmations, DeadLetter, Envelope, Outbox, OutboxDatabase, OutboxMessage,
     OutboxOptions, PublishError, Publisher, Relay, SqliteOutbox,
 };
-use idem_test_support::require;
 use sqlx::{
     AssertSqlSafe, Pool, Postgres, Sqlite, SqlitePool, Transaction,
     pool::PoolOptions,
@@ -21,7 +20,7 @@ use sqlx::{
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use common::{DiesAfterPublish, EVENTUALLY, Gated, Recorder, TestSchema};
+use common::{DiesAfterPublish, EVENTUALLY, Gated, Recorder, TestDb, TestSchema};
 
 /// An outbox in a database of the test's own, with a ledger table for the business writes.
 trait Store: Send + Sync + 'static {
@@ -45,25 +44,35 @@ trait Store: Send + Sync + 'static {
     async fn ledger(&self) -> i64;
 }
 
-/// The outbox in a PostgreSQL schema of the test's own.
-struct Pg {
-    schema: TestSchema,
-    outbox: Outbox<Postgres>,
+/// The outbox in a database of the test's own on a server: a PostgreSQL schema, or a MySQL
+/// database.
+struct Server<D: TestDb> {
+    database: D,
+    outbox: Outbox<D::DB>,
 }
 
-impl Pg {
-    async fn new(url: &str) -> Self {
-        let schema = TestSchema::new(url).await;
-        let outbox = schema.outbox().await;
-        Self { schema, outbox }
+impl<D: TestDb> Server<D> {
+    /// The outbox on `D`'s server, or `None` when its variable is not set.
+    async fn new() -> Option<Self> {
+        let database = D::create().await?;
+        let outbox = database.outbox().await;
+        Some(Self { database, outbox })
     }
 }
 
-impl Store for Pg {
+/// A claim on a server holds its rows locked: the messages a relay could take now are the
+/// pending ones without an attempt that a locking read can take.
+const FREE: &str = "SELECT count(*) FROM (
+        SELECT 1 FROM {schema}.idem_outbox
+        WHERE state = 'pending' AND attempts = 0 AND available_at <= {now}
+        FOR UPDATE SKIP LOCKED
+    ) AS free";
+
+impl Store for Server<TestSchema> {
     type DB = Postgres;
 
     fn pool(&self) -> &Pool<Postgres> {
-        &self.schema.pool
+        self.database.pool()
     }
 
     fn outbox(&self) -> Outbox<Postgres> {
@@ -71,27 +80,48 @@ impl Store for Pg {
     }
 
     async fn count(&self, sql: &str) -> i64 {
-        self.schema.count(sql).await
+        self.database.count(sql).await
     }
 
     async fn free(&self) -> i64 {
-        // A claim holds its rows locked.
-        self.count(
-            "SELECT count(*) FROM (
-                SELECT 1 FROM {schema}.idem_outbox
-                WHERE state = 'pending' AND attempts = 0 AND available_at <= now()
-                FOR UPDATE SKIP LOCKED
-            ) AS free",
-        )
-        .await
+        self.count(&FREE.replace("{now}", "now()")).await
     }
 
     async fn book(&self, tx: &mut Transaction<'static, Postgres>) {
-        self.schema.book(tx, "business", "order paid").await;
+        self.database.book(tx, "business", "order paid").await;
     }
 
     async fn ledger(&self) -> i64 {
-        self.schema.ledger().await
+        self.database.ledger().await
+    }
+}
+
+#[cfg(feature = "mysql")]
+impl Store for Server<common::TestDatabase> {
+    type DB = sqlx::MySql;
+
+    fn pool(&self) -> &Pool<sqlx::MySql> {
+        self.database.pool()
+    }
+
+    fn outbox(&self) -> Outbox<sqlx::MySql> {
+        self.outbox.clone()
+    }
+
+    async fn count(&self, sql: &str) -> i64 {
+        self.database.count(sql).await
+    }
+
+    async fn free(&self) -> i64 {
+        self.count(&FREE.replace("{now}", "UTC_TIMESTAMP(6)")).await
+    }
+
+    async fn book(&self, tx: &mut Transaction<'static, sqlx::MySql>) {
+        self.database.book(tx, "business", "order paid").await;
+    }
+
+    async fn ledger(&self) -> i64 {
+        self.database.ledger().await
     }
 }
 
@@ -174,28 +204,65 @@ impl Store for Lite {
     }
 }
 
-/// Runs each generic test of `both` on PostgreSQL (`postgres::name`, skipped without
-/// `IDEM_TEST_POSTGRES_URL`) and on SQLite (`sqlite::name`, always); those of `postgres` and
-/// `sqlite` on that database only.
+/// Runs each generic test on the databases its list names: `all` on PostgreSQL
+/// (`postgres::name`, skipped without `IDEM_TEST_POSTGRES_URL`), MySQL (`mysql::name`, with the
+/// `mysql` feature, skipped without `IDEM_TEST_MYSQL_URL`) and SQLite (`sqlite::name`, always);
+/// `servers` on PostgreSQL and MySQL, where a claim is a transaction holding row locks; `polled`
+/// on MySQL and SQLite, which send no notifications; `postgres` and `sqlite` on that database
+/// only.
 macro_rules! stamp {
     (
-        both: [$($both:ident),* $(,)?],
+        all: [$($all:ident),* $(,)?],
+        servers: [$($servers:ident),* $(,)?],
+        polled: [$($polled:ident),* $(,)?],
         postgres: [$($pg:ident),* $(,)?],
         sqlite: [$($lite:ident),* $(,)?] $(,)?
     ) => {
         mod postgres {
             $(
                 #[tokio::test]
-                async fn $both() {
-                    let url = super::require!(Postgres);
-                    super::$both(super::Pg::new(&url).await).await;
+                async fn $all() {
+                    let Some(store) = super::postgres().await else { return };
+                    super::$all(store).await;
+                }
+            )*
+            $(
+                #[tokio::test]
+                async fn $servers() {
+                    let Some(store) = super::postgres().await else { return };
+                    super::$servers(store).await;
                 }
             )*
             $(
                 #[tokio::test]
                 async fn $pg() {
-                    let url = super::require!(Postgres);
-                    super::$pg(super::Pg::new(&url).await).await;
+                    let Some(store) = super::postgres().await else { return };
+                    super::$pg(store).await;
+                }
+            )*
+        }
+
+        #[cfg(feature = "mysql")]
+        mod mysql {
+            $(
+                #[tokio::test]
+                async fn $all() {
+                    let Some(store) = super::mysql().await else { return };
+                    super::$all(store).await;
+                }
+            )*
+            $(
+                #[tokio::test]
+                async fn $servers() {
+                    let Some(store) = super::mysql().await else { return };
+                    super::$servers(store).await;
+                }
+            )*
+            $(
+                #[tokio::test]
+                async fn $polled() {
+                    let Some(store) = super::mysql().await else { return };
+                    super::$polled(store).await;
                 }
             )*
         }
@@ -203,8 +270,14 @@ macro_rules! stamp {
         mod sqlite {
             $(
                 #[tokio::test]
-                async fn $both() {
-                    super::$both(super::Lite::new().await).await;
+                async fn $all() {
+                    super::$all(super::Lite::new().await).await;
+                }
+            )*
+            $(
+                #[tokio::test]
+                async fn $polled() {
+                    super::$polled(super::Lite::new().await).await;
                 }
             )*
             $(
@@ -217,8 +290,17 @@ macro_rules! stamp {
     };
 }
 
+async fn postgres() -> Option<Server<TestSchema>> {
+    Server::new().await
+}
+
+#[cfg(feature = "mysql")]
+async fn mysql() -> Option<Server<common::TestDatabase>> {
+    Server::new().await
+}
+
 stamp!(
-    both: [
+    all: [
         a_committed_message_is_published_with_its_id_headers_and_payload,
         a_rolled_back_enqueue_publishes_nothing,
         a_refused_message_is_retried_then_dead_lettered_while_others_flow,
@@ -231,13 +313,13 @@ stamp!(
         two_relays_on_their_own_connections_publish_each_message_once_in_key_order,
         behind_a_backlog_the_next_batch_is_claimed_early_and_given_back_at_shutdown,
     ],
-    postgres: [
+    servers: [
         a_relay_that_dies_after_publishing_releases_its_claim_at_once_and_costs_no_attempt,
-        a_notification_wakes_an_idle_relay,
     ],
+    polled: [a_relay_finds_an_enqueued_message_when_it_polls],
+    postgres: [a_notification_wakes_an_idle_relay],
     sqlite: [
         a_relay_that_dies_after_publishing_holds_its_claim_until_the_lease_ends_and_costs_no_attempt,
-        a_relay_on_sqlite_finds_an_enqueued_message_when_it_polls,
     ],
 );
 
@@ -452,8 +534,10 @@ async fn an_unavailable_broker_costs_no_attempt<S: Store>(store: S) {
     assert_eq!(up.confirmed().len(), 2);
 }
 
-async fn a_relay_that_dies_after_publishing_releases_its_claim_at_once_and_costs_no_attempt(
-    store: Pg,
+async fn a_relay_that_dies_after_publishing_releases_its_claim_at_once_and_costs_no_attempt<
+    S: Store,
+>(
+    store: S,
 ) {
     let outbox = store.outbox();
     let ids = enqueue(&store, vec![OutboxMessage::new("orders", "1")]).await;
@@ -607,7 +691,7 @@ async fn per_key_order_holds_through_retries<S: Store>(store: S) {
     }
 }
 
-async fn a_notification_wakes_an_idle_relay(store: Pg) {
+async fn a_notification_wakes_an_idle_relay(store: Server<TestSchema>) {
     let recorder = Recorder::default();
     // Without the notification it would not look again for an hour.
     let relay = relay(&store, recorder.clone()).poll_interval(Duration::from_secs(3600));
@@ -896,7 +980,7 @@ async fn a_relay_that_dies_after_publishing_holds_its_claim_until_the_lease_ends
     );
 }
 
-async fn a_relay_on_sqlite_finds_an_enqueued_message_when_it_polls(store: Lite) {
+async fn a_relay_finds_an_enqueued_message_when_it_polls<S: Store>(store: S) {
     let recorder = Recorder::default();
     let relay = relay(&store, recorder.clone()).poll_interval(Duration::from_millis(20));
     let shutdown = CancellationToken::new();

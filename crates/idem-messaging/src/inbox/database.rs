@@ -1,10 +1,12 @@
-//! [`InboxDatabase`]: the databases an inbox can live in, PostgreSQL and SQLite.
+//! [`InboxDatabase`]: the databases an inbox can live in, PostgreSQL, MySQL (and MariaDB) and
+//! SQLite.
 
 use futures_util::future::BoxFuture;
 use idem_sql::MigrationFile;
 use sqlx::{AssertSqlSafe, Pool, Postgres, Sqlite};
 
-/// A database an [`Inbox`](crate::Inbox) can live in: [`sqlx::Postgres`] or [`sqlx::Sqlite`].
+/// A database an [`Inbox`](crate::Inbox) can live in: [`sqlx::Postgres`], `sqlx::MySql` (the
+/// `mysql` feature) or [`sqlx::Sqlite`].
 ///
 /// Sealed: the inbox's guarantees rest on each database's exact locking behaviour, described on
 /// [`Inbox::process`](crate::Inbox::process).
@@ -36,11 +38,11 @@ pub trait InboxDatabase: sqlx::Database + crate::sql::Sealed {
 }
 
 /// Implements [`InboxDatabase`] for `$database`, whose statements and migrations are the files
-/// of `$dir` (`migrations/$dir/0001_inbox.sql`, `sql/$dir/inbox_*.sql`): the code is the same for
-/// every database, and sqlx has no trait that gives a statement's affected rows whatever the
-/// database.
+/// of `$dir` (`migrations/$dir/0001_inbox.sql`, `sql/$dir/inbox_*.sql`), and `$inserted` tells
+/// from the record statement's result whether it inserted: the code is the same for every
+/// database, and sqlx has no trait that gives a statement's affected rows whatever the database.
 macro_rules! inbox_database {
-    ($database:ty, $dir:literal) => {
+    ($database:ty, $dir:literal, $inserted:expr) => {
         impl InboxDatabase for $database {
             const MIGRATIONS: &'static [MigrationFile] = &[MigrationFile::new(
                 1,
@@ -64,7 +66,7 @@ macro_rules! inbox_database {
                         .bind(message_id)
                         .execute(connection)
                         .await?;
-                    Ok(done.rows_affected() == 1)
+                    Ok($inserted(done))
                 })
             }
 
@@ -87,5 +89,19 @@ macro_rules! inbox_database {
     };
 }
 
-inbox_database!(Postgres, "postgres");
-inbox_database!(Sqlite, "sqlite");
+inbox_database!(
+    Postgres,
+    "postgres",
+    |done: sqlx::postgres::PgQueryResult| { done.rows_affected() == 1 }
+);
+inbox_database!(Sqlite, "sqlite", |done: sqlx::sqlite::SqliteQueryResult| {
+    done.rows_affected() == 1
+});
+// A duplicate's update branch calls LAST_INSERT_ID(1), which sets the statement's insert id; the
+// affected rows are 1 either way (sqlx connects with CLIENT_FOUND_ROWS).
+#[cfg(feature = "mysql")]
+inbox_database!(
+    sqlx::MySql,
+    "mysql",
+    |done: sqlx::mysql::MySqlQueryResult| { done.last_insert_id() == 0 }
+);

@@ -53,10 +53,7 @@ use sqlx::{Pool, Postgres, Sqlite, Transaction};
 
 use idem_sql::{Purge, PurgeLoop};
 
-use crate::{
-    ConsumerName, Error, Incoming, MessageId,
-    sql::{self, Location},
-};
+use crate::{ConsumerName, Error, Incoming, MessageId, sql::Table};
 
 pub use database::InboxDatabase;
 pub use idem_sql::Purger;
@@ -66,6 +63,9 @@ pub use options::InboxOptions;
 pub type PgInbox = Inbox<Postgres>;
 /// An inbox in SQLite.
 pub type SqliteInbox = Inbox<Sqlite>;
+/// An inbox in MySQL or MariaDB.
+#[cfg(feature = "mysql")]
+pub type MysqlInbox = Inbox<sqlx::MySql>;
 
 /// Whether a message is new to a consumer: the outcome of [`Inbox::process`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +91,8 @@ pub enum Handled<T> {
 /// The inbox of one table: records which messages each consumer has processed, in the
 /// consumer's own transactions.
 ///
-/// `DB` is [`Postgres`] ([`PgInbox`]) or [`Sqlite`] ([`SqliteInbox`]). An inbox holds no
+/// `DB` is [`Postgres`] ([`PgInbox`]), `MySql` (`MysqlInbox`, the `mysql` feature) or
+/// [`Sqlite`] ([`SqliteInbox`]). An inbox holds no
 /// connection: every method takes the pool or the transaction to work on. Clones share the
 /// rendered statements.
 pub struct Inbox<DB: InboxDatabase> {
@@ -100,7 +101,7 @@ pub struct Inbox<DB: InboxDatabase> {
 }
 
 struct Inner {
-    location: Location,
+    table: Table,
     record: Arc<str>,
     purge: Arc<str>,
     dedup_window: Duration,
@@ -110,29 +111,24 @@ impl<DB: InboxDatabase> Inbox<DB> {
     /// The inbox in the table `options` name. Does no I/O: run [`migrate`](Self::migrate) once
     /// (at deployment, or at start-up) before using it.
     pub fn new(options: InboxOptions) -> Self {
-        let location = Location::new(
-            options
-                .schema
-                .unwrap_or_else(|| crate::SchemaName::from_static(DB::DEFAULT_SCHEMA)),
-            options.table,
-        );
+        let table = Table::new::<DB>(options.schema, options.table);
         Self {
             inner: Arc::new(Inner {
-                record: sql::statement(&location, DB::RECORD),
-                purge: sql::statement(&location, DB::PURGE),
-                location,
+                record: table.statement::<DB>(DB::RECORD),
+                purge: table.statement::<DB>(DB::PURGE),
+                table,
                 dedup_window: options.dedup_window,
             }),
             database: PhantomData,
         }
     }
 
-    /// Creates the schema (PostgreSQL, when missing) and the table, or brings them up to date.
-    /// Applied migrations are recorded in `<table>_migrations`; running it again, or from several
-    /// processes at once, is safe.
+    /// Creates the schema (PostgreSQL and MySQL, when missing) and the table, or brings them up
+    /// to date. Applied migrations are recorded in `<table>_migrations`; running it again, or
+    /// from several processes at once, is safe. On MySQL the pool's URL must name a database,
+    /// where the migrations take their lock.
     pub async fn migrate(&self, pool: &Pool<DB>) -> Result<(), Error> {
-        let migrator = sql::migrator(&self.inner.location, DB::MIGRATIONS, DB::CREATE_SCHEMA);
-        DB::migrate(pool, &migrator).await
+        DB::migrate(pool, &self.inner.table.migrator::<DB>(DB::MIGRATIONS)).await
     }
 
     /// How long a processed message is remembered ([`InboxOptions::dedup_window`]).
@@ -153,9 +149,12 @@ impl<DB: InboxDatabase> Inbox<DB> {
     /// this call waits for it to end: after its commit the answer is `Duplicate`, after its
     /// rollback `First`. On PostgreSQL that wait is a row lock. Under `REPEATABLE READ` or
     /// `SERIALIZABLE` the waiting call fails with a serialization error instead (SQLSTATE 40001,
-    /// [`Error::is_transient`]): retry the transaction, or let the broker redeliver. On SQLite
-    /// the first write takes the database's write lock, so copies take turns (the busy timeout
-    /// bounds the wait).
+    /// [`Error::is_transient`]): retry the transaction, or let the broker redeliver. On MySQL
+    /// the wait is a row lock at any isolation level (the duplicate is found by a locking read);
+    /// when the first copy rolls back while several wait, the server may end all but one with a
+    /// deadlock (1213, transient), and a wait past `innodb_lock_wait_timeout` fails (1205,
+    /// transient). On SQLite the first write takes the database's write lock, so copies take
+    /// turns (the busy timeout bounds the wait).
     pub async fn process(
         &self,
         connection: &mut DB::Connection,
@@ -395,7 +394,7 @@ impl<DB: InboxDatabase> Clone for Inbox<DB> {
 impl<DB: InboxDatabase> fmt::Debug for Inbox<DB> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Inbox")
-            .field("table", &self.inner.location.qualified())
+            .field("table", &self.inner.table.qualified::<DB>())
             .field("dedup_window", &self.inner.dedup_window)
             .finish()
     }

@@ -28,8 +28,8 @@ pub struct InboxOptions {
 }
 
 impl InboxOptions {
-    /// The default schema (`public` on PostgreSQL, `main` on SQLite), the table `idem_inbox`,
-    /// and a dedup window of [`DEFAULT_DEDUP_WINDOW`](Self::DEFAULT_DEDUP_WINDOW).
+    /// The default schema (`public` on PostgreSQL, the connection's database on MySQL, `main` on
+    /// SQLite), the table `idem_inbox`, and a dedup window of [`DEFAULT_DEDUP_WINDOW`](Self::DEFAULT_DEDUP_WINDOW).
     pub fn new() -> Self {
         Self {
             schema: None,
@@ -42,8 +42,8 @@ impl InboxOptions {
     /// down, or an operator takes to replay a dead-letter queue.
     pub const DEFAULT_DEDUP_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
 
-    /// Sets the schema that holds the table: a PostgreSQL schema
-    /// ([`Inbox::migrate`](crate::Inbox::migrate) creates it when missing), or on SQLite the
+    /// Sets the schema that holds the table: a PostgreSQL schema or a MySQL database
+    /// ([`Inbox::migrate`](crate::Inbox::migrate) creates either when missing), or on SQLite the
     /// name of an attached database.
     #[must_use]
     pub fn schema(mut self, schema: SchemaName) -> Self {

@@ -8,8 +8,9 @@
 //! publishes the rows with the broker's confirmation, at least once, each under a stable id that
 //! the consumers' [`Inbox`](crate::Inbox) deduplicates on.
 //!
-//! The outbox lives in PostgreSQL ([`PgOutbox`]) or in an SQLite file ([`SqliteOutbox`]), with
-//! the same API: the database is the pool's and the transaction's.
+//! The outbox lives in PostgreSQL ([`PgOutbox`]), MySQL or MariaDB (`MysqlOutbox`, the `mysql`
+//! feature) or an SQLite file ([`SqliteOutbox`]), with the same API: the database is the pool's
+//! and the transaction's.
 //!
 //! # Examples
 //!
@@ -99,10 +100,7 @@ use std::{fmt, marker::PhantomData, sync::Arc};
 use sqlx::{Pool, Postgres, Sqlite};
 use uuid::Uuid;
 
-use crate::{
-    Error, MessageId,
-    sql::{self, Location},
-};
+use crate::{Error, MessageId, sql::Table};
 
 pub use counts::OutboxCounts;
 pub use database::OutboxDatabase;
@@ -115,12 +113,15 @@ pub use report::BatchReport;
 pub type PgOutbox = Outbox<Postgres>;
 /// An outbox in SQLite.
 pub type SqliteOutbox = Outbox<Sqlite>;
+/// An outbox in MySQL or MariaDB.
+#[cfg(feature = "mysql")]
+pub type MysqlOutbox = Outbox<sqlx::MySql>;
 
 /// An outbox in one table: [`enqueue`](Self::enqueue) in the business transaction, and a
 /// [`Relay`](crate::Relay) publishes.
 ///
-/// `DB` is [`Postgres`] ([`PgOutbox`], the default) or [`Sqlite`] ([`SqliteOutbox`]): the
-/// database is the pool's and the transaction's. Holds no connection; clones share the rendered
+/// `DB` is [`Postgres`] ([`PgOutbox`], the default), `MySql` (`MysqlOutbox`, the `mysql`
+/// feature) or [`Sqlite`] ([`SqliteOutbox`]): the database is the pool's and the transaction's. Holds no connection; clones share the rendered
 /// statements.
 pub struct Outbox<DB: OutboxDatabase = Postgres> {
     inner: Arc<Inner>,
@@ -128,7 +129,7 @@ pub struct Outbox<DB: OutboxDatabase = Postgres> {
 }
 
 pub(crate) struct Inner {
-    pub(crate) location: Location,
+    pub(crate) table: Table,
     pub(crate) channel: String,
     pub(crate) enqueue: Arc<str>,
     pub(crate) claim: Arc<str>,
@@ -160,17 +161,12 @@ impl<DB: OutboxDatabase> Outbox<DB> {
     /// The outbox in the table `options` name. Does no I/O: run [`migrate`](Self::migrate) once
     /// before using it.
     pub fn new(options: OutboxOptions) -> Self {
-        let location = Location::new(
-            options
-                .schema
-                .unwrap_or_else(|| crate::SchemaName::from_static(DB::DEFAULT_SCHEMA)),
-            options.table,
-        );
-        let render = |template: &str| sql::statement(&location, template);
+        let table = Table::new::<DB>(options.schema, options.table);
+        let render = |template: &str| table.statement::<DB>(template);
         let claim = |ordering: &str| render(&DB::CLAIM.replace("{ordering}", ordering.trim_end()));
         Self {
             inner: Arc::new(Inner {
-                channel: sql::channel(&location),
+                channel: table.channel(),
                 enqueue: render(DB::ENQUEUE),
                 claim: claim(""),
                 claim_ordered: claim(DB::ORDERING),
@@ -181,18 +177,18 @@ impl<DB: OutboxDatabase> Outbox<DB> {
                 revive: render(DB::REVIVE),
                 pending: render(DB::PENDING),
                 counts: render(DB::COUNTS),
-                location,
+                table,
             }),
             database: PhantomData,
         }
     }
 
-    /// Creates the table (on PostgreSQL its schema when missing, and its sequence), or brings
-    /// it up to date. Applied migrations are recorded in `<table>_migrations`; running it again, or
-    /// from several processes at once, is safe.
+    /// Creates the table (on PostgreSQL and MySQL its schema when missing, and on PostgreSQL its
+    /// sequence), or brings it up to date. Applied migrations are recorded in
+    /// `<table>_migrations`; running it again, or from several processes at once, is safe. On
+    /// MySQL the pool's URL must name a database, where the migrations take their lock.
     pub async fn migrate(&self, pool: &Pool<DB>) -> Result<(), Error> {
-        let migrator = sql::migrator(&self.inner.location, DB::MIGRATIONS, DB::CREATE_SCHEMA);
-        DB::migrate(pool, &migrator).await
+        DB::migrate(pool, &self.inner.table.migrator::<DB>(DB::MIGRATIONS)).await
     }
 
     /// Adds `message` to the outbox in the caller's transaction (pass `&mut *tx`, or `&mut tx`
@@ -200,7 +196,7 @@ impl<DB: OutboxDatabase> Outbox<DB> {
     /// if and only if the transaction commits.
     ///
     /// On PostgreSQL the relays are notified (`NOTIFY`) when the transaction commits, once
-    /// however many messages it enqueued; on SQLite they find it when they poll. The id is the
+    /// however many messages it enqueued; on MySQL and SQLite they find it when they poll. The id is the
     /// message id the consumers see; keep it if the service must tell which event a consumer
     /// processed.
     pub async fn enqueue(
@@ -226,7 +222,10 @@ impl<DB: OutboxDatabase> Outbox<DB> {
     ///
     /// It reads indexes, not the messages, except on PostgreSQL the due ones' rows (a claim's
     /// lock is on the row) and on SQLite the claimed ones' rows (for their lease): its cost
-    /// grows with the outbox's rows, pending and dead, as a `count(*)` does.
+    /// grows with the outbox's rows, pending and dead, as a `count(*)` does. On MySQL it finds
+    /// the claimed ones by locking the due ones it can, for the instant of the statement (neither
+    /// MySQL nor MariaDB shows row locks in a view both have): a relay claiming in that instant
+    /// skips those and takes them at its next cycle.
     pub async fn counts(&self, pool: &Pool<DB>) -> Result<OutboxCounts, Error> {
         Ok(DB::counts(pool, self).await?)
     }
@@ -250,7 +249,8 @@ impl<DB: OutboxDatabase> Outbox<DB> {
     }
 
     /// The `LISTEN`/`NOTIFY` channel relays listen on: `idem_outbox_` and 16 hex digits of a
-    /// hash of the schema and table names. Only PostgreSQL has one; relays on SQLite poll.
+    /// hash of the schema and table names. Only PostgreSQL has one; relays on MySQL and SQLite
+    /// poll.
     pub fn channel(&self) -> &str {
         &self.inner.channel
     }
@@ -272,7 +272,7 @@ impl<DB: OutboxDatabase> Clone for Outbox<DB> {
 impl<DB: OutboxDatabase> fmt::Debug for Outbox<DB> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Outbox")
-            .field("table", &self.inner.location.qualified())
+            .field("table", &self.inner.table.qualified::<DB>())
             .field("channel", &self.inner.channel)
             .finish()
     }

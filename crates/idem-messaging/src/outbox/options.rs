@@ -2,8 +2,9 @@
 
 use crate::{SchemaName, TableName};
 
-/// Where an [`Outbox`](crate::Outbox) keeps its messages: `public.idem_outbox` on PostgreSQL and
-/// `main.idem_outbox` on SQLite by default.
+/// Where an [`Outbox`](crate::Outbox) keeps its messages: by default `public.idem_outbox` on
+/// PostgreSQL, `idem_outbox` in the connection's database on MySQL, and `main.idem_outbox` on
+/// SQLite.
 ///
 /// # Examples
 ///
@@ -23,8 +24,9 @@ pub struct OutboxOptions {
 }
 
 impl OutboxOptions {
-    /// `idem_outbox` in the database's default schema: `public` on PostgreSQL, `main` (the
-    /// database file itself) on SQLite.
+    /// `idem_outbox` in the database's default schema: `public` on PostgreSQL, the database the
+    /// connection uses on MySQL (its URL's; the statements then name the table alone), `main`
+    /// (the database file itself) on SQLite.
     pub fn new() -> Self {
         Self {
             schema: None,
@@ -33,7 +35,8 @@ impl OutboxOptions {
     }
 
     /// Sets the schema. On PostgreSQL, [`Outbox::migrate`](crate::Outbox::migrate) creates it
-    /// when missing; on SQLite it is the name of an attached database.
+    /// when missing; on MySQL it is a database (created when missing, too), which the business
+    /// transactions reach on the same server; on SQLite it is the name of an attached database.
     #[must_use]
     pub fn schema(mut self, schema: SchemaName) -> Self {
         self.schema = Some(schema);

@@ -22,9 +22,11 @@ pub const PENDING: &str = "idem_outbox_pending";
 /// claimed at least one message.
 pub const BATCH_SECONDS: &str = "idem_outbox_batch_seconds";
 
-/// The `outbox` label of these metrics: the outbox table's qualified name, `"schema"."table"`.
+/// The `outbox` label of these metrics: the outbox table's qualified name, as its database's
+/// statements name it: `"schema"."table"`, or `` `schema`.`table` `` on MySQL (`` `table` ``
+/// for a table of the connection's database).
 pub fn outbox_label<DB: OutboxDatabase>(outbox: &Outbox<DB>) -> String {
-    outbox.inner().location.qualified()
+    outbox.inner().table.qualified::<DB>()
 }
 
 /// Counts the messages waiting in `outbox` and sets the [`PENDING`] gauge to it: what a process

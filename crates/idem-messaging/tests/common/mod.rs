@@ -1,19 +1,22 @@
-//! What the server tests share: a schema of the test's own with a ledger table, and publishers
-//! that record, refuse or stall. (The servers' URLs and the skip are `idem_test_support`'s.)
+//! What the server tests share: a database of the test's own with a ledger table (a PostgreSQL
+//! schema or a MySQL database, behind one trait), and publishers that record, refuse or stall.
+//! (The servers' URLs and the skip are `idem_test_support`'s.)
 
 #![allow(dead_code, unreachable_pub)] // each test file uses a part
 
 use std::{
+    future::Future,
     ops::Deref,
     sync::{Arc, Mutex},
     time::Duration,
 };
 
 use idem_messaging::{
-    Confirmations, ConsumerName, Envelope, InboxOptions, Outbox, OutboxOptions, PgInbox,
-    PublishError, Publisher,
+    Confirmations, ConsumerName, Envelope, Inbox, InboxDatabase, InboxOptions, Outbox,
+    OutboxDatabase, OutboxOptions, PgInbox, PublishError, Publisher,
 };
-use idem_test_support::Ledger;
+use idem_test_support::{Ledger, Server};
+use sqlx::{AssertSqlSafe, Pool, Postgres, pool::PoolOptions};
 use tokio::sync::Notify;
 
 /// How long a test waits for something that should happen in milliseconds.
@@ -54,6 +57,257 @@ impl TestSchema {
 
     pub async fn inbox_rows(&self) -> i64 {
         self.count("SELECT count(*) FROM {schema}.idem_inbox").await
+    }
+}
+
+/// A database of the test's own with a `ledger` table of effects (one row per message handled),
+/// where the inbox and the outbox live too: a PostgreSQL schema ([`TestSchema`]) or a MySQL
+/// database ([`TestDatabase`]). Its statements name it `{schema}`.
+pub trait TestDb: Send + Sync + Sized + 'static {
+    type DB: InboxDatabase + OutboxDatabase;
+
+    /// Creates it on the server its variable names, or `None` after saying that the test is
+    /// skipped.
+    fn create() -> impl Future<Output = Option<Self>> + Send;
+
+    /// A pool on the database, of up to 20 connections.
+    fn pool(&self) -> &Pool<Self::DB>;
+
+    /// A pool of its own on the same database: a process of its own, as far as the server can
+    /// tell.
+    fn another_pool(&self) -> impl Future<Output = Pool<Self::DB>> + Send {
+        async {
+            PoolOptions::<Self::DB>::new()
+                .max_connections(4)
+                .connect_with((*self.pool().connect_options()).clone())
+                .await
+                .unwrap()
+        }
+    }
+
+    /// The schema the inbox and the outbox go in.
+    fn schema(&self) -> &str;
+
+    /// The inbox's options: its table in this schema.
+    fn inbox_options(&self) -> InboxOptions {
+        InboxOptions::new().schema(self.schema().parse().unwrap())
+    }
+
+    /// The inbox, migrated.
+    fn inbox(&self) -> impl Future<Output = Inbox<Self::DB>> + Send {
+        async {
+            let inbox = Inbox::new(self.inbox_options());
+            inbox.migrate(self.pool()).await.unwrap();
+            inbox
+        }
+    }
+
+    /// The outbox, migrated.
+    fn outbox(&self) -> impl Future<Output = Outbox<Self::DB>> + Send {
+        async {
+            let outbox = Outbox::new(OutboxOptions::new().schema(self.schema().parse().unwrap()));
+            outbox.migrate(self.pool()).await.unwrap();
+            outbox
+        }
+    }
+
+    /// `sql` with `{schema}` replaced by the schema's name, quoted.
+    fn sql(&self, sql: &str) -> AssertSqlSafe<String>;
+
+    /// The effect of handling `message_id`, written in the handler's transaction.
+    fn book<'a>(
+        &'a self,
+        connection: &'a mut <Self::DB as sqlx::Database>::Connection,
+        message_id: &'a str,
+        entry: &'a str,
+    ) -> impl Future<Output = ()> + Send + 'a;
+
+    /// The integer that `sql` (with `{schema}`) selects.
+    fn count(&self, sql: &str) -> impl Future<Output = i64> + Send;
+
+    /// The ledger's rows: the effects booked.
+    fn ledger(&self) -> impl Future<Output = i64> + Send {
+        self.count("SELECT count(*) FROM {schema}.ledger")
+    }
+
+    /// Effects beyond the first for each message id.
+    fn duplicated_effects(&self) -> impl Future<Output = i64> + Send {
+        self.count("SELECT count(*) - count(DISTINCT message_id) FROM {schema}.ledger")
+    }
+
+    /// The inbox's rows.
+    fn inbox_rows(&self) -> impl Future<Output = i64> + Send {
+        self.count("SELECT count(*) FROM {schema}.idem_inbox")
+    }
+
+    /// Every ledger entry, in the order they were booked.
+    fn entries(&self) -> impl Future<Output = Vec<String>> + Send;
+
+    /// Sets the processed time of the inbox rows whose message ids are not in `kept` to `ago`
+    /// before now.
+    fn age_inbox_rows(&self, ago: Duration, kept: &[&str]) -> impl Future<Output = ()> + Send;
+}
+
+impl TestDb for TestSchema {
+    type DB = Postgres;
+
+    async fn create() -> Option<Self> {
+        let url = Server::Postgres.url()?;
+        Some(Self::new(&url).await)
+    }
+
+    fn pool(&self) -> &Pool<Postgres> {
+        &self.pool
+    }
+
+    fn schema(&self) -> &str {
+        &self.name
+    }
+
+    fn sql(&self, sql: &str) -> AssertSqlSafe<String> {
+        self.0.sql(sql)
+    }
+
+    fn book<'a>(
+        &'a self,
+        connection: &'a mut sqlx::PgConnection,
+        message_id: &'a str,
+        entry: &'a str,
+    ) -> impl Future<Output = ()> + Send + 'a {
+        self.0.book(connection, message_id, entry)
+    }
+
+    fn count(&self, sql: &str) -> impl Future<Output = i64> + Send {
+        self.0.count(sql)
+    }
+
+    async fn entries(&self) -> Vec<String> {
+        sqlx::query_scalar(self.sql("SELECT entry FROM {schema}.ledger ORDER BY id"))
+            .fetch_all(&self.pool)
+            .await
+            .unwrap()
+    }
+
+    async fn age_inbox_rows(&self, ago: Duration, kept: &[&str]) {
+        sqlx::query(self.sql(
+            "UPDATE {schema}.idem_inbox
+             SET processed_at = now() - $1::bigint * interval '1 millisecond'
+             WHERE NOT message_id = ANY($2)",
+        ))
+        .bind(i64::try_from(ago.as_millis()).unwrap())
+        .bind(kept)
+        .execute(&self.pool)
+        .await
+        .unwrap();
+    }
+}
+
+#[cfg(feature = "mysql")]
+#[allow(unused_imports)] // the tests that use MySQL
+pub use mysql::TestDatabase;
+
+#[cfg(feature = "mysql")]
+mod mysql {
+    use std::{future::Future, time::Duration};
+
+    use idem_test_support::{MysqlDatabase, Server};
+    use sqlx::{AssertSqlSafe, MySql, MySqlPool, Pool, mysql::MySqlPoolOptions};
+
+    use super::TestDb;
+
+    /// [`TestSchema`](super::TestSchema)'s peer on MySQL: a database of the test's own with a
+    /// `ledger` table, dropped at the end.
+    pub struct TestDatabase {
+        pub pool: MySqlPool,
+        database: MysqlDatabase,
+    }
+
+    impl TestDatabase {
+        pub async fn new(url: &str) -> Self {
+            let database = MysqlDatabase::create(url).await;
+            let pool = MySqlPoolOptions::new()
+                .max_connections(20)
+                .connect_with(database.connect_options())
+                .await
+                .unwrap();
+            let this = Self { pool, database };
+            sqlx::query(this.sql(
+                "CREATE TABLE {schema}.ledger (
+                id BIGINT AUTO_INCREMENT PRIMARY KEY,
+                message_id VARCHAR(255) NOT NULL,
+                entry TEXT NOT NULL
+            ) ENGINE = InnoDB DEFAULT CHARACTER SET = utf8mb4",
+            ))
+            .execute(&this.pool)
+            .await
+            .unwrap();
+            this
+        }
+    }
+
+    impl TestDb for TestDatabase {
+        type DB = MySql;
+
+        async fn create() -> Option<Self> {
+            let url = Server::Mysql.url()?;
+            Some(Self::new(&url).await)
+        }
+
+        fn pool(&self) -> &Pool<MySql> {
+            &self.pool
+        }
+
+        fn schema(&self) -> &str {
+            self.database.name()
+        }
+
+        fn sql(&self, sql: &str) -> AssertSqlSafe<String> {
+            AssertSqlSafe(sql.replace("{schema}", &format!("`{}`", self.database.name())))
+        }
+
+        fn book<'a>(
+            &'a self,
+            connection: &'a mut sqlx::MySqlConnection,
+            message_id: &'a str,
+            entry: &'a str,
+        ) -> impl Future<Output = ()> + Send + 'a {
+            async move {
+                sqlx::query(
+                    self.sql("INSERT INTO {schema}.ledger (message_id, entry) VALUES (?, ?)"),
+                )
+                .bind(message_id)
+                .bind(entry)
+                .execute(connection)
+                .await
+                .unwrap();
+            }
+        }
+
+        fn count(&self, sql: &str) -> impl Future<Output = i64> + Send {
+            // MySQL sums into a DECIMAL: every count comes back as a BIGINT.
+            let sql = self.sql(&format!("SELECT CAST(({sql}) AS SIGNED)"));
+            async move { sqlx::query_scalar(sql).fetch_one(&self.pool).await.unwrap() }
+        }
+
+        async fn entries(&self) -> Vec<String> {
+            sqlx::query_scalar(self.sql("SELECT entry FROM {schema}.ledger ORDER BY id"))
+                .fetch_all(&self.pool)
+                .await
+                .unwrap()
+        }
+
+        async fn age_inbox_rows(&self, ago: Duration, kept: &[&str]) {
+            sqlx::query(self.sql(
+                "UPDATE {schema}.idem_inbox
+             SET processed_at = UTC_TIMESTAMP(6) - INTERVAL ? * 1000 MICROSECOND
+             WHERE NOT JSON_CONTAINS(?, JSON_QUOTE(CONVERT(message_id USING utf8mb4)))",
+            ))
+            .bind(i64::try_from(ago.as_millis()).unwrap())
+            .bind(serde_json::to_string(kept).unwrap())
+            .execute(&self.pool)
+            .await
+            .unwrap();
+        }
     }
 }
 

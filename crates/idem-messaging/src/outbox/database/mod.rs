@@ -1,5 +1,5 @@
-//! [`OutboxDatabase`]: the databases an outbox can live in, PostgreSQL and SQLite, and how a
-//! relay claims, settles and gives back its messages in each.
+//! [`OutboxDatabase`]: the databases an outbox can live in, PostgreSQL, MySQL (and MariaDB) and
+//! SQLite, and how a relay claims, settles and gives back its messages in each.
 
 /// The items of [`OutboxDatabase`] that are the same for every database, written once inside
 /// each database's `impl OutboxDatabase`: the migrations (`$version`, `$description`, and the
@@ -126,6 +126,8 @@ macro_rules! outbox_database {
     };
 }
 
+#[cfg(feature = "mysql")]
+mod mysql;
 mod postgres;
 mod sqlite;
 
@@ -142,13 +144,14 @@ use uuid::Uuid;
 
 use crate::{BatchReport, DeadLetter, Envelope, MessageId, Outbox, OutboxCounts, OutboxMessage};
 
-/// A database an [`Outbox`] and its [`Relay`](crate::Relay) can live in: [`sqlx::Postgres`] or
+/// A database an [`Outbox`] and its [`Relay`](crate::Relay) can live in: [`sqlx::Postgres`],
+/// `sqlx::MySql` (MySQL 8.0 and later, MariaDB 10.6 and later; the `mysql` feature) or
 /// [`sqlx::Sqlite`].
 ///
 /// Sealed: the relay's guarantees rest on each database's exact locking behaviour. On PostgreSQL
-/// a claim is a transaction holding its rows locked (`FOR UPDATE SKIP LOCKED`); on SQLite it is a
-/// token and a lease written on the rows under the write lock (`BEGIN IMMEDIATE`), and every mark
-/// is fenced on that token.
+/// and MySQL a claim is a transaction holding its rows locked (`FOR UPDATE SKIP LOCKED`); on
+/// SQLite it is a token and a lease written on the rows under the write lock (`BEGIN
+/// IMMEDIATE`), and every mark is fenced on that token.
 pub trait OutboxDatabase: sqlx::Database + crate::sql::Sealed {
     #[doc(hidden)]
     const MIGRATIONS: &'static [MigrationFile];
@@ -308,6 +311,51 @@ where
         .unzip())
 }
 
+/// A claimed, failed or dead row's message, its headers read by the caller: the columns every
+/// database has alike.
+fn message_with_headers<R: sqlx::Row>(
+    row: &R,
+    headers: Vec<(String, String)>,
+) -> Result<OutboxMessage, sqlx::Error>
+where
+    String: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<String>: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Vec<u8>: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    &'static str: sqlx::ColumnIndex<R>,
+{
+    let payload: Vec<u8> = row.try_get("payload")?;
+    Ok(OutboxMessage {
+        destination: row.try_get("destination")?,
+        ordering_key: row.try_get("ordering_key")?,
+        headers,
+        payload: payload.into(),
+    })
+}
+
+/// A message's headers as the `headers` column of SQLite and MySQL keeps them: a JSON array of
+/// `[name, value]` pairs.
+fn headers_to_json(headers: &[(String, String)]) -> String {
+    json_array(
+        headers
+            .iter()
+            .map(|(name, value)| vec![name.as_str(), value.as_str()]),
+    )
+}
+
+/// The headers of a `headers` column (see [`headers_to_json`]).
+fn headers_from_json(headers: &str) -> Result<Vec<(String, String)>, sqlx::Error> {
+    serde_json::from_str(headers).map_err(|error| sqlx::Error::ColumnDecode {
+        index: "headers".to_owned(),
+        source: Box::new(error),
+    })
+}
+
+/// `values` as a JSON array, for the `headers` column and the statements that take a list
+/// (SQLite's `json_each`, MySQL's `JSON_TABLE`).
+fn json_array<T: Into<serde_json::Value>>(values: impl IntoIterator<Item = T>) -> String {
+    serde_json::Value::Array(values.into_iter().map(Into::into).collect()).to_string()
+}
+
 /// A duration in whole milliseconds, as the statements take it.
 fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
@@ -335,9 +383,9 @@ where
 }
 
 /// Logs a message that failed its last attempt.
-fn dead_lettered(outbox: &Outbox<impl OutboxDatabase>, id: &str) {
+fn dead_lettered<DB: OutboxDatabase>(outbox: &Outbox<DB>, id: &str) {
     tracing::warn!(
-        outbox = %outbox.inner().location.qualified(),
+        outbox = %outbox.inner().table.qualified::<DB>(),
         message_id = id,
         "an outbox message failed its last attempt and is now a dead letter"
     );

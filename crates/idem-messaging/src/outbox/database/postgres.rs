@@ -16,7 +16,10 @@ use sqlx::{
 use tokio::{sync::Notify, task::JoinHandle};
 use uuid::Uuid;
 
-use super::{Claimed, MessageRow, OutboxDatabase, dead_lettered, in_enqueue_order, millis};
+use super::{
+    Claimed, MessageRow, OutboxDatabase, dead_lettered, in_enqueue_order, message_with_headers,
+    millis,
+};
 use crate::{BatchReport, MessageId, Outbox, OutboxMessage, sql::query_text};
 
 /// SQLSTATE `idle_in_transaction_session_timeout`: the server ended a claim held longer than its
@@ -179,13 +182,7 @@ impl MessageRow for PgRow {
     fn message(&self) -> Result<OutboxMessage, sqlx::Error> {
         let names: Vec<String> = self.try_get("header_names")?;
         let values: Vec<String> = self.try_get("header_values")?;
-        let payload: Vec<u8> = self.try_get("payload")?;
-        Ok(OutboxMessage {
-            destination: self.try_get("destination")?,
-            ordering_key: self.try_get("ordering_key")?,
-            headers: names.into_iter().zip(values).collect(),
-            payload: payload.into(),
-        })
+        message_with_headers(self, names.into_iter().zip(values).collect())
     }
 }
 

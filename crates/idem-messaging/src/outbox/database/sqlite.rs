@@ -16,7 +16,10 @@ use sqlx::{
 use tokio::{sync::Notify, task::JoinHandle};
 use uuid::Uuid;
 
-use super::{Claimed, MessageRow, OutboxDatabase, dead_lettered, in_enqueue_order, millis};
+use super::{
+    Claimed, MessageRow, OutboxDatabase, dead_lettered, headers_from_json, headers_to_json,
+    in_enqueue_order, json_array, message_with_headers, millis,
+};
 use crate::{BatchReport, MessageId, Outbox, OutboxMessage, sql::query_text};
 
 impl OutboxDatabase for Sqlite {
@@ -156,19 +159,7 @@ impl MessageRow for SqliteRow {
 
     /// The headers as one JSON column.
     fn message(&self) -> Result<OutboxMessage, sqlx::Error> {
-        let headers: String = self.try_get("headers")?;
-        let headers: Vec<(String, String)> =
-            serde_json::from_str(&headers).map_err(|error| sqlx::Error::ColumnDecode {
-                index: "headers".to_owned(),
-                source: Box::new(error),
-            })?;
-        let payload: Vec<u8> = self.try_get("payload")?;
-        Ok(OutboxMessage {
-            destination: self.try_get("destination")?,
-            ordering_key: self.try_get("ordering_key")?,
-            headers,
-            payload: payload.into(),
-        })
+        message_with_headers(self, headers_from_json(self.try_get("headers")?)?)
     }
 }
 
@@ -178,14 +169,5 @@ fn bind_headers(
     query: Query<'_, Sqlite, SqliteArguments>,
     headers: Vec<(String, String)>,
 ) -> Query<'_, Sqlite, SqliteArguments> {
-    query.bind(json_array(
-        headers
-            .iter()
-            .map(|(name, value)| vec![name.as_str(), value.as_str()]),
-    ))
-}
-
-/// `values` as a JSON array, for the `headers` column and the statements' `json_each`.
-fn json_array<T: Into<serde_json::Value>>(values: impl IntoIterator<Item = T>) -> String {
-    serde_json::Value::Array(values.into_iter().map(Into::into).collect()).to_string()
+    query.bind(headers_to_json(&headers))
 }
