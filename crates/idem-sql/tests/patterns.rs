@@ -1,7 +1,7 @@
-//! The database-level patterns on PostgreSQL and SQLite: the same scenarios stamped out for
-//! each database by `scenarios!`, then what is particular to each. Every test has a table of
-//! its own (in a PostgreSQL schema of its own, or an SQLite file of its own); 64 transactions
-//! race on one key through a pool of connections.
+//! The database-level patterns on PostgreSQL, SQLite and MySQL (or MariaDB): the same scenarios
+//! stamped out for each database by `scenarios!`, then what is particular to each. Every test
+//! has a table of its own (in a PostgreSQL schema, an SQLite file or a MySQL database of its
+//! own); 64 transactions race on one key through a pool of connections.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -11,8 +11,10 @@ type Order = (String, i64, String);
 /// The transactions of each race.
 const RACERS: usize = 64;
 
-/// The scenarios every database runs, for a module that defines `Db`, `HOLD` and `Shop` (with
-/// `pool`, `orders` and `async fn new() -> Option<Shop>`, `None` when its server is not set).
+/// The scenarios every database runs, for a module that defines `Db`, `HOLD`, `PLACE` (the
+/// statement that inserts an order's id and amount), `NOT_NULL` and `code` (the code of a NOT
+/// NULL column left without a value, and the code of an error), and `Shop` (with `pool`,
+/// `orders` and `async fn new() -> Option<Shop>`, `None` when its server is not set).
 macro_rules! scenarios {
     () => {
         use std::{future::Future, sync::Arc};
@@ -32,7 +34,7 @@ macro_rules! scenarios {
             }
 
             async fn place(&self, id: &str, amount: i64) {
-                sqlx::query("INSERT INTO orders (id, amount) VALUES ($1, $2)")
+                sqlx::query(PLACE)
                     .bind(id)
                     .bind(amount)
                     .execute(&self.pool)
@@ -239,6 +241,65 @@ macro_rules! scenarios {
         }
 
         #[tokio::test]
+        async fn an_error_other_than_a_taken_key_is_returned_not_swallowed() {
+            let Some(shop) = Shop::new().await else {
+                return;
+            };
+            // `amount` is NOT NULL without a default: left out, on a free key, then a taken one.
+            for taken in [false, true] {
+                if taken {
+                    shop.place("o-1", 100).await;
+                }
+                let mut tx = shop.pool.begin().await.unwrap();
+                let error = Insert::<Db>::new(&shop.orders)
+                    .key("id", "o-1")
+                    .once::<Order>(&mut tx)
+                    .await
+                    .unwrap_err();
+                let Error::Database(source) = &error else {
+                    panic!("{error:?}");
+                };
+                assert_eq!(code(source).as_deref(), Some(NOT_NULL), "{source}");
+                tx.rollback().await.unwrap();
+            }
+            assert_eq!(shop.rows().await, [("o-1".into(), 100, "placed".into())]);
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn an_insert_waiting_for_a_rolled_back_one_inserts() {
+            let Some(shop) = Shop::new().await else {
+                return;
+            };
+            let shop = Arc::new(shop);
+            let mut first = shop.pool.begin().await.unwrap();
+            let created: Inserted<Order> = shop.order("o-1", 100).once(&mut first).await.unwrap();
+            assert_eq!(
+                created,
+                Inserted::Inserted(("o-1".into(), 100, "placed".into()))
+            );
+
+            let waiter = tokio::spawn({
+                let shop = shop.clone();
+                async move {
+                    let mut tx = shop.pool.begin().await.unwrap();
+                    let outcome: Inserted<Order> =
+                        shop.order("o-1", 200).once(&mut tx).await.unwrap();
+                    tx.commit().await.unwrap();
+                    outcome
+                }
+            });
+            // The waiter's insert is blocked on the key until `first` ends.
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            assert!(!waiter.is_finished());
+            first.rollback().await.unwrap();
+            assert_eq!(
+                waiter.await.unwrap(),
+                Inserted::Inserted(("o-1".into(), 200, "placed".into()))
+            );
+            assert_eq!(shop.rows().await, [("o-1".into(), 200, "placed".into())]);
+        }
+
+        #[tokio::test]
         async fn names_are_validated_and_values_are_bound() {
             let Some(shop) = Shop::new().await else {
                 return;
@@ -287,6 +348,15 @@ mod postgres {
 
     /// How long each racer holds its transaction open after its call.
     const HOLD: Duration = Duration::from_millis(5);
+
+    const PLACE: &str = "INSERT INTO orders (id, amount) VALUES ($1, $2)";
+
+    /// not_null_violation.
+    const NOT_NULL: &str = "23502";
+
+    fn code(error: &sqlx::Error) -> Option<String> {
+        Some(error.as_database_error()?.code()?.into_owned())
+    }
 
     /// A schema of the test's own with one `orders` table, reached through `search_path`.
     struct Shop {
@@ -363,39 +433,6 @@ mod postgres {
         assert_eq!(shop.rows().await, [("o-1".into(), 100, "placed".into())]);
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn an_insert_waiting_for_a_rolled_back_one_inserts() {
-        let Some(shop) = Shop::new().await else {
-            return;
-        };
-        let shop = Arc::new(shop);
-        let mut first = shop.pool.begin().await.unwrap();
-        let created: Inserted<Order> = shop.order("o-1", 100).once(&mut first).await.unwrap();
-        assert_eq!(
-            created,
-            Inserted::Inserted(("o-1".into(), 100, "placed".into()))
-        );
-
-        let waiter = tokio::spawn({
-            let shop = shop.clone();
-            async move {
-                let mut tx = shop.pool.begin().await.unwrap();
-                let outcome: Inserted<Order> = shop.order("o-1", 200).once(&mut tx).await.unwrap();
-                tx.commit().await.unwrap();
-                outcome
-            }
-        });
-        // The waiter's insert is blocked on the key until `first` ends.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        assert!(!waiter.is_finished());
-        first.rollback().await.unwrap();
-        assert_eq!(
-            waiter.await.unwrap(),
-            Inserted::Inserted(("o-1".into(), 200, "placed".into()))
-        );
-        assert_eq!(shop.rows().await, [("o-1".into(), 200, "placed".into())]);
-    }
-
     #[tokio::test]
     async fn under_repeatable_read_a_row_committed_after_the_snapshot_asks_for_a_retry() {
         let Some(shop) = Shop::new().await else {
@@ -440,6 +477,15 @@ mod sqlite {
 
     /// How long each racer holds its transaction open after its call.
     const HOLD: Duration = Duration::from_millis(2);
+
+    const PLACE: &str = "INSERT INTO orders (id, amount) VALUES ($1, $2)";
+
+    /// SQLITE_CONSTRAINT_NOTNULL.
+    const NOT_NULL: &str = "1299";
+
+    fn code(error: &sqlx::Error) -> Option<String> {
+        Some(error.as_database_error()?.code()?.into_owned())
+    }
 
     /// A database file of the test's own with one `orders` table.
     struct Shop {
@@ -506,5 +552,326 @@ mod sqlite {
             Inserted::AlreadyThere(("o-1".into(), 100, "placed".into()))
         );
         retry.commit().await.unwrap();
+    }
+}
+
+#[cfg(feature = "mysql")]
+mod mysql {
+    use std::time::Duration;
+
+    use idem_sql::patterns::Table;
+    use idem_test_support::{MysqlDatabase, Server};
+    use sqlx::{
+        AssertSqlSafe, MySqlPool,
+        mysql::{MySqlDatabaseError, MySqlPoolOptions},
+    };
+
+    type Db = sqlx::MySql;
+
+    /// How long each racer holds its transaction open after its call.
+    const HOLD: Duration = Duration::from_millis(5);
+
+    const PLACE: &str = "INSERT INTO orders (id, amount) VALUES (?, ?)";
+
+    /// ER_NO_DEFAULT_FOR_FIELD, in strict mode (the default of MySQL 5.7 and MariaDB 10.2 on).
+    const NOT_NULL: &str = "1364";
+
+    /// The MySQL error number.
+    fn code(error: &sqlx::Error) -> Option<String> {
+        let error = error.as_database_error()?;
+        Some(
+            error
+                .try_downcast_ref::<MySqlDatabaseError>()?
+                .number()
+                .to_string(),
+        )
+    }
+
+    /// A database of the test's own with one `orders` table.
+    struct Shop {
+        pool: MySqlPool,
+        orders: Table,
+        database: MysqlDatabase,
+    }
+
+    impl Shop {
+        /// `None`, having said so, when no MySQL server is configured.
+        async fn new() -> Option<Self> {
+            let url = Server::Mysql.url()?;
+            let database = MysqlDatabase::create(&url).await;
+            let pool = MySqlPoolOptions::new()
+                .max_connections(16)
+                .test_before_acquire(false)
+                .connect(&database.url())
+                .await
+                .unwrap();
+            sqlx::query(
+                "CREATE TABLE orders (id VARCHAR(64) PRIMARY KEY, amount BIGINT NOT NULL, \
+                 state VARCHAR(16) NOT NULL DEFAULT 'placed')",
+            )
+            .execute(&pool)
+            .await
+            .unwrap();
+            let orders = format!("{}.orders", database.name()).parse().unwrap();
+            Some(Self {
+                pool,
+                orders,
+                database,
+            })
+        }
+    }
+
+    scenarios!();
+
+    #[tokio::test]
+    async fn keep_first_locks_the_row_until_the_transaction_ends() {
+        let Some(shop) = Shop::new().await else {
+            return;
+        };
+        shop.place("o-1", 100).await;
+        let mut holder = shop.pool.begin().await.unwrap();
+        let kept: Upserted<Order> = shop
+            .order("o-1", 999)
+            .keep_first(&mut holder)
+            .await
+            .unwrap();
+        assert_eq!(
+            kept,
+            Upserted {
+                first: false,
+                row: ("o-1".into(), 100, "placed".into())
+            }
+        );
+        // Another transaction cannot change the row while `holder` holds it.
+        let mut other = shop.pool.begin().await.unwrap();
+        sqlx::query("SET SESSION innodb_lock_wait_timeout = 1")
+            .execute(&mut *other)
+            .await
+            .unwrap();
+        let blocked = sqlx::query("UPDATE orders SET amount = 1 WHERE id = 'o-1'")
+            .execute(&mut *other)
+            .await
+            .unwrap_err();
+        assert_eq!(code(&blocked).as_deref(), Some("1205")); // ER_LOCK_WAIT_TIMEOUT
+        other.rollback().await.unwrap();
+        holder.commit().await.unwrap();
+        assert_eq!(shop.rows().await, [("o-1".into(), 100, "placed".into())]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn of_waiters_on_a_rolled_back_insert_one_inserts_and_the_others_find_it_or_retry() {
+        let Some(shop) = Shop::new().await else {
+            return;
+        };
+        let shop = Arc::new(shop);
+        let mut first = shop.pool.begin().await.unwrap();
+        let created: Inserted<Order> = shop.order("o-1", 100).once(&mut first).await.unwrap();
+        assert_eq!(
+            created,
+            Inserted::Inserted(("o-1".into(), 100, "placed".into()))
+        );
+        let waiters: Vec<_> = (0..8)
+            .map(|n| {
+                let shop = shop.clone();
+                tokio::spawn(async move {
+                    let mut tx = shop.pool.begin().await.unwrap();
+                    let outcome = shop.order("o-1", 200 + n).once::<Order>(&mut tx).await;
+                    if outcome.is_ok() {
+                        tokio::time::sleep(HOLD).await;
+                        tx.commit().await.unwrap();
+                    }
+                    outcome
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        first.rollback().await.unwrap();
+        let mut outcomes = Vec::new();
+        for waiter in waiters {
+            outcomes.push(waiter.await.unwrap());
+        }
+
+        // InnoDB leaves the waiters' locks on the freed key as gap locks, and those that then
+        // insert into the gap wait for each other: the deadlocks it detects roll them back.
+        let stored = shop.rows().await;
+        assert_eq!(stored.len(), 1);
+        let row = stored[0].clone();
+        let inserted = outcomes
+            .iter()
+            .filter(|o| matches!(o, Ok(Inserted::Inserted(r)) if *r == row));
+        assert_eq!(inserted.count(), 1, "{outcomes:?}");
+        for outcome in &outcomes {
+            match outcome {
+                Ok(Inserted::Inserted(_)) => {}
+                Ok(found) => assert_eq!(*found, Inserted::AlreadyThere(row.clone())),
+                Err(Error::Retry(source)) => assert_eq!(code(source).as_deref(), Some("1213")),
+                Err(error) => panic!("{error:?}"),
+            }
+        }
+        // Run again, a transaction that was asked to retry finds the row.
+        let mut retry = shop.pool.begin().await.unwrap();
+        let found: Inserted<Order> = shop.order("o-1", 300).once(&mut retry).await.unwrap();
+        assert_eq!(found, Inserted::AlreadyThere(row));
+        retry.commit().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_value_too_long_is_an_error_not_a_truncation_nor_a_taken_key() {
+        let Some(shop) = Shop::new().await else {
+            return;
+        };
+        // `state` is VARCHAR(16): strict mode refuses 17 characters, on a free key, then a
+        // taken one.
+        for taken in [false, true] {
+            if taken {
+                shop.place("o-1", 100).await;
+            }
+            let mut tx = shop.pool.begin().await.unwrap();
+            let error = shop
+                .order("o-1", 200)
+                .value("state", "x".repeat(17))
+                .once::<Order>(&mut tx)
+                .await
+                .unwrap_err();
+            let Error::Database(source) = &error else {
+                panic!("{error:?}");
+            };
+            assert_eq!(code(source).as_deref(), Some("1406"), "{source}"); // ER_DATA_TOO_LONG
+            tx.rollback().await.unwrap();
+        }
+        assert_eq!(shop.rows().await, [("o-1".into(), 100, "placed".into())]);
+    }
+
+    #[tokio::test]
+    async fn a_row_committed_after_the_snapshot_is_found_under_both_isolation_levels() {
+        let Some(shop) = Shop::new().await else {
+            return;
+        };
+        for isolation in ["REPEATABLE READ", "READ COMMITTED"] {
+            sqlx::query("DELETE FROM orders")
+                .execute(&shop.pool)
+                .await
+                .unwrap();
+            let begin = |isolation: &'static str| {
+                let pool = shop.pool.clone();
+                async move {
+                    let mut connection = pool.acquire().await.unwrap().detach();
+                    let set = format!("SET TRANSACTION ISOLATION LEVEL {isolation}");
+                    sqlx::query(AssertSqlSafe(set))
+                        .execute(&mut connection)
+                        .await
+                        .unwrap();
+                    sqlx::query("BEGIN").execute(&mut connection).await.unwrap();
+                    connection
+                }
+            };
+            let read = "SELECT id, amount, state FROM orders";
+            // Each late transaction takes its snapshot, then another one commits.
+            let mut late = begin(isolation).await;
+            let none: Vec<Order> = sqlx::query_as(read).fetch_all(&mut late).await.unwrap();
+            assert_eq!(none, []);
+            shop.place("o-1", 100).await;
+            let placed: Order = ("o-1".into(), 100, "placed".into());
+            let seen: Vec<Order> = sqlx::query_as(read).fetch_all(&mut late).await.unwrap();
+            let snapshot = if isolation == "REPEATABLE READ" {
+                vec![]
+            } else {
+                vec![placed.clone()]
+            };
+            assert_eq!(seen, snapshot, "{isolation}");
+            let found: Inserted<Order> = shop.order("o-1", 200).once(&mut late).await.unwrap();
+            assert_eq!(found, Inserted::AlreadyThere(placed.clone()), "{isolation}");
+            sqlx::query("COMMIT").execute(&mut late).await.unwrap();
+
+            let mut late = begin(isolation).await;
+            let seen: Vec<Order> = sqlx::query_as(read).fetch_all(&mut late).await.unwrap();
+            assert_eq!(seen, [placed]);
+            let mut other = shop.pool.begin().await.unwrap();
+            let paid: Order = ("o-1".into(), 100, "paid".into());
+            let applied: Transitioned<Order> = shop.pay("o-1").run(&mut other).await.unwrap();
+            assert_eq!(applied, Transitioned::Applied(paid.clone()), "{isolation}");
+            other.commit().await.unwrap();
+            let again: Transitioned<Order> = shop.pay("o-1").run(&mut late).await.unwrap();
+            assert_eq!(again, Transitioned::AlreadyApplied(paid), "{isolation}");
+            sqlx::query("COMMIT").execute(&mut late).await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn with_an_auto_increment_column_an_insert_is_told_from_a_row_met() {
+        let Some(shop) = Shop::new().await else {
+            return;
+        };
+        sqlx::query(
+            "CREATE TABLE payments (n BIGINT AUTO_INCREMENT PRIMARY KEY, \
+             reference VARCHAR(64) NOT NULL UNIQUE, amount BIGINT NOT NULL)",
+        )
+        .execute(&shop.pool)
+        .await
+        .unwrap();
+        let payments: Table = format!("{}.payments", shop.database.name())
+            .parse()
+            .unwrap();
+        type Payment = (i64, String, i64);
+        let payment = |reference: &str, amount: i64| {
+            Insert::<Db>::new(&payments)
+                .key("reference", reference.to_owned())
+                .value("amount", amount)
+        };
+
+        let mut tx = shop.pool.begin().await.unwrap();
+        // The statement reports the id it generated, 1.
+        let generated: Inserted<Payment> = payment("p-1", 5).once(&mut tx).await.unwrap();
+        assert_eq!(generated, Inserted::Inserted((1, "p-1".into(), 5)));
+        let met: Inserted<Payment> = payment("p-1", 6).once(&mut tx).await.unwrap();
+        assert_eq!(met, Inserted::AlreadyThere((1, "p-1".into(), 5)));
+        // An id given generates none.
+        let given = payment("p-2", 7).value("n", 100_i64);
+        let inserted: Inserted<Payment> = given.once(&mut tx).await.unwrap();
+        assert_eq!(inserted, Inserted::Inserted((100, "p-2".into(), 7)));
+        let met: Inserted<Payment> = given.once(&mut tx).await.unwrap();
+        assert_eq!(met, Inserted::AlreadyThere((100, "p-2".into(), 7)));
+        tx.commit().await.unwrap();
+
+        let stored: Vec<Payment> = sqlx::query_as("SELECT * FROM payments ORDER BY n")
+            .fetch_all(&shop.pool)
+            .await
+            .unwrap();
+        assert_eq!(stored, [(1, "p-1".into(), 5), (100, "p-2".into(), 7)]);
+    }
+
+    #[tokio::test]
+    async fn an_insert_that_meets_a_row_on_another_unique_key_finds_no_row() {
+        let Some(shop) = Shop::new().await else {
+            return;
+        };
+        sqlx::query(
+            "CREATE TABLE accounts (id BIGINT PRIMARY KEY, email VARCHAR(64) NOT NULL UNIQUE)",
+        )
+        .execute(&shop.pool)
+        .await
+        .unwrap();
+        sqlx::query("INSERT INTO accounts (id, email) VALUES (1, 'a@example.com')")
+            .execute(&shop.pool)
+            .await
+            .unwrap();
+        let accounts: Table = format!("{}.accounts", shop.database.name())
+            .parse()
+            .unwrap();
+
+        let mut tx = shop.pool.begin().await.unwrap();
+        let error = Insert::<Db>::new(&accounts)
+            .key("id", 2_i64)
+            .value("email", "a@example.com")
+            .once::<(i64, String)>(&mut tx)
+            .await
+            .unwrap_err();
+        assert!(matches!(error, Error::NoRow), "{error:?}");
+        tx.commit().await.unwrap();
+        let stored: Vec<(i64, String)> = sqlx::query_as("SELECT * FROM accounts")
+            .fetch_all(&shop.pool)
+            .await
+            .unwrap();
+        assert_eq!(stored, [(1, "a@example.com".into())]);
     }
 }

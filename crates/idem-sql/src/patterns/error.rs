@@ -26,8 +26,9 @@ pub enum Error {
         source: sqlx::error::BoxDynError,
     },
     /// The transaction lost a race the database does not wait out: a serialization failure or
-    /// a deadlock (PostgreSQL under `REPEATABLE READ` or `SERIALIZABLE`, SQLSTATE class 40), or
-    /// SQLite busy or locked. Roll back and run the whole transaction again.
+    /// a deadlock (PostgreSQL under `REPEATABLE READ` or `SERIALIZABLE`, SQLSTATE class 40; a
+    /// deadlock on MySQL, which rolled the transaction back), or SQLite busy or locked. Roll
+    /// back and run the whole transaction again.
     #[error("the transaction lost a race: roll it back and run it again")]
     Retry(#[source] sqlx::Error),
     /// The database failed otherwise (connection lost, missing table or column, a row `T`
@@ -41,6 +42,13 @@ pub enum Error {
         /// How many times the insert conflicted and the row was then gone.
         attempts: u32,
     },
+    /// After its write, no row has the pattern's key (MySQL and MariaDB, which read the row
+    /// back by its key, under a lock that no other transaction can delete it through): the
+    /// insert met a row on another unique key of the table, which `ON DUPLICATE KEY UPDATE`
+    /// does not tell from its own (PostgreSQL and SQLite fail with the unique violation,
+    /// [`Error::Database`]), or a key value is NULL, or the transition set a column of the key.
+    #[error("no row has the pattern's key after its write")]
+    NoRow,
 }
 
 impl Error {
@@ -50,7 +58,7 @@ impl Error {
     }
 }
 
-/// A database error, classified by SQLSTATE class or SQLite result code.
+/// A database error, classified by SQLSTATE class, MySQL error number or SQLite result code.
 impl From<sqlx::Error> for Error {
     fn from(error: sqlx::Error) -> Self {
         match Failure::of(&error) {

@@ -24,7 +24,23 @@
 //! [`Error::Retry`], run the transaction again (it will then see the row). On SQLite, a
 //! transaction that read before its first write can find the database changed by another
 //! connection when it writes: SQLite answers busy, also [`Error::Retry`]; call the pattern as
-//! the transaction's first statement, or begin it with `BEGIN IMMEDIATE`.
+//! the transaction's first statement, or begin it with `BEGIN IMMEDIATE`. On MySQL and
+//! MariaDB they hold under `READ COMMITTED` and `REPEATABLE READ` (their default) alike: the
+//! patterns read the row back with `SELECT … FOR UPDATE`, which reads the latest committed row
+//! whatever the transaction's snapshot; a deadlock the server detects is [`Error::Retry`].
+//!
+//! # MySQL and MariaDB
+//!
+//! MySQL has no `ON CONFLICT (key)` and no `RETURNING`: an insert is `INSERT … ON DUPLICATE KEY
+//! UPDATE key = key`, a no-op update that locks an existing row and leaves it as it was, then
+//! `SELECT … FOR UPDATE`; whether it inserted is read from the `LAST_INSERT_ID` the statement
+//! sets (0 for a row that was there), which the call changes for the session. Not `INSERT
+//! IGNORE`, which also turns other errors (a value too long, a NOT NULL column left out, a
+//! foreign key) into warnings and stores what it can. An existing row runs the table's `UPDATE`
+//! triggers. `ON DUPLICATE KEY UPDATE` meets a row on any unique key of the table: an insert that
+//! meets one on another key than its own finds no row with its key, [`Error::NoRow`]. When the
+//! transaction that inserted a key rolls back while several others wait to insert it, one of
+//! them inserts, and InnoDB may find the others deadlocked on the freed key: [`Error::Retry`].
 //!
 //! # Examples
 //!
@@ -57,6 +73,7 @@
 //! ```
 
 mod database;
+mod dialect;
 mod error;
 mod insert;
 mod keyed_row;
@@ -65,6 +82,7 @@ mod transition;
 mod values;
 
 pub use database::PatternDatabase;
+use dialect::Dialect;
 pub use error::Error;
 pub use insert::{Insert, Inserted, Upserted};
 pub use table::Table;

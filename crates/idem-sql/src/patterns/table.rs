@@ -4,9 +4,10 @@ use std::{fmt, str::FromStr};
 
 use crate::{InvalidName, SchemaName, TableName};
 
-/// A table of the application's own, optionally in a schema (on SQLite, an attached database).
-/// Its names are validated identifiers ([`TableName`], [`SchemaName`]: lower-case ASCII letters,
-/// digits and `_`, a table name up to 52 bytes), always quoted in SQL: no name can inject SQL.
+/// A table of the application's own, optionally in a schema (on SQLite, an attached database;
+/// on MySQL, a database). Its names are validated identifiers ([`TableName`], [`SchemaName`]:
+/// lower-case ASCII letters, digits and `_`, a table name up to 52 bytes), always quoted in SQL,
+/// as the database quotes them: no name can inject SQL.
 ///
 /// # Examples
 ///
@@ -14,9 +15,9 @@ use crate::{InvalidName, SchemaName, TableName};
 /// use idem_sql::patterns::Table;
 ///
 /// let accounts: Table = "accounts".parse()?;
-/// assert_eq!(accounts.to_string(), r#""accounts""#);
+/// assert_eq!(accounts.to_string(), "accounts");
 /// let charges: Table = "billing.charges".parse()?;
-/// assert_eq!(charges.to_string(), r#""billing"."charges""#);
+/// assert_eq!(charges.to_string(), "billing.charges");
 /// assert!("charges; DROP TABLE accounts".parse::<Table>().is_err());
 /// # Ok::<(), idem_sql::InvalidName>(())
 /// ```
@@ -40,6 +41,11 @@ impl Table {
             name,
         }
     }
+
+    /// The schema, if named, and the table's name.
+    pub(crate) fn names(&self) -> (Option<&SchemaName>, &TableName) {
+        (self.schema.as_ref(), &self.name)
+    }
 }
 
 /// `table` or `schema.table`.
@@ -54,12 +60,12 @@ impl FromStr for Table {
     }
 }
 
-/// The table as SQL names it: quoted, and qualified when it has a schema.
+/// `table` or `schema.table`, as parsed; statements quote each name as their database does.
 impl fmt::Display for Table {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(schema) = &self.schema {
-            write!(f, r#""{schema}"."#)?;
+            write!(f, "{schema}.")?;
         }
-        write!(f, r#""{}""#, self.name)
+        write!(f, "{}", self.name)
     }
 }

@@ -3,7 +3,7 @@
 use sqlx::{Encode, FromRow, Type};
 
 use super::{
-    Error, PatternDatabase, Table,
+    Dialect, Error, PatternDatabase, Table,
     keyed_row::KeyedRow,
     values::{Bind, Columns, Statement, bind},
 };
@@ -103,14 +103,16 @@ impl<DB: PatternDatabase> Transition<DB> {
     }
 
     /// Runs the transition: `UPDATE … RETURNING *`; when it changed no row, `SELECT *` of the
-    /// row to tell why.
+    /// row to tell why. On MySQL, `UPDATE …` (the rows it matched tell whether it applied), then
+    /// `SELECT * … FOR UPDATE` of the row either way.
     ///
     /// Of concurrent calls on one row in the expected state, exactly one gets
     /// [`Transitioned::Applied`] once its transaction commits: the others wait for that
-    /// transaction at the update (its row lock on PostgreSQL, the write lock on SQLite), find
-    /// the row no longer in the expected state, and get [`Transitioned::AlreadyApplied`]; after
-    /// a rollback, one of them applies it instead. Only the state decides between
-    /// `AlreadyApplied` and `Conflict`: the [`set`](Self::set) columns are not compared.
+    /// transaction at the update (its row lock on PostgreSQL and MySQL, the write lock on
+    /// SQLite), find the row no longer in the expected state, and get
+    /// [`Transitioned::AlreadyApplied`]; after a rollback, one of them applies it instead. Only
+    /// the state decides between `AlreadyApplied` and `Conflict`: the [`set`](Self::set) columns
+    /// are not compared.
     pub async fn run<T>(&self, connection: &mut DB::Connection) -> Result<Transitioned<T>, Error>
     where
         T: for<'r> FromRow<'r, DB::Row>,
@@ -119,26 +121,36 @@ impl<DB: PatternDatabase> Transition<DB> {
         let states = self.states.as_ref().ok_or(Error::NoState)?;
 
         let update = self.update(states)?;
-        if let Some(row) = DB::fetch_optional(connection, update.text, update.arguments).await? {
+        let (applied, row) = DB::update(connection, update.text, update.arguments).await?;
+        if let Some(row) = row {
             return Ok(Transitioned::Applied(T::from_row(&row)?));
         }
         let select = self.select(states)?;
         let Some(row) = DB::fetch_optional(connection, select.text, select.arguments).await? else {
-            return Ok(Transitioned::NotFound);
+            // Only on MySQL can an update that applied leave no row to read by the key: it set
+            // a column of the key.
+            return if applied {
+                Err(Error::NoRow)
+            } else {
+                Ok(Transitioned::NotFound)
+            };
         };
-        let applied = DB::flag(&row, APPLIED)?;
+        let already_applied = DB::flag(&row, APPLIED)?;
         let row = T::from_row(&row)?;
         Ok(if applied {
+            Transitioned::Applied(row)
+        } else if already_applied {
             Transitioned::AlreadyApplied(row)
         } else {
             Transitioned::Conflict { current: row }
         })
     }
 
-    /// `UPDATE t SET "state" = $1, "c" = $2 WHERE "k" = $3 AND "state" = $4 RETURNING *`.
+    /// `UPDATE t SET "state" = $1, "c" = $2 WHERE "k" = $3 AND "state" = $4 RETURNING *`
+    /// (without `RETURNING` on MySQL).
     fn update(&self, states: &States<DB>) -> Result<Statement<DB>, Error> {
         let mut update = Statement::<DB>::new("UPDATE ");
-        update.push(&self.row.table.to_string());
+        update.table(&self.row.table);
         update.push(" SET ");
         update.column(&states.column);
         update.push(" = ");
@@ -155,21 +167,27 @@ impl<DB: PatternDatabase> Transition<DB> {
         update.column(&states.column);
         update.push(" = ");
         update.value(&states.column, &states.from)?;
-        update.push(" RETURNING *");
+        if DB::DIALECT == Dialect::Standard {
+            update.push(" RETURNING *");
+        }
         Ok(update)
     }
 
-    /// `SELECT *, ("state" = $1) AS "idem_already_applied" FROM t WHERE "k" = $2`. The flag
-    /// comes last, so that a row read by position (a tuple) reads the table's columns first.
+    /// `SELECT *, ("state" = $1) AS "idem_already_applied" FROM t WHERE "k" = $2` (and `FOR
+    /// UPDATE` on MySQL). The flag comes last, so that a row read by position (a tuple) reads the
+    /// table's columns first.
     fn select(&self, states: &States<DB>) -> Result<Statement<DB>, Error> {
         let mut select = Statement::<DB>::new("SELECT *, (");
         select.column(&states.column);
         select.push(" = ");
         select.value(&states.column, &states.to)?;
-        select.push(&format!(r#") AS "{APPLIED}" FROM "#));
-        select.push(&self.row.table.to_string());
+        select.push(") AS ");
+        select.name(APPLIED);
+        select.push(" FROM ");
+        select.table(&self.row.table);
         select.push(" WHERE ");
         select.matching(&self.row.key)?;
+        select.push(DB::READ_LATEST);
         Ok(select)
     }
 }
@@ -203,6 +221,30 @@ mod tests {
         assert_eq!(
             select.text,
             r#"SELECT *, ("status" = $1) AS "idem_already_applied" FROM "billing"."charges" WHERE "id" = $2"#
+        );
+        assert_eq!(select.arguments.len(), 2);
+    }
+
+    #[cfg(feature = "mysql")]
+    #[test]
+    fn on_mysql_the_update_returns_nothing_and_the_read_locks_the_row() {
+        let transition = Transition::<sqlx::MySql>::new(&"billing.charges".parse().unwrap())
+            .key("id", 7_i64)
+            .state("status", "succeeded", "refunded")
+            .set("reason", "duplicate");
+        let states = transition.states.as_ref().unwrap();
+        let update = transition.update(states).unwrap();
+        assert_eq!(
+            update.text,
+            "UPDATE `billing`.`charges` SET `status` = ?, `reason` = ? \
+             WHERE `id` = ? AND `status` = ?"
+        );
+        assert_eq!(update.arguments.len(), 4);
+        let select = transition.select(states).unwrap();
+        assert_eq!(
+            select.text,
+            "SELECT *, (`status` = ?) AS `idem_already_applied` FROM `billing`.`charges` \
+             WHERE `id` = ? FOR UPDATE"
         );
         assert_eq!(select.arguments.len(), 2);
     }

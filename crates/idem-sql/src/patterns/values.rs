@@ -1,10 +1,8 @@
 //! [`Columns`]: named values, bound as parameters, and the statements built from them.
 
-use std::fmt::Write;
-
 use sqlx::{Arguments, Database, Encode, Type, error::BoxDynError};
 
-use super::Error;
+use super::{Error, PatternDatabase, Table};
 use crate::ColumnName;
 
 /// Adds one value to a statement's arguments; kept so that a value can be bound to several
@@ -53,14 +51,13 @@ impl<DB: Database> Columns<DB> {
     }
 }
 
-/// A statement's text and its arguments, numbered `$1`, `$2`, … as they are bound (both
-/// PostgreSQL and SQLite read `$N`).
-pub(crate) struct Statement<DB: Database> {
+/// A statement's text in `DB`'s dialect, and its arguments, in the order they are bound.
+pub(crate) struct Statement<DB: PatternDatabase> {
     pub(crate) text: String,
     pub(crate) arguments: DB::Arguments,
 }
 
-impl<DB: Database> Statement<DB> {
+impl<DB: PatternDatabase> Statement<DB> {
     pub(crate) fn new(text: &str) -> Self {
         Self {
             text: text.to_owned(),
@@ -72,9 +69,24 @@ impl<DB: Database> Statement<DB> {
         self.text.push_str(text);
     }
 
+    /// `"name"`, for a valid identifier.
+    pub(crate) fn name(&mut self, name: &str) {
+        DB::DIALECT.quote(&mut self.text, name);
+    }
+
     /// `"column"`.
     pub(crate) fn column(&mut self, column: &ColumnName) {
-        let _ = write!(self.text, r#""{column}""#);
+        self.name(column.as_str());
+    }
+
+    /// `"table"` or `"schema"."table"`.
+    pub(crate) fn table(&mut self, table: &Table) {
+        let (schema, name) = table.names();
+        if let Some(schema) = schema {
+            self.name(schema.as_str());
+            self.push(".");
+        }
+        self.name(name.as_str());
     }
 
     /// Binds `value` and writes its placeholder.
@@ -83,11 +95,11 @@ impl<DB: Database> Statement<DB> {
             column: column.clone(),
             source,
         })?;
-        let _ = write!(self.text, "${}", self.arguments.len());
+        DB::DIALECT.placeholder(&mut self.text, self.arguments.len());
         Ok(())
     }
 
-    /// `"a" = $n AND "b" = $m`.
+    /// `"a" = $1 AND "b" = $2`.
     pub(crate) fn matching(&mut self, columns: &Columns<DB>) -> Result<(), Error> {
         for (n, (column, value)) in columns.iter().enumerate() {
             if n > 0 {
