@@ -130,8 +130,8 @@ pub struct ForgetArgs {
 /// The store a command works on.
 #[derive(Debug, Args)]
 pub struct StoreArgs {
-    /// memory://, sqlite://PATH (relative), sqlite:///ABSOLUTE/PATH, postgres://…, redis://…
-    /// or redis+cluster://… (see `idem serve --help`).
+    /// memory://, sqlite://PATH (relative), sqlite:///ABSOLUTE/PATH, postgres://…, mysql://…,
+    /// redis://… or redis+cluster://… (see `idem serve --help`).
     #[arg(long, env = "IDEM_STORE", value_name = "URL", default_value = config::DEFAULT_STORE)]
     pub store: StoreUrl,
 }

@@ -101,6 +101,7 @@ pub struct ServeArgs {
 
     /// Where records are kept: memory://, sqlite://PATH (relative), sqlite:///ABSOLUTE/PATH,
     /// postgres://USER@HOST/DB?schema=S (TLS: &sslmode=verify-full&sslrootcert=CA.pem),
+    /// mysql://USER:PASSWORD@HOST:PORT/DB?table=T (TLS: &ssl-mode=VERIFY_IDENTITY&ssl-ca=CA.pem),
     /// redis://HOST:PORT?prefix=P or redis+cluster://HOST:PORT,HOST:PORT…?prefix=P (TLS:
     /// rediss://…&cacert=CA.pem) (the parameters are optional).
     #[arg(long, env = "IDEM_STORE", value_name = "URL", default_value = config::DEFAULT_STORE)]

@@ -1,9 +1,10 @@
 //! `idem migrate`: creates the store's schema, or brings it up to date.
 //!
-//! SQLite files are migrated whenever they are opened; a PostgreSQL table only by this command
-//! (`idem serve` refuses to start on a table without its migrations); memory and Redis stores
-//! have no schema.
+//! SQLite files are migrated whenever they are opened; a PostgreSQL or MySQL table only by this
+//! command (`idem serve` refuses to start on a table without its migrations); memory and Redis
+//! stores have no schema.
 
+use idem_mysql::MysqlStore;
 use idem_postgres::{Migration, PostgresStore};
 
 use crate::{Error, StoreUrl};
@@ -45,6 +46,30 @@ pub async fn run(url: &StoreUrl) -> Result<String, Error> {
             Ok(match done.map_err(failed)? {
                 Migration::Created => format!("created the idem table {table} in {url}"),
                 Migration::Applied { from } => {
+                    format!("applied the idem migrations from version {from} to {table} in {url}")
+                }
+                _ => format!("{url}: the idem table {table} is up to date"),
+            })
+        }
+        StoreUrl::Mysql(options) => {
+            let failed = |error: idem_mysql::Error| Error::OpenStore {
+                url: url.to_string(),
+                source: error.into(),
+            };
+            let pool = options
+                .clone()
+                .pool_size(2)
+                .connect_pool()
+                .await
+                .map_err(failed)?;
+            let done = MysqlStore::migrate(&pool, options).await;
+            pool.close().await;
+            let table = format!("`{}`", options.table_name());
+            Ok(match done.map_err(failed)? {
+                idem_mysql::Migration::Created => {
+                    format!("created the idem table {table} in {url}")
+                }
+                idem_mysql::Migration::Applied { from } => {
                     format!("applied the idem migrations from version {from} to {table} in {url}")
                 }
                 _ => format!("{url}: the idem table {table} is up to date"),

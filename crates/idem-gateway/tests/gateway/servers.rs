@@ -1,5 +1,6 @@
-//! The PostgreSQL and Redis servers of the store tests: a schema or key prefix of each test's
-//! own on the servers CI runs (`IDEM_TEST_POSTGRES_URL`, `IDEM_TEST_REDIS_URL`), and a
+//! The PostgreSQL, MySQL and Redis servers of the store tests: a schema, database or key prefix
+//! of each test's own on the servers CI runs (`IDEM_TEST_POSTGRES_URL`, `IDEM_TEST_MYSQL_URL`,
+//! `IDEM_TEST_REDIS_URL`), and a
 //! `redis-server` a test starts, kills and restarts itself.
 
 use std::{
@@ -88,6 +89,42 @@ impl PgSchema {
         let channel = store.channel().to_owned();
         store.close().await;
         channel
+    }
+}
+
+/// A MySQL or MariaDB database of the test's own on the test server (`IDEM_TEST_MYSQL_URL`),
+/// dropped at the end.
+pub(crate) struct MysqlDb {
+    database: idem_test_support::MysqlDatabase,
+}
+
+impl MysqlDb {
+    /// A new database, or `None` when no server is configured (the test is skipped).
+    pub(crate) async fn new() -> Option<Self> {
+        let server = Server::Mysql.url()?;
+        Some(Self {
+            database: idem_test_support::MysqlDatabase::create(&server).await,
+        })
+    }
+
+    /// The database's name.
+    pub(crate) fn name(&self) -> &str {
+        self.database.name()
+    }
+
+    /// The gateway's `--store`.
+    pub(crate) fn store_url(&self) -> String {
+        self.database.url()
+    }
+
+    /// Runs `sql` in the database.
+    pub(crate) async fn execute(&self, sql: &str) -> u64 {
+        let mut connection = self.database.connect().await;
+        let done = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+            .execute(&mut connection)
+            .await
+            .unwrap();
+        done.rows_affected()
     }
 }
 

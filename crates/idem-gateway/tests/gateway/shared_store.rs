@@ -1,5 +1,7 @@
-//! Two gateway processes on one PostgreSQL or Redis store: concurrent duplicates spread over
-//! both execute once, and in wait mode the waiters on the other gateway replay.
+//! Two gateway processes on one store (PostgreSQL, MySQL, Redis, a SQLite file): concurrent
+//! duplicates spread over both execute once, and in wait mode the waiters on the other gateway
+//! replay: woken by the store's notifications (PostgreSQL, Redis), or by polling it with backoff
+//! (MySQL and SQLite, which have none).
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -9,8 +11,8 @@ use serde_json::json;
 use tokio::{sync::Semaphore, task::JoinSet};
 
 use crate::{
-    servers::{PgSchema, RedisCluster, RedisPrefix},
-    support::{Client, Gateway, Reply, Upstream, idem},
+    servers::{MysqlDb, PgSchema, RedisCluster, RedisPrefix},
+    support::{Client, Gateway, Reply, Upstream, idem, sqlite_url},
 };
 
 /// Keys of the reject-mode run, each sent this many times at once.
@@ -179,6 +181,84 @@ async fn on_redis_waiters_on_the_other_gateway_wake_up_and_replay() {
         return;
     };
     waiters_on_the_other_gateway_replay(&prefix.store_url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateways_on_mysql_execute_each_key_once() {
+    let Some(database) = MysqlDb::new().await else {
+        return;
+    };
+    let store = database.store_url();
+    assert_eq!(idem(&["migrate", "--store", &store]).code, Some(0));
+    each_key_executes_once_across_two_gateways(&store).await;
+}
+
+/// MySQL has no notifications: the waiters on the other gateway poll the store, with backoff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_mysql_waiters_on_the_other_gateway_poll_and_replay() {
+    let Some(database) = MysqlDb::new().await else {
+        return;
+    };
+    let store = database.store_url();
+    assert_eq!(idem(&["migrate", "--store", &store]).code, Some(0));
+    the_gateway_store_has_no_wake_ups(&store).await;
+    waiters_on_the_other_gateway_replay(&store).await;
+}
+
+/// Two gateway processes on one SQLite file: nothing tells one that the other completed a key,
+/// so its waiters poll the file, with backoff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sqlite_waiters_on_the_other_gateway_poll_and_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_url(dir.path(), "shared.db");
+    the_gateway_store_has_no_wake_ups(&store).await;
+    waiters_on_the_other_gateway_replay(&store).await;
+}
+
+/// The gateway's store opened from `store` never wakes a waiter: `changed` stays pending after
+/// another process completed the key, so the replays of
+/// [`waiters_on_the_other_gateway_replay`] come from polling alone.
+async fn the_gateway_store_has_no_wake_ups(store: &str) {
+    use idem_core::{
+        Acquisition, Address, Fingerprint, Outcome, Policy, Store, StoredResponse, Terms,
+    };
+
+    let url: StoreUrl = store.parse().unwrap();
+    let waiting = InstrumentedStore::new(url.open().await.unwrap());
+    let other = url.open().await.unwrap();
+    let address = Address::anonymous("polled".parse().unwrap());
+    let fingerprint = Fingerprint::from_bytes([3; 32]);
+    let terms = Terms::from(&Policy::default());
+    let Acquisition::Acquired(lease) = other.acquire(&address, &fingerprint, terms).await.unwrap()
+    else {
+        panic!("a new key is acquired");
+    };
+    assert!(matches!(
+        waiting
+            .acquire(&address, &fingerprint, terms)
+            .await
+            .unwrap(),
+        Acquisition::InFlight { .. }
+    ));
+    let changed = waiting.changed(&address);
+    let response = Outcome::from(StoredResponse::new(201).body("done"));
+    other
+        .complete(&address, lease.token, &response, terms.ttl)
+        .await
+        .unwrap();
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(500), changed)
+            .await
+            .is_err(),
+        "no wake-up: the waiter polls"
+    );
+    assert_eq!(
+        waiting
+            .acquire(&address, &fingerprint, terms)
+            .await
+            .unwrap(),
+        Acquisition::Completed(response)
+    );
 }
 
 /// The gateway's store, opened from `store` (already migrated), passes the store's wake-ups on:

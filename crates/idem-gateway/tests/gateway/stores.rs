@@ -3,7 +3,7 @@
 
 use crate::{
     cli::{fails, keys_show_forget_and_purge},
-    servers::{PgSchema, RedisPrefix, free_port},
+    servers::{MysqlDb, PgSchema, RedisPrefix, free_port},
     support::idem,
 };
 
@@ -177,6 +177,84 @@ async fn keys_work_on_postgres() {
     let store = schema.store_url();
     assert_eq!(idem(&["migrate", "--store", &store]).code, Some(0));
     keys_show_forget_and_purge(&store, "purged 1 expired records\n").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_needs_idem_migrate_and_a_table_of_this_build() {
+    let Some(database) = MysqlDb::new().await else {
+        return;
+    };
+    let store = database.store_url();
+    let table = "`idem_records`";
+    let missing = format!(
+        "error: cannot open the store {store}: the idem table {table} has not been created: run \
+         `idem migrate --store {store}` or `MysqlStore::migrate` first"
+    );
+    assert_eq!(fails(&serve(&store), 1), missing);
+    assert_eq!(fails(&["keys", "purge", "--store", &store], 1), missing);
+
+    let migrated = idem(&["migrate", "--store", &store]);
+    assert_eq!(migrated.code, Some(0), "{}", migrated.stderr);
+    assert_eq!(
+        migrated.stdout,
+        format!("created the idem table {table} in {store}\n")
+    );
+    let again = idem(&["migrate", "--store", &store]);
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+    assert_eq!(
+        again.stdout,
+        format!("{store}: the idem table {table} is up to date\n")
+    );
+
+    // Another table in the same database is another store, not migrated yet.
+    let other = format!("{store}?table=payment_keys");
+    assert_eq!(
+        fails(&serve(&other), 1),
+        format!(
+            "error: cannot open the store {other}: the idem table `payment_keys` has not been \
+             created: run `idem migrate --store {other}` or `MysqlStore::migrate` first"
+        )
+    );
+
+    // A table migrated by a newer build, or not what this build created: neither served nor
+    // migrated over.
+    database
+        .execute(
+            "INSERT INTO idem_records_migrations \
+             (version, description, success, checksum, execution_time) \
+             VALUES (99, 'from a newer idem', true, X'00', 0)",
+        )
+        .await;
+    let newer = format!(
+        "error: cannot open the store {store}: the idem table {table} has migration 99, which \
+         this build cannot use"
+    );
+    assert_eq!(fails(&serve(&store), 1), newer);
+    assert_eq!(fails(&["migrate", "--store", &store], 1), newer);
+    database
+        .execute("DELETE FROM idem_records_migrations WHERE version = 99")
+        .await;
+    database
+        .execute("ALTER TABLE idem_records MODIFY token VARCHAR(20) NOT NULL")
+        .await;
+    let wrong = format!(
+        "error: cannot open the store {store}: the column token of the idem table {table} should \
+         be bigint, found varchar"
+    );
+    assert_eq!(fails(&serve(&store), 1), wrong);
+    assert_eq!(fails(&["migrate", "--store", &store], 1), wrong);
+    drop(database);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_work_on_mysql() {
+    let Some(database) = MysqlDb::new().await else {
+        return;
+    };
+    let store = database.store_url();
+    assert_eq!(idem(&["migrate", "--store", &store]).code, Some(0));
+    keys_show_forget_and_purge(&store, "purged 1 expired records\n").await;
+    assert!(database.name().starts_with("idem_test_"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,6 +29,7 @@ use idem_core::{
     sealing::{KeyRing, Sealed},
     store_url::InvalidStoreUrl,
 };
+use idem_mysql::{MysqlOptions, MysqlStore};
 use idem_postgres::{PostgresOptions, PostgresStore};
 use idem_redis::{RedisOptions, RedisStore};
 use idem_sqlite::{SqliteOptions, SqliteStore};
@@ -51,6 +52,9 @@ pub enum StoreUrl {
     /// connects to the database. TLS as libpq's `sslmode`, `sslrootcert`, `sslcert`, `sslkey`
     /// say.
     Postgres(PostgresOptions),
+    /// `mysql://…` or `mariadb://…`: a MySQL or MariaDB table, shared by every gateway that
+    /// connects to the database. TLS as MySQL's `ssl-mode`, `ssl-ca`, `ssl-cert`, `ssl-key` say.
+    Mysql(MysqlOptions),
     /// `redis://…` (one server) or `redis+cluster://…` (a Redis Cluster), shared by every gateway
     /// that connects to it; `rediss://…` and `rediss+cluster://…` over TLS.
     Redis(RedisOptions),
@@ -63,19 +67,23 @@ impl StoreUrl {
     }
 
     /// Bounds every statement the store runs on its server by `limit`: PostgreSQL's
-    /// `statement_timeout` and `lock_timeout` on each of its connections. The gateway bounds each
-    /// store call by the same limit on its side (`--store-timeout`); this ends on the server too
-    /// a statement whose caller gave up, so that it stops holding locks. Other stores are unchanged.
+    /// `statement_timeout` and `lock_timeout` on each of its connections; MySQL's lock wait
+    /// (`innodb_lock_wait_timeout`) and each round trip, whose connection is closed past it. The
+    /// gateway bounds each store call by the same limit on its side (`--store-timeout`); this ends
+    /// on the server too a statement whose caller gave up, so that it stops holding locks. Other
+    /// stores are unchanged.
     #[must_use]
     pub fn statement_timeout(self, limit: Duration) -> Self {
         match self {
             StoreUrl::Postgres(options) => StoreUrl::Postgres(options.statement_timeout(limit)),
+            StoreUrl::Mysql(options) => StoreUrl::Mysql(options.statement_timeout(limit)),
             other => other,
         }
     }
 
     /// Opens the store: for SQLite, creates the file if missing and brings its schema up to
-    /// date; for PostgreSQL, checks that `idem migrate` was run; for Redis, loads the scripts.
+    /// date; for PostgreSQL and MySQL, checks that `idem migrate` was run; for Redis, loads the
+    /// scripts.
     pub async fn open(&self) -> Result<DynStore, Error> {
         self.open_at_rest(&AtRest::default()).await
     }
@@ -95,6 +103,10 @@ impl StoreUrl {
                 .map(|store| erased(store, at_rest))
                 .map_err(|error| failed(error.into())),
             StoreUrl::Postgres(options) => PostgresStore::connect_with(options.clone())
+                .await
+                .map(|store| erased(store, at_rest))
+                .map_err(|error| failed(error.into())),
+            StoreUrl::Mysql(options) => MysqlStore::connect_with(options.clone())
                 .await
                 .map(|store| erased(store, at_rest))
                 .map_err(|error| failed(error.into())),
@@ -178,12 +190,13 @@ impl FromStr for StoreUrl {
             "memory" => MemoryUrl::parse(url).map(StoreUrl::Memory),
             "sqlite" => Ok(StoreUrl::Sqlite(SqliteOptions::from_url(url)?)),
             "postgres" | "postgresql" => Ok(StoreUrl::Postgres(PostgresOptions::from_url(url)?)),
+            "mysql" | "mariadb" => Ok(StoreUrl::Mysql(MysqlOptions::from_url(url)?)),
             "redis" | "redis+cluster" | "rediss" | "rediss+cluster" => {
                 Ok(StoreUrl::Redis(RedisOptions::from_url(url)?))
             }
             _ => Err(invalid(
-                "unknown scheme; expected memory://, sqlite://PATH, postgres://…, redis://… or \
-                 redis+cluster://…",
+                "unknown scheme; expected memory://, sqlite://PATH, postgres://…, mysql://…, \
+                 redis://… or redis+cluster://…",
             )),
         }
     }
@@ -195,6 +208,7 @@ impl fmt::Display for StoreUrl {
             StoreUrl::Memory(url) => url.fmt(f),
             StoreUrl::Sqlite(options) => write!(f, "sqlite://{}", options.path().display()),
             StoreUrl::Postgres(options) => f.write_str(options.url().unwrap_or("postgres://")),
+            StoreUrl::Mysql(options) => f.write_str(options.url().unwrap_or("mysql://")),
             StoreUrl::Redis(options) => f.write_str(options.url().unwrap_or("redis://")),
         }
     }
@@ -216,6 +230,8 @@ mod tests {
             "postgres://db/pay?schema=s&table=t&pool_size=4",
             "postgres://db/pay?batch_size=16&batches_in_flight=1&queue_size=256",
             "postgresql://u@db:5433/pay?sslmode=verify-full&sslrootcert=/etc/ca.pem",
+            "mysql://u:***@db:3306/pay?table=t&pool_size=4&batch_size=16",
+            "mariadb://db/pay?ssl-mode=VERIFY_IDENTITY&ssl-ca=/etc/ca.pem",
             "redis://cache:6379/1?prefix=p",
             "redis://cache:6379?batch_size=16&queue_size=256&lanes=4",
             "redis+cluster://a:7000,b:7001?prefix=p",
@@ -235,18 +251,23 @@ mod tests {
              or postgres://HOST/DB"
         );
         assert_eq!(
-            message("mysql://db"),
-            "invalid store URL `mysql://db`: unknown scheme; expected memory://, sqlite://PATH, \
-             postgres://…, redis://… or redis+cluster://…"
+            message("mongodb://db"),
+            "invalid store URL `mongodb://db`: unknown scheme; expected memory://, sqlite://PATH, \
+             postgres://…, mysql://…, redis://… or redis+cluster://…"
+        );
+        assert_eq!(
+            message("mysql://db/pay?ssl-mode=SOMETIMES"),
+            "invalid store URL `mysql://db/pay?ssl-mode=SOMETIMES`: unknown value \"SOMETIMES\" \
+             for `ssl_mode`"
         );
         assert_eq!(
             message("sqlite://"),
             "invalid store URL `sqlite://`: no file path after sqlite://"
         );
         assert_eq!(
-            message("mysql://u:pw@db"),
-            "invalid store URL `mysql://u:***@db`: unknown scheme; expected memory://, \
-             sqlite://PATH, postgres://…, redis://… or redis+cluster://…"
+            message("mongodb://u:pw@db"),
+            "invalid store URL `mongodb://u:***@db`: unknown scheme; expected memory://, \
+             sqlite://PATH, postgres://…, mysql://…, redis://… or redis+cluster://…"
         );
         assert_eq!(
             message("rediss://u:pw@cache?prefix=a*"),
