@@ -1,4 +1,5 @@
-//! The relay's metrics, read back through a recorder of the test's own.
+//! The relay's metrics, read back through a recorder of the test's own, on PostgreSQL and on
+//! MySQL.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -10,13 +11,54 @@ use std::{
 };
 
 use idem_messaging::{OutboxMessage, PublishError, Relay, metrics as names};
-use idem_test_support::require;
 use metrics::{
     Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
     SharedString, Unit,
 };
 
-use common::{Recorder as Broker, TestSchema};
+use common::{Recorder as Broker, TestDb, TestSchema};
+
+/// Runs each generic test on PostgreSQL (`postgres::name`, skipped without
+/// `IDEM_TEST_POSTGRES_URL`) and on MySQL (`mysql::name`, with the `mysql` feature, skipped
+/// without `IDEM_TEST_MYSQL_URL`). The default runtime of `tokio::test` is one thread, so the
+/// thread's local recorder sees everything the relay records.
+macro_rules! stamp {
+    ($($test:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    use super::TestDb as _;
+                    let Some(db) = super::TestSchema::create().await else { return };
+                    super::$test(db).await;
+                }
+            )*
+        }
+
+        #[cfg(feature = "mysql")]
+        mod mysql {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    use super::TestDb as _;
+                    let Some(db) = super::common::TestDatabase::create().await else { return };
+                    super::$test(db).await;
+                }
+            )*
+        }
+    };
+}
+
+stamp!(
+    a_cycle_counts_published_failed_and_dead_lettered_messages,
+    record_pending_counts_the_waiting_messages_into_the_gauge,
+);
+
+/// The outbox's label: its table's name, as its database quotes it.
+fn table<D: TestDb>(db: &D) -> String {
+    let q = D::QUOTE;
+    format!("{q}{}{q}.{q}idem_outbox{q}", db.schema())
+}
 
 /// Every value recorded, by metric name and labels.
 #[derive(Default)]
@@ -107,17 +149,12 @@ impl Recorder for TestRecorder {
     }
 }
 
-// The default runtime of `tokio::test` is one thread, so the thread's local recorder sees
-// everything the relay records.
-#[tokio::test]
-async fn a_cycle_counts_published_failed_and_dead_lettered_messages() {
-    let url = require!(Postgres);
-    let schema = TestSchema::new(&url).await;
+async fn a_cycle_counts_published_failed_and_dead_lettered_messages<D: TestDb>(schema: D) {
     let outbox = schema.outbox().await;
-    let mut tx = schema.pool.begin().await.unwrap();
+    let mut tx = schema.pool().begin().await.unwrap();
     for destination in ["orders", "nowhere", "orders"] {
         outbox
-            .enqueue(&mut tx, OutboxMessage::new(destination, "x"))
+            .enqueue(&mut *tx, OutboxMessage::new(destination, "x"))
             .await
             .unwrap();
     }
@@ -127,7 +164,7 @@ async fn a_cycle_counts_published_failed_and_dead_lettered_messages() {
             reason: "NO_ROUTE".into(),
         })
     });
-    let relay = Relay::new(schema.pool.clone(), outbox, broker).max_attempts(1);
+    let relay = Relay::new(schema.pool().clone(), outbox, broker).max_attempts(1);
 
     let recorder = TestRecorder::default();
     let guard = metrics::set_default_local_recorder(&recorder);
@@ -135,7 +172,7 @@ async fn a_cycle_counts_published_failed_and_dead_lettered_messages() {
     relay.run_once().await.unwrap(); // claims nothing: records nothing
     drop(guard);
 
-    let label = format!(r#"outbox="{}"."idem_outbox""#, schema.name);
+    let label = format!("outbox={}", table(&schema));
     let values = recorder.values();
     let counter = |name: &str| values.get(&format!("{name}{{{label}}}")).cloned();
     assert_eq!(counter(names::PUBLISHED), Some(vec![2.0]));
@@ -148,15 +185,12 @@ async fn a_cycle_counts_published_failed_and_dead_lettered_messages() {
     assert_eq!(values.len(), 4, "{values:?}");
 }
 
-#[tokio::test]
-async fn record_pending_counts_the_waiting_messages_into_the_gauge() {
-    let url = require!(Postgres);
-    let schema = TestSchema::new(&url).await;
+async fn record_pending_counts_the_waiting_messages_into_the_gauge<D: TestDb>(schema: D) {
     let outbox = schema.outbox().await;
-    let mut tx = schema.pool.begin().await.unwrap();
+    let mut tx = schema.pool().begin().await.unwrap();
     for _ in 0..2 {
         outbox
-            .enqueue(&mut tx, OutboxMessage::new("orders", "x"))
+            .enqueue(&mut *tx, OutboxMessage::new("orders", "x"))
             .await
             .unwrap();
     }
@@ -164,10 +198,10 @@ async fn record_pending_counts_the_waiting_messages_into_the_gauge() {
 
     let recorder = TestRecorder::default();
     let guard = metrics::set_default_local_recorder(&recorder);
-    let pending = names::record_pending(&outbox, &schema.pool).await.unwrap();
+    let pending = names::record_pending(&outbox, schema.pool()).await.unwrap();
     drop(guard);
 
-    let table = format!(r#""{}"."idem_outbox""#, schema.name);
+    let table = table(&schema);
     assert_eq!(pending, 2);
     assert_eq!(names::outbox_label(&outbox), table);
     assert_eq!(

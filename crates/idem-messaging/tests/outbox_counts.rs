@@ -1,6 +1,6 @@
-//! `Outbox::counts` on PostgreSQL and on SQLite: messages enqueued, claimed by relays that hold
-//! them, refused into a backoff or into the dead letters, counted exactly at each step. Each
-//! behaviour is a generic function, run on both databases.
+//! `Outbox::counts` on PostgreSQL, MySQL and SQLite: messages enqueued, claimed by relays that
+//! hold them, refused into a backoff or into the dead letters, counted exactly at each step. Each
+//! behaviour is a generic function, run on every database.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -22,7 +22,7 @@ use sqlx::{
 };
 use tokio::sync::{Notify, Semaphore};
 
-use common::{EVENTUALLY, Gated, Recorder, TestSchema};
+use common::{EVENTUALLY, Gated, Recorder, TestDb, TestSchema};
 
 /// An outbox in a database of the test's own.
 trait Store: Send + Sync + 'static {
@@ -65,6 +65,37 @@ impl Store for Pg {
     }
 }
 
+/// The outbox in a MySQL database of the test's own.
+#[cfg(feature = "mysql")]
+struct My {
+    database: common::TestDatabase,
+    outbox: Outbox<sqlx::MySql>,
+}
+
+#[cfg(feature = "mysql")]
+impl Store for My {
+    type DB = sqlx::MySql;
+
+    fn pool(&self) -> &Pool<sqlx::MySql> {
+        self.database.pool()
+    }
+
+    fn outbox(&self) -> Outbox<sqlx::MySql> {
+        self.outbox.clone()
+    }
+
+    async fn due_time(&self, id: &str) -> SystemTime {
+        let millis = self
+            .database
+            .count(&format!(
+                "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', available_at) DIV 1000
+                 FROM {{schema}}.idem_outbox WHERE id = UNHEX(REPLACE('{id}', '-', ''))"
+            ))
+            .await;
+        SystemTime::UNIX_EPOCH + Duration::from_millis(millis.try_into().unwrap())
+    }
+}
+
 /// The outbox in an SQLite file of the test's own, in WAL mode.
 struct Lite {
     pool: SqlitePool,
@@ -100,6 +131,13 @@ async fn postgres(url: &str) -> Pg {
     Pg { schema, outbox }
 }
 
+#[cfg(feature = "mysql")]
+async fn mysql() -> Option<My> {
+    let database = common::TestDatabase::create().await?;
+    let outbox = database.outbox().await;
+    Some(My { database, outbox })
+}
+
 async fn sqlite() -> Lite {
     let dir = tempfile::tempdir().unwrap();
     let options = SqliteConnectOptions::new()
@@ -122,8 +160,9 @@ async fn sqlite() -> Lite {
 }
 
 /// Runs each generic test on PostgreSQL (`postgres::name`, skipped without
-/// `IDEM_TEST_POSTGRES_URL`) and on SQLite (`sqlite::name`).
-macro_rules! on_both {
+/// `IDEM_TEST_POSTGRES_URL`), on MySQL (`mysql::name`, with the `mysql` feature, skipped without
+/// `IDEM_TEST_MYSQL_URL`) and on SQLite (`sqlite::name`).
+macro_rules! on_each {
     ($($test:ident),* $(,)?) => {
         mod postgres {
             $(
@@ -131,6 +170,17 @@ macro_rules! on_both {
                 async fn $test() {
                     let url = super::require!(Postgres);
                     super::$test(super::postgres(&url).await).await;
+                }
+            )*
+        }
+
+        #[cfg(feature = "mysql")]
+        mod mysql {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    let Some(store) = super::mysql().await else { return };
+                    super::$test(store).await;
                 }
             )*
         }
@@ -146,7 +196,7 @@ macro_rules! on_both {
     };
 }
 
-on_both!(
+on_each!(
     due_in_flight_backing_off_and_dead_messages_are_each_counted_once,
     a_claim_whose_lease_ran_out_counts_as_due_again,
 );
@@ -286,8 +336,9 @@ async fn a_claim_whose_lease_ran_out_counts_as_due_again<S: Store>(store: S) {
     waiting.notified().await;
     assert_eq!(numbers(counts(&store).await), (0, 1, 0, 1));
 
-    // The relay stalls past its lease: PostgreSQL ends its claim's transaction, SQLite's lease
-    // written on the row runs out. Either way the message is due again, for any relay.
+    // The relay stalls past its lease: PostgreSQL and MySQL end its claim's transaction (MySQL
+    // after a whole second), SQLite's lease written on the row runs out. Either way the message
+    // is due again, for any relay.
     let counted = tokio::time::timeout(EVENTUALLY, async {
         loop {
             let counted = counts(&store).await;
@@ -300,7 +351,8 @@ async fn a_claim_whose_lease_ran_out_counts_as_due_again<S: Store>(store: S) {
     .await
     .unwrap();
     assert_eq!(numbers(counted), (1, 0, 0, 1));
-    // Due since its enqueue on PostgreSQL, since the lease's end on SQLite: its row says which.
+    // Due since its enqueue on PostgreSQL and MySQL, since the lease's end on SQLite: its row
+    // says which.
     assert_eq!(counted.oldest_due, Some(store.due_time(&id).await));
 
     open.add_permits(1);

@@ -66,6 +66,9 @@ impl TestSchema {
 pub trait TestDb: Send + Sync + Sized + 'static {
     type DB: InboxDatabase + OutboxDatabase;
 
+    /// How the database quotes a name.
+    const QUOTE: char;
+
     /// Creates it on the server its variable names, or `None` after saying that the test is
     /// skipped.
     fn create() -> impl Future<Output = Option<Self>> + Send;
@@ -125,6 +128,9 @@ pub trait TestDb: Send + Sync + Sized + 'static {
     /// The integer that `sql` (with `{schema}`) selects.
     fn count(&self, sql: &str) -> impl Future<Output = i64> + Send;
 
+    /// Runs `sql` (with `{schema}`).
+    fn execute(&self, sql: &str) -> impl Future<Output = ()> + Send;
+
     /// The ledger's rows: the effects booked.
     fn ledger(&self) -> impl Future<Output = i64> + Send {
         self.count("SELECT count(*) FROM {schema}.ledger")
@@ -150,6 +156,7 @@ pub trait TestDb: Send + Sync + Sized + 'static {
 
 impl TestDb for TestSchema {
     type DB = Postgres;
+    const QUOTE: char = '"';
 
     async fn create() -> Option<Self> {
         let url = Server::Postgres.url()?;
@@ -179,6 +186,13 @@ impl TestDb for TestSchema {
 
     fn count(&self, sql: &str) -> impl Future<Output = i64> + Send {
         self.0.count(sql)
+    }
+
+    async fn execute(&self, sql: &str) {
+        sqlx::query(self.sql(sql))
+            .execute(&self.pool)
+            .await
+            .unwrap();
     }
 
     async fn entries(&self) -> Vec<String> {
@@ -247,6 +261,7 @@ mod mysql {
 
     impl TestDb for TestDatabase {
         type DB = MySql;
+        const QUOTE: char = '`';
 
         async fn create() -> Option<Self> {
             let url = Server::Mysql.url()?;
@@ -287,6 +302,13 @@ mod mysql {
             // MySQL sums into a DECIMAL: every count comes back as a BIGINT.
             let sql = self.sql(&format!("SELECT CAST(({sql}) AS SIGNED)"));
             async move { sqlx::query_scalar(sql).fetch_one(&self.pool).await.unwrap() }
+        }
+
+        async fn execute(&self, sql: &str) {
+            sqlx::query(self.sql(sql))
+                .execute(&self.pool)
+                .await
+                .unwrap();
         }
 
         async fn entries(&self) -> Vec<String> {

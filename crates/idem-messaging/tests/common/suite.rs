@@ -3,22 +3,22 @@
 //! tests with [`broker_suite!`](broker_suite).
 //!
 //! Each scenario gets a fresh fixture (a queue, stream or topic of its own, on the shared test
-//! server or on a server the fixture owns) and, when it needs one, a PostgreSQL schema of its
-//! own for the inbox, the outbox and the ledger of effects. A scenario skips, saying so, when
-//! `IDEM_TEST_POSTGRES_URL` is not set.
+//! server or on a server the fixture owns) and, when it needs one, a database of its own for the
+//! inbox, the outbox and the ledger of effects: each is stamped out on PostgreSQL and on MySQL
+//! (with the `mysql` feature). A scenario skips, saying so, when its database's variable
+//! (`IDEM_TEST_POSTGRES_URL`, `IDEM_TEST_MYSQL_URL`) is not set.
 
 #![allow(unused_imports, unused_macros)] // each test file stamps a part
 
 use std::{collections::HashMap, future::Future, time::Duration};
 
 use idem_messaging::{
-    Confirmations, Envelope, Error, Handled, Incoming, MessageId, OutboxMessage, PgInbox,
+    Confirmations, Envelope, Error, Handled, Inbox, Incoming, MessageId, Outbox, OutboxMessage,
     PublishError, Publisher, Relay,
 };
-use idem_test_support::require;
 use tokio_util::sync::CancellationToken;
 
-use super::{EVENTUALLY, TestSchema, consumer};
+use super::{EVENTUALLY, TestDb, consumer};
 
 /// How long a scenario watches for a message that must not come (again). Longer than every
 /// fixture's redelivery delay, so that a message wrongly given back would show within it.
@@ -83,8 +83,9 @@ pub const SCENARIOS: &[&str] = &[
 
 /// Stamps out the scenarios as `#[tokio::test]`s, each group with its fixture: an `async`
 /// expression yielding `Option<impl Broker>` (`None` when its server is not configured, after
-/// saying so). Scenarios a broker cannot run are listed under `not_run`, each with its reason;
-/// a test checks that every scenario is listed exactly once.
+/// saying so). Each scenario is a module of two tests, `postgres` and `mysql` (with the `mysql`
+/// feature), its database's. Scenarios a broker cannot run are listed under `not_run`, each with
+/// its reason; a test checks that every scenario is listed exactly once.
 ///
 /// ```text
 /// broker_suite! {
@@ -99,10 +100,22 @@ macro_rules! broker_suite {
         not_run => [ $( $skipped:ident : $reason:literal ),* $(,)? ] $(,)?
     ) => {
         $( $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $scenario() {
-                let Some(broker) = $fixture.await else { return };
-                crate::common::suite::$scenario(broker).await;
+            mod $scenario {
+                use super::*;
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    let Some(broker) = $fixture.await else { return };
+                    crate::common::suite::$scenario::<_, crate::common::TestSchema>(broker).await;
+                }
+
+                #[cfg(feature = "mysql")]
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn mysql() {
+                    let Some(broker) = $fixture.await else { return };
+                    crate::common::suite::$scenario::<_, crate::common::TestDatabase>(broker)
+                        .await;
+                }
             }
         )* )+
 
@@ -110,7 +123,10 @@ macro_rules! broker_suite {
         fn every_scenario_of_the_suite_is_stamped_once() {
             $(
                 const _: &str = $reason;
-                let _ = crate::common::suite::$skipped::<crate::common::suite::Never>;
+                let _ = crate::common::suite::$skipped::<
+                    crate::common::suite::Never,
+                    crate::common::TestSchema,
+                >;
             )*
             let mut listed: Vec<&str> = vec![
                 $( $( stringify!($scenario), )* )+
@@ -194,28 +210,35 @@ async fn next<B: Broker>(broker: &B, consumer: &mut B::Consumer) -> B::Message {
 }
 
 /// The consumer's handler: one ledger row per message, keyed by its id, holding its payload.
-async fn consume<M: Incoming>(
-    schema: &TestSchema,
-    inbox: &PgInbox,
+async fn consume<M: Incoming, D: TestDb>(
+    schema: &D,
+    inbox: &Inbox<D::DB>,
     message: M,
 ) -> Result<Handled<()>, Error> {
     inbox
-        .consume(&schema.pool, &consumer("ledger"), message, |tx, message| {
-            Box::pin(async move {
-                let entry = std::str::from_utf8(message.payload()).unwrap();
-                schema.book(tx, message.message_id().unwrap(), entry).await;
-                Ok(())
-            })
-        })
+        .consume(
+            schema.pool(),
+            &consumer("ledger"),
+            message,
+            |tx, message| {
+                Box::pin(async move {
+                    let entry = std::str::from_utf8(message.payload()).unwrap();
+                    schema
+                        .book(&mut **tx, message.message_id().unwrap(), entry)
+                        .await;
+                    Ok(())
+                })
+            },
+        )
         .await
 }
 
 /// Consumes one message at a time until `count` were processed; returns the copies skipped.
-async fn drain<B: Broker>(
+async fn drain<B: Broker, D: TestDb>(
     broker: &B,
     consumer: &mut B::Consumer,
-    schema: &TestSchema,
-    inbox: &PgInbox,
+    schema: &D,
+    inbox: &Inbox<D::DB>,
     count: usize,
 ) -> usize {
     let (mut processed, mut duplicates) = (0, 0);
@@ -231,9 +254,9 @@ async fn drain<B: Broker>(
 }
 
 /// Waits until the outbox has nothing left to publish.
-async fn published(schema: &TestSchema, outbox: &idem_messaging::Outbox) {
+async fn published<D: TestDb>(schema: &D, outbox: &Outbox<D::DB>) {
     tokio::time::timeout(EVENTUALLY, async {
-        while outbox.pending(&schema.pool).await.unwrap() > 0 {
+        while outbox.pending(schema.pool()).await.unwrap() > 0 {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
@@ -241,17 +264,9 @@ async fn published(schema: &TestSchema, outbox: &idem_messaging::Outbox) {
     .expect("the relay publishes every message");
 }
 
-/// Every ledger entry, in the consumer's processing order.
-async fn entries(schema: &TestSchema) -> Vec<String> {
-    sqlx::query_scalar(schema.sql("SELECT entry FROM {schema}.ledger ORDER BY id"))
-        .fetch_all(&schema.pool)
-        .await
-        .unwrap()
-}
-
 /// Two messages published in one batch are confirmed, and reach a consumer in order with the
 /// outbox ids as their message ids and their payloads intact.
-pub async fn a_confirmed_publish_reaches_the_consumer_with_its_id<B: Broker>(broker: B) {
+pub async fn a_confirmed_publish_reaches_the_consumer_with_its_id<B: Broker, D: TestDb>(broker: B) {
     let batch = [
         envelope("m-1", message(&broker, "one")),
         envelope("m-2", message(&broker, "two")),
@@ -278,9 +293,10 @@ pub async fn a_confirmed_publish_reaches_the_consumer_with_its_id<B: Broker>(bro
 /// The same message published twice (a relay that publishes again after a lost confirmation,
 /// past the broker's own duplicate window if it has one) reaches the consumer twice: the first
 /// copy is processed, the second skipped and acknowledged.
-pub async fn a_copy_delivered_twice_is_processed_once<B: Broker>(broker: B) {
-    let postgres = require!(Postgres);
-    let schema = TestSchema::new(&postgres).await;
+pub async fn a_copy_delivered_twice_is_processed_once<B: Broker, D: TestDb>(broker: B) {
+    let Some(schema) = D::create().await else {
+        return;
+    };
     let inbox = schema.inbox().await;
     let publisher = broker.publisher();
     let copy = envelope("m-1", message(&broker, "+10"));
@@ -312,9 +328,12 @@ pub async fn a_copy_delivered_twice_is_processed_once<B: Broker>(broker: B) {
 
 /// A handler that fails rolls back its effects and its inbox row and gives the message back;
 /// the broker delivers it again and the retry's effects commit, once.
-pub async fn a_failed_handler_redelivers_and_the_retry_commits_once<B: Broker>(broker: B) {
-    let postgres = require!(Postgres);
-    let schema = TestSchema::new(&postgres).await;
+pub async fn a_failed_handler_redelivers_and_the_retry_commits_once<B: Broker, D: TestDb>(
+    broker: B,
+) {
+    let Some(schema) = D::create().await else {
+        return;
+    };
     let inbox = schema.inbox().await;
     broker
         .publisher()
@@ -326,13 +345,15 @@ pub async fn a_failed_handler_redelivers_and_the_retry_commits_once<B: Broker>(b
     let delivery = next(&broker, &mut consumer).await;
     let failed = inbox
         .consume(
-            &schema.pool,
+            schema.pool(),
             &super::consumer("ledger"),
             delivery,
             |tx, delivery| {
                 let schema = &schema;
                 Box::pin(async move {
-                    schema.book(tx, delivery.message_id().unwrap(), "+10").await;
+                    schema
+                        .book(&mut **tx, delivery.message_id().unwrap(), "+10")
+                        .await;
                     Err::<(), _>(anyhow::anyhow!("the ledger is closed"))
                 })
             },
@@ -348,7 +369,7 @@ pub async fn a_failed_handler_redelivers_and_the_retry_commits_once<B: Broker>(b
         consume(&schema, &inbox, retry).await.unwrap(),
         Handled::Processed(())
     );
-    assert_eq!(entries(&schema).await, ["+10"]);
+    assert_eq!(schema.entries().await, ["+10"]);
     assert_eq!(schema.inbox_rows().await, 1);
     let again = broker
         .next(&mut consumer, QUIET)
@@ -360,9 +381,10 @@ pub async fn a_failed_handler_redelivers_and_the_retry_commits_once<B: Broker>(b
 /// A message without an id cannot be deduplicated: the consumer refuses it for good (the
 /// broker drops or dead-letters it) instead of retrying it forever, and the messages behind it
 /// flow, even to the next consumer after a crash.
-pub async fn a_message_without_an_id_is_dead_lettered_not_retried<B: Broker>(broker: B) {
-    let postgres = require!(Postgres);
-    let schema = TestSchema::new(&postgres).await;
+pub async fn a_message_without_an_id_is_dead_lettered_not_retried<B: Broker, D: TestDb>(broker: B) {
+    let Some(schema) = D::create().await else {
+        return;
+    };
     let inbox = schema.inbox().await;
     broker.publish_without_id("anonymous").await;
     broker
@@ -395,14 +417,20 @@ pub async fn a_message_without_an_id_is_dead_lettered_not_retried<B: Broker>(bro
         .await
         .map(|m| m.payload().to_vec());
     assert_eq!(again, None, "a refused or processed message came back");
-    assert_eq!(entries(&schema).await, ["+20"]);
+    assert_eq!(schema.entries().await, ["+20"]);
 }
 
 /// A consumer that commits its inbox transaction and dies before acknowledging: the broker
 /// gives the message to the next consumer, whose inbox skips and acknowledges it.
-pub async fn a_consumer_killed_between_its_commit_and_its_ack_skips_the_copy<B: Broker>(broker: B) {
-    let postgres = require!(Postgres);
-    let schema = TestSchema::new(&postgres).await;
+pub async fn a_consumer_killed_between_its_commit_and_its_ack_skips_the_copy<
+    B: Broker,
+    D: TestDb,
+>(
+    broker: B,
+) {
+    let Some(schema) = D::create().await else {
+        return;
+    };
     let inbox = schema.inbox().await;
     broker
         .publisher()
@@ -414,9 +442,9 @@ pub async fn a_consumer_killed_between_its_commit_and_its_ack_skips_the_copy<B: 
     let delivery = next(&broker, &mut doomed).await;
     let id: MessageId = delivery.message_id().unwrap().parse().unwrap();
     let first = inbox
-        .handle(&schema.pool, &consumer("ledger"), &id, |tx| {
+        .handle(schema.pool(), &consumer("ledger"), &id, |tx| {
             Box::pin(async {
-                schema.book(tx, id.as_str(), "+10").await;
+                schema.book(&mut **tx, id.as_str(), "+10").await;
                 Ok::<_, Error>(())
             })
         })
@@ -444,17 +472,18 @@ pub async fn a_consumer_killed_between_its_commit_and_its_ack_skips_the_copy<B: 
 
 /// Two relays compete on one outbox while four producers enqueue a thousand messages in
 /// transactions of 50: every message reaches the ledger once.
-pub async fn two_relays_deliver_every_message_once<B: Broker>(broker: B) {
+pub async fn two_relays_deliver_every_message_once<B: Broker, D: TestDb>(broker: B) {
     const N: usize = 1000;
-    let postgres = require!(Postgres);
-    let schema = TestSchema::new(&postgres).await;
+    let Some(schema) = D::create().await else {
+        return;
+    };
     let (inbox, outbox) = (schema.inbox().await, schema.outbox().await);
     let mut consumer = broker.consumer().await;
 
     let stop = CancellationToken::new();
     let relays: Vec<_> = (0..2)
         .map(|n| {
-            let relay = Relay::new(schema.pool.clone(), outbox.clone(), broker.publisher())
+            let relay = Relay::new(schema.pool().clone(), outbox.clone(), broker.publisher())
                 .name(format!("relay-{n}"))
                 .batch_size(50)
                 .poll_interval(Duration::from_millis(100));
@@ -466,11 +495,11 @@ pub async fn two_relays_deliver_every_message_once<B: Broker>(broker: B) {
         let (schema, outbox, broker) = (&schema, &outbox, &broker);
         async move {
             for chunk in 0..N / 4 / 50 {
-                let mut tx = schema.pool.begin().await.unwrap();
+                let mut tx = schema.pool().begin().await.unwrap();
                 for n in 0..50 {
                     let payload = format!("{producer}/{chunk}/{n}");
                     outbox
-                        .enqueue(&mut tx, message(broker, &payload))
+                        .enqueue(&mut *tx, message(broker, &payload))
                         .await
                         .unwrap();
                 }
@@ -529,17 +558,18 @@ impl<P: Publisher> Publisher for RefuseSomeFirstAttempts<P> {
 
 /// Two relays with ordering on, whose publisher refuses some first attempts: one consumer
 /// processing one message at a time sees each key's messages in their enqueue order.
-pub async fn per_key_order_holds_through_the_relay<B: Broker>(broker: B) {
+pub async fn per_key_order_holds_through_the_relay<B: Broker, D: TestDb>(broker: B) {
     const KEYS: usize = 5;
     const PER_KEY: usize = 10;
-    let postgres = require!(Postgres);
-    let schema = TestSchema::new(&postgres).await;
+    let Some(schema) = D::create().await else {
+        return;
+    };
     let (inbox, outbox) = (schema.inbox().await, schema.outbox().await);
     for n in 0..PER_KEY {
-        let mut tx = schema.pool.begin().await.unwrap();
+        let mut tx = schema.pool().begin().await.unwrap();
         for key in 0..KEYS {
             let message = message(&broker, &format!("k{key}:{n}")).ordering_key(format!("k{key}"));
-            outbox.enqueue(&mut tx, message).await.unwrap();
+            outbox.enqueue(&mut *tx, message).await.unwrap();
         }
         tx.commit().await.unwrap();
     }
@@ -549,7 +579,7 @@ pub async fn per_key_order_holds_through_the_relay<B: Broker>(broker: B) {
     let relays: Vec<_> = (0..2)
         .map(|_| {
             let relay = Relay::new(
-                schema.pool.clone(),
+                schema.pool().clone(),
                 outbox.clone(),
                 RefuseSomeFirstAttempts(broker.publisher()),
             )
@@ -566,7 +596,7 @@ pub async fn per_key_order_holds_through_the_relay<B: Broker>(broker: B) {
         relay.await.unwrap();
     }
 
-    let entries = entries(&schema).await;
+    let entries = schema.entries().await;
     let mut sequences: HashMap<&str, Vec<usize>> = HashMap::new();
     for entry in &entries {
         let (key, n) = entry.split_once(':').unwrap();
@@ -576,20 +606,23 @@ pub async fn per_key_order_holds_through_the_relay<B: Broker>(broker: B) {
     for (key, sequence) in sequences {
         assert_eq!(sequence, (0..PER_KEY).collect::<Vec<_>>(), "key {key}");
     }
-    assert_eq!(outbox.pending(&schema.pool).await.unwrap(), 0);
+    assert_eq!(outbox.pending(schema.pool()).await.unwrap(), 0);
 }
 
 /// The broker restarts while a relay publishes and producers keep enqueueing: the relay gives
 /// back what it could not publish and publishes it once the broker is back, and every committed
 /// message reaches the ledger once, none dead-lettered.
-pub async fn a_broker_restarted_under_a_running_relay_loses_nothing<B: Broker>(broker: B) {
+pub async fn a_broker_restarted_under_a_running_relay_loses_nothing<B: Broker, D: TestDb>(
+    broker: B,
+) {
     const TRANSACTIONS: usize = 20;
     const PER_TRANSACTION: usize = 10;
-    let postgres = require!(Postgres);
-    let schema = TestSchema::new(&postgres).await;
+    let Some(schema) = D::create().await else {
+        return;
+    };
     let (inbox, outbox) = (schema.inbox().await, schema.outbox().await);
     let stop = CancellationToken::new();
-    let relay = Relay::new(schema.pool.clone(), outbox.clone(), broker.publisher())
+    let relay = Relay::new(schema.pool().clone(), outbox.clone(), broker.publisher())
         .batch_size(20)
         .publish_timeout(Duration::from_secs(3))
         .lease(Duration::from_secs(8))
@@ -603,11 +636,11 @@ pub async fn a_broker_restarted_under_a_running_relay_loses_nothing<B: Broker>(b
         let (schema, outbox, broker) = (&schema, &outbox, &broker);
         async move {
             for t in from..to {
-                let mut tx = schema.pool.begin().await.unwrap();
+                let mut tx = schema.pool().begin().await.unwrap();
                 for n in 0..PER_TRANSACTION {
                     let payload = format!("{t}/{n}");
                     outbox
-                        .enqueue(&mut tx, message(broker, &payload))
+                        .enqueue(&mut *tx, message(broker, &payload))
                         .await
                         .unwrap();
                 }
@@ -638,7 +671,7 @@ pub async fn a_broker_restarted_under_a_running_relay_loses_nothing<B: Broker>(b
         count as i64
     );
     assert_eq!(
-        outbox.dead_letters(&schema.pool, 10).await.unwrap().len(),
+        outbox.dead_letters(schema.pool(), 10).await.unwrap().len(),
         0
     );
     eprintln!("{count} messages across the restart, {duplicates} copies skipped");

@@ -1,5 +1,6 @@
-//! The inbox on PostgreSQL: duplicates skipped, failures leave no trace, concurrent copies apply
-//! one effect, old rows purged in batches.
+//! The inbox on PostgreSQL and MySQL: duplicates skipped, failures leave no trace, concurrent
+//! copies apply one effect, old rows purged in batches. Each behaviour is a generic function, run
+//! on both servers by `stamp!`.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -13,19 +14,57 @@ use std::{
     time::Duration,
 };
 
-use idem_messaging::{Arrival, Error, Handled, MessageId, PgInbox};
-use idem_test_support::require;
+use idem_messaging::{Arrival, Error, Handled, Inbox, MessageId};
 
-use common::{TestSchema, consumer};
+use common::{TestDb, TestSchema, consumer};
+
+/// Runs each generic test on PostgreSQL (`postgres::name`, skipped without
+/// `IDEM_TEST_POSTGRES_URL`) and on MySQL (`mysql::name`, with the `mysql` feature, skipped
+/// without `IDEM_TEST_MYSQL_URL`).
+macro_rules! stamp {
+    ($($test:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    use super::TestDb as _;
+                    let Some(db) = super::TestSchema::create().await else { return };
+                    super::$test(db).await;
+                }
+            )*
+        }
+
+        #[cfg(feature = "mysql")]
+        mod mysql {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    use super::TestDb as _;
+                    let Some(db) = super::common::TestDatabase::create().await else { return };
+                    super::$test(db).await;
+                }
+            )*
+        }
+    };
+}
+
+stamp!(
+    a_copy_of_a_processed_message_is_skipped,
+    process_records_in_the_callers_transaction,
+    a_failed_handler_leaves_no_row_and_no_effect,
+    concurrent_copies_apply_the_effect_once,
+    a_copy_waiting_on_a_rolled_back_first_is_processed,
+    rows_older_than_the_window_are_purged_in_batches,
+    the_purger_task_empties_the_old_rows,
+    message_ids_and_consumers_are_compared_exactly,
+    a_failed_record_is_an_error_never_a_duplicate,
+);
 
 fn id(value: &str) -> MessageId {
     value.parse().unwrap()
 }
 
-#[tokio::test]
-async fn a_copy_of_a_processed_message_is_skipped() {
-    let url = require!(Postgres);
-    let schema = TestSchema::new(&url).await;
+async fn a_copy_of_a_processed_message_is_skipped<D: TestDb>(schema: D) {
     let inbox = schema.inbox().await;
     let ledger = consumer("ledger");
     let calls = AtomicUsize::new(0);
@@ -33,10 +72,10 @@ async fn a_copy_of_a_processed_message_is_skipped() {
     let mut outcomes = Vec::new();
     for _ in 0..3 {
         let outcome = inbox
-            .handle(&schema.pool, &ledger, &id("m-1"), |tx| {
+            .handle(schema.pool(), &ledger, &id("m-1"), |tx| {
                 Box::pin(async {
                     calls.fetch_add(1, Ordering::SeqCst);
-                    schema.book(tx, "m-1", "+10").await;
+                    schema.book(&mut **tx, "m-1", "+10").await;
                     Ok::<_, Error>("booked")
                 })
             })
@@ -58,30 +97,27 @@ async fn a_copy_of_a_processed_message_is_skipped() {
     assert_eq!(schema.inbox_rows().await, 1);
 }
 
-#[tokio::test]
-async fn process_records_in_the_callers_transaction() {
-    let url = require!(Postgres);
-    let schema = TestSchema::new(&url).await;
+async fn process_records_in_the_callers_transaction<D: TestDb>(schema: D) {
     let inbox = schema.inbox().await;
     let ledger = consumer("ledger");
 
-    let mut tx = schema.pool.begin().await.unwrap();
+    let mut tx = schema.pool().begin().await.unwrap();
     assert_eq!(
-        inbox.process(&mut tx, &ledger, &id("m-1")).await.unwrap(),
+        inbox.process(&mut *tx, &ledger, &id("m-1")).await.unwrap(),
         Arrival::First
     );
-    schema.book(&mut tx, "m-1", "+10").await;
+    schema.book(&mut *tx, "m-1", "+10").await;
     tx.commit().await.unwrap();
 
-    let mut tx = schema.pool.begin().await.unwrap();
+    let mut tx = schema.pool().begin().await.unwrap();
     assert_eq!(
-        inbox.process(&mut tx, &ledger, &id("m-1")).await.unwrap(),
+        inbox.process(&mut *tx, &ledger, &id("m-1")).await.unwrap(),
         Arrival::Duplicate
     );
     tx.rollback().await.unwrap();
 
     // Each consumer processes the message once.
-    let mut tx = schema.pool.begin().await.unwrap();
+    let mut tx = schema.pool().begin().await.unwrap();
     assert_eq!(
         inbox
             .process(&mut tx, &consumer("mailer"), &id("m-1"))
@@ -94,17 +130,14 @@ async fn process_records_in_the_callers_transaction() {
     assert_eq!(schema.ledger().await, 1);
 }
 
-#[tokio::test]
-async fn a_failed_handler_leaves_no_row_and_no_effect() {
-    let url = require!(Postgres);
-    let schema = TestSchema::new(&url).await;
+async fn a_failed_handler_leaves_no_row_and_no_effect<D: TestDb>(schema: D) {
     let inbox = schema.inbox().await;
     let ledger = consumer("ledger");
 
     let failed = inbox
-        .handle(&schema.pool, &ledger, &id("m-1"), |tx| {
+        .handle(schema.pool(), &ledger, &id("m-1"), |tx| {
             Box::pin(async {
-                schema.book(tx, "m-1", "+10").await;
+                schema.book(&mut **tx, "m-1", "+10").await;
                 Err::<(), _>(anyhow::anyhow!("the handler failed after its write"))
             })
         })
@@ -118,9 +151,9 @@ async fn a_failed_handler_leaves_no_row_and_no_effect() {
 
     // The redelivery is processed.
     let retried = inbox
-        .handle(&schema.pool, &ledger, &id("m-1"), |tx| {
+        .handle(schema.pool(), &ledger, &id("m-1"), |tx| {
             Box::pin(async {
-                schema.book(tx, "m-1", "+10").await;
+                schema.book(&mut **tx, "m-1", "+10").await;
                 Ok::<_, anyhow::Error>(())
             })
         })
@@ -131,10 +164,8 @@ async fn a_failed_handler_leaves_no_row_and_no_effect() {
     assert_eq!(schema.ledger().await, 1);
 }
 
-#[tokio::test]
-async fn concurrent_copies_apply_the_effect_once() {
-    let url = require!(Postgres);
-    let schema = Arc::new(TestSchema::new(&url).await);
+async fn concurrent_copies_apply_the_effect_once<D: TestDb>(schema: D) {
+    let schema = Arc::new(schema);
     let inbox = schema.inbox().await;
     let executions = Arc::new(AtomicUsize::new(0));
     const COPIES: usize = 16;
@@ -145,10 +176,10 @@ async fn concurrent_copies_apply_the_effect_once() {
                 (Arc::clone(&schema), inbox.clone(), Arc::clone(&executions));
             tokio::spawn(async move {
                 inbox
-                    .handle(&schema.pool, &consumer("ledger"), &id("m-1"), |tx| {
+                    .handle(schema.pool(), &consumer("ledger"), &id("m-1"), |tx| {
                         Box::pin(async {
                             executions.fetch_add(1, Ordering::SeqCst);
-                            schema.book(tx, "m-1", "+10").await;
+                            schema.book(&mut **tx, "m-1", "+10").await;
                             // Hold the row while the other copies arrive.
                             tokio::time::sleep(Duration::from_millis(50)).await;
                             Ok::<_, Error>(())
@@ -174,27 +205,24 @@ async fn concurrent_copies_apply_the_effect_once() {
     assert_eq!(schema.inbox_rows().await, 1);
 }
 
-#[tokio::test]
-async fn a_copy_waiting_on_a_rolled_back_first_is_processed() {
-    let url = require!(Postgres);
-    let schema = TestSchema::new(&url).await;
+async fn a_copy_waiting_on_a_rolled_back_first_is_processed<D: TestDb>(schema: D) {
     let inbox = schema.inbox().await;
     let ledger = consumer("ledger");
 
-    let mut first = schema.pool.begin().await.unwrap();
+    let mut first = schema.pool().begin().await.unwrap();
     assert_eq!(
         inbox
-            .process(&mut first, &ledger, &id("m-1"))
+            .process(&mut *first, &ledger, &id("m-1"))
             .await
             .unwrap(),
         Arrival::First
     );
     // The second copy waits on the first's uncommitted row…
     let second = {
-        let (pool, inbox, ledger) = (schema.pool.clone(), inbox.clone(), ledger.clone());
+        let (pool, inbox, ledger) = (schema.pool().clone(), inbox.clone(), ledger.clone());
         tokio::spawn(async move {
             let mut tx = pool.begin().await.unwrap();
-            let delivery = inbox.process(&mut tx, &ledger, &id("m-1")).await.unwrap();
+            let delivery = inbox.process(&mut *tx, &ledger, &id("m-1")).await.unwrap();
             tx.commit().await.unwrap();
             delivery
         })
@@ -207,15 +235,12 @@ async fn a_copy_waiting_on_a_rolled_back_first_is_processed() {
     assert_eq!(schema.inbox_rows().await, 1);
 }
 
-#[tokio::test]
-async fn rows_older_than_the_window_are_purged_in_batches() {
-    let url = require!(Postgres);
-    let schema = TestSchema::new(&url).await;
+async fn rows_older_than_the_window_are_purged_in_batches<D: TestDb>(schema: D) {
     let inbox = schema.inbox().await;
     assert_eq!(inbox.dedup_window(), Duration::from_secs(7 * 24 * 3600));
     let ledger = consumer("ledger");
     for n in 0..25 {
-        let mut tx = schema.pool.begin().await.unwrap();
+        let mut tx = schema.pool().begin().await.unwrap();
         assert_eq!(
             inbox
                 .process(&mut tx, &ledger, &id(&format!("m-{n}")))
@@ -226,17 +251,16 @@ async fn rows_older_than_the_window_are_purged_in_batches() {
         tx.commit().await.unwrap();
     }
     // Twenty of them were processed eight days ago.
-    sqlx::query(schema.sql(
-        "UPDATE {schema}.idem_inbox SET processed_at = now() - interval '8 days'
-         WHERE message_id::text NOT IN ('m-0', 'm-1', 'm-2', 'm-3', 'm-4')",
-    ))
-    .execute(&schema.pool)
-    .await
-    .unwrap();
+    schema
+        .age_inbox_rows(
+            Duration::from_secs(8 * 24 * 3600),
+            &["m-0", "m-1", "m-2", "m-3", "m-4"],
+        )
+        .await;
 
     let mut batches = Vec::new();
     loop {
-        let purged = inbox.purge(&schema.pool, 7).await.unwrap();
+        let purged = inbox.purge(schema.pool(), 7).await.unwrap();
         batches.push(purged);
         if purged < 7 {
             break;
@@ -246,47 +270,40 @@ async fn rows_older_than_the_window_are_purged_in_batches() {
     assert_eq!(schema.inbox_rows().await, 5);
 
     // A purged message is forgotten: a copy arriving now is processed again.
-    let mut tx = schema.pool.begin().await.unwrap();
+    let mut tx = schema.pool().begin().await.unwrap();
     assert_eq!(
-        inbox.process(&mut tx, &ledger, &id("m-9")).await.unwrap(),
+        inbox.process(&mut *tx, &ledger, &id("m-9")).await.unwrap(),
         Arrival::First
     );
     assert_eq!(
-        inbox.process(&mut tx, &ledger, &id("m-0")).await.unwrap(),
+        inbox.process(&mut *tx, &ledger, &id("m-0")).await.unwrap(),
         Arrival::Duplicate
     );
     tx.rollback().await.unwrap();
 }
 
-#[tokio::test]
-async fn the_purger_task_empties_the_old_rows() {
-    let url = require!(Postgres);
-    let schema = TestSchema::new(&url).await;
-    let inbox = PgInbox::new(
+async fn the_purger_task_empties_the_old_rows<D: TestDb>(schema: D) {
+    let inbox = Inbox::<D::DB>::new(
         schema
             .inbox_options()
             .dedup_window(Duration::from_secs(3600)),
     );
-    inbox.migrate(&schema.pool).await.unwrap();
+    inbox.migrate(schema.pool()).await.unwrap();
     // Migrating again is a no-op.
-    inbox.migrate(&schema.pool).await.unwrap();
+    inbox.migrate(schema.pool()).await.unwrap();
     for n in 0..10 {
-        let mut tx = schema.pool.begin().await.unwrap();
+        let mut tx = schema.pool().begin().await.unwrap();
         let _ = inbox
             .process(&mut tx, &consumer("ledger"), &id(&format!("m-{n}")))
             .await
             .unwrap();
         tx.commit().await.unwrap();
     }
-    sqlx::query(schema.sql(
-        "UPDATE {schema}.idem_inbox SET processed_at = now() - interval '2 hours'
-         WHERE message_id::text < 'm-7'",
-    ))
-    .execute(&schema.pool)
-    .await
-    .unwrap();
+    schema
+        .age_inbox_rows(Duration::from_secs(2 * 3600), &["m-7", "m-8", "m-9"])
+        .await;
 
-    let purger = inbox.spawn_purger(schema.pool.clone(), Duration::from_millis(20), 2);
+    let purger = inbox.spawn_purger(schema.pool().clone(), Duration::from_millis(20), 2);
     tokio::time::timeout(common::EVENTUALLY, async {
         while schema.inbox_rows().await != 3 {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -296,4 +313,47 @@ async fn the_purger_task_empties_the_old_rows() {
     .expect("the purger removes the seven old rows");
     purger.stop().await;
     assert_eq!(schema.inbox_rows().await, 3);
+}
+
+async fn message_ids_and_consumers_are_compared_exactly<D: TestDb>(schema: D) {
+    let inbox = schema.inbox().await;
+    let mut tx = schema.pool().begin().await.unwrap();
+    // No case folding, no trailing space padding, no accent folding: five messages.
+    for message in ["m-1", "M-1", "m-1 ", "é", "e"] {
+        assert_eq!(
+            inbox
+                .process(&mut *tx, &consumer("ledger"), &id(message))
+                .await
+                .unwrap(),
+            Arrival::First,
+            "{message:?}"
+        );
+    }
+    assert_eq!(
+        inbox
+            .process(&mut *tx, &consumer("Ledger"), &id("m-1"))
+            .await
+            .unwrap(),
+        Arrival::First
+    );
+    assert_eq!(
+        inbox
+            .process(&mut *tx, &consumer("ledger"), &id("m-1 "))
+            .await
+            .unwrap(),
+        Arrival::Duplicate
+    );
+    tx.commit().await.unwrap();
+    assert_eq!(schema.inbox_rows().await, 6);
+}
+
+async fn a_failed_record_is_an_error_never_a_duplicate<D: TestDb>(schema: D) {
+    let inbox = schema.inbox().await;
+    schema.execute("DROP TABLE {schema}.idem_inbox").await;
+    let handled = inbox
+        .handle(schema.pool(), &consumer("ledger"), &id("m-1"), |_| {
+            Box::pin(async { Ok::<_, Error>(()) })
+        })
+        .await;
+    assert!(matches!(handled, Err(Error::Database(_))), "{handled:?}");
 }
