@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use sqlx::{Connection as _, MySqlPool, migrate::Migrator};
+use sqlx::{MySqlPool, migrate::Migrator};
 
 use crate::{Error, sql::Sql};
 
@@ -55,13 +55,10 @@ pub(crate) async fn migrate(
         }
         Err(_) => Migration::UpToDate,
     };
-    let mut connection = pool.acquire().await.map_err(Error::Connect)?;
-    let result = migrator.run_direct(None, &mut *connection, false).await;
-    if result.is_err() {
-        // A failed run can leave the session's named lock held: close the connection.
-        let _ = connection.detach().close().await;
-    }
-    result.map_err(Error::Migrate)?;
+    let connection = pool.acquire().await.map_err(Error::Connect)?;
+    idem_sql::migrate_mysql(connection, &migrator)
+        .await
+        .map_err(Error::Migrate)?;
     verify(pool, sql, &migrator, url).await?;
     Ok(done)
 }

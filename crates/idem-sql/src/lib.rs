@@ -8,7 +8,7 @@
 //! - [`SchemaName`], [`TableName`] and [`ColumnName`]: validated SQL identifiers, and
 //!   [`InvalidName`].
 //! - [`patterns`]: insert-once, conditional transitions and keep-first upserts on a user's own
-//!   table, inside the user's transaction (re-exported by `idem-postgres` and `idem-sqlite`).
+//!   table, inside the user's transaction (re-exported by `idem-postgres`, `idem-mysql` and `idem-sqlite`).
 //! - [`Location`]: a schema and a table, the `{schema}`/`{table}` templating of `.sql` files,
 //!   and the migrators of [`MigrationFile`]s tracked next to each table.
 //! - [`Failure`]: what a database error means, by SQLSTATE or SQLite result code.
