@@ -1,7 +1,6 @@
-//! `idem relay`: publishes the messages of an outbox (PostgreSQL or SQLite) to a broker, each
-//! confirmed by
-//! the broker before it is marked sent, until SIGTERM or SIGINT; with an admin listener for
-//! `/healthz`, `/metrics` and the outbox's counts, `/v1/outbox`.
+//! `idem relay`: publishes the messages of an outbox (PostgreSQL, MySQL or MariaDB, or SQLite) to
+//! a broker, each confirmed by the broker before it is marked sent, until SIGTERM or SIGINT; with
+//! an admin listener for `/healthz`, `/metrics` and the outbox's counts, `/v1/outbox`.
 //!
 //! [`RelayProcess`] is the relay as a process (a pool, the migration, the publisher chosen by a
 //! [`BrokerUrl`](idem_messaging::BrokerUrl), progress in the logs and the metrics); [`run`] is
@@ -101,6 +100,10 @@ pub async fn run(args: RelayArgs) -> Result<(), Error> {
             let (args, probe) = (std::sync::Arc::clone(&args), outbox_probe.clone());
             move |relay| configure(relay, &args, &probe)
         })
+        .mysql_relay({
+            let (args, probe) = (std::sync::Arc::clone(&args), outbox_probe.clone());
+            move |relay| configure(relay, &args, &probe)
+        })
         .sqlite_relay(move |relay| configure(relay, &args, &outbox_probe))
         .run(shutdown.clone().cancelled_owned())
         .await;
@@ -111,7 +114,7 @@ pub async fn run(args: RelayArgs) -> Result<(), Error> {
     Ok(relayed.map_err(StartupError::Relay)?)
 }
 
-/// The relay's settings from the command line, on either database; and, now that the relay
+/// The relay's settings from the command line, on any database; and, now that the relay
 /// has its pool, the outbox `/v1/outbox` counts.
 fn configure<DB: OutboxDatabase>(
     relay: Relay<BoxPublisher, DB>,

@@ -16,7 +16,8 @@ use idem_messaging::{
     Publisher, Relay, metrics,
 };
 use sqlx::{
-    Pool, Postgres, Sqlite,
+    MySql, Pool, Postgres, Sqlite,
+    mysql::{MySqlConnectOptions, MySqlPoolOptions},
     postgres::{PgConnectOptions, PgPoolOptions},
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions},
 };
@@ -31,8 +32,8 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 type Configure<DB> = Box<dyn FnOnce(Relay<BoxPublisher, DB>) -> Relay<BoxPublisher, DB> + Send>;
 type Wrap = Box<dyn FnOnce(BoxPublisher) -> BoxPublisher + Send>;
 
-/// A relay run as a process: connects to the database (PostgreSQL, or an SQLite file), optionally
-/// migrates the outbox, publishes
+/// A relay run as a process: connects to the database (PostgreSQL, MySQL or MariaDB, or an SQLite
+/// file), optionally migrates the outbox, publishes
 /// to the broker of a [`BrokerUrl`] until shut down, and reports its progress in the logs
 /// (`tracing`, every 10 s by default) and in the metrics (the relay's counters, and the gauge
 /// `idem_outbox_pending`). What `idem relay` runs.
@@ -60,16 +61,19 @@ pub struct RelayProcess {
     max_connections: u32,
     progress_interval: Duration,
     configure: Option<Configure<Postgres>>,
+    configure_mysql: Option<Configure<MySql>>,
     configure_sqlite: Option<Configure<Sqlite>>,
     wrap: Option<Wrap>,
 }
 
 impl RelayProcess {
     /// A relay of the outbox in the database at `store` to `broker`: a PostgreSQL database
-    /// (`postgres://…`), or an SQLite file (`sqlite://PATH`, relative, or
-    /// `sqlite:///ABSOLUTE/PATH`, opened in WAL mode, as the service that enqueues should open
-    /// it too). The outbox `idem_outbox` in the database's default schema, not migrated, a pool
-    /// of 4 connections, progress every 10 s, and [`Relay`]'s defaults.
+    /// (`postgres://…`), a MySQL or MariaDB database (`mysql://…/DATABASE` or
+    /// `mariadb://…/DATABASE`: the URL names the database), or an SQLite file (`sqlite://PATH`,
+    /// relative, or `sqlite:///ABSOLUTE/PATH`, opened in WAL mode, as the service that enqueues
+    /// should open it too). The outbox `idem_outbox` in the database's default schema (on MySQL,
+    /// the URL's database), not migrated, a pool of 4 connections, progress every 10 s, and
+    /// [`Relay`]'s defaults.
     pub fn new(store: impl Into<String>, broker: BrokerUrl) -> Self {
         Self {
             store: store.into(),
@@ -79,6 +83,7 @@ impl RelayProcess {
             max_connections: 4,
             progress_interval: Duration::from_secs(10),
             configure: None,
+            configure_mysql: None,
             configure_sqlite: None,
             wrap: None,
         }
@@ -116,14 +121,28 @@ impl RelayProcess {
     }
 
     /// Sets the relay's settings on PostgreSQL: `configure` gets the relay with its defaults and
-    /// returns it with the setters applied. A store on SQLite takes
-    /// [`sqlite_relay`](Self::sqlite_relay)'s instead.
+    /// returns it with the setters applied. A store on MySQL takes
+    /// [`mysql_relay`](Self::mysql_relay)'s instead, one on SQLite
+    /// [`sqlite_relay`](Self::sqlite_relay)'s.
     #[must_use]
     pub fn relay(
         mut self,
         configure: impl FnOnce(Relay<BoxPublisher>) -> Relay<BoxPublisher> + Send + 'static,
     ) -> Self {
         self.configure = Some(Box::new(configure));
+        self
+    }
+
+    /// Sets the relay's settings on MySQL and MariaDB, as [`relay`](Self::relay) does on
+    /// PostgreSQL.
+    #[must_use]
+    pub fn mysql_relay(
+        mut self,
+        configure: impl FnOnce(Relay<BoxPublisher, MySql>) -> Relay<BoxPublisher, MySql>
+        + Send
+        + 'static,
+    ) -> Self {
+        self.configure_mysql = Some(Box::new(configure));
         self
     }
 
@@ -154,14 +173,14 @@ impl RelayProcess {
     /// [`shutdown_signal()`](crate::shutdown_signal) for SIGTERM and SIGINT); then finishes the
     /// batch in flight (within the relay's shutdown grace) and returns.
     ///
-    /// A PostgreSQL database that cannot be reached at start (the connection refused, reset or
-    /// timed out) is tried again, after 100 ms and then at most every 5 s, until it answers or
+    /// A PostgreSQL, MySQL or MariaDB database that cannot be reached at start (the connection
+    /// refused, reset or timed out) is tried again, after 100 ms and then at most every 5 s, until it answers or
     /// `shutdown` comes: under an orchestrator, a database that blinks during a deploy costs a
     /// wait, not a crash loop.
     ///
-    /// Fails when the store URL is invalid, the database answers and refuses (credentials,
-    /// TLS), an SQLite file does not exist (unless it is to be migrated), or the migration
-    /// fails. Once running, failures of the database or the broker are logged and retried,
+    /// Fails when the store URL is invalid (a MySQL URL without its database), the database
+    /// answers and refuses (credentials, TLS), an SQLite file does not exist (unless it is to be
+    /// migrated), or the migration fails. Once running, failures of the database or the broker are logged and retried,
     /// never returned.
     pub async fn run(
         self,
@@ -192,6 +211,24 @@ impl RelayProcess {
                 .connect_with(options)
                 .await?;
             let configure = self.configure_sqlite.take();
+            self.relay_on(pool, configure, stop).await
+        } else if self.store.starts_with("mysql:") || self.store.starts_with("mariadb:") {
+            let connect = MySqlConnectOptions::from_str(&self.store)?;
+            // The outbox's table is the URL's database's, where its migrations take their lock.
+            if connect.get_database().is_none() {
+                return Err(sqlx::Error::Configuration(
+                    "a MySQL store URL names its database: mysql://user@host/DATABASE".into(),
+                )
+                .into());
+            }
+            let pool = MySqlPoolOptions::new()
+                .max_connections(self.max_connections)
+                .acquire_timeout(ACQUIRE_TIMEOUT);
+            let connecting = until_reached(stop, || pool.clone().connect_with(connect.clone()));
+            let Some(pool) = connecting.await? else {
+                return Ok(()); // shut down before the database was reached
+            };
+            let configure = self.configure_mysql.take();
             self.relay_on(pool, configure, stop).await
         } else {
             let connect = PgConnectOptions::from_str(&self.store)?;

@@ -1,6 +1,7 @@
 //! `idem relay`: starts, serves its admin endpoints, stops cleanly on SIGTERM; bad input is one
-//! line. [`RelayProcess`] in-process: migrates, publishes, stops on shutdown, waits for a database
-//! or a broker that is down at start and fails at once on a database that refuses it. (The relay's behaviour is tested in idem-messaging, against each broker; as a
+//! line. [`RelayProcess`] in-process: migrates, publishes and stops on shutdown (on PostgreSQL,
+//! MySQL and SQLite), waits for a database or a broker that is down at start and fails at once
+//! on a database that refuses it. (The relay's behaviour is tested in idem-messaging, against each broker; as a
 //! process under faults in idem-faults.)
 
 use std::{process::Stdio, str::FromStr, time::Duration};
@@ -8,8 +9,12 @@ use std::{process::Stdio, str::FromStr, time::Duration};
 use async_nats::jetstream::consumer::{AckPolicy, pull};
 use futures_util::StreamExt;
 use idem_gateway::relay::RelayProcess;
-use idem_messaging::{Error, Incoming, OutboxMessage, OutboxOptions, PgOutbox, SqliteOutbox};
-use idem_test_support::{NatsStream, PgSchema, Server, TcpProxy, require};
+use idem_messaging::{
+    Error, Incoming, MysqlOutbox, Outbox, OutboxDatabase, OutboxMessage, OutboxOptions, PgOutbox,
+    SqliteOutbox,
+};
+use idem_test_support::{MysqlDatabase, NatsStream, PgSchema, Server, TcpProxy, require};
+use sqlx::Pool;
 use tokio_util::sync::CancellationToken;
 
 #[cfg(feature = "sqs")]
@@ -335,46 +340,99 @@ async fn a_relay_process_migrates_publishes_and_stops_on_shutdown() {
     let nats = require!(Nats);
     let schema = PgSchema::create(&postgres).await;
     let pool = sqlx::PgPool::connect(&postgres).await.unwrap();
-    let stream = NatsStream::create(&nats, Duration::from_secs(120)).await;
     let options = || OutboxOptions::new().schema(schema.name().parse().unwrap());
-
-    let shutdown = CancellationToken::new();
     let process = RelayProcess::new(postgres.clone(), nats.parse().unwrap())
         .outbox(options())
-        .migrate(true)
         .relay(|relay| relay.poll_interval(Duration::from_millis(50)));
+    migrates_publishes_and_stops(&nats, process, PgOutbox::new(options()), || {
+        std::future::ready(Some(pool.clone()))
+    })
+    .await;
+}
+
+/// `--store mysql://…/DATABASE`: the outbox `idem_outbox` in the URL's database.
+#[tokio::test]
+async fn a_relay_process_on_mysql_migrates_publishes_and_stops_on_shutdown() {
+    let mysql = require!(Mysql);
+    let nats = require!(Nats);
+    let database = MysqlDatabase::create(&mysql).await;
+    let pool = sqlx::MySqlPool::connect_with(database.connect_options())
+        .await
+        .unwrap();
+    let process = RelayProcess::new(database.url(), nats.parse().unwrap())
+        .mysql_relay(|relay| relay.poll_interval(Duration::from_millis(50)));
+    migrates_publishes_and_stops(
+        &nats,
+        process,
+        MysqlOutbox::new(OutboxOptions::new()),
+        || std::future::ready(Some(pool.clone())),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_relay_process_on_a_mysql_url_without_its_database_fails_at_once() {
+    let mysql = require!(Mysql);
+    let options = sqlx::mysql::MySqlConnectOptions::from_str(&mysql).unwrap();
+    let without = format!(
+        "mysql://{}@{}:{}",
+        options.get_username(),
+        options.get_host(),
+        options.get_port()
+    );
+    let process = RelayProcess::new(without, "nats://127.0.0.1:9".parse().unwrap());
+    let outcome = process.run(std::future::pending()).await;
+    match outcome {
+        Err(Error::Database(sqlx::Error::Configuration(reason))) => assert_eq!(
+            reason.to_string(),
+            "a MySQL store URL names its database: mysql://user@host/DATABASE"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Runs `process` (publishing to the NATS server at `nats`) with the migration on, until it has
+/// published three messages enqueued once it had created the outbox, on a pool `connect` gives
+/// once the database can be reached; then stops it and reads the three from its NATS stream,
+/// under their outbox ids.
+async fn migrates_publishes_and_stops<DB, F>(
+    nats: &str,
+    process: RelayProcess,
+    outbox: Outbox<DB>,
+    connect: impl Fn() -> F,
+) where
+    DB: OutboxDatabase,
+    F: std::future::Future<Output = Option<Pool<DB>>>,
+{
+    let stream = NatsStream::create(nats, Duration::from_secs(120)).await;
+    let shutdown = CancellationToken::new();
+    let process = process.migrate(true);
     let task = tokio::spawn(process.run(shutdown.clone().cancelled_owned()));
 
     // The process created the outbox: wait for it, then enqueue.
-    let outbox = PgOutbox::new(options());
-    let ids = tokio::time::timeout(EVENTUALLY, async {
+    let (pool, ids) = tokio::time::timeout(EVENTUALLY, async {
         loop {
-            let mut tx = pool.begin().await.unwrap();
-            let mut ids = Vec::new();
-            for n in 0..3 {
-                let message = OutboxMessage::new(stream.subject().to_owned(), n.to_string());
-                match outbox.enqueue(&mut tx, message).await {
-                    Ok(id) => ids.push(id),
-                    Err(_) => break,
+            if let Some(pool) = connect().await {
+                let mut tx = pool.begin().await.unwrap();
+                let mut ids = Vec::new();
+                for n in 0..3 {
+                    let message = OutboxMessage::new(stream.subject().to_owned(), n.to_string());
+                    match outbox.enqueue(&mut *tx, message).await {
+                        Ok(id) => ids.push(id),
+                        Err(_) => break,
+                    }
+                }
+                if ids.len() == 3 {
+                    tx.commit().await.unwrap();
+                    return (pool, ids);
                 }
             }
-            if ids.len() == 3 {
-                tx.commit().await.unwrap();
-                return ids;
-            }
-            drop(tx);
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     })
     .await
     .unwrap();
-    tokio::time::timeout(EVENTUALLY, async {
-        while stream.stored().await < 3 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .unwrap();
+    published(&stream, 3).await;
     shutdown.cancel();
     task.await.unwrap().unwrap();
 
@@ -745,77 +803,24 @@ async fn a_relay_process_on_sqlite_migrates_publishes_and_stops_on_shutdown() {
     let nats = require!(Nats);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("service.db");
-    let stream = NatsStream::create(&nats, Duration::from_secs(120)).await;
-
-    let shutdown = CancellationToken::new();
     let process = RelayProcess::new(
         format!("sqlite://{}", path.display()),
         nats.parse().unwrap(),
     )
-    .migrate(true)
     .sqlite_relay(|relay| relay.poll_interval(Duration::from_millis(50)));
-    let task = tokio::spawn(process.run(shutdown.clone().cancelled_owned()));
-
-    // The process created the file and the outbox: wait for them, then enqueue.
-    let outbox = SqliteOutbox::new(OutboxOptions::new());
-    let (pool, ids) = tokio::time::timeout(EVENTUALLY, async {
-        loop {
-            if let Ok(pool) =
-                sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display())).await
-            {
-                let mut tx = pool.begin().await.unwrap();
-                let mut ids = Vec::new();
-                for n in 0..3 {
-                    let message = OutboxMessage::new(stream.subject().to_owned(), n.to_string());
-                    match outbox.enqueue(&mut tx, message).await {
-                        Ok(id) => ids.push(id),
-                        Err(_) => break,
-                    }
-                }
-                if ids.len() == 3 {
-                    tx.commit().await.unwrap();
-                    return (pool, ids);
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .unwrap();
-    tokio::time::timeout(EVENTUALLY, async {
-        while stream.stored().await < 3 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .unwrap();
-    shutdown.cancel();
-    task.await.unwrap().unwrap();
-
-    assert_eq!(stream.stored().await, 3);
-    assert_eq!(outbox.pending(&pool).await.unwrap(), 0);
-    let consumer = stream
-        .jetstream()
-        .get_stream(stream.name())
-        .await
-        .unwrap()
-        .create_consumer(pull::Config {
-            durable_name: Some("ledger".into()),
-            ack_policy: AckPolicy::Explicit,
-            ack_wait: Duration::from_secs(30),
-            ..pull::Config::default()
-        })
-        .await
-        .unwrap();
-    let mut messages = consumer.messages().await.unwrap();
-    for id in ids {
-        let message = tokio::time::timeout(EVENTUALLY, messages.next())
+    // The process creates the file.
+    let connect = || async {
+        sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
             .await
-            .expect("a message within a minute")
-            .expect("the stream goes on")
-            .expect("a message, not an error");
-        assert_eq!(message.message_id(), Some(id.as_str()));
-    }
+            .ok()
+    };
+    migrates_publishes_and_stops(
+        &nats,
+        process,
+        SqliteOutbox::new(OutboxOptions::new()),
+        connect,
+    )
+    .await;
 }
 
 #[tokio::test]

@@ -1,5 +1,5 @@
 //! `idem relay`'s `GET /v1/outbox`: the exact counts of the outbox it publishes, as JSON, behind
-//! the admin token, on PostgreSQL and on SQLite.
+//! the admin token, on PostgreSQL, MySQL and SQLite.
 //!
 //! The test arranges an outbox that stays still while the process runs: two dead letters, one
 //! message claimed by a relay of the test's own whose broker never answers (in flight), and three
@@ -17,10 +17,10 @@ use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use hyper_util::{client::legacy::Client as HyperClient, rt::TokioExecutor};
 use idem_messaging::{
-    Confirmations, Envelope, Outbox, OutboxDatabase, OutboxMessage, OutboxOptions, PgOutbox,
-    PublishError, Publisher, Relay, SqliteOutbox,
+    Confirmations, Envelope, MysqlOutbox, Outbox, OutboxDatabase, OutboxMessage, OutboxOptions,
+    PgOutbox, PublishError, Publisher, Relay, SqliteOutbox,
 };
-use idem_test_support::{PgSchema, Server};
+use idem_test_support::{MysqlDatabase, PgSchema, Server};
 use serde_json::{Value, json};
 use sqlx::Pool;
 use tokio::sync::Notify;
@@ -62,6 +62,31 @@ async fn the_outbox_counts_on_postgres_are_exact_json_behind_the_token() {
         due_millis,
     )
     .await;
+}
+
+/// `--store mysql://…/DATABASE`: the outbox in the URL's database, without `--outbox-schema`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_outbox_counts_on_mysql_are_exact_json_behind_the_token() {
+    let Some(mysql) = Server::Mysql.url() else {
+        return;
+    };
+    let database = MysqlDatabase::create(&mysql).await;
+    let pool = sqlx::MySqlPool::connect_with(database.connect_options())
+        .await
+        .unwrap();
+    let outbox = MysqlOutbox::new(OutboxOptions::new());
+    outbox.migrate(&pool).await.unwrap();
+    let (_holder, earliest) = arrange(&pool, &outbox).await;
+    let due_millis: i64 = sqlx::query_scalar(
+        "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', available_at) DIV 1000 AS SIGNED)
+         FROM idem_outbox WHERE id = UNHEX(REPLACE(?, '-', ''))",
+    )
+    .bind(&earliest)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+
+    check_the_counts(&["--store", &database.url()], due_millis).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
