@@ -5,7 +5,7 @@
 //!
 //! | variable | meaning |
 //! | --- | --- |
-//! | `IDEM_STORE` | the PostgreSQL URL (required) |
+//! | `IDEM_STORE` | the PostgreSQL or MySQL URL (required) |
 //! | `IDEM_BROKER` | the broker URL (required) |
 //! | `IDEM_OUTBOX_SCHEMA` | the outbox's schema (default `public`) |
 //! | `IDEM_RELAY_NAME` | the relay's name |
@@ -22,7 +22,9 @@ use std::{
 };
 
 use idem_gateway::{relay::RelayProcess, shutdown_signal};
-use idem_messaging::{BoxPublisher, Confirmations, Envelope, OutboxOptions, Publisher};
+use idem_messaging::{
+    BoxPublisher, Confirmations, Envelope, OutboxDatabase, OutboxOptions, Publisher, Relay,
+};
 
 /// Reports confirmations on stdout; hangs after the `halt_after`th confirmed batch.
 struct Reporting {
@@ -60,6 +62,42 @@ fn var(name: &str) -> Option<String> {
 
 type BoxError = Box<dyn std::error::Error>;
 
+/// The relay's settings, from the environment.
+#[derive(Clone)]
+struct Settings {
+    name: Option<String>,
+    batch_size: Option<u32>,
+    lease: Option<u64>,
+    poll: Option<u64>,
+    ordering: bool,
+}
+
+impl Settings {
+    fn apply<DB: OutboxDatabase>(
+        self,
+        mut relay: Relay<BoxPublisher, DB>,
+    ) -> Relay<BoxPublisher, DB> {
+        if let Some(name) = self.name {
+            relay = relay.name(name);
+        }
+        if let Some(size) = self.batch_size {
+            relay = relay.batch_size(size);
+        }
+        if let Some(lease) = self.lease {
+            relay = relay.lease(Duration::from_millis(lease));
+        }
+        if let Some(poll) = self.poll {
+            relay = relay.poll_interval(Duration::from_millis(poll));
+        }
+        relay
+            .ordering(self.ordering)
+            .max_attempts(1000)
+            .backoff(Duration::from_millis(50), Duration::from_secs(1))
+            .publish_timeout(Duration::from_secs(5))
+            .shutdown_grace(Duration::from_secs(2))
+    }
+}
+
 fn number<T: std::str::FromStr>(name: &str) -> Result<Option<T>, BoxError> {
     var(name)
         .map(|value| {
@@ -83,11 +121,13 @@ async fn main() -> Result<(), BoxError> {
     if let Some(schema) = var("IDEM_OUTBOX_SCHEMA") {
         outbox = outbox.schema(schema.parse()?);
     }
-    let name = var("IDEM_RELAY_NAME");
-    let batch_size: Option<u32> = number("IDEM_RELAY_BATCH_SIZE")?;
-    let lease: Option<u64> = number("IDEM_RELAY_LEASE_MS")?;
-    let poll: Option<u64> = number("IDEM_RELAY_POLL_MS")?;
-    let ordering = var("IDEM_RELAY_ORDERING").as_deref() == Some("1");
+    let settings = Settings {
+        name: var("IDEM_RELAY_NAME"),
+        batch_size: number("IDEM_RELAY_BATCH_SIZE")?,
+        lease: number("IDEM_RELAY_LEASE_MS")?,
+        poll: number("IDEM_RELAY_POLL_MS")?,
+        ordering: var("IDEM_RELAY_ORDERING").as_deref() == Some("1"),
+    };
     let halt_after: Option<u32> = number("IDEM_FAULT_HALT_AFTER")?;
 
     // Installed first, so that a SIGTERM sent as soon as the relay starts is not lost.
@@ -101,26 +141,11 @@ async fn main() -> Result<(), BoxError> {
                 batches: AtomicU32::new(0),
             })
         })
-        .relay(move |mut relay| {
-            if let Some(name) = name {
-                relay = relay.name(name);
-            }
-            if let Some(size) = batch_size {
-                relay = relay.batch_size(size);
-            }
-            if let Some(lease) = lease {
-                relay = relay.lease(Duration::from_millis(lease));
-            }
-            if let Some(poll) = poll {
-                relay = relay.poll_interval(Duration::from_millis(poll));
-            }
-            relay
-                .ordering(ordering)
-                .max_attempts(1000)
-                .backoff(Duration::from_millis(50), Duration::from_secs(1))
-                .publish_timeout(Duration::from_secs(5))
-                .shutdown_grace(Duration::from_secs(2))
+        .relay({
+            let settings = settings.clone();
+            move |relay| settings.apply(relay)
         })
+        .mysql_relay(move |relay| settings.apply(relay))
         .run(shutdown)
         .await?;
     Ok(())

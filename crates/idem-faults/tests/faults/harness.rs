@@ -16,7 +16,7 @@ use std::{
 };
 
 use idem_messaging::{
-    ConsumerName, Error, Handled, Incoming, MessageId, Outbox, OutboxMessage, PgInbox,
+    ConsumerName, Error, Handled, Inbox, Incoming, MessageId, Outbox, OutboxMessage,
 };
 use tokio::{
     io::{AsyncBufReadExt, BufReader},
@@ -26,7 +26,10 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::{journal::Journal, ledger::TestSchema};
+use crate::{
+    journal::Journal,
+    ledger::{FaultDb, Table},
+};
 
 /// Messages per run: `IDEM_FAULT_MESSAGES`, 2,000 by default (the CI form).
 pub fn message_count() -> usize {
@@ -68,7 +71,7 @@ pub trait FaultBroker {
     fn restart(&mut self) -> impl Future<Output = ()>;
     /// Consumes the destination until `consumer.stop`, reconnecting whenever it must, handing
     /// every message to [`Consumer::handle`].
-    fn spawn_consumer(&self, consumer: Consumer) -> JoinHandle<()>;
+    fn spawn_consumer<D: FaultDb>(&self, consumer: Consumer<D>) -> JoinHandle<()>;
 }
 
 /// What the consumer side counts.
@@ -80,10 +83,9 @@ pub struct Tally {
 }
 
 /// The ledger consumer: its handler books one ledger row per message, in the inbox transaction.
-#[derive(Clone)]
-pub struct Consumer {
-    schema: Arc<TestSchema>,
-    inbox: PgInbox,
+pub struct Consumer<D: FaultDb> {
+    schema: Arc<D>,
+    inbox: Inbox<D::DB>,
     name: ConsumerName,
     tally: Arc<Tally>,
     crash_at: usize,
@@ -101,7 +103,21 @@ pub enum Next {
     Reconnect,
 }
 
-impl Consumer {
+impl<D: FaultDb> Clone for Consumer<D> {
+    fn clone(&self) -> Self {
+        Self {
+            schema: Arc::clone(&self.schema),
+            inbox: self.inbox.clone(),
+            name: self.name.clone(),
+            tally: Arc::clone(&self.tally),
+            crash_at: self.crash_at,
+            journal: self.journal.clone(),
+            stop: self.stop.clone(),
+        }
+    }
+}
+
+impl<D: FaultDb> Consumer<D> {
     /// Records what went wrong on the consumer's side (a lost connection, a failed receive), for
     /// the journal a failed run prints.
     pub fn note(&self, line: impl Into<String>) {
@@ -124,9 +140,11 @@ impl Consumer {
             let entry = std::str::from_utf8(message.payload()).unwrap().to_owned();
             let handled = self
                 .inbox
-                .handle(&self.schema.pool, &self.name, &id, |tx| {
+                .handle(self.schema.pool(), &self.name, &id, |tx| {
                     Box::pin(async {
-                        self.schema.book(tx, id.as_str(), &entry).await;
+                        self.schema
+                            .insert(&mut **tx, Table::Ledger, id.as_str(), &entry)
+                            .await;
                         Ok::<_, Error>(())
                     })
                 })
@@ -156,11 +174,12 @@ impl Consumer {
         }
         let outcome = self
             .inbox
-            .consume(&self.schema.pool, &self.name, message, |tx, message| {
+            .consume(self.schema.pool(), &self.name, message, |tx, message| {
                 Box::pin(async move {
                     let entry = std::str::from_utf8(message.payload()).unwrap();
+                    let id = message.message_id().unwrap();
                     self.schema
-                        .book(tx, message.message_id().unwrap(), entry)
+                        .insert(&mut **tx, Table::Ledger, id, entry)
                         .await;
                     Ok::<_, Error>(())
                 })
@@ -199,7 +218,7 @@ impl RelayChild {
     /// `journal`.
     fn spawn(
         name: &str,
-        schema: &TestSchema,
+        schema: &impl FaultDb,
         broker: &impl FaultBroker,
         halt_after: Option<u32>,
         confirmed: &Arc<AtomicUsize>,
@@ -208,9 +227,9 @@ impl RelayChild {
         let mut command = Command::new(env!("CARGO_BIN_EXE_idem-fault-relay"));
         command
             .envs(broker.relay_env())
-            .env("IDEM_STORE", &schema.url)
+            .env("IDEM_STORE", schema.url())
             .env("IDEM_BROKER", broker.relay_url())
-            .env("IDEM_OUTBOX_SCHEMA", &schema.name)
+            .env("IDEM_OUTBOX_SCHEMA", schema.schema())
             .env("IDEM_RELAY_NAME", name)
             .env("IDEM_RELAY_BATCH_SIZE", "50")
             .env("IDEM_RELAY_LEASE_MS", LEASE.as_millis().to_string())
@@ -293,8 +312,8 @@ impl RelayChild {
 /// record each message in `sent`; every tenth transaction rolls back. A transaction starts only
 /// when its messages keep the producers at most `max_ahead` messages ahead of the consumer's
 /// `tally`. Returns how many committed.
-async fn produce(
-    schema: Arc<TestSchema>,
+async fn produce<D: FaultDb>(
+    schema: Arc<D>,
     destination: String,
     count: usize,
     tally: Arc<Tally>,
@@ -303,53 +322,47 @@ async fn produce(
     let outbox = schema.outbox().await;
     // Messages committed or being committed, across the producers.
     let reserved = Arc::new(AtomicUsize::new(0));
-    let tasks: Vec<_> =
-        (0..PRODUCERS)
-            .map(|producer| {
-                let (schema, outbox, destination) =
-                    (Arc::clone(&schema), outbox.clone(), destination.clone());
-                let (tally, reserved) = (Arc::clone(&tally), Arc::clone(&reserved));
-                let share = count / PRODUCERS + usize::from(producer < count % PRODUCERS);
-                tokio::spawn(async move {
-                    let keys: Vec<usize> = (producer..KEYS).step_by(PRODUCERS).collect();
-                    let mut next = vec![0_usize; KEYS];
-                    let (mut committed, mut transactions) = (0, 0);
-                    while committed < share {
-                        transactions += 1;
-                        let rollback = transactions % 10 == 0;
-                        let size = PER_TRANSACTION.min(share - committed);
-                        reserve(&reserved, &tally, size, max_ahead).await;
-                        let mut planned = next.clone();
-                        let mut tx = schema.pool.begin().await.unwrap();
-                        for n in 0..size {
-                            let key = keys[(committed + n) % keys.len()];
-                            let entry = format!("k{key}:{}", planned[key]);
-                            planned[key] += 1;
-                            let message = OutboxMessage::new(destination.clone(), entry.clone())
-                                .ordering_key(format!("k{key}"));
-                            let id = outbox.enqueue(&mut tx, message).await.unwrap();
-                            sqlx::query(schema.sql(
-                                "INSERT INTO {schema}.sent (message_id, entry) VALUES ($1, $2)",
-                            ))
-                            .bind(id.as_str())
-                            .bind(&entry)
-                            .execute(&mut *tx)
-                            .await
-                            .unwrap();
-                        }
-                        if rollback {
-                            tx.rollback().await.unwrap();
-                            reserved.fetch_sub(size, Ordering::SeqCst);
-                        } else {
-                            tx.commit().await.unwrap();
-                            next = planned;
-                            committed += size;
-                        }
+    let tasks: Vec<_> = (0..PRODUCERS)
+        .map(|producer| {
+            let (schema, outbox, destination) =
+                (Arc::clone(&schema), outbox.clone(), destination.clone());
+            let (tally, reserved) = (Arc::clone(&tally), Arc::clone(&reserved));
+            let share = count / PRODUCERS + usize::from(producer < count % PRODUCERS);
+            tokio::spawn(async move {
+                let keys: Vec<usize> = (producer..KEYS).step_by(PRODUCERS).collect();
+                let mut next = vec![0_usize; KEYS];
+                let (mut committed, mut transactions) = (0, 0);
+                while committed < share {
+                    transactions += 1;
+                    let rollback = transactions % 10 == 0;
+                    let size = PER_TRANSACTION.min(share - committed);
+                    reserve(&reserved, &tally, size, max_ahead).await;
+                    let mut planned = next.clone();
+                    let mut tx = schema.pool().begin().await.unwrap();
+                    for n in 0..size {
+                        let key = keys[(committed + n) % keys.len()];
+                        let entry = format!("k{key}:{}", planned[key]);
+                        planned[key] += 1;
+                        let message = OutboxMessage::new(destination.clone(), entry.clone())
+                            .ordering_key(format!("k{key}"));
+                        let id = outbox.enqueue(&mut *tx, message).await.unwrap();
+                        schema
+                            .insert(&mut *tx, Table::Sent, id.as_str(), &entry)
+                            .await;
                     }
-                    committed
-                })
+                    if rollback {
+                        tx.rollback().await.unwrap();
+                        reserved.fetch_sub(size, Ordering::SeqCst);
+                    } else {
+                        tx.commit().await.unwrap();
+                        next = planned;
+                        committed += size;
+                    }
+                }
+                committed
             })
-            .collect();
+        })
+        .collect();
     let mut committed = 0;
     for task in tasks {
         committed += task.await.unwrap();
@@ -394,18 +407,13 @@ struct Report {
     relay_batches: String,
 }
 
-/// Runs the scenario on `broker`, prints what it found, and asserts that nothing was lost,
-/// duplicated, made up or reordered. What the relays and the consumer say goes to `journal`.
-pub async fn run<B: FaultBroker>(mut broker: B, postgres: &str, journal: &Journal) {
+/// Runs the scenario on `broker` with the outbox and the consumer's inbox in `schema`, prints
+/// what it found, and asserts that nothing was lost, duplicated, made up or reordered. What the
+/// relays and the consumer say goes to `journal`.
+pub async fn run<B: FaultBroker, D: FaultDb>(mut broker: B, schema: D, journal: &Journal) {
     let started = Instant::now();
     let messages = message_count();
-    let schema = Arc::new(TestSchema::new(postgres).await);
-    sqlx::query(
-        schema.sql("CREATE TABLE {schema}.sent (message_id text PRIMARY KEY, entry text NOT NULL)"),
-    )
-    .execute(&schema.pool)
-    .await
-    .unwrap();
+    let schema = Arc::new(schema);
     let (inbox, outbox) = (schema.inbox().await, schema.outbox().await);
     let tally = Arc::new(Tally::default());
     let stop = CancellationToken::new();
@@ -427,7 +435,7 @@ pub async fn run<B: FaultBroker>(mut broker: B, postgres: &str, journal: &Journa
     // next claim: whichever relay claims first publishes nearly everything, and a relay-a
     // started half a second after relay-b never reaches its third batch.
     let confirmed = Arc::new(AtomicUsize::new(0));
-    let mut doomed = RelayChild::spawn("relay-a", &schema, &broker, Some(3), &confirmed, journal);
+    let mut doomed = RelayChild::spawn("relay-a", &*schema, &broker, Some(3), &confirmed, journal);
     let producers = tokio::spawn(produce(
         Arc::clone(&schema),
         broker.destination(),
@@ -438,7 +446,7 @@ pub async fn run<B: FaultBroker>(mut broker: B, postgres: &str, journal: &Journa
 
     let deadline = Duration::from_secs(120) + Duration::from_millis(messages as u64 * 20);
     let standing = Standing {
-        schema: &schema,
+        schema: &*schema,
         outbox: &outbox,
         tally: &tally,
         confirmed: &confirmed,
@@ -450,8 +458,8 @@ pub async fn run<B: FaultBroker>(mut broker: B, postgres: &str, journal: &Journa
     // Confirmed by the broker, not marked sent: SIGKILL, and two relays in its place.
     let doomed_batches = doomed.batches.load(Ordering::SeqCst);
     doomed.kill().await;
-    let replacement = RelayChild::spawn("relay-a2", &schema, &broker, None, &confirmed, journal);
-    let steady = RelayChild::spawn("relay-b", &schema, &broker, None, &confirmed, journal);
+    let replacement = RelayChild::spawn("relay-a2", &*schema, &broker, None, &confirmed, journal);
+    let steady = RelayChild::spawn("relay-b", &*schema, &broker, None, &confirmed, journal);
 
     let halfway = tokio::time::timeout(deadline, async {
         while tally.processed.load(Ordering::SeqCst) < messages / 2 {
@@ -471,7 +479,7 @@ pub async fn run<B: FaultBroker>(mut broker: B, postgres: &str, journal: &Journa
             let effects = schema
                 .count("SELECT count(DISTINCT message_id) FROM {schema}.ledger")
                 .await;
-            if effects >= sent as i64 && outbox.pending(&schema.pool).await.unwrap() == 0 {
+            if effects >= sent as i64 && outbox.pending(schema.pool()).await.unwrap() == 0 {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -496,7 +504,7 @@ pub async fn run<B: FaultBroker>(mut broker: B, postgres: &str, journal: &Journa
     let report = Report {
         sent: schema.count("SELECT count(*) FROM {schema}.sent").await,
         published: confirmed.load(Ordering::SeqCst),
-        effects: schema.ledger().await,
+        effects: schema.count("SELECT count(*) FROM {schema}.ledger").await,
         skipped: tally.skipped.load(Ordering::SeqCst),
         lost: schema
             .count(
@@ -504,7 +512,9 @@ pub async fn run<B: FaultBroker>(mut broker: B, postgres: &str, journal: &Journa
                  (SELECT 1 FROM {schema}.ledger AS l WHERE l.message_id = s.message_id)",
             )
             .await,
-        duplicated: schema.duplicated_effects().await,
+        duplicated: schema
+            .count("SELECT count(*) - count(DISTINCT message_id) FROM {schema}.ledger")
+            .await,
         unexpected: schema
             .count(
                 "SELECT count(*) FROM {schema}.ledger AS l WHERE NOT EXISTS \
@@ -512,14 +522,18 @@ pub async fn run<B: FaultBroker>(mut broker: B, postgres: &str, journal: &Journa
                   WHERE s.message_id = l.message_id AND s.entry = l.entry)",
             )
             .await,
-        order_violations: order_violations(&schema).await,
-        dead_letters: outbox.dead_letters(&schema.pool, 1000).await.unwrap().len(),
+        order_violations: order_violations(&schema.entries().await),
+        dead_letters: outbox
+            .dead_letters(schema.pool(), 1000)
+            .await
+            .unwrap()
+            .len(),
         relays_killed: 1,
         consumer_crashes: tally.crashes.load(Ordering::SeqCst),
         broker_restarts: 1,
         relay_batches,
     };
-    print::<B>(messages, &report, started.elapsed());
+    print::<B, D>(messages, &report, started.elapsed());
     assert_eq!(sent as i64, report.sent);
     if let Some(now) = unfinished {
         panic!("not every committed message reached the ledger within {deadline:?}: {now}");
@@ -537,20 +551,20 @@ pub async fn run<B: FaultBroker>(mut broker: B, postgres: &str, journal: &Journa
 }
 
 /// What a wait that timed out says of where the run stands.
-struct Standing<'a> {
-    schema: &'a TestSchema,
-    outbox: &'a Outbox,
+struct Standing<'a, D: FaultDb> {
+    schema: &'a D,
+    outbox: &'a Outbox<D::DB>,
     tally: &'a Tally,
     confirmed: &'a AtomicUsize,
 }
 
-impl Standing<'_> {
+impl<D: FaultDb> Standing<'_, D> {
     async fn describe(&self, relays: &[&RelayChild]) -> String {
         let committed = self
             .schema
             .count("SELECT count(*) FROM {schema}.sent")
             .await;
-        let pending = match self.outbox.pending(&self.schema.pool).await {
+        let pending = match self.outbox.pending(self.schema.pool()).await {
             Ok(pending) => pending.to_string(),
             Err(error) => format!("unknown ({error})"),
         };
@@ -573,14 +587,9 @@ fn batches_of(relays: &[&RelayChild]) -> String {
     batches.join(", ")
 }
 
-/// Messages of a key booked out of their enqueue order: the ledger's ids are the consumer's
-/// processing order; each key's entries must read 0, 1, 2…
-async fn order_violations(schema: &TestSchema) -> usize {
-    let entries: Vec<String> =
-        sqlx::query_scalar(schema.sql("SELECT entry FROM {schema}.ledger ORDER BY id"))
-            .fetch_all(&schema.pool)
-            .await
-            .unwrap();
+/// Messages of a key booked out of their enqueue order: `entries` are the ledger's, in the
+/// consumer's processing order; each key's must read 0, 1, 2…
+fn order_violations(entries: &[String]) -> usize {
     let mut expected: HashMap<String, usize> = HashMap::new();
     let mut violations = 0;
     for entry in entries {
@@ -596,7 +605,7 @@ async fn order_violations(schema: &TestSchema) -> usize {
 }
 
 /// Straight to stderr, so that the table shows even when the test passes.
-fn print<B: FaultBroker>(messages: usize, report: &Report, elapsed: Duration) {
+fn print<B: FaultBroker, D: FaultDb>(messages: usize, report: &Report, elapsed: Duration) {
     let rows: [(&str, String); 13] = [
         ("sent (committed in the outbox)", report.sent.to_string()),
         (
@@ -625,8 +634,10 @@ fn print<B: FaultBroker>(messages: usize, report: &Report, elapsed: Duration) {
         ("batches confirmed, per relay", report.relay_batches.clone()),
     ];
     let mut table = format!(
-        "\nfault test, {}: {messages} messages, {KEYS} keys, 2 relays, {:.1} s\n",
+        "\nfault test, {}, the outbox and the inbox on {}: {messages} messages, {KEYS} keys, 2 \
+         relays, {:.1} s\n",
         B::NAME,
+        D::NAME,
         elapsed.as_secs_f64()
     );
     table.push_str("| check | count |\n| --- | ---: |\n");

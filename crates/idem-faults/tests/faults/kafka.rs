@@ -32,6 +32,7 @@ use tokio::{
 use crate::{
     harness::{self, Consumer, FaultBroker, Next},
     journal::Journal,
+    ledger::{FaultDb, TestDatabase, TestSchema},
 };
 
 const TOPIC: &str = "faults";
@@ -128,7 +129,7 @@ impl FaultBroker for Tansu {
         self.proxy.outage(OUTAGE).await;
     }
 
-    fn spawn_consumer(&self, consumer: Consumer) -> JoinHandle<()> {
+    fn spawn_consumer<D: FaultDb>(&self, consumer: Consumer<D>) -> JoinHandle<()> {
         let servers = self.proxy.address();
         tokio::spawn(async move {
             while !consumer.stop.is_cancelled() {
@@ -179,11 +180,23 @@ impl FaultBroker for Tansu {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_is_lost_duplicated_or_reordered_through_kafka_faults() {
-    let postgres = require!(Postgres);
+    faults::<TestSchema>().await;
+}
+
+/// The same, with the outbox and the consumer's inbox on MySQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_lost_duplicated_or_reordered_through_kafka_faults_on_mysql() {
+    faults::<TestDatabase>().await;
+}
+
+async fn faults<D: FaultDb>() {
     // Where Kafka is set up for the tests, tansu is installed: this test runs a broker of its own.
     let _ = require!(Kafka);
+    let Some(database) = D::create().await else {
+        return;
+    };
     let journal = Journal::new();
     let _printed = journal.print_on_failure();
     let tansu = Tansu::start(&journal).await;
-    harness::run(tansu, &postgres, &journal).await;
+    harness::run(tansu, database, &journal).await;
 }

@@ -2,8 +2,10 @@
 //! into an inbox consumer whose handler books a ledger row, while a relay process (`idem relay`'s
 //! code, as `idem-fault-relay`) is SIGKILLed between publish and mark-sent, two relay processes
 //! then compete, the consumer crashes after its commit and before its ack, and the broker is
-//! restarted once. At the end each prints a table and asserts that nothing was lost, duplicated
-//! or made up, and that per-key order held. A run that fails prints what every party said: the
+//! restarted once. Each broker's test runs twice: with the outbox and the consumer's inbox on
+//! PostgreSQL (`IDEM_TEST_POSTGRES_URL`), and on MySQL (`…_on_mysql`, `IDEM_TEST_MYSQL_URL`),
+//! each skipped without its variable. At the end each prints a table and asserts that nothing
+//! was lost, duplicated or made up, and that per-key order held. A run that fails prints what every party said: the
 //! relays' output, the consumer's failures and the broker's log.
 //!
 //! `IDEM_FAULT_MESSAGES` sets the number of messages (default 2,000, the CI form);

@@ -20,6 +20,7 @@ use idem_test_support::{free_port, require};
 use crate::{
     harness::{self, Consumer, FaultBroker, Next},
     journal::Journal,
+    ledger::{FaultDb, TestDatabase, TestSchema},
 };
 
 const STREAM: &str = "FAULTS";
@@ -125,7 +126,7 @@ impl FaultBroker for NatsServer {
         self.launch().await;
     }
 
-    fn spawn_consumer(&self, consumer: Consumer) -> JoinHandle<()> {
+    fn spawn_consumer<D: FaultDb>(&self, consumer: Consumer<D>) -> JoinHandle<()> {
         let url = self.relay_url();
         tokio::spawn(async move {
             while !consumer.stop.is_cancelled() {
@@ -170,11 +171,23 @@ impl FaultBroker for NatsServer {
 
 #[tokio::test]
 async fn nothing_is_lost_duplicated_or_reordered_through_nats_faults() {
-    let postgres = require!(Postgres);
+    faults::<TestSchema>().await;
+}
+
+/// The same, with the outbox and the consumer's inbox on MySQL.
+#[tokio::test]
+async fn nothing_is_lost_duplicated_or_reordered_through_nats_faults_on_mysql() {
+    faults::<TestDatabase>().await;
+}
+
+async fn faults<D: FaultDb>() {
     // Where NATS is set up for the tests, nats-server is installed: this test runs its own.
     let _ = require!(Nats);
+    let Some(database) = D::create().await else {
+        return;
+    };
     let journal = Journal::new();
     let _printed = journal.print_on_failure();
     let server = NatsServer::start(&journal).await;
-    harness::run(server, &postgres, &journal).await;
+    harness::run(server, database, &journal).await;
 }

@@ -19,6 +19,7 @@ use idem_test_support::{free_port, require};
 use crate::{
     harness::{self, Consumer, FaultBroker, Next},
     journal::Journal,
+    ledger::{FaultDb, TestDatabase, TestSchema},
 };
 
 const QUEUE: &str = "faults";
@@ -150,7 +151,7 @@ impl FaultBroker for RabbitNode {
         self.launch().await;
     }
 
-    fn spawn_consumer(&self, consumer: Consumer) -> JoinHandle<()> {
+    fn spawn_consumer<D: FaultDb>(&self, consumer: Consumer<D>) -> JoinHandle<()> {
         let url = self.url();
         tokio::spawn(async move {
             while !consumer.stop.is_cancelled() {
@@ -230,13 +231,25 @@ impl FaultBroker for RabbitNode {
 
 #[tokio::test]
 async fn nothing_is_lost_duplicated_or_reordered_through_rabbitmq_faults() {
-    let postgres = require!(Postgres);
+    faults::<TestSchema>().await;
+}
+
+/// The same, with the outbox and the consumer's inbox on MySQL.
+#[tokio::test]
+async fn nothing_is_lost_duplicated_or_reordered_through_rabbitmq_faults_on_mysql() {
+    faults::<TestDatabase>().await;
+}
+
+async fn faults<D: FaultDb>() {
     // Where RabbitMQ is set up for the tests, it is installed: this test runs a node of its own.
     let _ = require!(Amqp);
+    let Some(database) = D::create().await else {
+        return;
+    };
     let journal = Journal::new();
     let _printed = journal.print_on_failure();
     let node = RabbitNode::start(&journal).await;
-    harness::run(node, &postgres, &journal).await;
+    harness::run(node, database, &journal).await;
 }
 
 /// A step's outcome, its error or its timeout as text.

@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 use crate::{
     harness::{self, Consumer, FaultBroker, Next},
     journal::Journal,
+    ledger::{FaultDb, TestDatabase, TestSchema},
 };
 
 /// How long a received message stays hidden: how soon the crashed consumer's comes back.
@@ -114,7 +115,7 @@ impl FaultBroker for Sqs {
     /// Receives up to ten messages at a time and handles them in the order received (a FIFO
     /// queue hands out each group's messages in order). After a crash, the rest of the receive
     /// is dropped: hidden until the visibility timeout, then received again in order.
-    fn spawn_consumer(&self, consumer: Consumer) -> JoinHandle<()> {
+    fn spawn_consumer<D: FaultDb>(&self, consumer: Consumer<D>) -> JoinHandle<()> {
         let sqs = SqsConsumer::new(self.client.clone(), &self.url)
             .visibility_timeout(VISIBILITY)
             .wait_time(Duration::from_secs(1));
@@ -146,15 +147,27 @@ impl FaultBroker for Sqs {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_is_lost_duplicated_or_reordered_through_sqs_faults() {
-    let postgres = require!(Postgres);
+    faults::<TestSchema>().await;
+}
+
+/// The same, with the outbox and the consumer's inbox on MySQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_lost_duplicated_or_reordered_through_sqs_faults_on_mysql() {
+    faults::<TestDatabase>().await;
+}
+
+async fn faults<D: FaultDb>() {
     let server = require!(Sqs);
     // moto's server is shared (scripts/services.sh logs it): the journal has the relays' and the
     // consumer's side.
+    let Some(database) = D::create().await else {
+        return;
+    };
     let journal = Journal::new();
     let _printed = journal.print_on_failure();
     let sqs = Sqs::start(&server).await;
     let queue = sqs.url.clone();
-    harness::run(sqs, &postgres, &journal).await;
+    harness::run(sqs, database, &journal).await;
     // The proxy went with the fixture: straight to the server.
     client(&server)
         .delete_queue()
