@@ -280,22 +280,18 @@ mod mysql {
             AssertSqlSafe(sql.replace("{schema}", &format!("`{}`", self.database.name())))
         }
 
-        fn book<'a>(
-            &'a self,
-            connection: &'a mut sqlx::MySqlConnection,
-            message_id: &'a str,
-            entry: &'a str,
-        ) -> impl Future<Output = ()> + Send + 'a {
-            async move {
-                sqlx::query(
-                    self.sql("INSERT INTO {schema}.ledger (message_id, entry) VALUES (?, ?)"),
-                )
+        async fn book(
+            &self,
+            connection: &mut sqlx::MySqlConnection,
+            message_id: &str,
+            entry: &str,
+        ) {
+            sqlx::query(self.sql("INSERT INTO {schema}.ledger (message_id, entry) VALUES (?, ?)"))
                 .bind(message_id)
                 .bind(entry)
                 .execute(connection)
                 .await
                 .unwrap();
-            }
         }
 
         fn count(&self, sql: &str) -> impl Future<Output = i64> + Send {
