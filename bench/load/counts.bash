@@ -14,12 +14,15 @@
 #   scripts run inside Redis included) and redis-server's read events (INFO stats'
 #   total_reads_processed: one per batch of bytes read from a connection, so one per round trip
 #   however many commands it carries), around the same start and stop.
+# - MySQL: round trips (the counters of MYSQL_ROUND_TRIPS in scripts/load), commits (Com_commit)
+#   and statements (Questions) of SHOW GLOBAL STATUS, around the same start and stop: the whole
+#   server's, so what else it serves meanwhile is counted too.
 #
 # Figures go to $CARGO_TARGET_DIR/load-counts.txt, the table to load-counts.md and to RESULTS_DIR
 # as counts.json (bench/load/results.py), and the chart to CHARTS_DIR.
 
 COUNT_CLIENTS="${COUNT_CLIENTS:-1 8 32 128}"
-COUNT_STORES="${COUNT_STORES:-sqlite postgres redis}"
+COUNT_STORES="${COUNT_STORES:-sqlite postgres mysql redis}"
 CHARTS_DIR="${CHARTS_DIR:-$CARGO_TARGET_DIR/load-charts}"
 COUNTS="$CARGO_TARGET_DIR/load-counts.txt"
 # The gateways' logs: a store under load may log a warning per slow statement.
@@ -67,6 +70,20 @@ counts_postgres() {
   count postgres "$clients" commits $((after - before))
 }
 
+counts_mysql() {
+  local clients="$1" before after
+  before="$(mysql_status)"
+  start_gateway "$MYSQL_STORE"
+  wrk_run "counts_mysql_$clients" "$GATEWAY" unique "$clients"
+  stop_gateway_and_settle
+  after="$(mysql_status)"
+  count_run mysql "$clients"
+  # shellcheck disable=SC2086 # a list of names
+  count mysql "$clients" round_trips "$(mysql_growth "$before" "$after" $MYSQL_ROUND_TRIPS)"
+  count mysql "$clients" transactions "$(mysql_growth "$before" "$after" Com_commit)"
+  count mysql "$clients" statements "$(mysql_growth "$before" "$after" Questions)"
+}
+
 # redis_calls: every command Redis has run so far (INFO commandstats).
 redis_calls() {
   redis-cli -p "$REDIS_PORT" INFO commandstats |
@@ -105,8 +122,12 @@ run_counts() {
         start_postgres_database
         PG_STORE="$(postgres_store idem_counts)"
         ;;
+      mysql)
+        start_mysql_database
+        MYSQL_STORE="$(mysql_store)"
+        ;;
       redis) start_redis_server ;;
-      *) echo "counts are for sqlite, postgres and redis, not $store" >&2; exit 2 ;;
+      *) echo "counts are for sqlite, postgres, mysql and redis, not $store" >&2; exit 2 ;;
     esac
     for clients in $COUNT_CLIENTS; do
       "counts_$store" "$clients"

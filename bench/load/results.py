@@ -98,6 +98,20 @@ def read_cpu(path):
     return cpu
 
 
+def read_server_counts(path):
+    """The harness's server counts file: for each run's name, (requests, seconds, the counters'
+    growth by name), one per round."""
+    counts = {}
+    for line in open(path):
+        before, after = line.split(" / ")
+        name, requests, seconds, *before = before.split()
+        pairs = lambda words: dict((k, int(v)) for k, v in (w.split("=") for w in words))
+        before, after = pairs(before), pairs(after.split())
+        deltas = {k: after[k] - before[k] for k in before}
+        counts.setdefault(name, []).append((int(requests), float(seconds), deltas))
+    return counts
+
+
 def print_table(results_dir, name, columns, rows, notes=()):
     """Prints a table of a report, its notes under it, and writes its result file into
     results_dir (when given)."""

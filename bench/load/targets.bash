@@ -4,13 +4,14 @@
 # Every server runs for the whole run: the upstream, nginx as a plain reverse proxy, and one
 # gateway per configuration — the memory store (plain proxy, new keys, replays, the latency
 # pass), the memory store sealing its records, SQLite, and (unless SERVER_STORES=0) PostgreSQL
-# (a scratch database) and Redis (a redis-server of the harness's own), each store with its
-# defaults. Each round measures every configuration once, in the reverse order in even rounds
+# and MySQL (a scratch database on each server) and Redis (a redis-server of the harness's own),
+# each store with its defaults. Each round measures every configuration once, in the reverse order in even rounds
 # (ABBA), and each ratio is computed within a round: the report gives its median over the
 # rounds, its range, and its value in each round.
 #
 # CPU: around each measurement the harness reads the CPU time of the gateway measured, of the
-# upstream, of nginx, of the store's server (PostgreSQL's processes, redis-server) and of wrk,
+# upstream, of nginx, of the store's server (PostgreSQL's processes, MySQL's or MariaDB's,
+# redis-server) and of wrk,
 # and the whole machine's busy and stolen time (/proc/stat), each divided by the requests wrk
 # made, so the report says where every request's CPU went, how busy the machine was, and each
 # throughput target's CPU ceiling: the most its ratio can reach while the cores are the limit.
@@ -18,14 +19,25 @@
 # SQLite's flushes: `perf stat` counts the gateway's fsync and fdatasync calls (kernel
 # tracepoints: nothing stops the gateway) during each SQLite measurement, per new key.
 #
-# The report's three tables also go to RESULTS_DIR as targets-configurations.json,
-# targets-ratios.json and targets-ceilings.json (bench/load/results.py).
+# Round trips, counted on the servers around each PostgreSQL and MySQL measurement: the scratch
+# database's committed transactions (pg_stat_database xact_commit: the store sends each batch as
+# one statement, committed on its own), and MySQL's counters (SHOW GLOBAL STATUS, mysql_status in
+# scripts/load), read again around each plain proxy measurement, when no request reaches a store:
+# those are the whole server's, so what else it serves meanwhile is counted too.
+#
+# CONFIGURATIONS (optional) measures only the steps it names, in its order (the plain proxy,
+# every ratio's baseline, among them).
+#
+# The report's four tables also go to RESULTS_DIR as targets-configurations.json,
+# targets-ratios.json, targets-round-trips.json and targets-ceilings.json (bench/load/results.py;
+# RESULTS_NAME in place of `targets`).
 
 run_targets() {
   : >"$WORK/results"
   : >"$WORK/cpu"
   : >"$WORK/fsyncs"
   : >"$WORK/writer"
+  : >"$WORK/server-counts"
   command -v perf >/dev/null || need perf linux-perf
 
   start_nginx
@@ -40,9 +52,13 @@ run_targets() {
   SQLITE_GATEWAY="$GATEWAY" SQLITE_PID="$GATEWAY_PID"
   if [ "$SERVER_STORES" != 0 ]; then
     start_postgres_database
+    start_mysql_database
     start_redis_server
     start_gateway "$(postgres_store idem_load)"
     POSTGRES_GATEWAY="$GATEWAY" POSTGRES_PID="$GATEWAY_PID"
+    start_gateway "$(mysql_store)"
+    MYSQL_GATEWAY="$GATEWAY" MYSQL_GATEWAY_PID="$GATEWAY_PID"
+    MYSQL_VERSION="$("${MYSQL[@]}" -e 'SELECT VERSION()')"
     start_gateway "$REDIS_URL?prefix=idem-load"
     REDIS_GATEWAY="$GATEWAY" REDIS_GATEWAY_PID="$GATEWAY_PID"
   fi
@@ -56,16 +72,29 @@ run_targets() {
 
   local steps=(direct nginx_proxy plain_proxy memory_new_keys sqlite_new_keys replays sealed_new_keys
     latency)
-  [ "$SERVER_STORES" != 0 ] && steps+=(postgres_new_keys redis_new_keys)
+  [ "$SERVER_STORES" != 0 ] && steps+=(postgres_new_keys mysql_new_keys redis_new_keys)
   [ -n "${BASELINE:-}" ] && steps+=(baseline_plain_proxy baseline_new_keys)
+  if [ -n "${CONFIGURATIONS:-}" ]; then
+    local chosen=() step
+    for step in $CONFIGURATIONS; do
+      if [[ " ${steps[*]} " != *" $step "* ]]; then
+        echo "CONFIGURATIONS: $step is not one of: ${steps[*]}" >&2
+        exit 2
+      fi
+      chosen+=("$step")
+    done
+    steps=("${chosen[@]}")
+  fi
   local round
   for round in $(seq "$ROUNDS"); do
     echo "-- round $round of $ROUNDS" >&2
     in_round_order "$round" "${steps[@]}"
   done
 
-  python3 bench/load/targets_report.py "$WORK/results" "$WORK/cpu" "$WORK/fsyncs" "$WORK/writer" \
-    "$DURATION" "$CONNECTIONS" "$(getconf CLK_TCK)" "$RESULTS_DIR" >"$REPORT"
+  MYSQL_VERSION="${MYSQL_VERSION:-}" RESULTS_NAME="${RESULTS_NAME:-targets}" \
+    python3 bench/load/targets_report.py "$WORK/results" \
+    "$WORK/cpu" "$WORK/fsyncs" "$WORK/writer" "$WORK/server-counts" "$DURATION" "$CONNECTIONS" \
+    "$(getconf CLK_TCK)" "$RESULTS_DIR" >"$REPORT"
   cat "$REPORT"
 }
 
@@ -101,8 +130,9 @@ CONF
   NGINX_PIDS="$master $(pgrep -P "$master" | tr '\n' ' ')"
 }
 
-# postgres_pids, redis_pids: the store servers' processes, for their CPU time.
+# postgres_pids, mysql_pids, redis_pids: the store servers' processes, for their CPU time.
 postgres_pids() { pgrep -x postgres | tr '\n' ' '; }
+mysql_pids() { echo "$MYSQL_PID"; }
 redis_pids() { echo "$REDIS_PID"; }
 
 # measure NAME URL KEYS CONNECTIONS GATEWAY_PIDS [STORE_PIDS_FUNCTION]: one wrk run (wrk_run),
@@ -150,7 +180,10 @@ machine_ticks() {
 # The steps of a round.
 direct() { measure direct "$UPSTREAM" none "$CONNECTIONS" ""; }
 nginx_proxy() { measure nginx "$NGINX_URL" none "$CONNECTIONS" "$NGINX_PIDS"; }
-plain_proxy() { measure plain_proxy "$MEMORY_GATEWAY" none "$CONNECTIONS" "$MEMORY_PID"; }
+plain_proxy() {
+  counted_on_servers plain_proxy measure plain_proxy "$MEMORY_GATEWAY" none "$CONNECTIONS" \
+    "$MEMORY_PID"
+}
 memory_new_keys() { measure memory_new_keys "$MEMORY_GATEWAY" unique "$CONNECTIONS" "$MEMORY_PID"; }
 replays() { measure replays "$MEMORY_GATEWAY" same "$CONNECTIONS" "$MEMORY_PID"; }
 sealed_new_keys() { measure sealed_new_keys "$SEALED_GATEWAY" unique "$CONNECTIONS" "$SEALED_PID"; }
@@ -180,7 +213,12 @@ sqlite_new_keys() {
     "$(requests sqlite_new_keys)" >>"$WORK/fsyncs"
 }
 postgres_new_keys() {
-  measure postgres_new_keys "$POSTGRES_GATEWAY" unique "$CONNECTIONS" "$POSTGRES_PID" postgres_pids
+  counted_on_servers postgres_new_keys measure postgres_new_keys "$POSTGRES_GATEWAY" unique \
+    "$CONNECTIONS" "$POSTGRES_PID" postgres_pids
+}
+mysql_new_keys() {
+  counted_on_servers mysql_new_keys measure mysql_new_keys "$MYSQL_GATEWAY" unique \
+    "$CONNECTIONS" "$MYSQL_GATEWAY_PID" mysql_pids
 }
 redis_new_keys() {
   measure redis_new_keys "$REDIS_GATEWAY" unique "$CONNECTIONS" "$REDIS_GATEWAY_PID" redis_pids
@@ -190,4 +228,23 @@ baseline_plain_proxy() {
 }
 baseline_new_keys() {
   measure baseline_new_keys "$BASELINE_GATEWAY" unique "$CONNECTIONS" "$BASELINE_PID"
+}
+
+# counted_on_servers NAME COMMAND...: runs COMMAND, with the counters of the PostgreSQL and MySQL
+# servers read before and after it (when they are measured), appended to $WORK/server-counts as
+# "NAME requests seconds BEFORE... / AFTER...", each counter as "Name=value". A PostgreSQL
+# backend reports its statistics at most once a second, and at once when it goes idle: the
+# second reading waits for them.
+counted_on_servers() {
+  local name="$1" before="" after="" started ended
+  shift
+  [ "$SERVER_STORES" = 0 ] && { "$@"; return; }
+  before="xact_commit=$(commits) $(mysql_status)"
+  started="$(date +%s.%N)"
+  "$@"
+  ended="$(date +%s.%N)"
+  [ "$name" = postgres_new_keys ] && sleep 1.5
+  after="xact_commit=$(commits) $(mysql_status)"
+  echo "$name $(requests "$name") $(awk -v s="$started" -v e="$ended" 'BEGIN { print e - s }')" \
+    "$before / $after" >>"$WORK/server-counts"
 }

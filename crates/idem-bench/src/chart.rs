@@ -156,7 +156,7 @@ pub fn write_charts(results: &Results, dir: &Path) -> Result<Vec<PathBuf>, Chart
         let labels = xs.iter().map(u64::to_string).collect();
         let mut lines = Vec::new();
         for store in results.series("counts") {
-            for metric in ["fsyncs", "commits", "scripts", "reads"] {
+            for metric in ["fsyncs", "commits", "round_trips", "scripts", "reads"] {
                 if !results.metrics("counts", store).iter().any(|m| m == metric) {
                     continue;
                 }

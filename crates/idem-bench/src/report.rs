@@ -207,6 +207,9 @@ fn census(results: &Results, out: &mut String) {
 const COUNTERS: &[(&str, &str)] = &[
     ("fsyncs", "fsync + fdatasync (perf stat, the gateway)"),
     ("commits", "commits (pg_stat_database xact_commit)"),
+    ("round_trips", "round trips (SHOW GLOBAL STATUS)"),
+    ("transactions", "commits (Com_commit)"),
+    ("statements", "statements (Questions)"),
     ("scripts", "script calls (EVALSHA, EVAL, FCALL)"),
     (
         "commands",
@@ -323,6 +326,7 @@ pub(crate) fn store_label(store: &str) -> &str {
         "memory" => "memory",
         "sqlite" => "SQLite",
         "postgres" => "PostgreSQL",
+        "mysql" => "MySQL",
         "redis" => "Redis",
         other => other,
     }
