@@ -4,6 +4,8 @@ use std::collections::HashMap;
 
 use sqlx::{MySqlPool, migrate::Migrator};
 
+use idem_sql::{Applied, compare_migrations, unexpected_column};
+
 use crate::{Error, sql::Sql};
 
 /// What [`MysqlStore::migrate`](crate::MysqlStore::migrate) did.
@@ -98,40 +100,33 @@ pub(crate) async fn verify(
             .fetch_all(pool)
             .await
             .map_err(Error::Check)?;
-    for (version, checksum, success) in &applied {
-        let version = *version;
-        match migrator.iter().find(|m| m.version == version) {
-            Some(ours) if *success && *ours.checksum == **checksum => {}
-            Some(_) if *success => {
-                return Err(Error::ChangedMigration {
-                    table: table(),
-                    version,
-                });
-            }
-            _ => {
-                return Err(Error::UnknownMigration {
-                    table: table(),
-                    version,
-                });
-            }
+    match compare_migrations(migrator, &applied) {
+        Applied::Current => {}
+        Applied::None => {
+            return Err(Error::NotMigrated {
+                table: table(),
+                url: url(),
+            });
         }
-    }
-    if let Some(pending) = migrator
-        .iter()
-        .find(|m| !applied.iter().any(|(version, ..)| *version == m.version))
-    {
-        return Err(if applied.is_empty() {
-            Error::NotMigrated {
+        Applied::Pending(version) => {
+            return Err(Error::MigrationPending {
                 table: table(),
                 url: url(),
-            }
-        } else {
-            Error::MigrationPending {
+                version,
+            });
+        }
+        Applied::Unknown(version) => {
+            return Err(Error::UnknownMigration {
                 table: table(),
-                url: url(),
-                version: pending.version,
-            }
-        });
+                version,
+            });
+        }
+        Applied::Changed(version) => {
+            return Err(Error::ChangedMigration {
+                table: table(),
+                version,
+            });
+        }
     }
 
     let found: HashMap<String, String> = if records != 0 {
@@ -145,16 +140,13 @@ pub(crate) async fn verify(
     } else {
         HashMap::new()
     };
-    for &(column, expected) in COLUMNS {
-        let actual = found.get(column);
-        if actual.map(String::as_str) != Some(expected) {
-            return Err(Error::UnexpectedColumn {
-                table: table(),
-                column,
-                expected,
-                found: actual.cloned(),
-            });
-        }
+    if let Some((column, expected, found)) = unexpected_column(COLUMNS, &found) {
+        return Err(Error::UnexpectedColumn {
+            table: table(),
+            column,
+            expected,
+            found,
+        });
     }
     Ok(())
 }

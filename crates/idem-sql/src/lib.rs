@@ -33,11 +33,11 @@ mod purger;
 mod template;
 
 pub use failure::{Failure, sqlite_code};
-pub use migrations::MigrationFile;
 #[cfg(feature = "mysql")]
 pub use migrations::migrate_mysql;
 #[cfg(feature = "postgres")]
 pub use migrations::migrate_postgres;
+pub use migrations::{Applied, MigrationFile, compare_migrations, unexpected_column};
 pub use names::{ColumnName, InvalidName, SchemaName, TableName};
 pub use purger::{Purge, PurgeLoop, Purger};
 pub use template::{Location, query_text};

@@ -65,6 +65,55 @@ impl Location {
     }
 }
 
+/// How the migrations applied to a table compare with a build's ([`compare_migrations`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// Every migration of the build, and no other.
+    Current,
+    /// None at all: the table was never migrated.
+    None,
+    /// Some, but not this one of the build's (the first missing).
+    Pending(i64),
+    /// One the build does not know, or one that failed half-way.
+    Unknown(i64),
+    /// One the build knows, applied with other SQL.
+    Changed(i64),
+}
+
+/// Compares `applied`, a table's migrations as its migrations table lists them (version,
+/// checksum, success), with `migrator`'s.
+pub fn compare_migrations(migrator: &Migrator, applied: &[(i64, Vec<u8>, bool)]) -> Applied {
+    for (version, checksum, success) in applied {
+        let version = *version;
+        match migrator.iter().find(|m| m.version == version) {
+            Some(ours) if *success && *ours.checksum == **checksum => {}
+            Some(_) if *success => return Applied::Changed(version),
+            _ => return Applied::Unknown(version),
+        }
+    }
+    match migrator
+        .iter()
+        .find(|m| !applied.iter().any(|(version, ..)| *version == m.version))
+    {
+        Some(_) if applied.is_empty() => Applied::None,
+        Some(pending) => Applied::Pending(pending.version),
+        None => Applied::Current,
+    }
+}
+
+/// The first of `expected` (a column and its type) that `found` (each column's type, as the
+/// catalog names it) lacks or types otherwise: the column, its expected type, and what was
+/// found.
+pub fn unexpected_column(
+    expected: &[(&'static str, &'static str)],
+    found: &std::collections::HashMap<String, String>,
+) -> Option<(&'static str, &'static str, Option<String>)> {
+    expected.iter().find_map(|&(column, kind)| {
+        let actual = found.get(column);
+        (actual.map(String::as_str) != Some(kind)).then(|| (column, kind, actual.cloned()))
+    })
+}
+
 /// Applies `migrator` on `connection`, taken from a PostgreSQL pool. Safe to run from several
 /// processes at once: sqlx serializes them with an advisory lock. A failed run can leave that
 /// session-level lock held, so the connection is then closed rather than given back to its pool.
@@ -148,5 +197,54 @@ mod tests {
         assert_eq!(migrator.table_name, r#""billing"."keys_migrations""#);
         assert_eq!(*migrator.create_schemas, [Cow::<str>::from(r#""billing""#)]);
         assert!(here.migrator(&files, &[], false).create_schemas.is_empty());
+    }
+
+    #[test]
+    fn applied_migrations_are_compared_with_the_builds() {
+        let here = Location::new("s".parse().unwrap(), "t".parse().unwrap());
+        let files = [
+            MigrationFile::new(1, "first", "SELECT 1"),
+            MigrationFile::new(2, "second", "SELECT 2"),
+        ];
+        let migrator = here.migrator(&files, &[], false);
+        let checksum = |version: i64| {
+            let migration = migrator.iter().find(|m| m.version == version).unwrap();
+            migration.checksum.to_vec()
+        };
+        let row = |version, success| (version, checksum(version), success);
+        assert_eq!(compare_migrations(&migrator, &[]), Applied::None);
+        assert_eq!(
+            compare_migrations(&migrator, &[row(1, true)]),
+            Applied::Pending(2)
+        );
+        assert_eq!(
+            compare_migrations(&migrator, &[row(1, true), row(2, true)]),
+            Applied::Current
+        );
+        assert_eq!(
+            compare_migrations(&migrator, &[row(1, true), row(2, false)]),
+            Applied::Unknown(2)
+        );
+        assert_eq!(
+            compare_migrations(&migrator, &[row(1, true), (3, vec![0], true)]),
+            Applied::Unknown(3)
+        );
+        assert_eq!(
+            compare_migrations(&migrator, &[(1, vec![0], true)]),
+            Applied::Changed(1)
+        );
+
+        let found = [("a".to_owned(), "bigint".to_owned())]
+            .into_iter()
+            .collect();
+        assert_eq!(unexpected_column(&[("a", "bigint")], &found), None);
+        assert_eq!(
+            unexpected_column(&[("a", "text")], &found),
+            Some(("a", "text", Some("bigint".to_owned())))
+        );
+        assert_eq!(
+            unexpected_column(&[("a", "bigint"), ("b", "bytea")], &found),
+            Some(("b", "bytea", None))
+        );
     }
 }

@@ -1,6 +1,8 @@
 //! [`MysqlDatabase`]: a MySQL or MariaDB database of the test's own.
 
-use sqlx::{AssertSqlSafe, ConnectOptions, Connection, MySqlConnection, mysql::MySqlConnectOptions};
+use sqlx::{
+    AssertSqlSafe, ConnectOptions, Connection, MySqlConnection, mysql::MySqlConnectOptions,
+};
 
 /// A database of the test's own on a MySQL or MariaDB server, with a random name (`idem_test_`
 /// and 16 hex digits), created when this is made and dropped with all it holds when this is

@@ -188,12 +188,13 @@ fn broker_url(url: &str) -> Result<idem_messaging::BrokerUrl, ConfigError> {
     })
 }
 
-/// `idem relay`: publishes the messages of an outbox (PostgreSQL or SQLite) to a broker, each
+/// `idem relay`: publishes the messages of an outbox (PostgreSQL, MySQL or SQLite) to a broker, each
 /// confirmed by the broker before it is marked sent (see docs/messaging.md).
 #[derive(Debug, Args)]
 pub struct RelayArgs {
-    /// The database that holds the outbox: postgres://USER:PASSWORD@HOST:PORT/DB, or an SQLite
-    /// file, sqlite://PATH (relative) or sqlite:///ABSOLUTE/PATH (opened in WAL mode).
+    /// The database that holds the outbox: postgres://USER:PASSWORD@HOST:PORT/DB,
+    /// mysql://USER:PASSWORD@HOST:PORT/DB (MySQL or MariaDB), or an SQLite file, sqlite://PATH
+    /// (relative) or sqlite:///ABSOLUTE/PATH (opened in WAL mode).
     #[arg(long, env = "IDEM_STORE", value_name = "URL")]
     pub store: String,
     /// The broker: amqp://USER:PASSWORD@HOST:PORT/VHOST (RabbitMQ), nats://HOST:PORT (NATS
@@ -207,8 +208,8 @@ pub struct RelayArgs {
     /// IDEM_KAFKA_SASL_PASSWORD).
     #[arg(long, env = "IDEM_BROKER", value_name = "URL", value_parser = broker_url)]
     pub broker: idem_messaging::BrokerUrl,
-    /// The outbox's schema (on SQLite, an attached database) [default: public on PostgreSQL,
-    /// main on SQLite].
+    /// The outbox's schema (on SQLite, an attached database; on MySQL, a database) [default:
+    /// public on PostgreSQL, the URL's database on MySQL, main on SQLite].
     #[arg(long, env = "IDEM_OUTBOX_SCHEMA", value_name = "NAME")]
     pub outbox_schema: Option<idem_messaging::SchemaName>,
     /// The outbox's table.

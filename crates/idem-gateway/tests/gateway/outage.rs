@@ -1,4 +1,5 @@
-//! The store fails during a run: PostgreSQL connections terminated, Redis killed and restarted.
+//! The store fails during a run: PostgreSQL and MySQL connections terminated, Redis killed and
+//! restarted.
 //! Requests get 503 with `Retry-After` and are not forwarded while the store is down, the
 //! gateway recovers by itself, and no key executes twice.
 
@@ -15,7 +16,7 @@ use serde_json::json;
 use tokio::{sync::Mutex, task::JoinSet};
 
 use crate::{
-    servers::{PgSchema, RedisPrefix, RedisServer},
+    servers::{MysqlDb, PgSchema, RedisPrefix, RedisServer},
     support::{Client, Gateway, Upstream, idem},
 };
 
@@ -170,6 +171,47 @@ async fn postgres_connections_terminated_during_a_run_never_execute_a_key_twice(
     works_again(&gateway, &upstream).await;
     gateway.stop().await;
     drop(schema);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_connections_killed_during_a_run_never_execute_a_key_twice() {
+    let Some(database) = MysqlDb::new().await else {
+        return;
+    };
+    let store = database.store_url();
+    assert_eq!(idem(&["migrate", "--store", &store]).code, Some(0));
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&upstream.url(), &["--store", &store, "--lease", LEASE]);
+
+    let tally = Arc::new(Tally::default());
+    let done = Arc::new(AtomicBool::new(false));
+    let killer = tokio::spawn({
+        let done = Arc::clone(&done);
+        async move {
+            let mut rounds = 0;
+            let mut killed = 0;
+            while !done.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(150)).await;
+                killed += database.kill_connections().await;
+                rounds += 1;
+            }
+            (database, rounds, killed)
+        }
+    });
+    run_all_keys(&gateway, "mysql-outage", Arc::clone(&tally)).await;
+    done.store(true, Ordering::Relaxed);
+    let (database, rounds, killed) = killer.await.unwrap();
+
+    assert_each_key_executed_once(&upstream, "mysql-outage");
+    let unavailable = tally.unavailable.load(Ordering::Relaxed);
+    assert!(unavailable > 0, "no request met a killed connection");
+    eprintln!(
+        "{rounds} rounds killed {killed} connections; clients got {unavailable} 503s and {} 409s",
+        tally.conflicts.load(Ordering::Relaxed)
+    );
+    works_again(&gateway, &upstream).await;
+    gateway.stop().await;
+    drop(database);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

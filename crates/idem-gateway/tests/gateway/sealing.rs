@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use crate::{
     cli::fails,
-    servers::{PgSchema, RedisPrefix},
+    servers::{MysqlDb, PgSchema, RedisPrefix},
     support::{Client, Gateway, Upstream, idem, idem_command, sqlite_url},
 };
 
@@ -276,6 +276,48 @@ async fn the_postgres_row_holds_no_response_in_clear() {
     );
     assert!(!contains(whole_row.as_bytes(), MARKER));
     assert!(contains(response, b"\xffidem-sealed"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mysql_row_holds_no_response_in_clear() {
+    let Some(database) = MysqlDb::new().await else {
+        return;
+    };
+    let store = database.store_url();
+    let dir = tempfile::tempdir().unwrap();
+    let ring = write(dir.path(), "a.keys", KEY_A);
+    let migrated = idem(&["migrate", "--store", &store]);
+    assert_eq!(migrated.code, Some(0), "{}", migrated.stderr);
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(
+        &upstream.url(),
+        &[
+            "--store",
+            &store,
+            "--encryption-key-file",
+            ring.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        execute_and_replay(&gateway, &upstream, "mysql-sealed").await,
+        1
+    );
+    gateway.stop().await;
+
+    let responses = database.bytes("SELECT response FROM idem_records").await;
+    assert_eq!(responses.len(), 1);
+    let whole_row = database
+        .bytes(
+            "SELECT CONCAT_WS(X'', scope, key_digest, fingerprint, state, token, lease_until, \
+             created_at, completed_at, expires_at, response) FROM idem_records",
+        )
+        .await;
+    assert!(
+        !contains(&responses[0], MARKER),
+        "the body is in the row in clear"
+    );
+    assert!(!contains(&whole_row[0], MARKER));
+    assert!(contains(&responses[0], b"\xffidem-sealed"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -117,6 +117,36 @@ impl MysqlDb {
         self.database.url()
     }
 
+    /// Kills every connection to this database but the caller's (the gateways' pools and store
+    /// connections); returns how many there were.
+    pub(crate) async fn kill_connections(&self) -> usize {
+        let mut connection = self.database.connect().await;
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "SELECT ID FROM information_schema.PROCESSLIST \
+             WHERE DB = ? AND ID <> CONNECTION_ID()",
+        )
+        .bind(self.name())
+        .fetch_all(&mut connection)
+        .await
+        .unwrap();
+        for id in &ids {
+            // A connection that ended meanwhile is no longer there to kill.
+            let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("KILL CONNECTION {id}")))
+                .execute(&mut connection)
+                .await;
+        }
+        ids.len()
+    }
+
+    /// Rows of `sql`, each as its first column's bytes.
+    pub(crate) async fn bytes(&self, sql: &str) -> Vec<Vec<u8>> {
+        let mut connection = self.database.connect().await;
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_all(&mut connection)
+            .await
+            .unwrap()
+    }
+
     /// Runs `sql` in the database.
     pub(crate) async fn execute(&self, sql: &str) -> u64 {
         let mut connection = self.database.connect().await;

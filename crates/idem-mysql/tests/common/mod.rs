@@ -69,14 +69,10 @@ pub fn fingerprint(byte: u8) -> Fingerprint {
     Fingerprint::from_bytes([byte; 32])
 }
 
-/// The lease of an acquisition that must succeed.
-pub async fn acquired(store: &impl Store, key: &str) -> Lease {
-    match store
-        .acquire(&address(key), &fingerprint(1), TERMS)
-        .await
-        .unwrap()
-    {
-        Acquisition::Acquired(lease) => lease,
-        other => panic!("expected to acquire {key}, got {other:?}"),
+/// The lease of an acquisition of `address` that must succeed.
+pub async fn acquired(store: &impl Store, address: &Address) -> Lease {
+    match store.acquire(address, &fingerprint(1), TERMS).await {
+        Ok(Acquisition::Acquired(lease)) => lease,
+        other => panic!("expected Acquired, got {other:?}"),
     }
 }
