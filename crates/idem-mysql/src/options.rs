@@ -141,6 +141,9 @@ impl MysqlOptions {
         if !matches!(parts.scheme(), "mysql" | "mariadb") {
             return Err(parts.error("expected mysql://… or mariadb://…"));
         }
+        if parts.path().trim_start_matches('/').is_empty() {
+            return Err(parts.error("no database: give one as the path, mysql://HOST/DATABASE"));
+        }
         let table = parts.take("table", TableName::from_str)?;
         let pool_size = parts.take("pool_size", count::<u32>)?;
         let batch_size = parts.take("batch_size", count::<usize>)?;
@@ -448,6 +451,16 @@ mod tests {
              takes table, pool_size, batch_size, batches_in_flight, queue_size; the others go to \
              MySQL's driver: ssl-mode, ssl-ca, ssl-cert, ssl-key, charset, collation, socket, \
              statement-cache-capacity)"
+        );
+        assert_eq!(
+            error("mysql://u:pw@db"),
+            "invalid store URL `mysql://u:***@db`: no database: give one as the path, \
+             mysql://HOST/DATABASE"
+        );
+        assert_eq!(
+            error("mysql://db/?table=keys"),
+            "invalid store URL `mysql://db/?table=keys`: no database: give one as the path, \
+             mysql://HOST/DATABASE"
         );
         assert_eq!(
             error("postgres://db/pay"),

@@ -50,10 +50,15 @@ fn bad_command_lines_fail_with_one_line() {
         upstream.iter().chain(extra).copied().collect()
     };
     assert_eq!(
+        fails(&with(&["--store", "mongodb://db"]), 2),
+        "error: invalid value 'mongodb://db' for '--store <URL>': invalid store URL \
+         `mongodb://db`: unknown scheme; expected memory://, sqlite://PATH, postgres://…, \
+         mysql://…, redis://… or redis+cluster://…"
+    );
+    assert_eq!(
         fails(&with(&["--store", "mysql://db"]), 2),
         "error: invalid value 'mysql://db' for '--store <URL>': invalid store URL `mysql://db`: \
-         unknown scheme; expected memory://, sqlite://PATH, postgres://…, redis://… or \
-         redis+cluster://…"
+         no database: give one as the path, mysql://HOST/DATABASE"
     );
     assert_eq!(
         fails(&with(&["--frobnicate"]), 2),
