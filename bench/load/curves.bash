@@ -16,8 +16,8 @@
 #   CONNECTIONS, each against the plain proxy at the same size;
 # - stored keys (CURVE_KEYS, 0 to 10 M, on CURVE_STORES): the store is filled to each point, then
 #   the gateway's new keys at CONNECTIONS are measured on it; bytes per key from the gateway's
-#   resident memory (memory), the file (SQLite), pg_total_relation_size (PostgreSQL) and
-#   used_memory (Redis), each the growth since the empty store divided by the keys stored;
+#   resident memory (memory), the file (SQLite), pg_total_relation_size (PostgreSQL), InnoDB's
+#   data and index length of the store's tables (MySQL) and used_memory (Redis), each the growth since the empty store divided by the keys stored;
 # - purge (PURGE_KEYS expired keys, 1 M, on PURGE_STORES): the gateway starts on a store holding
 #   only expired keys, so that its purge loop (which runs at start, then every minute, 1,000
 #   records per store call, its calls paced to a quarter of the round's time) removes them while
@@ -34,7 +34,7 @@
 #   through the records (the admin API's listing, 100 records a page, one page after another)
 #   while wrk measures new keys again, for the listing's cost.
 #
-# SQLite, PostgreSQL and Redis are filled directly by idem-bench-fill, through the store's own
+# SQLite, PostgreSQL, MySQL and Redis are filled directly by idem-bench-fill, through the store's own
 # API with 64 calls at a time (10 M keys through the gateway would take hours on SQLite); the
 # memory store lives in the gateway's process, so it is filled through the gateway by wrk.
 # Figures go to $CARGO_TARGET_DIR/load-curves.txt (one `CURVE SERIES X METRIC VALUE` line per
@@ -53,11 +53,11 @@ CURVE_ROUNDS="${CURVE_ROUNDS:-3}"
 CURVE_CONNECTIONS="${CURVE_CONNECTIONS:-1 32 256 1024}"
 CURVE_BODIES="${CURVE_BODIES:-100 16384 262144 1048576}"
 CURVE_KEYS="${CURVE_KEYS:-0 100000 1000000 10000000}"
-CURVE_STORES="${CURVE_STORES:-memory sqlite postgres redis}"
+CURVE_STORES="${CURVE_STORES:-memory sqlite postgres mysql redis}"
 PURGE_KEYS="${PURGE_KEYS:-1000000}"
-PURGE_STORES="${PURGE_STORES:-sqlite postgres}"
+PURGE_STORES="${PURGE_STORES:-sqlite postgres mysql}"
 CENSUS_KEYS="${CENSUS_KEYS:-1000000}"
-CENSUS_STORES="${CENSUS_STORES:-sqlite postgres redis}"
+CENSUS_STORES="${CENSUS_STORES:-sqlite postgres mysql redis}"
 CENSUS_WINDOWS="${CENSUS_WINDOWS:-10}"
 CENSUS_GAP="${CENSUS_GAP:-4}"
 CURVES_RUN="${CURVES_RUN:-connections body keys purge census}"
@@ -217,6 +217,22 @@ settle_postgres() {
   psql "$PG_URL" -Xq -c "VACUUM (ANALYZE) $1.idem_records"
 }
 
+# MySQL: the store's tables (records, tokens, census board, migrations) with their indexes, as
+# InnoDB's statistics give them once analyzed.
+mysql_bytes() {
+  "${MYSQL[@]}" -e "ANALYZE TABLE $MYSQL_DB.idem_keys" >/dev/null
+  "${MYSQL[@]}" -e "SELECT coalesce(sum(data_length + index_length), 0)
+    FROM information_schema.TABLES WHERE table_schema = '$MYSQL_DB' AND table_name LIKE 'idem\_keys%'"
+}
+# After a fill, ANALYZE TABLE refreshes InnoDB's statistics of the new rows.
+settle_mysql() {
+  "${MYSQL[@]}" -e "ANALYZE TABLE $MYSQL_DB.$1" >/dev/null
+}
+# mysql_fill_url TABLE: the store of TABLE as the filler opens it, with a connection per caller.
+mysql_fill_url() {
+  echo "$MYSQL_URL?ssl-mode=DISABLED&table=$1&pool_size=$FILL_CONCURRENCY"
+}
+
 # Redis: the server's used_memory (nothing else is stored on it).
 redis_bytes() {
   redis_stat memory used_memory
@@ -246,6 +262,7 @@ curve_keys() {
           "$PG_URL?schema=idem_keys&sslmode=disable&pool_size=$FILL_CONCURRENCY&options[synchronous_commit]=off" \
           postgres_bytes
         ;;
+      mysql) keys_filled mysql "$(mysql_store idem_keys)" "$(mysql_fill_url idem_keys)" mysql_bytes ;;
       redis) keys_filled redis "$REDIS_URL?prefix=idem-keys" "$REDIS_URL?prefix=idem-keys" redis_bytes ;;
       *) echo "unknown store $store" >&2; exit 2 ;;
     esac
@@ -303,7 +320,8 @@ curve_purge() {
         purge_point postgres "$pg" \
           "$PG_URL?schema=idem_purge&sslmode=disable&pool_size=$FILL_CONCURRENCY&options[synchronous_commit]=off"
         ;;
-      *) echo "the purge is measured on sqlite and postgres, not $store" >&2; exit 2 ;;
+      mysql) purge_point mysql "$(mysql_store idem_purge)" "$(mysql_fill_url idem_purge)" ;;
+      *) echo "the purge is measured on sqlite, postgres and mysql, not $store" >&2; exit 2 ;;
     esac
   done
 }
@@ -397,8 +415,9 @@ curve_census() {
         census_point postgres "$pg" \
           "$PG_URL?schema=idem_census&sslmode=disable&pool_size=$FILL_CONCURRENCY&options[synchronous_commit]=off"
         ;;
+      mysql) census_point mysql "$(mysql_store idem_census)" "$(mysql_fill_url idem_census)" ;;
       redis) census_point redis "$REDIS_URL?prefix=idem-census" "$REDIS_URL?prefix=idem-census" ;;
-      *) echo "the census is measured on sqlite, postgres and redis, not $store" >&2; exit 2 ;;
+      *) echo "the census is measured on sqlite, postgres, mysql and redis, not $store" >&2; exit 2 ;;
     esac
   done
 }
@@ -411,6 +430,11 @@ run_curves() {
     { in_list purge "$CURVES_RUN" && in_list postgres "$PURGE_STORES"; } ||
     { in_list census "$CURVES_RUN" && in_list postgres "$CENSUS_STORES"; }; then
     start_postgres_database
+  fi
+  if { in_list keys "$CURVES_RUN" && in_list mysql "$CURVE_STORES"; } ||
+    { in_list purge "$CURVES_RUN" && in_list mysql "$PURGE_STORES"; } ||
+    { in_list census "$CURVES_RUN" && in_list mysql "$CENSUS_STORES"; }; then
+    start_mysql_database
   fi
   if { in_list keys "$CURVES_RUN" && in_list redis "$CURVE_STORES"; } ||
     { in_list census "$CURVES_RUN" && in_list redis "$CENSUS_STORES"; }; then
