@@ -4,7 +4,7 @@ with the machine's load, for comparing two builds of one change (the load harnes
 measures the same in requests per second, on a quiet machine).
 
     bench/callgrind/requests.py IDEM [IDEM...]
-    STORES="sqlite postgres redis" NGINX=/usr/sbin/nginx bench/callgrind/requests.py IDEM [IDEM...]
+    STORES="sqlite postgres mysql redis" NGINX=/usr/sbin/nginx bench/callgrind/requests.py IDEM [IDEM...]
 
 Each IDEM is an `idem` binary (say, `cargo build --release -p idem-gateway` of the commit before
 a change, copied aside, and of the change). For each one it starts an upstream (IDEM_UPSTREAM,
@@ -19,9 +19,12 @@ for each store named in STORES, one with a new key each on it:
 - `sqlite`: a new file in a scratch directory;
 - `postgres`: a schema of its own, migrated with `idem migrate`, on the database of
   IDEM_TEST_POSTGRES_URL (without TLS);
+- `mysql`: a table of its own (`?table=`), migrated with `idem migrate`, in the database of
+  IDEM_TEST_MYSQL_URL (without TLS);
 - `redis`: a key prefix of its own on the server of IDEM_TEST_REDIS_URL.
 
-The schema and the keys are removed after each measurement (with `psql` and `redis-cli`).
+The schema, the tables and the keys are removed after each measurement (with `psql`, `mariadb`
+or `mysql`, and `redis-cli`).
 
 With NGINX (the path of an `nginx` binary) it counts nginx forwarding the plain request too,
 configured as the load harness's but as one process (`master_process off`), for the plain
@@ -38,12 +41,14 @@ binary and the kind of request, for `callgrind_annotate --inclusive=yes`. Needs 
 import http.client
 import os
 import pathlib
+import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import uuid
 from typing import Callable
 
@@ -165,11 +170,30 @@ def store_url(idem: str, store: str, work: pathlib.Path) -> tuple[str, Callable[
             ["psql", base, "-q", "-c", f"DROP SCHEMA IF EXISTS {name} CASCADE"],
             check=True, stdout=subprocess.DEVNULL,
             env={**os.environ, "PGOPTIONS": "-c client_min_messages=warning"})
+    if store == "mysql":
+        server = os.environ.get("IDEM_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
+        base = server.split("?")[0]
+        url = f"{base}?table={name}&ssl-mode=DISABLED"
+        subprocess.run([idem, "migrate", "--store", url], check=True, stdout=subprocess.DEVNULL)
+        tables = ", ".join(f"{name}{suffix}" for suffix in ("", "_tokens", "_census", "_migrations"))
+        return url, lambda: mysql_client(base, f"DROP TABLE IF EXISTS {tables}")
     if store == "redis":
         server = os.environ.get("IDEM_TEST_REDIS_URL", "redis://127.0.0.1:6379")
         base = server.split("?")[0]
         return f"{base}?prefix={name}", lambda: delete_keys(base, f"{{{name}*")
-    sys.exit(f"callgrind: unknown store {store!r}: expected sqlite, postgres or redis")
+    sys.exit(f"callgrind: unknown store {store!r}: expected sqlite, postgres, mysql or redis")
+
+
+def mysql_client(server: str, statement: str) -> None:
+    """Runs `statement` in the database of the MySQL URL `server` with the server's client."""
+    url = urllib.parse.urlsplit(server)
+    client = shutil.which("mariadb") or "mysql"
+    subprocess.run(
+        [client, "-h", url.hostname or "127.0.0.1", "-P", str(url.port or 3306),
+         "-u", urllib.parse.unquote(url.username or "root"), url.path.lstrip("/"),
+         "-e", statement],
+        check=True, stdout=subprocess.DEVNULL,
+        env={**os.environ, "MYSQL_PWD": urllib.parse.unquote(url.password or "")})
 
 
 def delete_keys(server: str, pattern: str) -> None:
