@@ -203,14 +203,20 @@ fn chunks<W: Write>(ops: &[&Op<W::Args>]) -> Vec<Vec<usize>> {
     chunks
 }
 
-/// The operations as a derived table, `(SELECT 0 AS n, … UNION ALL SELECT 1, …) AS b`: `columns`
-/// (the first is `n`, the operation's position) and each operation's values, written by `values`
-/// after its position.
+/// A value of an operation in a batch's derived table.
+#[derive(Debug, Clone, Copy)]
+enum Value<'a> {
+    Bytes(&'a [u8]),
+    Number(i64),
+}
+
+/// The operations as a derived table, `(SELECT 0 AS n, … UNION ALL SELECT 1, …) AS b`: `n`, the
+/// operation's position, then `columns`, whose values `row` gives for each operation.
 fn derived<A>(
     batch: &mut Batch,
     ops: &[&Op<A>],
     columns: &[&str],
-    values: impl Fn(&mut Batch, &Op<A>),
+    row: impl Fn(&Op<A>) -> Vec<Value<'_>>,
 ) {
     batch.push("(");
     for (n, op) in ops.iter().enumerate() {
@@ -223,11 +229,12 @@ fn derived<A>(
         if n == 0 {
             batch.push(" AS n");
         }
-        let mut fields = Batch::new();
-        values(&mut fields, op);
-        let text = fields.finish();
-        for (field, column) in text.split('\u{1f}').zip(&columns[1..]) {
-            batch.push(", ").push(field);
+        for (value, column) in row(op).into_iter().zip(columns) {
+            batch.push(", ");
+            match value {
+                Value::Bytes(bytes) => batch.bytes(bytes),
+                Value::Number(number) => batch.number(number),
+            };
             if n == 0 {
                 batch.push(" AS ").push(column);
             }
@@ -235,9 +242,6 @@ fn derived<A>(
     }
     batch.push(") AS b");
 }
-
-/// Separates the fields [`derived`]'s `values` writes.
-const FIELD: &str = "\u{1f}";
 
 /// The positions (`n`) of the rows a holder-only write's `SELECT` returned.
 fn positions(rows: &[MySqlRow], table: &str, len: usize) -> Result<Vec<Option<usize>>, StoreError> {
@@ -481,11 +485,11 @@ impl Write for Complete {
             |op| op.args.token,
             "",
             &["response", "ttl"],
-            &|batch, op| {
-                batch
-                    .bytes(&op.args.response)
-                    .push(FIELD)
-                    .number(millis(op.args.ttl));
+            &|op| {
+                vec![
+                    Value::Bytes(&op.args.response),
+                    Value::Number(millis(op.args.ttl)),
+                ]
             },
             HolderChange::Update(
                 "r.state = 'completed', r.lease_until = NULL, r.completed_at = @idem_now, \
@@ -535,9 +539,7 @@ impl Write for Renew {
             |op| op.args.token,
             ", @idem_now + b.lease AS lease_until",
             &["lease"],
-            &|batch, op| {
-                batch.number(millis(op.args.lease));
-            },
+            &|op| vec![Value::Number(millis(op.args.lease))],
             HolderChange::Update(
                 "r.lease_until = @idem_now + b.lease, \
                  r.expires_at = GREATEST(r.expires_at, @idem_now + b.lease)",
@@ -585,7 +587,7 @@ impl Write for Release {
             |op| op.args,
             "",
             &[],
-            &|_, _| {},
+            &|_| Vec::new(),
             HolderChange::Delete,
         );
     }
@@ -615,7 +617,7 @@ enum HolderChange {
 
 /// The holder-only writes' statements: the records of `ops` whose token holds a live processing
 /// record, read and locked (`SELECT b.n` and `select`), then changed; `extra` columns of the
-/// operations (`response` is left out of the read) with their `values`.
+/// operations with their `values` (`response` is left out of the read).
 #[allow(clippy::too_many_arguments)]
 fn holder_statements<A>(
     batch: &mut Batch,
@@ -624,61 +626,36 @@ fn holder_statements<A>(
     token: impl Fn(&Op<A>) -> FencingToken + Copy,
     select: &str,
     extra: &[&str],
-    values: &dyn Fn(&mut Batch, &Op<A>),
+    values: &dyn Fn(&Op<A>) -> Vec<Value<'_>>,
     change: HolderChange,
 ) {
-    let key_columns = ["n", "scope", "key_digest", "token"];
-    let keys = |batch: &mut Batch, op: &Op<A>| {
-        batch
-            .bytes(op.scope())
-            .push(FIELD)
-            .bytes(&op.key)
-            .push(FIELD)
-            .number(sql_token(token(op)));
-    };
+    let columns: Vec<&str> = ["scope", "key_digest", "token"]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
     let held = " ON r.scope = b.scope AND r.key_digest = b.key_digest \
                 WHERE r.token = b.token AND r.state = 'processing' AND @idem_now < r.expires_at";
-    // The read: the operations' keys and the extra columns but the response.
-    let read: Vec<&str> = key_columns
-        .iter()
-        .copied()
-        .chain(extra.iter().copied().filter(|&column| column != "response"))
+    // The read: every column but the response.
+    let read: Vec<usize> = (0..columns.len())
+        .filter(|&at| columns[at] != "response")
         .collect();
+    let read_columns: Vec<&str> = read.iter().map(|&at| columns[at]).collect();
     batch
         .push("SELECT b.n")
         .push(select)
         .push(" FROM ")
         .push(table)
         .push(" AS r JOIN ");
-    derived(batch, ops, &read, |batch, op| {
-        keys(batch, op);
-        let mut more = Batch::new();
-        values(&mut more, op);
-        let more = more.finish();
-        for (field, column) in more.split(FIELD).zip(extra) {
-            if *column != "response" {
-                batch.push(FIELD).push(field);
-            }
-        }
+    derived(batch, ops, &read_columns, |op| {
+        let row = holder_row(op, token(op), values);
+        read.iter().map(|&at| row[at]).collect()
     });
     batch.push(held).statement(" FOR UPDATE");
     // The change: every column.
-    let all: Vec<&str> = key_columns.iter().chain(extra).copied().collect();
-    let with_all = |batch: &mut Batch| {
-        derived(batch, ops, &all, |batch, op| {
-            keys(batch, op);
-            let mut more = Batch::new();
-            values(&mut more, op);
-            let more = more.finish();
-            if !more.is_empty() {
-                batch.push(FIELD).push(&more);
-            }
-        });
-    };
     match change {
         HolderChange::Update(assignments) => {
             batch.push("UPDATE ").push(table).push(" AS r JOIN ");
-            with_all(batch);
+            derived(batch, ops, &columns, |op| holder_row(op, token(op), values));
             let (on, condition) = held.split_once(" WHERE ").expect("a join and a condition");
             batch
                 .push(on)
@@ -689,10 +666,25 @@ fn holder_statements<A>(
         }
         HolderChange::Delete => {
             batch.push("DELETE r FROM ").push(table).push(" AS r JOIN ");
-            with_all(batch);
+            derived(batch, ops, &columns, |op| holder_row(op, token(op), values));
             batch.statement(held);
         }
     }
+}
+
+/// A holder-only write's row of `op`: its address and `token`, then its `values`.
+fn holder_row<'o, A>(
+    op: &'o Op<A>,
+    token: FencingToken,
+    values: &dyn Fn(&Op<A>) -> Vec<Value<'_>>,
+) -> Vec<Value<'o>> {
+    let mut row = vec![
+        Value::Bytes(op.scope()),
+        Value::Bytes(&op.key),
+        Value::Number(sql_token(token)),
+    ];
+    row.extend(values(op));
+    row
 }
 
 /// A holder-only write that changed no row: the token does not hold the key.
