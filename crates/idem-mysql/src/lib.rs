@@ -72,5 +72,5 @@ pub use idem_sql::{
 };
 pub use options::MysqlOptions;
 pub use schema::Migration;
-pub use sql::Statement;
+pub use sql::{BatchForm, Statement};
 pub use store::MysqlStore;

@@ -12,7 +12,7 @@ use sqlx::{
     mysql::{MySqlConnectOptions, MySqlPoolOptions},
 };
 
-use crate::{Error, TableName};
+use crate::{BatchForm, Error, TableName};
 
 /// What an unknown parameter's error says is known.
 const KNOWN: &str = "idem takes table, pool_size, batch_size, batches_in_flight, queue_size; the \
@@ -62,6 +62,7 @@ pub struct MysqlOptions {
     pub(crate) batches_in_flight: usize,
     pub(crate) queue_size: usize,
     pub(crate) test_clock: Option<ManualClock>,
+    pub(crate) batch_form: Option<BatchForm>,
     pub(crate) connection: Option<MySqlConnectOptions>,
     /// The URL the options were made from, password hidden.
     pub(crate) url: Option<String>,
@@ -93,6 +94,7 @@ impl MysqlOptions {
             batches_in_flight: Self::DEFAULT_BATCHES_IN_FLIGHT,
             queue_size: Self::DEFAULT_QUEUE_SIZE,
             test_clock: None,
+            batch_form: None,
             connection: None,
             url: None,
         }
@@ -307,6 +309,16 @@ impl MysqlOptions {
             .map_err(Error::Connect)
     }
 
+    /// How each round trip's statements are sent ([`BatchForm`]). Unless set, the server's
+    /// `VERSION()` decides when the store opens: one compound statement on MariaDB, which
+    /// answers it with one packet and one per result set, and `;`-separated statements on MySQL,
+    /// which answers each statement with its own packet. Both forms run the same statements.
+    #[must_use]
+    pub fn batch_form(mut self, form: BatchForm) -> Self {
+        self.batch_form = Some(form);
+        self
+    }
+
     /// **For tests only**: reads "now" from `clock` instead of the database server's clock, so
     /// that a test can move time by hand (lease expiry, takeover, TTL) without waiting.
     ///
@@ -341,6 +353,7 @@ impl fmt::Debug for MysqlOptions {
             .field("batches_in_flight", &self.batches_in_flight)
             .field("queue_size", &self.queue_size)
             .field("test_clock", &self.test_clock.is_some())
+            .field("batch_form", &self.batch_form)
             .finish_non_exhaustive()
     }
 }

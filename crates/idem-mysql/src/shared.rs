@@ -8,7 +8,7 @@ use crate::{
     connections::{Checkout, Connections},
     error::store_error,
     row::sql_now,
-    sql::Sql,
+    sql::{BatchForm, Sql},
 };
 
 /// What the store's operations and its batches' tasks share.
@@ -18,6 +18,8 @@ pub(crate) struct Shared {
     pub(crate) clock: Option<ManualClock>,
     /// How long one round trip may take ([`MysqlOptions::statement_timeout`](crate::MysqlOptions::statement_timeout)).
     pub(crate) round_trip: Option<Duration>,
+    /// How the batches' statements are sent.
+    pub(crate) form: BatchForm,
 }
 
 impl Shared {

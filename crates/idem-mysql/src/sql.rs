@@ -119,15 +119,45 @@ fn render(table: &TableName, template: &str) -> String {
         .replace("{now}", SERVER_NOW.trim_end())
 }
 
-/// The text of one batch: statements separated by `;`, with literal values.
-#[derive(Debug, Default)]
+/// How the statements of one round trip travel to the server.
+///
+/// The server answers each statement of a multi-statement text on its own, one write to the
+/// socket each: a batch of acquisitions, eight statements, was eight packets for the store to
+/// wake up to. A compound statement is answered once, plus once per result set it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchForm {
+    /// One compound statement, `BEGIN NOT ATOMIC … END`: MariaDB (10.1.1 and later).
+    Compound,
+    /// Statements separated by `;` (MySQL, which runs compound statements only in stored
+    /// programs).
+    Statements,
+}
+
+impl BatchForm {
+    /// The form for a server whose `VERSION()` is `version`.
+    pub(crate) fn of_server(version: &str) -> Self {
+        if version.contains("MariaDB") {
+            Self::Compound
+        } else {
+            Self::Statements
+        }
+    }
+}
+
+/// The text of one round trip: statements ending in `;`, with literal values, sent as `form`.
+#[derive(Debug)]
 pub(crate) struct Batch {
     text: String,
+    form: BatchForm,
 }
 
 impl Batch {
-    pub(crate) fn new() -> Self {
-        Self::default()
+    pub(crate) fn new(form: BatchForm) -> Self {
+        let mut text = String::new();
+        if form == BatchForm::Compound {
+            text.push_str("BEGIN NOT ATOMIC\n");
+        }
+        Self { text, form }
     }
 
     /// Appends `sql` and the `;` that ends it.
@@ -174,7 +204,10 @@ impl Batch {
         self.statement("")
     }
 
-    pub(crate) fn finish(self) -> String {
+    pub(crate) fn finish(mut self) -> String {
+        if self.form == BatchForm::Compound {
+            self.text.push_str("END");
+        }
         self.text
     }
 }
@@ -212,7 +245,7 @@ mod tests {
 
     #[test]
     fn literals_cannot_carry_sql() {
-        let mut batch = Batch::new();
+        let mut batch = Batch::new(BatchForm::Statements);
         batch
             .push("SELECT ")
             .bytes(b"';DROP TABLE x;--\x00\xff")
@@ -223,7 +256,7 @@ mod tests {
             batch.finish(),
             "SELECT X'273b44524f50205441424c4520783b2d2d00ff', -42;\n"
         );
-        let mut batch = Batch::new();
+        let mut batch = Batch::new(BatchForm::Statements);
         batch.now(Some(1_700_000_000_000)).now(None);
         assert_eq!(
             batch.finish(),
@@ -232,5 +265,16 @@ mod tests {
                 SERVER_NOW.trim_end()
             )
         );
+        let mut batch = Batch::new(BatchForm::Compound);
+        batch.statement("START TRANSACTION").statement("COMMIT");
+        assert_eq!(
+            batch.finish(),
+            "BEGIN NOT ATOMIC\nSTART TRANSACTION;\nCOMMIT;\nEND"
+        );
+        assert_eq!(
+            BatchForm::of_server("10.11.19-MariaDB-0+deb12u1"),
+            BatchForm::Compound
+        );
+        assert_eq!(BatchForm::of_server("8.0.36"), BatchForm::Statements);
     }
 }

@@ -22,7 +22,7 @@ use crate::{
     row::{Columns, millis, sql_time, state_column},
     schema,
     shared::Shared,
-    sql::{Batch, Sql},
+    sql::{Batch, BatchForm, Sql},
     writes::{
         Acquire, AcquireArgs, Batched, Complete, CompleteArgs, Op, Release, Renew, RenewArgs,
         Transaction, Write, run,
@@ -128,6 +128,16 @@ impl MysqlStore {
     pub async fn open(pool: MySqlPool, options: MysqlOptions) -> Result<Self, Error> {
         let sql = Sql::new(&options.table);
         schema::verify(&pool, &sql, &sql.migrator(), options.url()).await?;
+        let form = match options.batch_form {
+            Some(form) => form,
+            None => {
+                let version: String = sqlx::query_scalar("SELECT VERSION()")
+                    .fetch_one(&pool)
+                    .await
+                    .map_err(Error::Connect)?;
+                BatchForm::of_server(&version)
+            }
+        };
         let session = Session::new((*pool.connect_options()).clone(), options.statement_timeout);
         let connections = Connections::new(
             session,
@@ -139,6 +149,7 @@ impl MysqlStore {
             sql,
             clock: options.test_clock,
             round_trip: options.statement_timeout,
+            form,
         });
         let limits = Limits {
             batch_size: options.batch_size,
@@ -391,7 +402,7 @@ impl Store for MysqlStore {
                 .push(" AND key_digest = ")
                 .bytes(&key);
         };
-        let mut batch = Batch::new();
+        let mut batch = Batch::new(shared.form);
         batch.statement("START TRANSACTION").now(shared.now());
         batch
             .push("SELECT @idem_now < expires_at AS live FROM ")
@@ -428,7 +439,7 @@ impl Store for MysqlStore {
         if doomed.is_empty() {
             return Ok(0);
         }
-        let mut batch = Batch::new();
+        let mut batch = Batch::new(BatchForm::Statements);
         batch
             .push("DELETE FROM ")
             .push(&shared.sql.table)

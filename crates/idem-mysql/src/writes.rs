@@ -2,9 +2,10 @@
 //! operation's answer is read from the rows.
 //!
 //! A batch is one round trip: `START TRANSACTION`, the statements of [`Write::statements`], and
-//! `COMMIT`, sent together (MySQL's multi-statement text protocol), with every value a literal
-//! (see [`Batch`]). Its time is set once, `@idem_now`, so that every statement decides at the
-//! same instant. A batch whose text would pass [`ROUND_TRIP_BYTES`] (large responses being
+//! `COMMIT`, sent together as one compound statement (MariaDB) or as several statements in one
+//! text (MySQL; see [`BatchForm`](crate::BatchForm)), with every value a literal (see
+//! [`Batch`]). Its time is set once, `@idem_now`, so that every statement decides at the same
+//! instant. A batch whose text would pass [`ROUND_TRIP_BYTES`] (large responses being
 //! completed) is sent in several round trips, still one transaction.
 //!
 //! The holder-only writes (complete, renew, release) first read, and lock, the records that the
@@ -24,7 +25,7 @@ use idem_sql::{
     Failure,
     batch::{Failed, Kind, Step},
 };
-use sqlx::{AssertSqlSafe, MySqlConnection, Row, mysql::MySqlRow};
+use sqlx::{AssertSqlSafe, MySqlConnection, mysql::MySqlRow};
 
 use crate::{
     Error,
@@ -157,7 +158,7 @@ pub(crate) async fn run<W: Write>(
     let chunks = chunks::<W>(ops);
     for (number, chunk) in chunks.iter().enumerate() {
         let chunk_ops: Vec<&Op<W::Args>> = chunk.iter().map(|&at| ops[at]).collect();
-        let mut batch = Batch::new();
+        let mut batch = Batch::new(shared.form);
         if number == 0 {
             if transaction == Transaction::Own {
                 batch.statement("START TRANSACTION");
@@ -203,54 +204,23 @@ fn chunks<W: Write>(ops: &[&Op<W::Args>]) -> Vec<Vec<usize>> {
     chunks
 }
 
-/// A value of an operation in a batch's derived table.
-#[derive(Debug, Clone, Copy)]
-enum Value<'a> {
-    Bytes(&'a [u8]),
-    Number(i64),
-}
-
-/// The operations as a derived table, `(SELECT 0 AS n, … UNION ALL SELECT 1, …) AS b`: `n`, the
-/// operation's position, then `columns`, whose values `row` gives for each operation.
-fn derived<A>(
-    batch: &mut Batch,
-    ops: &[&Op<A>],
-    columns: &[&str],
-    row: impl Fn(&Op<A>) -> Vec<Value<'_>>,
-) {
-    batch.push("(");
+/// Which of `ops` (at distinct addresses) a holder-only write's `SELECT` returned, by the rows'
+/// addresses: for each operation, its row's position in `rows`.
+fn held(
+    rows: &[MySqlRow],
+    table: &str,
+    ops: &[&Op<impl Sized>],
+) -> Result<Vec<Option<usize>>, StoreError> {
+    let mut at = HashMap::with_capacity(ops.len());
     for (n, op) in ops.iter().enumerate() {
-        batch.push(if n == 0 {
-            "SELECT "
-        } else {
-            " UNION ALL SELECT "
-        });
-        batch.number(i64::try_from(n).expect("a batch is small"));
-        if n == 0 {
-            batch.push(" AS n");
-        }
-        for (value, column) in row(op).into_iter().zip(columns) {
-            batch.push(", ");
-            match value {
-                Value::Bytes(bytes) => batch.bytes(bytes),
-                Value::Number(number) => batch.number(number),
-            };
-            if n == 0 {
-                batch.push(" AS ").push(column);
-            }
-        }
+        at.insert((*op.address.scope.as_bytes(), op.key), n);
     }
-    batch.push(") AS b");
-}
-
-/// The positions (`n`) of the rows a holder-only write's `SELECT` returned.
-fn positions(rows: &[MySqlRow], table: &str, len: usize) -> Result<Vec<Option<usize>>, StoreError> {
-    let mut found = vec![None; len];
+    let mut found = vec![None; ops.len()];
     for (index, row) in rows.iter().enumerate() {
-        let n: i64 = row.try_get("n").map_err(|e| store_error(e, table))?;
-        let n = usize::try_from(n)
-            .ok()
-            .filter(|&n| n < len)
+        let columns = Columns { row, table };
+        let address = (columns.digest("scope")?, columns.digest("key_digest")?);
+        let n = *at
+            .get(&address)
             .ok_or_else(|| StoreError::corrupted(Error::NotReadBack))?;
         found[n] = Some(index);
     }
@@ -474,28 +444,21 @@ impl Write for Complete {
     const REPEATS: bool = false;
 
     fn size(op: &Op<CompleteArgs>) -> usize {
-        400 + 2 * op.args.response.len()
+        500 + 2 * op.args.response.len()
     }
 
     fn statements(batch: &mut Batch, table: &str, ops: &[&Op<CompleteArgs>]) {
-        holder_statements(
-            batch,
-            table,
-            ops,
-            |op| op.args.token,
-            "",
-            &["response", "ttl"],
-            &|op| {
-                vec![
-                    Value::Bytes(&op.args.response),
-                    Value::Number(millis(op.args.ttl)),
-                ]
-            },
-            HolderChange::Update(
-                "r.state = 'completed', r.lease_until = NULL, r.completed_at = @idem_now, \
-                 r.expires_at = @idem_now + b.ttl, r.response = b.response",
-            ),
-        );
+        let assignments = |batch: &mut Batch| {
+            batch.push(
+                "state = 'completed', lease_until = NULL, completed_at = @idem_now, \
+                 expires_at = @idem_now + ",
+            );
+            each(batch, ops, |op| Value::Number(millis(op.args.ttl)));
+            batch.push(", response = ");
+            each(batch, ops, |op| Value::Bytes(&op.args.response));
+        };
+        let change = HolderChange::Update(&assignments);
+        holder_statements(batch, table, ops, |op| op.args.token, change);
     }
 
     fn answers(
@@ -503,7 +466,7 @@ impl Write for Complete {
         table: &str,
         ops: &[&Op<CompleteArgs>],
     ) -> Result<Vec<Step<()>>, StoreError> {
-        Ok(positions(rows, table, ops.len())?
+        Ok(held(rows, table, ops)?
             .into_iter()
             .map(|found| match found {
                 Some(_) => Step::Done(Ok(())),
@@ -528,38 +491,44 @@ impl Write for Renew {
     const REPEATS: bool = false;
 
     fn size(_: &Op<RenewArgs>) -> usize {
-        400
+        500
     }
 
     fn statements(batch: &mut Batch, table: &str, ops: &[&Op<RenewArgs>]) {
-        holder_statements(
-            batch,
-            table,
-            ops,
-            |op| op.args.token,
-            ", @idem_now + b.lease AS lease_until",
-            &["lease"],
-            &|op| vec![Value::Number(millis(op.args.lease))],
-            HolderChange::Update(
-                "r.lease_until = @idem_now + b.lease, \
-                 r.expires_at = GREATEST(r.expires_at, @idem_now + b.lease)",
-            ),
-        );
+        let lease = |batch: &mut Batch| {
+            batch.push("@idem_now + ");
+            each(batch, ops, |op| Value::Number(millis(op.args.lease)));
+        };
+        let assignments = |batch: &mut Batch| {
+            batch.push("lease_until = ");
+            lease(batch);
+            batch.push(", expires_at = GREATEST(expires_at, ");
+            lease(batch);
+            batch.push(")");
+        };
+        let change = HolderChange::Update(&assignments);
+        holder_statements(batch, table, ops, |op| op.args.token, change);
     }
 
+    /// The new lease ends the lease's length after the batch's "now", read with the rows.
     fn answers(
         rows: &[MySqlRow],
         table: &str,
         ops: &[&Op<RenewArgs>],
     ) -> Result<Vec<Step<Timestamp>>, StoreError> {
-        positions(rows, table, ops.len())?
+        held(rows, table, ops)?
             .into_iter()
-            .map(|found| match found {
+            .zip(ops)
+            .map(|(found, op)| match found {
                 Some(index) => {
-                    let until: i64 = rows[index]
-                        .try_get("lease_until")
-                        .map_err(|e| store_error(e, table))?;
-                    Ok(Step::Done(Ok(timestamp(until))))
+                    let now: i64 = Columns {
+                        row: &rows[index],
+                        table,
+                    }
+                    .get("now")?;
+                    Ok(Step::Done(Ok(timestamp(
+                        now.saturating_add(millis(op.args.lease)),
+                    ))))
                 }
                 None => Ok(lease_lost()),
             })
@@ -576,20 +545,11 @@ impl Write for Release {
     const REPEATS: bool = false;
 
     fn size(_: &Op<FencingToken>) -> usize {
-        400
+        300
     }
 
     fn statements(batch: &mut Batch, table: &str, ops: &[&Op<FencingToken>]) {
-        holder_statements(
-            batch,
-            table,
-            ops,
-            |op| op.args,
-            "",
-            &[],
-            &|_| Vec::new(),
-            HolderChange::Delete,
-        );
+        holder_statements(batch, table, ops, |op| op.args, HolderChange::Delete);
     }
 
     fn answers(
@@ -597,7 +557,7 @@ impl Write for Release {
         table: &str,
         ops: &[&Op<FencingToken>],
     ) -> Result<Vec<Step<()>>, StoreError> {
-        Ok(positions(rows, table, ops.len())?
+        Ok(held(rows, table, ops)?
             .into_iter()
             .map(|found| match found {
                 Some(_) => Step::Done(Ok(())),
@@ -608,83 +568,88 @@ impl Write for Release {
 }
 
 /// What a holder-only write does to the records its tokens hold.
-enum HolderChange {
-    /// `UPDATE … SET` these assignments (`r` the record, `b` the operation).
-    Update(&'static str),
+enum HolderChange<'f> {
+    /// `UPDATE … SET` the assignments that this writes.
+    Update(&'f dyn Fn(&mut Batch)),
     /// `DELETE` them.
     Delete,
 }
 
-/// The holder-only writes' statements: the records of `ops` whose token holds a live processing
-/// record, read and locked (`SELECT b.n` and `select`), then changed; `extra` columns of the
-/// operations with their `values` (`response` is left out of the read).
-#[allow(clippy::too_many_arguments)]
+/// The holder-only writes' statements, on the records of `ops` (at distinct addresses) that
+/// their tokens hold, live and processing: those records read and locked (their addresses and
+/// the batch's "now"), then changed as `change` says.
+///
+/// Every statement names the records by primary key, `(scope = … AND key_digest = … AND token =
+/// …) OR …`, a range read of the primary key; an operation's own value in an assignment is a
+/// `CASE` on the addresses ([`each`]). No derived table of the operations is joined: MariaDB
+/// optimises and materialises one per statement, on disk when a column is a blob, and a
+/// multi-table `UPDATE` keeps its rows to change in a temporary table of its own.
 fn holder_statements<A>(
     batch: &mut Batch,
     table: &str,
     ops: &[&Op<A>],
-    token: impl Fn(&Op<A>) -> FencingToken + Copy,
-    select: &str,
-    extra: &[&str],
-    values: &dyn Fn(&Op<A>) -> Vec<Value<'_>>,
-    change: HolderChange,
+    token: impl Fn(&Op<A>) -> FencingToken,
+    change: HolderChange<'_>,
 ) {
-    let columns: Vec<&str> = ["scope", "key_digest", "token"]
-        .into_iter()
-        .chain(extra.iter().copied())
-        .collect();
-    let held = " ON r.scope = b.scope AND r.key_digest = b.key_digest \
-                WHERE r.token = b.token AND r.state = 'processing' AND @idem_now < r.expires_at";
-    // The read: every column but the response.
-    let read: Vec<usize> = (0..columns.len())
-        .filter(|&at| columns[at] != "response")
-        .collect();
-    let read_columns: Vec<&str> = read.iter().map(|&at| columns[at]).collect();
+    let condition = |batch: &mut Batch| {
+        batch.push(" WHERE (");
+        for (n, op) in ops.iter().enumerate() {
+            batch.push(if n == 0 { "(" } else { " OR (" });
+            op.is_row(batch, "");
+            batch
+                .push(" AND token = ")
+                .number(sql_token(token(op)))
+                .push(")");
+        }
+        batch.push(") AND state = 'processing' AND @idem_now < expires_at");
+    };
     batch
-        .push("SELECT b.n")
-        .push(select)
-        .push(" FROM ")
-        .push(table)
-        .push(" AS r JOIN ");
-    derived(batch, ops, &read_columns, |op| {
-        let row = holder_row(op, token(op), values);
-        read.iter().map(|&at| row[at]).collect()
-    });
-    batch.push(held).statement(" FOR UPDATE");
-    // The change: every column.
+        .push("SELECT scope, key_digest, @idem_now AS now FROM ")
+        .push(table);
+    condition(batch);
+    batch.statement(" FOR UPDATE");
     match change {
         HolderChange::Update(assignments) => {
-            batch.push("UPDATE ").push(table).push(" AS r JOIN ");
-            derived(batch, ops, &columns, |op| holder_row(op, token(op), values));
-            let (on, condition) = held.split_once(" WHERE ").expect("a join and a condition");
-            batch
-                .push(on)
-                .push(" SET ")
-                .push(assignments)
-                .push(" WHERE ")
-                .statement(condition);
+            batch.push("UPDATE ").push(table).push(" SET ");
+            assignments(batch);
         }
         HolderChange::Delete => {
-            batch.push("DELETE r FROM ").push(table).push(" AS r JOIN ");
-            derived(batch, ops, &columns, |op| holder_row(op, token(op), values));
-            batch.statement(held);
+            batch.push("DELETE FROM ").push(table);
         }
     }
+    condition(batch);
+    batch.statement("");
 }
 
-/// A holder-only write's row of `op`: its address and `token`, then its `values`.
-fn holder_row<'o, A>(
-    op: &'o Op<A>,
-    token: FencingToken,
-    values: &dyn Fn(&Op<A>) -> Vec<Value<'_>>,
-) -> Vec<Value<'o>> {
-    let mut row = vec![
-        Value::Bytes(op.scope()),
-        Value::Bytes(&op.key),
-        Value::Number(sql_token(token)),
-    ];
-    row.extend(values(op));
-    row
+/// An operation's own value in an assignment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Value<'a> {
+    Number(i64),
+    Bytes(&'a [u8]),
+}
+
+/// Each operation's value, on the record at its address: `CASE WHEN scope = … AND key_digest =
+/// … THEN v … END`, or just `v` when every operation's is the same (the usual TTL or lease).
+fn each<'o, A: 'o>(batch: &mut Batch, ops: &[&'o Op<A>], value: impl Fn(&'o Op<A>) -> Value<'o>) {
+    let write = |batch: &mut Batch, value: Value<'_>| {
+        match value {
+            Value::Number(number) => batch.number(number),
+            Value::Bytes(bytes) => batch.bytes(bytes),
+        };
+    };
+    let first = ops.first().map(|&op| value(op));
+    if let Some(first) = first.filter(|&first| ops.iter().all(|&op| value(op) == first)) {
+        write(batch, first);
+        return;
+    }
+    batch.push("CASE");
+    for &op in ops {
+        batch.push(" WHEN ");
+        op.is_row(batch, "");
+        batch.push(" THEN ");
+        write(batch, value(op));
+    }
+    batch.push(" END");
 }
 
 /// A holder-only write that changed no row: the token does not hold the key.
