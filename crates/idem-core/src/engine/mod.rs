@@ -11,6 +11,7 @@ mod execution;
 mod waiters;
 
 use std::{
+    fmt,
     future::Future,
     panic::AssertUnwindSafe,
     pin::{Pin, pin},
@@ -484,7 +485,11 @@ impl<S: Store> Inner<S> {
                     return std::future::pending().await;
                 }
                 Err(error) => {
-                    tracing::warn!(key = %address.key.digest(), %error, "renewing the lease failed");
+                    tracing::warn!(
+                        key = %address.key.digest(),
+                        error = %Causes(&error),
+                        "renewing the lease failed"
+                    );
                 }
             }
             tick.as_mut().reset(next_tick(fired, every, Instant::now()));
@@ -530,18 +535,38 @@ impl<S: Store> Inner<S> {
                     if now + pause >= *deadline.get_or_insert(now + self.policy.lease) {
                         tracing::error!(
                             key = %address.key.digest(),
-                            %error,
+                            error = %Causes(&error),
                             "could not record the result within a lease; the key frees up when \
                              its lease ends"
                         );
                         return;
                     }
-                    tracing::warn!(key = %address.key.digest(), %error, "recording the result failed; retrying");
+                    tracing::warn!(
+                        key = %address.key.digest(),
+                        error = %Causes(&error),
+                        "recording the result failed; retrying"
+                    );
                     sleep(pause).await;
                     pause = (pause * 2).min(SETTLE_BACKOFF.1);
                 }
             }
         }
+    }
+}
+
+/// An error and its sources, `: `-separated, for the logs: "the store is unavailable" alone does
+/// not say whether a pool timed out or a connection broke.
+struct Causes<'e>(&'e (dyn std::error::Error + 'static));
+
+impl fmt::Display for Causes<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cause = self.0.source();
+        while let Some(error) = cause {
+            write!(f, ": {error}")?;
+            cause = error.source();
+        }
+        Ok(())
     }
 }
 

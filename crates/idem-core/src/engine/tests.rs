@@ -775,3 +775,17 @@ fn the_next_renewal_keeps_the_schedule_and_skips_the_ticks_a_hung_one_missed() {
     assert_eq!(super::next_tick(fired, every, at(10)), at(20));
     assert_eq!(super::next_tick(fired, every, at(25)), at(30));
 }
+
+#[test]
+fn a_store_error_is_logged_with_its_causes() {
+    let timed_out = std::io::Error::new(std::io::ErrorKind::TimedOut, "pool timed out");
+    let error = StoreError::unavailable(timed_out);
+    assert_eq!(
+        super::Causes(&error).to_string(),
+        "the store is unavailable: pool timed out"
+    );
+    assert_eq!(
+        super::Causes(&StoreError::LeaseLost).to_string(),
+        StoreError::LeaseLost.to_string()
+    );
+}
