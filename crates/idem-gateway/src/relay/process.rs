@@ -23,7 +23,7 @@ use sqlx::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{RetryWaits, unreachable, warn_if_downgradable};
+use crate::store::{RetryWaits, unreachable, warn_if_downgradable, warn_if_mysql_downgradable};
 
 /// How long a statement waits for a connection; at start, how long the database may take to
 /// answer before the process gives up.
@@ -214,6 +214,7 @@ impl RelayProcess {
             self.relay_on(pool, configure, stop).await
         } else if self.store.starts_with("mysql:") || self.store.starts_with("mariadb:") {
             let connect = MySqlConnectOptions::from_str(&self.store)?;
+            warn_if_mysql_downgradable(&connect, "the outbox's database");
             // The outbox's table is the URL's database's, where its migrations take their lock.
             if connect.get_database().is_none() {
                 return Err(sqlx::Error::Configuration(

@@ -26,7 +26,10 @@ use crate::{
     admin::{self, AdminState, CensusKeeper},
     error::StartupError,
     proxy::Proxy,
-    store::{GatewayStore, InstrumentedStore, PendingStore, StoreUrl, warn_if_downgradable},
+    store::{
+        GatewayStore, InstrumentedStore, PendingStore, StoreUrl, warn_if_downgradable,
+        warn_if_mysql_downgradable,
+    },
 };
 
 /// The gateway with its store open and its sockets bound, ready to [`run`](Gateway::run).
@@ -63,8 +66,14 @@ impl Gateway {
         if let Some(key) = &config.digest_key {
             key.install().map_err(StartupError::from)?;
         }
-        if let StoreUrl::Postgres(options) = &config.store {
-            warn_if_downgradable(&options.connect_options(), "the store");
+        match &config.store {
+            StoreUrl::Postgres(options) => {
+                warn_if_downgradable(&options.connect_options(), "the store");
+            }
+            StoreUrl::Mysql(options) => {
+                warn_if_mysql_downgradable(&options.connect_options(), "the store");
+            }
+            _ => {}
         }
         let url = config
             .store

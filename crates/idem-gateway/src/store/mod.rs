@@ -18,5 +18,5 @@ pub(crate) use self::{
     instrumented::{GatewayStore, InstrumentedStore, STORE_DURATION},
     latency_window::LatencyWindow,
     pending::{PendingStore, RetryWaits, unreachable},
-    tls::warn_if_downgradable,
+    tls::{warn_if_downgradable, warn_if_mysql_downgradable},
 };

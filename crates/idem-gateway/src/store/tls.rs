@@ -1,15 +1,19 @@
-//! A warning for a PostgreSQL connection that an attacker on the network could strip of TLS.
+//! A warning for a database connection that an attacker on the network could strip of TLS.
 //!
-//! libpq's default, `sslmode=prefer`, and `allow` and `disable` fall back to (or stay on) plain
-//! TCP: an active attacker between the gateway and a database on another host can then read and
-//! rewrite the records. The default stays libpq's; the gateway and the relay say so at start.
+//! The drivers' defaults, PostgreSQL's `sslmode=prefer` and MySQL's `ssl-mode=PREFERRED`, and
+//! the modes below them fall back to (or stay on) plain TCP: an active attacker between the
+//! gateway and a database on another host can then read and rewrite the records. The defaults
+//! stay the drivers'; the gateway and the relay say so at start.
 
 use std::net::IpAddr;
 
-use sqlx::postgres::{PgConnectOptions, PgSslMode};
+use sqlx::{
+    mysql::{MySqlConnectOptions, MySqlSslMode},
+    postgres::{PgConnectOptions, PgSslMode},
+};
 
-/// Logs a warning when `connect` reaches a database on another host without requiring TLS.
-/// `what` names the connection in the warning (`the store`, `the outbox's database`).
+/// Logs a warning when `connect` reaches a PostgreSQL database on another host without requiring
+/// TLS. `what` names the connection in the warning (`the store`, `the outbox's database`).
 pub(crate) fn warn_if_downgradable(connect: &PgConnectOptions, what: &str) {
     if downgradable(connect) {
         tracing::warn!(
@@ -21,6 +25,18 @@ pub(crate) fn warn_if_downgradable(connect: &PgConnectOptions, what: &str) {
     }
 }
 
+/// [`warn_if_downgradable`] for a MySQL or MariaDB database.
+pub(crate) fn warn_if_mysql_downgradable(connect: &MySqlConnectOptions, what: &str) {
+    if mysql_downgradable(connect) {
+        tracing::warn!(
+            host = connect.get_host(),
+            ssl_mode = ?connect.get_ssl_mode(),
+            "{what} is on another host and TLS is not required: an attacker on the network can \
+             strip it (set ssl-mode=VERIFY_IDENTITY and ssl-ca)"
+        );
+    }
+}
+
 /// Whether `connect` may end up on plain TCP to a host that is not this one.
 fn downgradable(connect: &PgConnectOptions) -> bool {
     let weak = matches!(
@@ -28,6 +44,15 @@ fn downgradable(connect: &PgConnectOptions) -> bool {
         PgSslMode::Prefer | PgSslMode::Allow | PgSslMode::Disable
     );
     weak && !is_local(connect.get_host())
+}
+
+/// [`downgradable`] for MySQL: a Unix socket is local whatever the host says.
+fn mysql_downgradable(connect: &MySqlConnectOptions) -> bool {
+    let weak = matches!(
+        connect.get_ssl_mode(),
+        MySqlSslMode::Preferred | MySqlSslMode::Disabled
+    );
+    weak && connect.get_socket().is_none() && !is_local(connect.get_host())
 }
 
 /// A Unix socket (a path), `localhost`, or a loopback address.
@@ -71,6 +96,30 @@ mod tests {
             "postgres:///pay?host=/var/run/postgresql",
         ] {
             assert!(!downgradable_url(url), "{url}");
+        }
+    }
+
+    #[test]
+    fn a_remote_mysql_database_without_required_tls_is_downgradable() {
+        let downgradable =
+            |url: &str| mysql_downgradable(&MySqlConnectOptions::from_str(url).unwrap());
+        for url in [
+            "mysql://db.internal/pay",
+            "mysql://db.internal/pay?ssl-mode=PREFERRED",
+            "mysql://10.0.0.5/pay?ssl-mode=DISABLED",
+        ] {
+            assert!(downgradable(url), "{url}");
+        }
+        for url in [
+            "mysql://db.internal/pay?ssl-mode=REQUIRED",
+            "mysql://db.internal/pay?ssl-mode=VERIFY_CA",
+            "mysql://db.internal/pay?ssl-mode=VERIFY_IDENTITY",
+            "mysql://localhost/pay",
+            "mysql://127.0.0.1/pay?ssl-mode=DISABLED",
+            "mysql://[::1]/pay",
+            "mysql://db.internal/pay?socket=/run/mysqld/mysqld.sock",
+        ] {
+            assert!(!downgradable(url), "{url}");
         }
     }
 }
