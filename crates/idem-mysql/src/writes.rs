@@ -40,6 +40,12 @@ use crate::{
 /// well under the servers' smallest default `max_allowed_packet` (16 MiB on MariaDB).
 pub(crate) const ROUND_TRIP_BYTES: usize = 4 << 20;
 
+/// The index every statement of a batch reads its records by. A statement names its records by
+/// primary key, but its other conditions (`state = 'processing'`) fit the `(state, created_at)`
+/// index too, and the planner, left to itself, chose that index for some completions: they then
+/// locked every processing record they scanned, and deadlocked with their neighbours.
+const BY_PRIMARY_KEY: &str = " FORCE INDEX (PRIMARY)";
+
 /// One write: the address it is about, as the statements take it, and its own arguments.
 pub(crate) struct Op<A> {
     address: Address,
@@ -340,12 +346,14 @@ impl Write for Acquire {
                  response, @idem_now AS now, CAST(LAST_INSERT_ID() AS SIGNED) AS issued FROM ",
             )
             .push(table)
+            .push(BY_PRIMARY_KEY)
             .push(" WHERE ");
         any_of(batch);
         batch.statement(" FOR UPDATE");
         batch
             .push("UPDATE ")
             .push(table)
+            .push(BY_PRIMARY_KEY)
             .push(" SET token = LAST_INSERT_ID() WHERE token <= 0 AND (");
         any_of(batch);
         batch.statement(")");
@@ -605,16 +613,26 @@ fn holder_statements<A>(
     };
     batch
         .push("SELECT scope, key_digest, @idem_now AS now FROM ")
-        .push(table);
+        .push(table)
+        .push(BY_PRIMARY_KEY);
     condition(batch);
     batch.statement(" FOR UPDATE");
     match change {
         HolderChange::Update(assignments) => {
-            batch.push("UPDATE ").push(table).push(" SET ");
+            batch
+                .push("UPDATE ")
+                .push(table)
+                .push(BY_PRIMARY_KEY)
+                .push(" SET ");
             assignments(batch);
         }
         HolderChange::Delete => {
-            batch.push("DELETE FROM ").push(table);
+            // The multi-table form: MySQL takes index hints in no other `DELETE`.
+            batch
+                .push("DELETE r FROM ")
+                .push(table)
+                .push(" AS r")
+                .push(BY_PRIMARY_KEY);
         }
     }
     condition(batch);
@@ -655,4 +673,76 @@ fn each<'o, A: 'o>(batch: &mut Batch, ops: &[&'o Op<A>], value: impl Fn(&'o Op<A
 /// A holder-only write that changed no row: the token does not hold the key.
 fn lease_lost<T>() -> Step<T> {
     Step::Done(Err(StoreError::LeaseLost))
+}
+
+#[cfg(test)]
+mod tests {
+    use idem_core::StoredResponse;
+
+    use super::*;
+    use crate::sql::BatchForm;
+
+    fn text<W: Write>(ops: &[&Op<W::Args>]) -> String {
+        let mut batch = Batch::new(BatchForm::Statements);
+        W::statements(&mut batch, "`keys`", ops);
+        batch.finish()
+    }
+
+    /// Every statement that reads or changes records goes by the primary key, whatever the
+    /// planner would choose.
+    #[test]
+    fn every_statement_on_the_records_is_pinned_to_the_primary_key() {
+        let addresses: Vec<Address> = ["a", "b"]
+            .iter()
+            .map(|key| Address::anonymous(key.parse().unwrap()))
+            .collect();
+        let terms = Terms {
+            lease: Duration::from_secs(60),
+            ttl: Duration::from_secs(3_600),
+        };
+        let token = FencingToken::new(7);
+        let outcome: Outcome = StoredResponse::new(200).into();
+        let acquisitions: Vec<_> = addresses
+            .iter()
+            .map(|a| AcquireArgs::op(a, &Fingerprint::from_bytes([1; 32]), terms))
+            .collect();
+        let completions: Vec<_> = addresses
+            .iter()
+            .map(|a| Op::new(a, CompleteArgs::new(token, &outcome, terms.ttl)))
+            .collect();
+        let renewals: Vec<_> = addresses
+            .iter()
+            .map(|a| {
+                Op::new(
+                    a,
+                    RenewArgs {
+                        token,
+                        lease: terms.lease,
+                    },
+                )
+            })
+            .collect();
+        let releases: Vec<_> = addresses.iter().map(|a| Op::new(a, token)).collect();
+        let texts = [
+            text::<Acquire>(&acquisitions.iter().collect::<Vec<_>>()),
+            text::<Complete>(&completions.iter().collect::<Vec<_>>()),
+            text::<Renew>(&renewals.iter().collect::<Vec<_>>()),
+            text::<Release>(&releases.iter().collect::<Vec<_>>()),
+        ];
+        for text in texts {
+            for statement in text.split(";\n").filter(|s| !s.is_empty()) {
+                let on_records = ["SELECT ", "UPDATE ", "DELETE "]
+                    .iter()
+                    .any(|verb| statement.starts_with(verb))
+                    && statement.contains("`keys`");
+                if on_records {
+                    assert!(
+                        statement.contains("`keys` FORCE INDEX (PRIMARY)")
+                            || statement.contains("`keys` AS r FORCE INDEX (PRIMARY)"),
+                        "{statement}"
+                    );
+                }
+            }
+        }
+    }
 }
