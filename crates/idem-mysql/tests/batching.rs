@@ -6,31 +6,18 @@
 
 mod common;
 
-use std::{pin::Pin, time::Duration};
+use std::time::Duration;
 
-use futures_util::future::join_all;
 use idem_core::{
     Acquisition, Clock, FencingToken, ManualClock, Outcome, RecordState, Store, StoreError,
     StoredResponse,
 };
 use idem_mysql::BatchForm;
-use idem_test_support::require;
+use idem_test_support::{in_order, require};
 
 use common::{TERMS, TestDatabase, address, fingerprint};
 
 const KEYS: usize = 12;
-
-/// Runs `calls` together, each queued when first polled, in the order given.
-async fn in_order<F: Future>(calls: impl IntoIterator<Item = F>) -> Vec<F::Output> {
-    let mut calls: Vec<Pin<Box<F>>> = calls.into_iter().map(Box::pin).collect();
-    for call in &mut calls {
-        assert!(
-            futures_util::poll!(call.as_mut()).is_pending(),
-            "a queued write waits for its batch"
-        );
-    }
-    join_all(calls).await
-}
 
 fn response(n: usize) -> Outcome {
     StoredResponse::new(201)

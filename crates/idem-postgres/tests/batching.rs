@@ -7,7 +7,7 @@ mod common;
 
 use std::{
     collections::HashMap,
-    pin::{Pin, pin},
+    pin::pin,
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicUsize, Ordering},
@@ -15,31 +15,18 @@ use std::{
     time::Duration,
 };
 
-use futures_util::future::join_all;
 use idem_core::{
     Acquisition, Clock, DecodeError, FencingToken, ManualClock, Outcome, Store, StoreError,
     StoredResponse, Terms, Timestamp,
 };
 use idem_postgres::BatchError;
-use idem_test_support::require;
+use idem_test_support::{in_order, require};
 use sqlx::AssertSqlSafe;
 use tokio::time::timeout;
 
 use common::{TERMS, TestSchema, acquired, address, fingerprint};
 
 const EVENTUALLY: Duration = Duration::from_secs(20);
-
-/// Runs `calls` together, each queued when first polled, in the order given.
-async fn in_order<F: Future>(calls: impl IntoIterator<Item = F>) -> Vec<F::Output> {
-    let mut calls: Vec<Pin<Box<F>>> = calls.into_iter().map(Box::pin).collect();
-    for call in &mut calls {
-        assert!(
-            futures_util::poll!(call.as_mut()).is_pending(),
-            "a queued write waits for its batch"
-        );
-    }
-    join_all(calls).await
-}
 
 fn response(n: usize) -> Outcome {
     StoredResponse::new(201)

@@ -5,7 +5,8 @@
 //! PostgreSQL schema, created and dropped ([`PgSchema`]), a MySQL database ([`MysqlDatabase`]), a Redis key prefix (`RedisPrefix`, the
 //! `redis` feature), a JetStream stream (`NatsStream`, the `nats` feature), any other name
 //! ([`unique_name`]); a free port for a server the test starts itself ([`free_port`]); and a TCP
-//! proxy that takes a server away for a while ([`TcpProxy`]).
+//! proxy that takes a server away for a while ([`TcpProxy`]); and writes queued in a known order,
+//! for the stores' batching tests ([`in_order`]).
 //!
 //! A dev-dependency only: no published crate depends on it.
 //!
@@ -32,6 +33,7 @@ mod nats_stream;
 mod port;
 mod postgres;
 mod proxy;
+mod queued;
 #[cfg(feature = "redis")]
 mod redis_prefix;
 mod server;
@@ -44,6 +46,7 @@ pub use nats_stream::NatsStream;
 pub use port::free_port;
 pub use postgres::PgSchema;
 pub use proxy::TcpProxy;
+pub use queued::in_order;
 #[cfg(feature = "redis")]
 pub use redis_prefix::RedisPrefix;
 pub use server::Server;
