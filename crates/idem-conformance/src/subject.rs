@@ -29,7 +29,8 @@ pub trait Subject: Send + Sync + 'static {
     }
 
     /// Whether the store lists records newest first across pages (an index on time), rather
-    /// than newest first within each page of its own iteration (Redis' `SCAN`).
+    /// than newest first within each page of its own iteration (Redis' `SCAN`, which may also
+    /// list a record twice when the server resizes its key table during the walk).
     fn lists_in_global_order(&self) -> bool {
         true
     }
