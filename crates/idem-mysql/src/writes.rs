@@ -67,16 +67,24 @@ impl<A> Op<A> {
         self.address.scope.as_bytes()
     }
 
-    /// `r.scope = X'…' AND r.key_digest = X'…'`, or without the alias.
-    fn is_row(&self, batch: &mut Batch, alias: &str) {
+    /// `scope = X'…' AND key_digest = X'…'`.
+    fn is_row(&self, batch: &mut Batch) {
         batch
-            .push(alias)
             .push("scope = ")
             .bytes(self.scope())
-            .push(" AND ")
-            .push(alias)
-            .push("key_digest = ")
+            .push(" AND key_digest = ")
             .bytes(&self.key);
+    }
+}
+
+/// `(scope = … AND key_digest = …[ AND more]) OR …`: the records of `ops` by primary key, each
+/// with the further condition `more` writes for it.
+fn any_of<A>(batch: &mut Batch, ops: &[&Op<A>], more: impl Fn(&mut Batch, &Op<A>)) {
+    for (n, op) in ops.iter().enumerate() {
+        batch.push(if n == 0 { "(" } else { " OR (" });
+        op.is_row(batch);
+        more(batch, op);
+        batch.push(")");
     }
 }
 
@@ -333,13 +341,6 @@ impl Write for Acquire {
         batch.push("INSERT INTO `");
         batch.push(table.trim_matches('`'));
         batch.statement("_tokens` (id) VALUES (NULL)");
-        let any_of = |batch: &mut Batch| {
-            for (n, op) in ops.iter().enumerate() {
-                batch.push(if n == 0 { "(" } else { " OR (" });
-                op.is_row(batch, "");
-                batch.push(")");
-            }
-        };
         batch
             .push(
                 "SELECT scope, key_digest, fingerprint, state, token, lease_until, expires_at, \
@@ -348,14 +349,14 @@ impl Write for Acquire {
             .push(table)
             .push(BY_PRIMARY_KEY)
             .push(" WHERE ");
-        any_of(batch);
+        any_of(batch, &ops, |_, _| {});
         batch.statement(" FOR UPDATE");
         batch
             .push("UPDATE ")
             .push(table)
             .push(BY_PRIMARY_KEY)
             .push(" SET token = LAST_INSERT_ID() WHERE token <= 0 AND (");
-        any_of(batch);
+        any_of(batch, &ops, |_, _| {});
         batch.statement(")");
         batch.push("DELETE FROM `");
         batch.push(table.trim_matches('`'));
@@ -601,14 +602,9 @@ fn holder_statements<A>(
 ) {
     let condition = |batch: &mut Batch| {
         batch.push(" WHERE (");
-        for (n, op) in ops.iter().enumerate() {
-            batch.push(if n == 0 { "(" } else { " OR (" });
-            op.is_row(batch, "");
-            batch
-                .push(" AND token = ")
-                .number(sql_token(token(op)))
-                .push(")");
-        }
+        any_of(batch, ops, |batch, op| {
+            batch.push(" AND token = ").number(sql_token(token(op)));
+        });
         batch.push(") AND state = 'processing' AND @idem_now < expires_at");
     };
     batch
@@ -663,7 +659,7 @@ fn each<'o, A: 'o>(batch: &mut Batch, ops: &[&'o Op<A>], value: impl Fn(&'o Op<A
     batch.push("CASE");
     for &op in ops {
         batch.push(" WHEN ");
-        op.is_row(batch, "");
+        op.is_row(batch);
         batch.push(" THEN ");
         write(batch, value(op));
     }
