@@ -426,9 +426,21 @@ impl Store for MysqlStore {
 
     /// One transaction on the operators' pool: at most `limit` expired records, oldest first,
     /// skipping those another transaction holds, read and locked, then deleted by primary key.
+    ///
+    /// The transaction runs at `READ COMMITTED`, so that its walk down the expiry index locks
+    /// the records it reads and no gap: under the pool's default `REPEATABLE READ` it would also
+    /// lock the first record past the expired ones, which a concurrent purge then skips, and the
+    /// gap before it, which a concurrent acquisition's insert waits for. It ends before the call
+    /// returns, even when there is nothing to delete: a dropped transaction is only rolled back
+    /// when the pool gets its connection back, later.
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
         let shared = &self.inner.shared;
-        let mut transaction = self.inner.pool.begin().await.map_err(|e| self.error(e))?;
+        let mut transaction = self
+            .inner
+            .pool
+            .begin_with("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
+            .await
+            .map_err(|e| self.error(e))?;
         let doomed: Vec<(Vec<u8>, Vec<u8>)> =
             sqlx::query_as(query_text(shared.sql.text(Statement::PurgeExpired)))
                 .bind(shared.now())
@@ -437,6 +449,7 @@ impl Store for MysqlStore {
                 .await
                 .map_err(|e| self.error(e))?;
         if doomed.is_empty() {
+            transaction.commit().await.map_err(|e| self.error(e))?;
             return Ok(0);
         }
         let mut batch = Batch::new(BatchForm::Statements);

@@ -90,9 +90,11 @@ impl MysqlDatabase {
 impl Drop for MysqlDatabase {
     fn drop(&mut self) {
         let server = self.server.clone();
-        let statement = format!("DROP DATABASE IF EXISTS `{}`", self.name);
+        let name = self.name.clone();
         // Drop is synchronous and may run inside a runtime, which must not block: a thread with
-        // a runtime of its own.
+        // a runtime of its own. The connections still open on the database are killed first: a
+        // transaction one of them holds open (a failed test's, or one whose pool would have
+        // ended it on this same runtime) would make the drop wait for its locks.
         let dropped = std::thread::spawn(move || {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -100,9 +102,24 @@ impl Drop for MysqlDatabase {
                 .map_err(sqlx::Error::Io)?
                 .block_on(async {
                     let mut connection = MySqlConnection::connect(&server).await?;
-                    sqlx::raw_sql(AssertSqlSafe(statement))
-                        .execute(&mut connection)
-                        .await?;
+                    let open: Vec<u64> = sqlx::query_scalar(
+                        "SELECT id FROM information_schema.processlist \
+                         WHERE db = ? AND id <> CONNECTION_ID()",
+                    )
+                    .bind(&name)
+                    .fetch_all(&mut connection)
+                    .await?;
+                    for id in open {
+                        // It may have closed since: an unknown thread is no error here.
+                        let _ = sqlx::raw_sql(AssertSqlSafe(format!("KILL CONNECTION {id}")))
+                            .execute(&mut connection)
+                            .await;
+                    }
+                    sqlx::raw_sql(AssertSqlSafe(format!(
+                        "SET SESSION lock_wait_timeout = 60; DROP DATABASE IF EXISTS `{name}`"
+                    )))
+                    .execute(&mut connection)
+                    .await?;
                     connection.close().await
                 })
         })
