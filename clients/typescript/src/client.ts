@@ -106,11 +106,7 @@ export class IdemClient {
    * Throws `InvalidKey` before anything is sent, `Mismatch` and `OutcomeUnknown` at once.
    */
   async request(method: string, url: string | URL, init: IdemRequestInit = {}): Promise<IdemResponse> {
-    const key = init.key ?? (await randomKey());
-    const keyValue = encodeKey(key);
-    const signal = init.signal;
-    signal?.throwIfAborted();
-
+    // The body is taken — serialized once, or copied — before anything is awaited.
     const headers = new Headers(init.headers);
     let body: Uint8Array<ArrayBuffer> | undefined;
     if (init.json !== undefined) {
@@ -119,6 +115,10 @@ export class IdemClient {
     } else if (init.body !== undefined && init.body !== null) {
       body = toBytes(init.body);
     }
+    const key = init.key ?? (await randomKey());
+    const keyValue = encodeKey(key);
+    const signal = init.signal;
+    signal?.throwIfAborted();
     // The key header belongs to the client: whatever the caller set under that name goes.
     headers.delete(this.keyHeader);
     headers.set(this.keyHeader, keyValue);
