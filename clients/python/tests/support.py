@@ -4,7 +4,7 @@ client over an ``httpx.MockTransport``."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import httpx
 
@@ -41,12 +41,14 @@ class Server:
     def __init__(self, *answers: Any, time: Optional[FakeTime] = None, took: float = 0.0) -> None:
         self.answers = list(answers)
         self.requests: List[httpx.Request] = []
+        self.timeouts: List[Dict[str, Optional[float]]] = []
         self.time = time
         self.took = took
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         request.read()
         self.requests.append(request)
+        self.timeouts.append(dict(request.extensions.get("timeout", {})))
         if self.time is not None:
             self.time.now += self.took
         answer = self.answers[min(len(self.requests), len(self.answers)) - 1]

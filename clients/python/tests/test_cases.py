@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import httpx
 import pytest
@@ -33,7 +33,7 @@ RETRY_AFTER: List[Dict[str, Any]] = CASES["retry_after"]
 KEYS: List[Dict[str, Any]] = CASES["keys"]
 
 
-def by_name(cases: List[Dict[str, Any]]) -> Any:
+def by_name(cases: List[Dict[str, Any]]) -> pytest.MarkDecorator:
     return pytest.mark.parametrize("case", cases, ids=[case["name"] for case in cases])
 
 
@@ -112,12 +112,24 @@ def test_answer_through_the_loop(kind: str, case: Dict[str, Any]) -> None:
         assert time.sleeps == []
 
 
-FAILURES = {
-    "connect": lambda request: httpx.ConnectError("connection refused", request=request),
-    "timeout": lambda request: httpx.ReadTimeout("timed out", request=request),
-    "broken": lambda request: httpx.RemoteProtocolError(
+def connect_failure(request: httpx.Request) -> Exception:
+    return httpx.ConnectError("connection refused", request=request)
+
+
+def timeout_failure(request: httpx.Request) -> Exception:
+    return httpx.ReadTimeout("timed out", request=request)
+
+
+def broken_failure(request: httpx.Request) -> Exception:
+    return httpx.RemoteProtocolError(
         "peer closed connection without sending complete message body", request=request
-    ),
+    )
+
+
+FAILURES: Dict[str, Callable[[httpx.Request], Exception]] = {
+    "connect": connect_failure,
+    "timeout": timeout_failure,
+    "broken": broken_failure,
 }
 
 
