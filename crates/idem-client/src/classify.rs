@@ -2,8 +2,11 @@
 
 use std::time::Duration;
 
-use http::{HeaderValue, StatusCode, header::RETRY_AFTER};
+use http::{HeaderValue, header::RETRY_AFTER};
 use idem_core::OUTCOME_UNKNOWN_TYPE;
+
+/// The problem type of a key reused for a different request.
+const MISMATCH_TYPE: &str = "urn:idem:problem:fingerprint-mismatch";
 
 use crate::Response;
 
@@ -16,18 +19,28 @@ pub(crate) enum Verdict {
     Retry { retry_after: Option<Duration> },
     /// The server recorded the outcome as unknown: final, yet no answer.
     OutcomeUnknown,
+    /// The key was used for a different request: the caller's mistake, final.
+    Mismatch,
 }
 
-/// Classifies an answer.
+/// Classifies an answer, in this order:
 ///
-/// A key makes a retry harmless, so everything that may be transient is retried: `408`, `409`
-/// (the same key is still running), `429` and every `5xx`. Two exceptions are final: the
-/// outcome-unknown problem, and any replay — the server stored that answer for this key and
-/// gives it to every retry, so asking again cannot change it.
+/// 1. the outcome-unknown problem (a `500`) and the fingerprint-mismatch problem (a `422`) are
+///    final, and raised as errors of their own;
+/// 2. a replay is definite whatever its status: the server stored that answer for this key and
+///    gives it to every retry, so asking again cannot change it;
+/// 3. what may be transient is retried — `409` (the same key is still running), `429` and
+///    `503` after their `Retry-After`, `408`, `502` and `504` — since the key makes a second
+///    delivery harmless;
+/// 4. everything else is the answer: `2xx`, `3xx`, the other `4xx`, and the other `5xx` (a
+///    `500` is the API's own answer, which a retry would not change; idem's gateway answers its
+///    own transient failures with `502`, `503` and `504`).
 pub(crate) fn classify(response: &Response) -> Verdict {
     let status = response.status();
-    if status == StatusCode::INTERNAL_SERVER_ERROR && is_outcome_unknown(response.body()) {
-        return Verdict::OutcomeUnknown;
+    match status.as_u16() {
+        500 if has_type(response.body(), OUTCOME_UNKNOWN_TYPE) => return Verdict::OutcomeUnknown,
+        422 if has_type(response.body(), MISMATCH_TYPE) => return Verdict::Mismatch,
+        _ => {}
     }
     if response.replayed() {
         return Verdict::Definite;
@@ -39,20 +52,20 @@ pub(crate) fn classify(response: &Response) -> Verdict {
                 .get(RETRY_AFTER)
                 .and_then(parse_retry_after),
         },
-        408 | 500..=599 => Verdict::Retry { retry_after: None },
+        408 | 502 | 504 => Verdict::Retry { retry_after: None },
         _ => Verdict::Definite,
     }
 }
 
-/// Whether `body` is a problem of type outcome-unknown.
-fn is_outcome_unknown(body: &[u8]) -> bool {
+/// Whether `body` is a problem of type `kind`.
+fn has_type(body: &[u8], kind: &str) -> bool {
     #[derive(serde::Deserialize)]
     struct Problem {
         #[serde(rename = "type")]
         kind: Option<String>,
     }
     serde_json::from_slice::<Problem>(body)
-        .is_ok_and(|problem| problem.kind.as_deref() == Some(OUTCOME_UNKNOWN_TYPE))
+        .is_ok_and(|problem| problem.kind.as_deref() == Some(kind))
 }
 
 /// A `Retry-After` in delta-seconds (`120`). An HTTP-date is not read — idem servers never send
@@ -70,14 +83,19 @@ pub(crate) fn parse_retry_after(value: &HeaderValue) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
-    use http::{HeaderMap, Version};
+    use http::{HeaderMap, HeaderName, StatusCode, Version};
+    use serde_json::Value;
 
     use super::*;
+    use crate::{Problem, cases::shared_cases};
 
-    fn response(status: u16, headers: &[(&'static str, &'static str)], body: &str) -> Response {
+    fn response(status: u16, headers: &[(&str, &str)], body: &str) -> Response {
         let mut map = HeaderMap::new();
         for (name, value) in headers {
-            map.append(*name, HeaderValue::from_static(value));
+            map.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
         }
         Response {
             status: StatusCode::from_u16(status).unwrap(),
@@ -89,134 +107,162 @@ mod tests {
         }
     }
 
-    fn verdict(status: u16) -> Verdict {
-        classify(&response(status, &[], ""))
+    fn seconds(value: &Value) -> Option<Duration> {
+        match value {
+            Value::Null => None,
+            Value::String(forever) if forever == "forever" => Some(Duration::MAX),
+            n => Some(Duration::from_secs(n.as_u64().expect("whole seconds"))),
+        }
     }
 
-    const RETRY: Verdict = Verdict::Retry { retry_after: None };
+    fn problem(expected: &Value) -> Option<Problem> {
+        let text = |name: &str| expected[name].as_str().map(str::to_owned);
+        expected.as_object().map(|_| Problem {
+            kind: text("type").unwrap(),
+            title: text("title"),
+            status: expected["status"]
+                .as_u64()
+                .map(|s| u16::try_from(s).unwrap()),
+            detail: text("detail"),
+            retry_after: None,
+        })
+    }
 
     #[test]
-    fn the_classification_table() {
-        let table = [
-            (200, Verdict::Definite),
-            (201, Verdict::Definite),
-            (202, Verdict::Definite),
-            (204, Verdict::Definite),
-            (301, Verdict::Definite),
-            (303, Verdict::Definite),
-            (304, Verdict::Definite),
-            (307, Verdict::Definite),
-            (400, Verdict::Definite),
-            (401, Verdict::Definite),
-            (403, Verdict::Definite),
-            (404, Verdict::Definite),
-            (405, Verdict::Definite),
-            (408, RETRY),
-            (409, RETRY),
-            (410, Verdict::Definite),
-            (412, Verdict::Definite),
-            (413, Verdict::Definite),
-            (415, Verdict::Definite),
-            (422, Verdict::Definite),
-            (425, Verdict::Definite),
-            (428, Verdict::Definite),
-            (429, RETRY),
-            (451, Verdict::Definite),
-            (499, Verdict::Definite),
-            (500, RETRY),
-            (501, RETRY),
-            (502, RETRY),
-            (503, RETRY),
-            (504, RETRY),
-            (507, RETRY),
-            (599, RETRY),
-        ];
-        for (status, expected) in table {
-            assert_eq!(verdict(status), expected, "status {status}");
+    fn the_shared_answers() {
+        let cases = shared_cases();
+        let answers = cases["answers"].as_array().unwrap();
+        assert!(answers.len() >= 30, "{} cases", answers.len());
+        for case in answers {
+            let name = case["name"].as_str().unwrap();
+            let headers: Vec<(&str, &str)> = case["headers"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(name, value)| (name.as_str(), value.as_str().unwrap()))
+                .collect();
+            let answer = response(
+                u16::try_from(case["status"].as_u64().unwrap()).unwrap(),
+                &headers,
+                case["body"].as_str().unwrap(),
+            );
+            let expect = &case["expect"];
+            let verdict = match (expect["action"].as_str().unwrap(), expect["error"].as_str()) {
+                ("return", None) => Verdict::Definite,
+                ("retry", None) => Verdict::Retry {
+                    retry_after: seconds(&expect["retry_after"]),
+                },
+                ("raise", Some("mismatch")) => Verdict::Mismatch,
+                ("raise", Some("outcome_unknown")) => Verdict::OutcomeUnknown,
+                other => panic!("{name}: unknown expectation {other:?}"),
+            };
+            assert_eq!(classify(&answer), verdict, "{name}");
+            if let Some(expected) = expect.get("problem") {
+                let mut got = answer.problem();
+                // The table's problems leave Retry-After to the verdict.
+                if let Some(got) = &mut got {
+                    got.retry_after = None;
+                }
+                assert_eq!(got, problem(expected), "{name}");
+            }
         }
     }
 
     #[test]
-    fn every_status_is_retried_exactly_when_it_is_408_409_429_or_5xx() {
+    fn the_shared_retry_after_values() {
+        for case in shared_cases()["retry_after"].as_array().unwrap() {
+            let value = case["value"].as_str().unwrap();
+            assert_eq!(
+                parse_retry_after(&HeaderValue::from_str(value).unwrap()),
+                seconds(&case["seconds"]),
+                "{value:?}"
+            );
+        }
+        assert_eq!(
+            parse_retry_after(&HeaderValue::from_bytes(b"\xff").unwrap()),
+            None
+        );
+    }
+
+    #[test]
+    fn every_status_is_retried_exactly_when_it_is_408_409_429_502_503_or_504() {
         for status in 100..=999 {
             let expected = match status {
-                408 | 409 | 429 | 500..=599 => RETRY,
+                408 | 409 | 429 | 502..=504 => Verdict::Retry { retry_after: None },
                 _ => Verdict::Definite,
             };
-            assert_eq!(verdict(status), expected, "status {status}");
+            assert_eq!(
+                classify(&response(status, &[], "")),
+                expected,
+                "status {status}"
+            );
         }
     }
 
     #[test]
     fn a_replay_is_definite_whatever_its_status() {
-        for status in [200, 409, 429, 500, 502, 503, 504] {
-            let replay = response(status, &[("idempotent-replayed", "true")], "");
+        for status in 100..=999 {
+            let replay = response(status, &[("idempotent-replayed", "TRUE")], "");
             assert_eq!(classify(&replay), Verdict::Definite, "status {status}");
         }
     }
 
     #[test]
-    fn the_outcome_unknown_problem_is_final_first_time_and_replayed() {
-        let body =
-            r#"{"type":"urn:idem:problem:outcome-unknown","title":"Outcome unknown","status":500}"#;
-        let first = response(500, &[("content-type", "application/problem+json")], body);
-        assert_eq!(classify(&first), Verdict::OutcomeUnknown);
-        let replay = response(500, &[("idempotent-replayed", "true")], body);
-        assert_eq!(classify(&replay), Verdict::OutcomeUnknown);
-    }
-
-    #[test]
-    fn other_500_problems_are_retried() {
-        let failed = r#"{"type":"urn:idem:problem:upstream-failed","status":500}"#;
-        assert_eq!(classify(&response(500, &[], failed)), RETRY);
-        assert_eq!(classify(&response(500, &[], "<html>oops</html>")), RETRY);
-        let unknown = r#"{"type":"urn:idem:problem:outcome-unknown"}"#;
-        assert_eq!(classify(&response(502, &[], unknown)), RETRY);
-    }
-
-    #[test]
     fn retry_after_is_read_on_409_429_and_503_only() {
-        for status in [409, 429, 503] {
-            let answer = response(status, &[("retry-after", "3")], "");
-            assert_eq!(
-                classify(&answer),
-                Verdict::Retry {
-                    retry_after: Some(Duration::from_secs(3))
+        for status in 100..=999 {
+            let expected = match status {
+                409 | 429 | 503 => Verdict::Retry {
+                    retry_after: Some(Duration::from_secs(3)),
                 },
-                "status {status}"
-            );
-        }
-        for status in [408, 500, 502, 504] {
+                408 | 502 | 504 => Verdict::Retry { retry_after: None },
+                _ => Verdict::Definite,
+            };
             let answer = response(status, &[("retry-after", "3")], "");
-            assert_eq!(classify(&answer), RETRY, "status {status}");
+            assert_eq!(classify(&answer), expected, "status {status}");
         }
     }
 
     #[test]
-    fn retry_after_parses_delta_seconds() {
-        let parse = |text: &'static str| parse_retry_after(&HeaderValue::from_static(text));
-        assert_eq!(parse("0"), Some(Duration::ZERO));
-        assert_eq!(parse("1"), Some(Duration::from_secs(1)));
-        assert_eq!(parse("120"), Some(Duration::from_secs(120)));
-        assert_eq!(parse(" 7\t"), Some(Duration::from_secs(7)));
-        assert_eq!(parse("007"), Some(Duration::from_secs(7)));
-        assert_eq!(parse("99999999999999999999999"), Some(Duration::MAX));
-    }
-
-    #[test]
-    fn retry_after_ignores_dates_and_garbage() {
-        let parse = |text: &'static str| parse_retry_after(&HeaderValue::from_static(text));
-        assert_eq!(parse("Wed, 21 Oct 2015 07:28:00 GMT"), None);
-        assert_eq!(parse(""), None);
-        assert_eq!(parse("   "), None);
-        assert_eq!(parse("-1"), None);
-        assert_eq!(parse("+1"), None);
-        assert_eq!(parse("1.5"), None);
-        assert_eq!(parse("1 2"), None);
-        assert_eq!(parse("soon"), None);
+    fn a_problem_is_read_only_from_a_problem_body() {
+        let body =
+            r#"{"type":"urn:idem:problem:in-flight","title":"Request in flight","status":409}"#;
+        let typed = |content_type: &str| {
+            response(
+                409,
+                &[("content-type", content_type), ("retry-after", "4")],
+                body,
+            )
+            .problem()
+        };
+        let expected = Problem {
+            kind: "urn:idem:problem:in-flight".to_owned(),
+            title: Some("Request in flight".to_owned()),
+            status: Some(409),
+            detail: None,
+            retry_after: Some(Duration::from_secs(4)),
+        };
+        assert_eq!(typed("application/problem+json"), Some(expected.clone()));
         assert_eq!(
-            parse_retry_after(&HeaderValue::from_bytes(b"\xff").unwrap()),
-            None
+            typed("Application/Problem+JSON; charset=utf-8"),
+            Some(expected)
+        );
+        assert_eq!(typed("application/json"), None);
+        assert_eq!(response(409, &[], body).problem(), None);
+        // Members of other types are ignored; a missing type is about:blank.
+        let odd = response(
+            400,
+            &[("content-type", "application/problem+json")],
+            r#"{"title":7,"status":"400","detail":"no"}"#,
+        );
+        assert_eq!(
+            odd.problem(),
+            Some(Problem {
+                kind: "about:blank".to_owned(),
+                title: None,
+                status: None,
+                detail: Some("no".to_owned()),
+                retry_after: None,
+            })
         );
     }
 }

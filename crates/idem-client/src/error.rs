@@ -4,7 +4,7 @@ use std::fmt;
 
 use idem_core::{IdempotencyKey, KeyError};
 
-use crate::Response;
+use crate::{Problem, Response};
 
 /// Why an operation has no definite answer, or could not be sent at all.
 ///
@@ -39,6 +39,23 @@ pub enum Error {
         key: IdempotencyKey,
         /// How many attempts were sent.
         attempts: u32,
+        /// The server's problem: its `detail` says what was lost.
+        problem: Problem,
+        /// The server's answer.
+        response: Response,
+    },
+    /// The key was used before for a different request (a `422` problem of type
+    /// `urn:idem:problem:fingerprint-mismatch`): another method, path or body under the same
+    /// key. It is the caller's mistake — a key reused for a new operation, or a request that
+    /// changed between attempts — so it is final, and nothing was executed for this request.
+    #[error("the idempotency key was used for a different request")]
+    Mismatch {
+        /// The key every attempt carried.
+        key: IdempotencyKey,
+        /// How many attempts were sent.
+        attempts: u32,
+        /// The server's problem.
+        problem: Problem,
         /// The server's answer.
         response: Response,
     },
@@ -75,7 +92,8 @@ impl fmt::Display for GiveUpReason {
 /// How the last attempt of an [`Error::GaveUp`] failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LastFailure {
-    /// The server answered with a status worth retrying (`408`, `409`, `429` or a `5xx`).
+    /// The server answered with a status worth retrying (`408`, `409`, `429`, `502`, `503` or
+    /// `504`).
     #[error("the last attempt was answered {}", .0.status())]
     Status(Response),
     /// No answer: the connection failed, the attempt timed out, or the connection closed before

@@ -6,12 +6,20 @@
 //! memory. [`send`](RequestBuilder::send) sends it until a definite answer:
 //!
 //! - **definite** (returned as `Ok`): any `2xx` or `3xx`; a `4xx` other than `408`, `409` and
-//!   `429` (a `400`, `413` or `422` would be refused again); and any replay
-//!   (`Idempotent-Replayed: true`), which the server gives to every retry.
+//!   `429` (a `400` or `413` would be refused again); a `5xx` other than `502`, `503` and `504`
+//!   (a `500` is the API's own answer); and any replay (`Idempotent-Replayed: true`), which the
+//!   server gives to every retry.
 //! - **retried**, with the same key: no answer (connection refused or broken, the attempt timed
-//!   out), `408`, `409` (the key is still running), `429` and every `5xx` — the key makes a
-//!   second delivery harmless.
-//! - **final without an answer**: the `outcome-unknown` problem ([`Error::OutcomeUnknown`]).
+//!   out), `408`, `409` (the key is still running), `429`, `502`, `503` and `504` — the key makes
+//!   a second delivery harmless.
+//! - **final errors**: the `outcome-unknown` problem ([`Error::OutcomeUnknown`]: the result was
+//!   lost on the server's side), and the `fingerprint-mismatch` problem ([`Error::Mismatch`]:
+//!   the key was used for a different request, a caller's mistake).
+//!
+//! A problem details body (`application/problem+json`) is parsed into a [`Problem`]: the
+//! errors carry theirs, and [`Response::problem`] reads any other's. The Python and TypeScript
+//! clients in the repository's `clients/` follow the same contract, checked by one table of
+//! cases that the three clients' tests share.
 //!
 //! Waits between attempts grow exponentially with full jitter; a `Retry-After` on a `409`,
 //! `429` or `503` makes the wait at least that long. Attempts stop at
@@ -88,11 +96,14 @@
 //!   (`rustls::crypto::ring::default_provider().install_default()`). Without the feature, only
 //!   `http://` URLs work.
 
+#[cfg(test)]
+mod cases;
 mod classify;
 mod client;
 mod error;
 mod key;
 mod policy;
+mod problem;
 mod request;
 mod response;
 mod retry;
@@ -102,5 +113,6 @@ mod tls;
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, GiveUpReason, LastFailure};
 pub use idem_core::KeyError;
+pub use problem::Problem;
 pub use request::RequestBuilder;
 pub use response::Response;

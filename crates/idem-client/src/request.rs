@@ -125,7 +125,9 @@ impl RequestBuilder {
     /// until a definite answer, the last attempt or the deadline.
     ///
     /// `Ok` is a definite answer: a `2xx` or `3xx`, a `4xx` other than `408`, `409` and `429`,
-    /// or a replay of any status. Everything else is retried; see the crate documentation.
+    /// a `5xx` other than `502`, `503` and `504`, or a replay of any status. The
+    /// outcome-unknown and fingerprint-mismatch problems are errors of their own; the rest is
+    /// retried. See the crate documentation.
     pub async fn send(self) -> Result<Response, Error> {
         let Self {
             http,

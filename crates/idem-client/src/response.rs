@@ -5,6 +5,8 @@ use http::{HeaderMap, HeaderName, StatusCode, Version};
 use idem_core::IdempotencyKey;
 use serde::de::DeserializeOwned;
 
+use crate::Problem;
+
 /// The header with which an idem server marks a replayed response.
 pub(crate) const REPLAYED_HEADER: HeaderName = HeaderName::from_static("idempotent-replayed");
 
@@ -64,6 +66,13 @@ impl Response {
         self.headers
             .get(REPLAYED_HEADER)
             .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"true"))
+    }
+
+    /// The problem details the body holds, when its `Content-Type` is
+    /// `application/problem+json`: how an idem server explains a refusal (a `400` invalid key, a
+    /// `413` body too large…), or the API's own.
+    pub fn problem(&self) -> Option<Problem> {
+        Problem::of_response(&self.headers, &self.body)
     }
 
     /// How many attempts were sent to get this response, this one included (at least 1).

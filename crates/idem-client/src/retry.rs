@@ -8,7 +8,7 @@ use idem_core::IdempotencyKey;
 use tokio::time::Instant;
 
 use crate::{
-    Error, GiveUpReason, LastFailure, Response,
+    Error, GiveUpReason, LastFailure, Problem, Response,
     classify::{Verdict, classify},
     policy::RetryPolicy,
 };
@@ -54,6 +54,15 @@ pub(crate) async fn send(
                         return Err(Error::OutcomeUnknown {
                             key,
                             attempts,
+                            problem: final_problem(&response),
+                            response,
+                        });
+                    }
+                    Verdict::Mismatch => {
+                        return Err(Error::Mismatch {
+                            key,
+                            attempts,
+                            problem: final_problem(&response),
                             response,
                         });
                     }
@@ -92,6 +101,12 @@ pub(crate) async fn send(
             last,
         });
     }
+}
+
+/// The problem of an answer that [`classify`] recognized by its problem type.
+fn final_problem(response: &Response) -> Problem {
+    Problem::of_body(response.headers(), response.body())
+        .expect("classified by the type of its problem body")
 }
 
 /// Whether waiting `wait` from now reaches the deadline: then waiting is pointless.

@@ -1,7 +1,7 @@
 //! Definite answers: returned after one attempt, or after the replay that makes them final.
 
 use http::HeaderName;
-use idem_client::Client;
+use idem_client::{Client, Error};
 use idem_core::Ambiguous;
 use serde_json::json;
 
@@ -38,7 +38,7 @@ async fn each_operation_gets_its_own_key_and_is_executed_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_key_reused_for_another_body_gets_one_422() {
+async fn a_key_reused_for_another_body_is_one_mismatch_error() {
     let upstream = Upstream::start().await;
     let gateway = gateway(&upstream.url(), |_| {}).await;
     let client = Client::new();
@@ -53,21 +53,34 @@ async fn a_key_reused_for_another_body_gets_one_422() {
     assert_eq!(first.status(), 201);
     assert_eq!(first.attempts(), 1);
 
-    let other = client
+    let error = client
         .post(format!("{gateway}/orders"))
         .key("order-422")
         .json(&json!({ "amount": 20 }))
         .send()
         .await
-        .unwrap();
-    assert_eq!(other.status(), 422);
-    assert_eq!(other.attempts(), 1);
-    assert!(!other.replayed());
-    assert_eq!(other.key(), "order-422");
+        .unwrap_err();
     assert_eq!(
-        problem_type(&other),
-        "urn:idem:problem:fingerprint-mismatch"
+        error.to_string(),
+        "the idempotency key was used for a different request"
     );
+    let Error::Mismatch {
+        key,
+        attempts,
+        problem,
+        response,
+    } = error
+    else {
+        panic!("expected Mismatch, got {error:?}");
+    };
+    assert_eq!(key.as_str(), "order-422");
+    assert_eq!(attempts, 1);
+    assert_eq!(response.status(), 422);
+    assert!(!response.replayed());
+    assert_eq!(problem.kind, "urn:idem:problem:fingerprint-mismatch");
+    assert_eq!(problem.status, Some(422));
+    assert_eq!(problem.title.as_deref(), Some("Idempotency key reused"));
+    assert_eq!(Some(problem), response.problem());
     assert_eq!(upstream.executions("order-422"), 1);
 }
 
@@ -85,6 +98,25 @@ async fn the_upstream_s_4xx_but_408_409_and_429_are_answers() {
         assert_eq!(response.body(), format!("status {status}").as_bytes());
         assert_eq!(response.attempts(), 1, "status {status}");
         assert!(!response.replayed());
+        assert_eq!(upstream.executions(&key), 1, "status {status}");
+    }
+}
+
+/// A `500` is the API's own answer, which a retry would not change; the gateway says its own
+/// transient failures with `502`, `503` and `504`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upstream_s_500_501_and_505_are_answers() {
+    let upstream = Upstream::start().await;
+    let gateway = gateway(&upstream.url(), |_| {}).await;
+    let client = Client::new();
+
+    for status in [500, 501, 505] {
+        let request = client.post(format!("{gateway}/status/{status}"));
+        let key = request.key_str().to_owned();
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), status);
+        assert_eq!(response.body(), format!("status {status}").as_bytes());
+        assert_eq!(response.attempts(), 1, "status {status}");
         assert_eq!(upstream.executions(&key), 1, "status {status}");
     }
 }

@@ -10,3 +10,4 @@ mod outcome_unknown;
 mod scripted;
 mod slow_upstream;
 mod support;
+mod transport;

@@ -28,6 +28,7 @@ async fn an_outcome_unknown_is_final_and_not_retried() {
         let Error::OutcomeUnknown {
             key,
             attempts,
+            problem,
             response,
         } = error
         else {
@@ -38,6 +39,9 @@ async fn an_outcome_unknown_is_final_and_not_retried() {
         assert_eq!(response.status(), 500);
         assert_eq!(response.replayed(), replayed);
         assert_eq!(problem_type(&response), "urn:idem:problem:outcome-unknown");
+        assert_eq!(problem.kind, "urn:idem:problem:outcome-unknown");
+        assert_eq!(problem.status, Some(500));
+        assert_eq!(Some(problem), response.problem());
         assert_eq!(upstream.requests(), 1);
     }
 }

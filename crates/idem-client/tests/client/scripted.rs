@@ -19,7 +19,7 @@ fn client() -> Client {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_attempt_carries_the_same_key_and_the_same_bytes() {
     let server = Scripted::start([
-        (500, &[][..], "boom"),
+        (409, &[][..], "running"),
         (502, &[], ""),
         (503, &[], ""),
         (504, &[], ""),
