@@ -25,7 +25,7 @@ from ._contract import (
     is_replayed,
     parse_problem,
 )
-from ._errors import GaveUp, IdemError, Mismatch, OutcomeUnknown
+from ._errors import GaveUp, Mismatch, OutcomeUnknown
 from ._response import Response
 
 __all__ = ["Client", "AsyncClient", "DEFAULT_KEY_HEADER", "RETRYABLE_TRANSPORT_ERRORS"]
@@ -91,12 +91,6 @@ class _Operation:
     headers: httpx.Headers
     key: str
     header_value: str
-
-
-@dataclass(frozen=True)
-class _Retry:
-    response: Response
-    retry_after: Optional[float]
 
 
 class _Base:
@@ -191,40 +185,39 @@ class _Base:
         request.headers[self._settings.key_header] = op.header_value
         return request
 
-    @staticmethod
-    def _judge(
-        http_response: httpx.Response, key: str, attempts: int
-    ) -> Union[Response, IdemError, _Retry]:
-        content = http_response.content
-        headers = http_response.headers
-        verdict = classify(http_response.status_code, headers, content)
-        response = Response(
-            http_response,
-            key=key,
-            attempts=attempts,
-            replayed=is_replayed(headers),
-            problem=parse_problem(headers, content),
-        )
-        if verdict.action == "return":
-            return response
-        if verdict.action == "retry":
-            return _Retry(response, verdict.retry_after)
-        problem: Optional[Problem] = parse_problem(headers, content, any_content_type=True)
-        if verdict.error == "mismatch":
-            return Mismatch(key=key, attempts=attempts, response=response, problem=problem)
-        return OutcomeUnknown(key=key, attempts=attempts, response=response, problem=problem)
-
-    def _wait(
+    def _next(
         self,
-        *,
         op: _Operation,
         attempts: int,
         start: float,
-        retry_after: Optional[float],
-        last_response: Optional[Response],
-        last_exception: Optional[Exception],
-    ) -> float:
-        """The wait before the next attempt, or :class:`GaveUp`."""
+        outcome: Union[httpx.Response, Exception],
+    ) -> Union[Response, float]:
+        """What follows an attempt's outcome (its answer, or the transport error it got
+        instead): the response to return, or the wait before the next attempt; or it raises
+        the contract's error (:class:`Mismatch`, :class:`OutcomeUnknown`, :class:`GaveUp`)."""
+        last_response: Optional[Response] = None
+        last_exception: Optional[Exception] = None
+        retry_after: Optional[float] = None
+        if isinstance(outcome, Exception):
+            last_exception = outcome
+        else:
+            content, headers = outcome.content, outcome.headers
+            verdict = classify(outcome.status_code, headers, content)
+            response = Response(
+                outcome,
+                key=op.key,
+                attempts=attempts,
+                replayed=is_replayed(headers),
+                problem=parse_problem(headers, content),
+            )
+            if verdict.action == "return":
+                return response
+            if verdict.action == "raise":
+                problem: Optional[Problem] = parse_problem(headers, content, any_content_type=True)
+                error = Mismatch if verdict.error == "mismatch" else OutcomeUnknown
+                raise error(key=op.key, attempts=attempts, response=response, problem=problem)
+            last_response, retry_after = response, verdict.retry_after
+
         settings = self._settings
         reason: Optional[Literal["max_attempts", "deadline"]] = None
         wait = 0.0
@@ -376,30 +369,15 @@ class Client(_Base):
         attempts = 0
         while True:
             attempts += 1
-            last_response: Optional[Response] = None
-            last_exception: Optional[Exception] = None
-            retry_after: Optional[float] = None
+            outcome: Union[httpx.Response, Exception]
             try:
-                http_response = self._attempt(op, self._timeout(start))
+                outcome = self._attempt(op, self._timeout(start))
             except RETRYABLE_TRANSPORT_ERRORS as error:
-                last_exception = error
-            else:
-                result = self._judge(http_response, op.key, attempts)
-                if isinstance(result, Response):
-                    return result
-                if isinstance(result, IdemError):
-                    raise result
-                last_response, retry_after = result.response, result.retry_after
-            self._sleep(
-                self._wait(
-                    op=op,
-                    attempts=attempts,
-                    start=start,
-                    retry_after=retry_after,
-                    last_response=last_response,
-                    last_exception=last_exception,
-                )
-            )
+                outcome = error
+            step = self._next(op, attempts, start, outcome)
+            if isinstance(step, Response):
+                return step
+            self._sleep(step)
 
     def _attempt(self, op: _Operation, timeout: float) -> httpx.Response:
         began = self._clock()
@@ -533,30 +511,15 @@ class AsyncClient(_Base):
         attempts = 0
         while True:
             attempts += 1
-            last_response: Optional[Response] = None
-            last_exception: Optional[Exception] = None
-            retry_after: Optional[float] = None
+            outcome: Union[httpx.Response, Exception]
             try:
-                http_response = await self._attempt(op, self._timeout(start))
+                outcome = await self._attempt(op, self._timeout(start))
             except RETRYABLE_TRANSPORT_ERRORS as error:
-                last_exception = error
-            else:
-                result = self._judge(http_response, op.key, attempts)
-                if isinstance(result, Response):
-                    return result
-                if isinstance(result, IdemError):
-                    raise result
-                last_response, retry_after = result.response, result.retry_after
-            await self._sleep(
-                self._wait(
-                    op=op,
-                    attempts=attempts,
-                    start=start,
-                    retry_after=retry_after,
-                    last_response=last_response,
-                    last_exception=last_exception,
-                )
-            )
+                outcome = error
+            step = self._next(op, attempts, start, outcome)
+            if isinstance(step, Response):
+                return step
+            await self._sleep(step)
 
     async def _attempt(self, op: _Operation, timeout: float) -> httpx.Response:
         request = self._build(self._http, op, timeout)
