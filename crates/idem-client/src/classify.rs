@@ -2,13 +2,13 @@
 
 use std::time::Duration;
 
-use http::{HeaderValue, header::RETRY_AFTER};
+use http::header::RETRY_AFTER;
 use idem_core::OUTCOME_UNKNOWN_TYPE;
 
 /// The problem type of a key reused for a different request.
 const MISMATCH_TYPE: &str = "urn:idem:problem:fingerprint-mismatch";
 
-use crate::Response;
+use crate::{Response, retry_after::parse_retry_after};
 
 /// What to do with an answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,22 +68,10 @@ fn has_type(body: &[u8], kind: &str) -> bool {
         .is_ok_and(|problem| problem.kind.as_deref() == Some(kind))
 }
 
-/// A `Retry-After` in delta-seconds (`120`). An HTTP-date is not read — idem servers never send
-/// one, and it would make the wait depend on two clocks agreeing — so it, like anything
-/// malformed, leaves the wait to the backoff. A number too large to hold is "longer than any
-/// deadline".
-pub(crate) fn parse_retry_after(value: &HeaderValue) -> Option<Duration> {
-    let text = value.to_str().ok()?.trim_matches([' ', '\t']);
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    Some(text.parse().map_or(Duration::MAX, Duration::from_secs))
-}
-
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
-    use http::{HeaderMap, HeaderName, StatusCode, Version};
+    use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
     use serde_json::Value;
 
     use super::*;
@@ -166,22 +154,6 @@ mod tests {
                 assert_eq!(got, problem(expected), "{name}");
             }
         }
-    }
-
-    #[test]
-    fn the_shared_retry_after_values() {
-        for case in shared_cases()["retry_after"].as_array().unwrap() {
-            let value = case["value"].as_str().unwrap();
-            assert_eq!(
-                parse_retry_after(&HeaderValue::from_str(value).unwrap()),
-                seconds(&case["seconds"]),
-                "{value:?}"
-            );
-        }
-        assert_eq!(
-            parse_retry_after(&HeaderValue::from_bytes(b"\xff").unwrap()),
-            None
-        );
     }
 
     #[test]

@@ -107,6 +107,7 @@ mod problem;
 mod request;
 mod response;
 mod retry;
+mod retry_after;
 #[cfg(feature = "rustls")]
 mod tls;
 

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use http::{HeaderMap, header::CONTENT_TYPE, header::RETRY_AFTER};
 
-use crate::classify::parse_retry_after;
+use crate::retry_after::parse_retry_after;
 
 /// The media type of a problem details body.
 const PROBLEM_JSON: &str = "application/problem+json";
