@@ -49,7 +49,36 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Api:
+class Quiet(BaseHTTPRequestHandler):
+    """A keep-alive HTTP/1.1 handler that logs nothing."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+    def body(self) -> bytes:
+        return self.rfile.read(int(self.headers.get("content-length", "0")))
+
+
+class Serving:
+    """A threaded server on a free loopback port, answering with `handler`."""
+
+    def __init__(self, handler: type[Quiet]) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Api(Serving):
     """The payments API: counts each payment's executions."""
 
     def __init__(self) -> None:
@@ -57,15 +86,9 @@ class Api:
         self.executions: Counter[str] = Counter()
         api = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *_: object) -> None:
-                pass
-
+        class Handler(Quiet):
             def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("content-length", "0")))
-                payment = json.loads(body)["payment"]
+                payment = json.loads(self.body())["payment"]
                 with api.lock:
                     api.executions[payment] += 1
                     first = api.executions[payment] == 1
@@ -79,20 +102,14 @@ class Api:
                 self.end_headers()
                 self.wfile.write(answer)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        super().__init__(Handler)
 
     def counts(self, prefix: str) -> Counter[str]:
         with self.lock:
             return Counter({p: n for p, n in self.executions.items() if p.startswith(prefix + "-")})
 
 
-class LossyProxy:
+class LossyProxy(Serving):
     """Forwards each request to `target`, then drops a share of the responses: the effect
     happened, and the caller never hears of it."""
 
@@ -104,14 +121,9 @@ class LossyProxy:
         self.dropped = 0
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *_: object) -> None:
-                pass
-
+        class Handler(Quiet):
             def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("content-length", "0")))
+                body = self.body()
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
                 upstream = http.client.HTTPConnection(proxy.target, timeout=60)
                 try:
@@ -139,17 +151,7 @@ class LossyProxy:
                     # The caller's attempt timed out first.
                     self.close_connection = True
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
 
 class Gateway:
