@@ -8,19 +8,19 @@ use idem_core::OUTCOME_UNKNOWN_TYPE;
 /// The problem type of a key reused for a different request.
 const MISMATCH_TYPE: &str = "urn:idem:problem:fingerprint-mismatch";
 
-use crate::{Response, retry_after::parse_retry_after};
+use crate::{Problem, Response, retry_after::parse_retry_after};
 
 /// What to do with an answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Verdict {
     /// Return it to the caller.
     Definite,
     /// Send the request again, after at least `retry_after` when the server named a wait.
     Retry { retry_after: Option<Duration> },
     /// The server recorded the outcome as unknown: final, yet no answer.
-    OutcomeUnknown,
+    OutcomeUnknown(Problem),
     /// The key was used for a different request: the caller's mistake, final.
-    Mismatch,
+    Mismatch(Problem),
 }
 
 /// Classifies an answer, in this order:
@@ -37,9 +37,21 @@ pub(crate) enum Verdict {
 ///    own transient failures with `502`, `503` and `504`).
 pub(crate) fn classify(response: &Response) -> Verdict {
     let status = response.status();
+    // Recognized by their problem type, whatever the Content-Type says.
+    let problem_of_type = |kind: &str| {
+        Problem::of_body(response.headers(), response.body()).filter(|problem| problem.kind == kind)
+    };
     match status.as_u16() {
-        500 if has_type(response.body(), OUTCOME_UNKNOWN_TYPE) => return Verdict::OutcomeUnknown,
-        422 if has_type(response.body(), MISMATCH_TYPE) => return Verdict::Mismatch,
+        500 => {
+            if let Some(problem) = problem_of_type(OUTCOME_UNKNOWN_TYPE) {
+                return Verdict::OutcomeUnknown(problem);
+            }
+        }
+        422 => {
+            if let Some(problem) = problem_of_type(MISMATCH_TYPE) {
+                return Verdict::Mismatch(problem);
+            }
+        }
         _ => {}
     }
     if response.replayed() {
@@ -57,17 +69,6 @@ pub(crate) fn classify(response: &Response) -> Verdict {
     }
 }
 
-/// Whether `body` is a problem of type `kind`.
-fn has_type(body: &[u8], kind: &str) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Problem {
-        #[serde(rename = "type")]
-        kind: Option<String>,
-    }
-    serde_json::from_slice::<Problem>(body)
-        .is_ok_and(|problem| problem.kind.as_deref() == Some(kind))
-}
-
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
@@ -75,7 +76,7 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::{Problem, cases::shared_cases};
+    use crate::cases::{seconds, shared_cases};
 
     fn response(status: u16, headers: &[(&str, &str)], body: &str) -> Response {
         let mut map = HeaderMap::new();
@@ -92,14 +93,6 @@ mod tests {
             body: Bytes::copy_from_slice(body.as_bytes()),
             attempts: 1,
             key: "k".parse().unwrap(),
-        }
-    }
-
-    fn seconds(value: &Value) -> Option<Duration> {
-        match value {
-            Value::Null => None,
-            Value::String(forever) if forever == "forever" => Some(Duration::MAX),
-            n => Some(Duration::from_secs(n.as_u64().expect("whole seconds"))),
         }
     }
 
@@ -140,8 +133,13 @@ mod tests {
                 ("retry", None) => Verdict::Retry {
                     retry_after: seconds(&expect["retry_after"]),
                 },
-                ("raise", Some("mismatch")) => Verdict::Mismatch,
-                ("raise", Some("outcome_unknown")) => Verdict::OutcomeUnknown,
+                // The table's final answers carry no Retry-After.
+                ("raise", Some("mismatch")) => {
+                    Verdict::Mismatch(problem(&expect["problem"]).unwrap())
+                }
+                ("raise", Some("outcome_unknown")) => {
+                    Verdict::OutcomeUnknown(problem(&expect["problem"]).unwrap())
+                }
                 other => panic!("{name}: unknown expectation {other:?}"),
             };
             assert_eq!(classify(&answer), verdict, "{name}");

@@ -8,7 +8,7 @@ use idem_core::IdempotencyKey;
 use tokio::time::Instant;
 
 use crate::{
-    Error, GiveUpReason, LastFailure, Problem, Response,
+    Error, GiveUpReason, LastFailure, Response,
     classify::{Verdict, classify},
     policy::RetryPolicy,
 };
@@ -50,19 +50,19 @@ pub(crate) async fn send(
                 );
                 match verdict {
                     Verdict::Definite => return Ok(response),
-                    Verdict::OutcomeUnknown => {
+                    Verdict::OutcomeUnknown(problem) => {
                         return Err(Error::OutcomeUnknown {
                             key,
                             attempts,
-                            problem: final_problem(&response),
+                            problem,
                             response,
                         });
                     }
-                    Verdict::Mismatch => {
+                    Verdict::Mismatch(problem) => {
                         return Err(Error::Mismatch {
                             key,
                             attempts,
-                            problem: final_problem(&response),
+                            problem,
                             response,
                         });
                     }
@@ -101,12 +101,6 @@ pub(crate) async fn send(
             last,
         });
     }
-}
-
-/// The problem of an answer that [`classify`] recognized by its problem type.
-fn final_problem(response: &Response) -> Problem {
-    Problem::of_body(response.headers(), response.body())
-        .expect("classified by the type of its problem body")
 }
 
 /// Whether waiting `wait` from now reaches the deadline: then waiting is pointless.

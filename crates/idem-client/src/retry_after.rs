@@ -18,18 +18,8 @@ pub(crate) fn parse_retry_after(value: &HeaderValue) -> Option<Duration> {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::Value;
-
     use super::*;
-    use crate::cases::shared_cases;
-
-    fn seconds(value: &Value) -> Option<Duration> {
-        match value {
-            Value::Null => None,
-            Value::String(forever) if forever == "forever" => Some(Duration::MAX),
-            n => Some(Duration::from_secs(n.as_u64().expect("whole seconds"))),
-        }
-    }
+    use crate::cases::{seconds, shared_cases};
 
     #[test]
     fn the_shared_retry_after_values() {
