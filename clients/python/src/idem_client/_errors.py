@@ -7,7 +7,7 @@ on purpose.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Optional
+from typing import TYPE_CHECKING, ClassVar, Literal, Optional
 
 if TYPE_CHECKING:
     from ._contract import Problem
@@ -66,49 +66,45 @@ class GaveUp(IdemError):
         self.last_exception = last_exception
 
 
-class OutcomeUnknown(IdemError):
+class _FinalAnswer(IdemError):
+    """A final answer that is no result: the server's problem, raised at once, not retried.
+    Each kind says what happened in ``_message`` (formatted with the attempts)."""
+
+    _message: ClassVar[str]
+    key: str
+    attempts: int
+    response: Response
+    problem: Optional[Problem]
+
+    def __init__(
+        self, *, key: str, attempts: int, response: Response, problem: Optional[Problem]
+    ) -> None:
+        super().__init__(self._message.format(attempts=attempts))
+        self.key = key
+        self.attempts = attempts
+        self.response = response
+        self.problem = problem
+
+
+class OutcomeUnknown(_FinalAnswer):
     """Final: the request reached the API and its result was lost on the server's side
     (a ``500`` problem ``urn:idem:problem:outcome-unknown``). The operation may or may not have
     taken effect; every retry under this key gets the same answer until the record expires.
     """
 
-    key: str
-    attempts: int
-    response: Response
-    problem: Optional[Problem]
-
-    def __init__(
-        self, *, key: str, attempts: int, response: Response, problem: Optional[Problem]
-    ) -> None:
-        super().__init__(
-            f"outcome unknown after {attempts} attempt(s): the server lost the operation's "
-            "result, which may or may not have taken effect; reconcile it with the API"
-        )
-        self.key = key
-        self.attempts = attempts
-        self.response = response
-        self.problem = problem
+    _message = (
+        "outcome unknown after {attempts} attempt(s): the server lost the operation's "
+        "result, which may or may not have taken effect; reconcile it with the API"
+    )
 
 
-class Mismatch(IdemError):
+class Mismatch(_FinalAnswer):
     """The key was already used for a different request (a ``422`` problem
     ``urn:idem:problem:fingerprint-mismatch``): a bug in the caller, which must use one key per
     logical operation.
     """
 
-    key: str
-    attempts: int
-    response: Response
-    problem: Optional[Problem]
-
-    def __init__(
-        self, *, key: str, attempts: int, response: Response, problem: Optional[Problem]
-    ) -> None:
-        super().__init__(
-            f"the idempotency key was used for a different request (after {attempts} "
-            "attempt(s)): use one key per logical operation"
-        )
-        self.key = key
-        self.attempts = attempts
-        self.response = response
-        self.problem = problem
+    _message = (
+        "the idempotency key was used for a different request (after {attempts} "
+        "attempt(s)): use one key per logical operation"
+    )
