@@ -154,6 +154,7 @@ impl MysqlStore {
         let limits = Limits {
             batch_size: options.batch_size,
             in_flight: options.batches_in_flight,
+            overlap: options.batch_overlap,
             capacity: options.queue_size,
             wait: options.pool_timeout,
         };

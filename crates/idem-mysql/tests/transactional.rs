@@ -205,6 +205,46 @@ async fn a_takeover_waits_for_an_uncommitted_completion_then_replays_it() {
     assert_eq!(shop.orders().await, 1);
 }
 
+/// The store runs one batch of acquisitions at a time while they are quick; one that waits for a
+/// caller's transaction must not hold up the acquisitions of other keys until the lock wait
+/// times out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn other_keys_are_acquired_while_a_takeover_waits_for_a_transaction() {
+    let url = require!(Mysql);
+    let clock = ManualClock::default();
+    let shop = Shop::new(&url, Some(&clock)).await;
+    let key = address("pay-held");
+    let lease = acquired(&shop.store, &key).await;
+    clock.advance(TERMS.lease);
+
+    let mut tx = shop.pool().begin().await.unwrap();
+    shop.store
+        .complete_in(&mut tx, &key, lease.token, &charged(), TERMS.ttl)
+        .await
+        .unwrap();
+    let duplicate = shop.acquire_concurrently(&key);
+    shop.wait_until_blocked().await;
+
+    for n in 0..3 {
+        let other = address(&format!("pay-other-{n}"));
+        let got = timeout(
+            EVENTUALLY,
+            shop.store.acquire(&other, &fingerprint(1), TERMS),
+        )
+        .await
+        .expect("another key is not held up by the lock wait")
+        .unwrap();
+        assert!(matches!(got, Acquisition::Acquired(_)), "{got:?}");
+    }
+    assert!(!duplicate.is_finished());
+
+    tx.commit().await.unwrap();
+    assert_eq!(
+        duplicate.await.unwrap().unwrap(),
+        Acquisition::Completed(charged())
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_takeover_waits_for_an_uncommitted_completion_and_takes_over_after_a_rollback() {
     let url = require!(Mysql);

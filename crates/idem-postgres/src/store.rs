@@ -151,6 +151,7 @@ impl PostgresStore {
         let limits = Limits {
             batch_size: options.batch_size,
             in_flight: options.batches_in_flight,
+            overlap: Duration::ZERO,
             capacity: options.queue_size,
             wait: options.pool_timeout,
         };

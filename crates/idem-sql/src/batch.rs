@@ -6,7 +6,10 @@
 //! transaction), and answers each caller once that has returned, so after the commit: nothing is
 //! acknowledged before it is durable. Up to `in_flight` batches run at once; the operations that
 //! arrive meanwhile form the next one. An operation that finds room runs at once, alone: batches
-//! only grow when operations arrive faster than the database commits them.
+//! only grow when operations arrive faster than the database commits them. With an `overlap`
+//! delay, a batch starts beside running ones only once the youngest of them has run that long: a
+//! database whose concurrent batches contend (MySQL's, inserting at the end of the same indexes)
+//! runs one at a time, and a batch stuck in a lock wait holds the others up for the delay only.
 //!
 //! Operations on one address run in the order they were queued: one on an address that a running
 //! batch holds waits for it, and so do the newer ones behind a waiting one. A batch holds at most
@@ -36,7 +39,10 @@ use std::{
 
 use futures_util::{StreamExt, stream::FuturesUnordered};
 use idem_core::{Address, StoreError};
-use tokio::sync::{mpsc, oneshot};
+use tokio::{
+    sync::{mpsc, oneshot},
+    time::{Instant, sleep_until},
+};
 
 /// How many times an acquisition runs again after losing a race to a concurrent writer of the
 /// same key. Each loss means another writer committed a change to that record in between, so this
@@ -84,6 +90,9 @@ pub struct Limits {
     pub batch_size: usize,
     /// Batches running at once at most.
     pub in_flight: usize,
+    /// How long the youngest running batch runs before another starts beside it; zero starts
+    /// one as soon as there is room.
+    pub overlap: Duration,
     /// Operations waiting in the queue at most.
     pub capacity: usize,
     /// How long a caller waits for room in a full queue.
@@ -110,14 +119,9 @@ impl<K: Kind> Queue<K> {
     /// taken from a queue of at most `capacity` operations, in which a caller waits at most `wait`
     /// for room. The task ends once the queue is dropped and emptied.
     pub fn spawn(runner: Arc<K::Runner>, limits: Limits) -> Self {
-        let Limits {
-            batch_size,
-            in_flight,
-            capacity,
-            wait,
-        } = limits;
-        let (sender, receiver) = mpsc::channel(capacity);
-        tokio::spawn(serve::<K>(runner, receiver, batch_size, in_flight));
+        let (sender, receiver) = mpsc::channel(limits.capacity);
+        tokio::spawn(serve::<K>(runner, receiver, limits));
+        let Limits { capacity, wait, .. } = limits;
         Self {
             sender,
             capacity,
@@ -158,20 +162,30 @@ impl<K: Kind> Queue<K> {
     }
 }
 
-/// The task: up to `in_flight` batches at a time, until the queue is dropped and empty.
+/// The task: up to `in_flight` batches at a time, each beside others only once they ran for the
+/// `overlap` delay, until the queue is dropped and empty.
 async fn serve<K: Kind>(
     runner: Arc<K::Runner>,
     mut receiver: mpsc::Receiver<Request<K>>,
-    batch_size: usize,
-    in_flight: usize,
+    limits: Limits,
 ) {
+    let Limits {
+        batch_size,
+        in_flight,
+        overlap,
+        ..
+    } = limits;
     let mut pending = VecDeque::new();
     let mut running = FuturesUnordered::new();
     // The addresses of the running batches: their next operations wait for them.
     let mut busy: HashSet<Address> = HashSet::new();
+    // When the running batches started, in the order they did.
+    let mut started: VecDeque<Instant> = VecDeque::new();
     let mut open = true;
     loop {
-        while running.len() < in_flight {
+        // When another batch may start beside the running ones.
+        let room_at = |started: &VecDeque<Instant>| started.back().map(|&at| at + overlap);
+        while running.len() < in_flight && room_at(&started).is_none_or(|at| at <= Instant::now()) {
             let shape = Shape {
                 batch_size,
                 repeats: K::REPEATS,
@@ -189,13 +203,21 @@ async fn serve<K: Kind>(
                 break;
             }
             busy.extend(batch.iter().map(|request| K::address(&request.op).clone()));
-            running.push(run::<K>(&runner, batch));
+            let now = Instant::now();
+            started.push_back(now);
+            running.push(run::<K>(&runner, batch, now));
         }
         if !open && running.is_empty() && pending.is_empty() {
             return;
         }
+        // Operations wait for a batch to end, or for room beside the running ones.
+        let overlap_at =
+            room_at(&started).filter(|_| running.len() < in_flight && !pending.is_empty());
         tokio::select! {
-            Some((done, again)) = running.next(), if !running.is_empty() => {
+            Some((start, done, again)) = running.next(), if !running.is_empty() => {
+                if let Some(at) = started.iter().position(|&at| at == start) {
+                    started.remove(at);
+                }
                 for address in &done {
                     busy.remove(address);
                 }
@@ -209,6 +231,7 @@ async fn serve<K: Kind>(
                 Some(request) => pending.push_back(request),
                 None => open = false,
             },
+            () = sleep_until(overlap_at.unwrap_or_else(Instant::now)), if overlap_at.is_some() => {}
         }
     }
 }
@@ -271,12 +294,13 @@ fn form<T>(
     (batch, waiting)
 }
 
-/// Runs `batch` and answers its callers; returns the batch's addresses, and the requests that lost
-/// a race and run again.
+/// Runs `batch`, which started at `start`, and answers its callers; returns `start`, the batch's
+/// addresses, and the requests that lost a race and run again.
 async fn run<K: Kind>(
     runner: &K::Runner,
     mut batch: Vec<Request<K>>,
-) -> (Vec<Address>, Vec<Request<K>>) {
+    start: Instant,
+) -> (Instant, Vec<Address>, Vec<Request<K>>) {
     // One order of row locks for every batch (see `sql/acquire.sql`); stable, so operations on one
     // address stay in the order they were queued.
     batch.sort_by(|a, b| K::address(&a.op).cmp(K::address(&b.op)));
@@ -318,7 +342,7 @@ async fn run<K: Kind>(
         // A caller that went away does not need its answer.
         let _ = request.reply.send(answer);
     }
-    (addresses, again)
+    (start, addresses, again)
 }
 
 /// A batch that failed as a whole: none of its operations was applied.
@@ -555,6 +579,97 @@ mod tests {
             split_around(&["a"], true, &[], &queued, 64),
             (vec![1, 3], vec![0, 2, 4], 0)
         );
+    }
+
+    /// A kind of write whose batches take 10 ms, or wait for `gate` when they hold the key
+    /// "stuck"; it counts the batches running at once.
+    #[derive(Default)]
+    struct Probe {
+        running: std::sync::atomic::AtomicUsize,
+        most: std::sync::atomic::AtomicUsize,
+        gate: tokio::sync::Notify,
+    }
+
+    impl Kind for Probe {
+        type Op = Address;
+        type Output = ();
+        type Runner = Self;
+        const REPEATS: bool = false;
+
+        fn address(op: &Address) -> &Address {
+            op
+        }
+
+        fn attempt<'a>(
+            probe: &'a Self,
+            ops: &'a [&'a Address],
+        ) -> impl Future<Output = Result<Vec<Step<()>>, Failed>> + Send + 'a {
+            use std::sync::atomic::Ordering::SeqCst;
+            async move {
+                let now = probe.running.fetch_add(1, SeqCst) + 1;
+                probe.most.fetch_max(now, SeqCst);
+                if ops.iter().any(|op| op.key.as_str() == "stuck") {
+                    probe.gate.notified().await;
+                } else {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                probe.running.fetch_sub(1, SeqCst);
+                Ok(ops.iter().map(|_| Step::Done(Ok(()))).collect())
+            }
+        }
+    }
+
+    fn probe_queue(overlap: Duration) -> (Arc<Probe>, Arc<Queue<Probe>>) {
+        let probe = Arc::new(Probe::default());
+        let limits = Limits {
+            batch_size: 4,
+            in_flight: 2,
+            overlap,
+            capacity: 64,
+            wait: Duration::from_secs(1),
+        };
+        let queue = Arc::new(Queue::spawn(Arc::clone(&probe), limits));
+        (probe, queue)
+    }
+
+    /// The most batches that ran at once while 40 operations, arriving 2 ms apart, went through.
+    async fn most_at_once(overlap: Duration) -> usize {
+        let (probe, queue) = probe_queue(overlap);
+        let mut calls = Vec::new();
+        for n in 0..40 {
+            let queue = Arc::clone(&queue);
+            calls.push(tokio::spawn(async move {
+                queue.call(address(&format!("key-{n}"))).await
+            }));
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        for call in calls {
+            call.await.unwrap().unwrap();
+        }
+        probe.most.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn quick_batches_overlap_only_without_a_delay() {
+        assert_eq!(most_at_once(Duration::ZERO).await, 2);
+        assert_eq!(most_at_once(Duration::from_millis(50)).await, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stuck_batch_holds_the_others_up_for_the_overlap_delay_only() {
+        let (probe, queue) = probe_queue(Duration::from_millis(50));
+        let stuck = tokio::spawn({
+            let queue = Arc::clone(&queue);
+            async move { queue.call(address("stuck")).await }
+        });
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let start = tokio::time::Instant::now();
+        queue.call(address("other")).await.unwrap();
+        // 49 ms waiting for room beside the stuck batch, then its own 10 ms.
+        assert_eq!(start.elapsed(), Duration::from_millis(59));
+        assert!(!stuck.is_finished());
+        probe.gate.notify_one();
+        stuck.await.unwrap().unwrap();
     }
 
     #[test]
