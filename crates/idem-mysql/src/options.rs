@@ -15,8 +15,8 @@ use sqlx::{
 use crate::{BatchForm, Error, TableName};
 
 /// What an unknown parameter's error says is known.
-const KNOWN: &str = "idem takes table, pool_size, batch_size, batches_in_flight, queue_size; the \
-                     others go to MySQL's driver: ssl-mode, ssl-ca, ssl-cert, ssl-key, charset, \
+const KNOWN: &str = "idem takes table, pool_size, batch_size, batches_in_flight, \
+                     batch_overlap_ms, queue_size; the others go to MySQL's driver: ssl-mode, ssl-ca, ssl-cert, ssl-key, charset, \
                      collation, socket, statement-cache-capacity";
 /// The parameters sqlx reads (`sqlx-mysql`'s `options/parse.rs`), passed on as they are.
 const DRIVER_PARAMETERS: &[&str] = &[
@@ -115,6 +115,8 @@ impl MysqlOptions {
     ///   [`batch_size`](Self::batch_size));
     /// - `batches_in_flight`: the most batches of one kind running at once (default 2,
     ///   [`batches_in_flight`](Self::batches_in_flight));
+    /// - `batch_overlap_ms`: how long a batch runs, in milliseconds, before another of its kind
+    ///   starts beside it (default 50, [`batch_overlap`](Self::batch_overlap); 0 starts it at once);
     /// - `queue_size`: the most writes of one kind waiting for a batch (default 1024,
     ///   [`queue_size`](Self::queue_size)).
     ///
@@ -155,6 +157,7 @@ impl MysqlOptions {
         let pool_size = parts.take("pool_size", count::<u32>)?;
         let batch_size = parts.take("batch_size", count::<usize>)?;
         let batches_in_flight = parts.take("batches_in_flight", count::<usize>)?;
+        let batch_overlap = parts.take("batch_overlap_ms", u64::from_str)?;
         let queue_size = parts.take("queue_size", count::<usize>)?;
         parts.refuse_unknown(|name| DRIVER_PARAMETERS.contains(&name), KNOWN)?;
         let connect = format!(
@@ -177,6 +180,9 @@ impl MysqlOptions {
         }
         if let Some(batches) = batches_in_flight {
             options = options.batches_in_flight(batches);
+        }
+        if let Some(millis) = batch_overlap {
+            options = options.batch_overlap(Duration::from_millis(millis));
         }
         if let Some(size) = queue_size {
             options = options.queue_size(size);
@@ -415,7 +421,7 @@ mod tests {
     fn idem_parameters_are_taken_out_and_the_others_passed_on() {
         let options = parse(
             "mysql://app:pw@db:3307/pay?ssl-mode=DISABLED&table=keys&pool_size=16&batch_size=32&\
-             batches_in_flight=3&queue_size=4096",
+             batches_in_flight=3&batch_overlap_ms=0&queue_size=4096",
         );
         assert_eq!(
             (
@@ -423,9 +429,10 @@ mod tests {
                 options.pool_size,
                 options.batch_size,
                 options.batches_in_flight,
+                options.batch_overlap,
                 options.queue_size
             ),
-            ("keys", 16, 32, 3, 4096)
+            ("keys", 16, 32, 3, Duration::ZERO, 4096)
         );
         let connect = options.connect_options();
         assert_eq!(connect.get_host(), "db");
@@ -437,7 +444,7 @@ mod tests {
             options.url(),
             Some(
                 "mysql://app:***@db:3307/pay?ssl-mode=DISABLED&table=keys&pool_size=16&\
-                 batch_size=32&batches_in_flight=3&queue_size=4096"
+                 batch_size=32&batches_in_flight=3&batch_overlap_ms=0&queue_size=4096"
             )
         );
         let options = parse("mariadb://db/pay");
@@ -482,9 +489,14 @@ mod tests {
         assert_eq!(
             error("mysql://u:pw@db/pay?tabel=keys"),
             "invalid store URL `mysql://u:***@db/pay?tabel=keys`: unknown parameter `tabel` (idem \
-             takes table, pool_size, batch_size, batches_in_flight, queue_size; the others go to \
-             MySQL's driver: ssl-mode, ssl-ca, ssl-cert, ssl-key, charset, collation, socket, \
-             statement-cache-capacity)"
+             takes table, pool_size, batch_size, batches_in_flight, batch_overlap_ms, queue_size; \
+             the others go to MySQL's driver: ssl-mode, ssl-ca, ssl-cert, ssl-key, charset, \
+             collation, socket, statement-cache-capacity)"
+        );
+        assert_eq!(
+            error("mysql://db/pay?batch_overlap_ms=-1"),
+            "invalid store URL `mysql://db/pay?batch_overlap_ms=-1`: `batch_overlap_ms=-1`: \
+             invalid digit found in string"
         );
         assert_eq!(
             error("mysql://u:pw@db"),
