@@ -18,21 +18,26 @@
 
 use std::{
     fmt,
+    future::Future,
     pin::Pin,
-    task::{Context, Poll},
+    task::{Context, Poll, ready},
 };
 
 use bytes::Bytes;
 use http::HeaderMap;
 use http_body::{Frame, SizeHint};
 use pin_project_lite::pin_project;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::stream::End;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 pin_project! {
     /// The body of a response from [`Idempotency`](crate::Idempotency): bytes held in memory
-    /// (with trailers, if any), the inner service's body passed through untouched, or the
-    /// buffered start of the inner body followed by the rest of it.
+    /// (with trailers, if any), the inner service's body passed through untouched, the buffered
+    /// start of the inner body followed by the rest of it, or the inner body's chunks as the
+    /// recording of a streamed response hands them on, ended once the response is recorded.
     pub struct ResponseBody<B> {
         #[pin]
         kind: Kind<B>,
@@ -54,6 +59,12 @@ pin_project! {
         Prefixed {
             prefix: Option<Bytes>,
             rest: Pin<Box<B>>,
+        },
+        // The chunks a recording hands on (see `stream`), then its end once it is recorded.
+        Streamed {
+            chunks: mpsc::Receiver<Bytes>,
+            end: Option<oneshot::Receiver<End>>,
+            hint: SizeHint,
         },
     }
 }
@@ -77,6 +88,22 @@ impl<B> ResponseBody<B> {
             kind: Kind::Buffered {
                 data: Some(data).filter(|data| !data.is_empty()),
                 trailers,
+            },
+        }
+    }
+
+    /// The chunks `chunks` yields, then the end `end` says (trailers, or an error), with the
+    /// inner body's size `hint`.
+    pub(crate) fn streamed(
+        chunks: mpsc::Receiver<Bytes>,
+        end: oneshot::Receiver<End>,
+        hint: SizeHint,
+    ) -> Self {
+        Self {
+            kind: Kind::Streamed {
+                chunks,
+                end: Some(end),
+                hint,
             },
         }
     }
@@ -122,6 +149,22 @@ where
                 Some(prefix) => Poll::Ready(Some(Ok(Frame::data(prefix)))),
                 None => rest.as_mut().poll_frame(cx).map_err(Into::into),
             },
+            KindProj::Streamed { chunks, end, .. } => {
+                if let Some(chunk) = ready!(chunks.poll_recv(cx)) {
+                    return Poll::Ready(Some(Ok(Frame::data(chunk))));
+                }
+                let Some(ending) = end.as_mut() else {
+                    return Poll::Ready(None);
+                };
+                let ended = ready!(Pin::new(ending).poll(cx));
+                *end = None;
+                Poll::Ready(match ended {
+                    Ok(Ok(None)) => None,
+                    Ok(Ok(Some(trailers))) => Some(Ok(Frame::trailers(trailers))),
+                    Ok(Err(error)) => Some(Err(error)),
+                    Err(_) => Some(Err("the response's recording stopped before its end".into())),
+                })
+            }
         }
     }
 
@@ -130,6 +173,7 @@ where
             Kind::Buffered { data, trailers } => data.is_none() && trailers.is_none(),
             Kind::Inner { body } => body.is_end_stream(),
             Kind::Prefixed { prefix, rest } => prefix.is_none() && rest.is_end_stream(),
+            Kind::Streamed { end, .. } => end.is_none(),
         }
     }
 
@@ -158,6 +202,7 @@ where
                 }
                 hint
             }
+            Kind::Streamed { hint, .. } => *hint,
         }
     }
 }
@@ -168,6 +213,7 @@ impl<B> fmt::Debug for ResponseBody<B> {
             Kind::Buffered { .. } => "Buffered",
             Kind::Inner { .. } => "Inner",
             Kind::Prefixed { .. } => "Prefixed",
+            Kind::Streamed { .. } => "Streamed",
         };
         f.debug_tuple("ResponseBody").field(&kind).finish()
     }

@@ -44,7 +44,6 @@ use bytes::Bytes;
 use http::{
     HeaderMap, HeaderName, HeaderValue, Response, StatusCode,
     header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, SET_COOKIE, TRAILER},
-    response::Parts,
 };
 use http_body_util::BodyExt;
 use idem_core::{Outcome, StoredResponse};
@@ -83,7 +82,7 @@ where
 {
     let (parts, body) = response.into_parts();
     if usize::try_from(body.size_hint().lower()).map_or(true, |len| len > limit) {
-        let stored = not_stored(&parts, limit);
+        let stored = not_stored(parts.status, &parts.headers, limit);
         let response = Response::from_parts(parts, ResponseBody::new(body));
         return Ok((response, stored));
     }
@@ -100,7 +99,7 @@ where
             Ok(chunk) => {
                 data.push(chunk);
                 if data.len() > limit {
-                    let stored = not_stored(&parts, limit);
+                    let stored = not_stored(parts.status, &parts.headers, limit);
                     let body = ResponseBody::prefixed(data.into_bytes(), body);
                     return Ok((Response::from_parts(parts, body), stored));
                 }
@@ -124,12 +123,7 @@ where
         status: parts.status.as_u16(),
         headers: header_lines(&parts.headers),
         body: data.clone(),
-        trailers: trailers.as_ref().map(|trailers| {
-            trailers
-                .iter()
-                .map(|(name, value)| (name.as_str().to_owned(), bytes(value)))
-                .collect()
-        }),
+        trailers: trailers.as_ref().map(trailer_lines),
     };
     let response = Response::from_parts(parts, ResponseBody::buffered(data, trailers));
     Ok((response, stored))
@@ -144,33 +138,41 @@ pub(crate) fn drop_cookies(stored: &mut StoredResponse) {
 }
 
 /// What is stored for a response over the limit: its status and headers, but a problem body.
-fn not_stored(parts: &Parts, limit: usize) -> StoredResponse {
+pub(crate) fn not_stored(status: StatusCode, headers: &HeaderMap, limit: usize) -> StoredResponse {
     let body = problem::problem_json(
         problem::RESPONSE_NOT_STORED,
         "Response not stored",
-        parts.status,
+        status,
         &format!(
             "The response to this request was larger than {limit} bytes; it was delivered once \
              and is not replayed. The operation will not be executed again under this key."
         ),
     );
-    let mut headers = header_lines(&parts.headers);
-    headers.retain(|(name, _)| !BODY_HEADERS.contains(&name.as_str()));
-    headers.push((
+    let mut lines = header_lines(headers);
+    lines.retain(|(name, _)| !BODY_HEADERS.contains(&name.as_str()));
+    lines.push((
         CONTENT_TYPE.as_str().to_owned(),
         bytes(&problem::content_type()),
     ));
     StoredResponse {
-        status: parts.status.as_u16(),
-        headers,
+        status: status.as_u16(),
+        headers: lines,
         body,
         trailers: None,
     }
 }
 
+/// Trailer fields as they are stored, in order.
+pub(crate) fn trailer_lines(trailers: &HeaderMap) -> Vec<(String, Bytes)> {
+    trailers
+        .iter()
+        .map(|(name, value)| (name.as_str().to_owned(), bytes(value)))
+        .collect()
+}
+
 /// The header lines worth storing: every one but the hop-by-hop ones and `Trailer` (a replay
 /// announces the trailers it has), in order, names in lower case (as `http` keeps them).
-fn header_lines(headers: &HeaderMap) -> Vec<(String, Bytes)> {
+pub(crate) fn header_lines(headers: &HeaderMap) -> Vec<(String, Bytes)> {
     let hop_by_hop = HopByHop::of(headers);
     headers
         .iter()

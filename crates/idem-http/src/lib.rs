@@ -99,6 +99,7 @@ pub mod problem;
 mod request;
 mod service;
 mod settings;
+mod stream;
 #[cfg(test)]
 mod test_support;
 

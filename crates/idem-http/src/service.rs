@@ -43,8 +43,8 @@ use std::{
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use idem_core::{
-    Address, Ambiguous, Engine, Execution, FencingToken, Lease, NotRun, RunOutcome, Store,
-    StoreError, time_limit::bounded,
+    Address, Ambiguous, Engine, Execution, FencingToken, Lease, NotRun, OnSettled, Rest,
+    RunOutcome, Store, StoreError, time_limit::bounded,
 };
 use tower::Service;
 
@@ -56,6 +56,7 @@ use crate::{
     problem::Rejection,
     request,
     settings::Settings,
+    stream,
 };
 
 type BoxError = Box<dyn Error + Send + Sync>;
@@ -478,8 +479,12 @@ where
             return undelivered(&shared, delivery, ambiguous, Err(error));
         }
     };
+    let limit = shared.settings.max_stored_response;
+    if response.body().size_hint().exact().is_none() {
+        return streamed(shared, response, anonymous);
+    }
     let status = response.status();
-    let captured = capture(response, shared.settings.max_stored_response)
+    let captured = capture(response, limit)
         .await
         .map(|(response, mut stored)| {
             // The client that caused the response gets its cookies; no replay does.
@@ -498,20 +503,80 @@ where
             value: Ok(response),
         },
         Err(error) => {
-            tracing::warn!(
-                error = &*error as &(dyn Error + 'static),
-                "the response body failed after the request was sent"
-            );
-            let answer = match ambiguous {
+            let answer = match body_failed(&shared, &*error) {
                 Ambiguous::Retry => Rejection::UpstreamFailed(error).into_response(),
-                Ambiguous::Reject => {
-                    shared.requests().count_outcome_unknown();
-                    Rejection::OutcomeUnknown.into_response()
-                }
+                Ambiguous::Reject => Rejection::OutcomeUnknown.into_response(),
             };
             Execution::Lost { value: Ok(answer) }
         }
     }
+}
+
+/// A response of unknown length (chunked, `text/event-stream`): streamed to the client as it
+/// comes while the rest of the execution records it ([`stream`]); the client's response ends once
+/// the outcome is recorded, abnormally when the body broke off.
+fn streamed<St, B, E>(
+    shared: Arc<Shared<St>>,
+    response: Response<B>,
+    anonymous: bool,
+) -> Execution<Answer<B, E>>
+where
+    St: Store,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let limit = shared.settings.max_stored_response;
+    // A client that takes no chunk for a lease holds up neither the recording nor the key.
+    let stall = shared.engine.policy().lease;
+    let (response, recording) = stream::tee(response, limit, stall);
+    let status = recording.status();
+    let rest = Rest::new(async move {
+        match recording.record().await {
+            Ok((mut stored, ending)) => {
+                if anonymous {
+                    drop_cookies(&mut stored);
+                }
+                let value: OnSettled = Box::new(move || ending.send());
+                if is_ambiguous(status) {
+                    Execution::Ambiguous {
+                        response: stored,
+                        value,
+                    }
+                } else {
+                    Execution::Final {
+                        response: stored,
+                        value,
+                    }
+                }
+            }
+            Err((error, ending)) => {
+                body_failed(&shared, &*error);
+                let value: OnSettled = Box::new(move || ending.send());
+                Execution::Lost { value }
+            }
+        }
+    });
+    Execution::Streaming {
+        value: Ok(response),
+        rest,
+    }
+}
+
+/// Logs a response body that failed after the request was sent, and counts it when it is
+/// recorded as outcome unknown; returns the policy it follows.
+fn body_failed<St: Store>(
+    shared: &Shared<St>,
+    error: &(dyn Error + Send + Sync + 'static),
+) -> Ambiguous {
+    tracing::warn!(
+        error = error as &(dyn Error + 'static),
+        "the response body failed after the request was sent"
+    );
+    let ambiguous = shared.engine.policy().ambiguous;
+    if ambiguous == Ambiguous::Reject {
+        shared.requests().count_outcome_unknown();
+    }
+    ambiguous
 }
 
 /// How a request the inner service could not deliver ends, as its [`Delivery`] says: not sent,

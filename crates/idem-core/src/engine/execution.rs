@@ -1,5 +1,7 @@
 //! What a piece of work reports, and what the engine records for it.
 
+use std::{fmt, future::Future, pin::Pin};
+
 use crate::{Ambiguous, Outcome, StoredResponse};
 
 /// The result of running an operation, as the work reports it to the [`Engine`](crate::Engine).
@@ -35,6 +37,39 @@ pub enum Execution<T> {
         /// What the caller gets.
         value: T,
     },
+    /// The caller's value is ready before the outcome is: a response streamed to its client
+    /// while it is recorded. The engine hands `value` to the caller at once and runs `rest` in a
+    /// task of its own (tracked, so that [`Engine::shutdown`](crate::Engine::shutdown) waits
+    /// for it), renewing the lease meanwhile; then it records the execution `rest` ends with,
+    /// like any other, and calls [the function](OnSettled) that execution carries.
+    Streaming {
+        /// What the caller gets now.
+        value: T,
+        /// The rest of the work.
+        rest: Rest,
+    },
+}
+
+/// What a [streamed](Execution::Streaming) execution does once its outcome is recorded or its
+/// key released: an HTTP front end lets its client see the end of the response only then, so
+/// that a client that read a whole response and retries gets it replayed.
+pub type OnSettled = Box<dyn FnOnce() + Send>;
+
+/// The rest of a [streamed](Execution::Streaming) execution: a future of the execution to
+/// record, whose value is [called](OnSettled) once it is.
+pub struct Rest(pub(crate) Pin<Box<dyn Future<Output = Execution<OnSettled>> + Send>>);
+
+impl Rest {
+    /// The rest of an execution: `future`.
+    pub fn new(future: impl Future<Output = Execution<OnSettled>> + Send + 'static) -> Self {
+        Self(Box::pin(future))
+    }
+}
+
+impl fmt::Debug for Rest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Rest(..)")
+    }
 }
 
 /// What the engine does with the key once the work has finished.
@@ -45,9 +80,11 @@ pub(crate) enum Settlement {
 }
 
 impl<T> Execution<T> {
-    /// Splits the execution into the caller's value and what to record, under `ambiguous`.
-    pub(crate) fn settle(self, ambiguous: Ambiguous) -> (T, Settlement) {
-        match (self, ambiguous) {
+    /// Splits the execution into the caller's value and what to record, under `ambiguous`; a
+    /// [streamed](Execution::Streaming) one comes back as it is.
+    pub(crate) fn settle(self, ambiguous: Ambiguous) -> Result<(T, Settlement), (T, Rest)> {
+        Ok(match (self, ambiguous) {
+            (Execution::Streaming { value, rest }, _) => return Err((value, rest)),
             (Execution::Final { response, value }, _)
             | (Execution::Ambiguous { response, value }, Ambiguous::Reject) => {
                 (value, Settlement::Complete(Outcome::Response(response)))
@@ -58,7 +95,7 @@ impl<T> Execution<T> {
             (Execution::Ambiguous { value, .. }, Ambiguous::Retry)
             | (Execution::Lost { value }, Ambiguous::Retry)
             | (Execution::NotSent { value }, _) => (value, Settlement::Release),
-        }
+        })
     }
 }
 
@@ -77,7 +114,8 @@ mod tests {
                 response: ok(),
                 value: 1,
             }
-            .settle(policy);
+            .settle(policy)
+            .unwrap();
             assert_eq!((value, settlement), (1, Settlement::Complete(ok().into())));
         }
     }
@@ -90,19 +128,23 @@ mod tests {
             value: 2,
         };
         assert_eq!(
-            ambiguous().settle(Ambiguous::Retry),
+            ambiguous().settle(Ambiguous::Retry).unwrap(),
             (2, Settlement::Release)
         );
         assert_eq!(
-            ambiguous().settle(Ambiguous::Reject),
+            ambiguous().settle(Ambiguous::Reject).unwrap(),
             (2, Settlement::Complete(failed.clone().into()))
         );
         assert_eq!(
-            Execution::Lost { value: 3 }.settle(Ambiguous::Retry),
+            Execution::Lost { value: 3 }
+                .settle(Ambiguous::Retry)
+                .unwrap(),
             (3, Settlement::Release)
         );
         assert_eq!(
-            Execution::Lost { value: 3 }.settle(Ambiguous::Reject),
+            Execution::Lost { value: 3 }
+                .settle(Ambiguous::Reject)
+                .unwrap(),
             (3, Settlement::Complete(Outcome::Unknown))
         );
     }
@@ -111,7 +153,7 @@ mod tests {
     fn unsent_requests_are_always_released() {
         for policy in [Ambiguous::Retry, Ambiguous::Reject] {
             assert_eq!(
-                Execution::NotSent { value: 4 }.settle(policy),
+                Execution::NotSent { value: 4 }.settle(policy).unwrap(),
                 (4, Settlement::Release)
             );
         }

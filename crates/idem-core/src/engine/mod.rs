@@ -24,7 +24,7 @@ use futures_util::{FutureExt, future::OptionFuture};
 use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::task::{TaskTracker, task_tracker::TrackedFuture};
 
-pub use self::execution::Execution;
+pub use self::execution::{Execution, OnSettled, Rest};
 use self::{execution::Settlement, waiters::Waiters};
 use crate::{
     Acquisition, Address, Ambiguous, Fingerprint, InFlight, Lease, Outcome, Policy, Store,
@@ -433,9 +433,10 @@ impl<S: Store> Inner<S> {
             Err(panic) => Attempt::Panicked(panic),
         }
     }
-    /// Runs the work while renewing its lease, then records its result.
+    /// Runs the work while renewing its lease, then records its result; a
+    /// [streamed](Execution::Streaming) one in a task of its own, once the caller has its value.
     async fn supervise<T>(
-        &self,
+        self: &Arc<Self>,
         address: &Address,
         lease: Lease,
         work: Pin<&mut (impl Future<Output = Execution<T>> + Send)>,
@@ -444,16 +445,55 @@ impl<S: Store> Inner<S> {
             outcome = AssertUnwindSafe(work).catch_unwind() => outcome,
             never = self.heartbeat(address, lease) => match never {},
         };
-        let (result, settlement) = match outcome {
-            Ok(execution) => {
-                let (value, settlement) = execution.settle(self.policy.ambiguous);
-                (Ok(value), settlement)
+        let (result, settlement) = match outcome.map(|e| e.settle(self.policy.ambiguous)) {
+            Ok(Ok((value, settlement))) => (Ok(value), settlement),
+            Ok(Err((value, rest))) => {
+                let (inner, address) = (Arc::clone(self), address.clone());
+                self.tasks
+                    .spawn(async move { inner.finish_streaming(&address, lease, rest).await });
+                return Ok(value);
             }
             Err(panic) => (Err(panic), Settlement::Release),
         };
         self.settle(address, lease, settlement).await;
         self.waiters.notify(address);
         result
+    }
+
+    /// Runs the `rest` of a streamed execution while renewing its lease, records its result, then
+    /// calls the function it ends with. A panic releases the key; the functions are then dropped
+    /// uncalled.
+    async fn finish_streaming(&self, address: &Address, lease: Lease, mut rest: Rest) {
+        let mut on_settled = Vec::new();
+        let settlement = loop {
+            let outcome = tokio::select! {
+                outcome = AssertUnwindSafe(&mut rest.0).catch_unwind() => outcome,
+                never = self.heartbeat(address, lease) => match never {},
+            };
+            match outcome.map(|e| e.settle(self.policy.ambiguous)) {
+                Ok(Ok((then, settlement))) => {
+                    on_settled.push(then);
+                    break settlement;
+                }
+                Ok(Err((then, next))) => {
+                    on_settled.push(then);
+                    rest = next;
+                }
+                Err(_) => {
+                    tracing::error!(
+                        key = %address.key.digest(),
+                        "a streamed execution panicked; its key is released"
+                    );
+                    on_settled.clear();
+                    break Settlement::Release;
+                }
+            }
+        };
+        self.settle(address, lease, settlement).await;
+        self.waiters.notify(address);
+        for then in on_settled {
+            then();
+        }
     }
 
     /// Renews the lease every third of its length until dropped. A renewal that fails or does

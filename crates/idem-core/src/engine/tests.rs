@@ -789,3 +789,120 @@ fn a_store_error_is_logged_with_its_causes() {
         StoreError::LeaseLost.to_string()
     );
 }
+
+/// Work whose caller gets "head" at once, then whose rest takes `duration` (renewing the lease)
+/// and ends with `end`, sending "settled" on `told` once the engine has recorded it.
+fn streamed(
+    duration: Duration,
+    end: fn(OnSettled) -> Execution<OnSettled>,
+    told: oneshot::Sender<&'static str>,
+) -> impl FnOnce(Lease) -> std::future::Ready<Execution<&'static str>> {
+    move |_lease| {
+        let rest = Rest::new(async move {
+            sleep(duration).await;
+            end(Box::new(move || {
+                let _ = told.send("settled");
+            }))
+        });
+        std::future::ready(Execution::Streaming {
+            value: "head",
+            rest,
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streamed_execution_answers_at_once_and_records_its_rest_under_a_renewed_lease() {
+    let lease = Duration::from_millis(300);
+    let engine = engine(Policy::default().lease(lease));
+    let (told, settled) = oneshot::channel();
+    let finish = |then| Execution::Final {
+        response: ok("streamed"),
+        value: then,
+    };
+    let started = tokio::time::Instant::now();
+    let head = engine
+        .run(address(), FP, streamed(lease * 10, finish, told))
+        .await
+        .unwrap();
+    assert!(matches!(head, RunOutcome::Executed("head")), "{head:?}");
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    assert_eq!(engine.running(), 1);
+
+    // Held, lease after lease, while the rest runs.
+    let runs = Arc::new(AtomicUsize::new(0));
+    for _ in 0..8 {
+        sleep(lease).await;
+        let probe = request(&engine, &runs, "stolen").await;
+        assert!(matches!(probe, RunOutcome::InFlight { .. }), "{probe:?}");
+    }
+    // The function is called once the outcome is recorded.
+    assert_eq!(settled.await, Ok("settled"));
+    assert_eq!(
+        stored(record(&engine).await.map(|r| r.state)),
+        Some(ok("streamed").into())
+    );
+    engine.shutdown().await;
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streamed_execution_that_is_lost_is_released_before_its_end_is_told() {
+    let engine = engine(Policy::default());
+    let (told, settled) = oneshot::channel();
+    let lost = |then| Execution::Lost { value: then };
+    let head = engine
+        .run(address(), FP, streamed(Duration::from_secs(1), lost, told))
+        .await
+        .unwrap();
+    assert!(matches!(head, RunOutcome::Executed("head")), "{head:?}");
+    assert_eq!(settled.await, Ok("settled"));
+    assert_eq!(record(&engine).await, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_waits_for_the_rest_of_a_streamed_execution() {
+    let engine = engine(Policy::default());
+    let (told, _settled) = oneshot::channel();
+    let finish = |then| Execution::Final {
+        response: ok("streamed"),
+        value: then,
+    };
+    engine
+        .run(
+            address(),
+            FP,
+            streamed(Duration::from_secs(5), finish, told),
+        )
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    engine.shutdown().await;
+    assert_eq!(started.elapsed(), Duration::from_secs(5));
+    assert_eq!(
+        stored(record(&engine).await.map(|r| r.state)),
+        Some(ok("streamed").into())
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streamed_execution_whose_rest_panics_is_released_and_its_end_never_told() {
+    let engine = engine(Policy::default());
+    let (told, settled) = oneshot::channel::<&'static str>();
+    let work = move |_lease| {
+        let rest = Rest::new(async move {
+            sleep(Duration::from_millis(5)).await;
+            let _keep = told;
+            panic!("recorder bug");
+        });
+        std::future::ready(Execution::Streaming {
+            value: "head",
+            rest,
+        })
+    };
+    let head = engine.run(address(), FP, work).await.unwrap();
+    assert!(matches!(head, RunOutcome::Executed("head")), "{head:?}");
+    assert!(settled.await.is_err());
+    engine.shutdown().await;
+    assert_eq!(record(&engine).await, None);
+}

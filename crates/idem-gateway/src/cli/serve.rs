@@ -63,7 +63,8 @@ pub struct ServeArgs {
     pub connect_timeout: HumanDuration,
 
     /// How long the whole upstream exchange may take, response head and body (then 504 without
-    /// a head, a cut-off response after it; the outcome is ambiguous).
+    /// a head, a cut-off response after it; the outcome is ambiguous). For a body of unknown
+    /// length (a stream of events), how long to wait for each chunk.
     #[arg(long, env = "IDEM_UPSTREAM_TIMEOUT", value_name = "DURATION",
           default_value_t = HumanDuration(config::DEFAULT_UPSTREAM_TIMEOUT))]
     pub upstream_timeout: HumanDuration,

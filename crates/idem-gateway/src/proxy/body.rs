@@ -20,7 +20,9 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// connection back to the pool once read to its end (a body dropped before its end closes its
 /// connection), and ends in [`UpstreamError::UpstreamTimeout`] when the deadline of the whole
 /// upstream exchange passes first, so that `--upstream-timeout` bounds the body as well as the
-/// head.
+/// head. A body of unknown length (chunked: a stream of events, say) may last longer: each chunk
+/// moves its deadline to `--upstream-timeout` from its arrival, so that it bounds the wait for the
+/// next chunk instead.
 pub struct UpstreamBody<B: http_body::Body + Unpin = Incoming> {
     body: B,
     connection: Option<Checkout>,
@@ -30,6 +32,8 @@ pub struct UpstreamBody<B: http_body::Body + Unpin = Incoming> {
     timer: Option<Pin<Box<Sleep>>>,
     /// The setting `deadline` comes from, for the error.
     timeout: Duration,
+    /// Whether each chunk moves the deadline (a body of unknown length).
+    streamed: bool,
 }
 
 impl<B: http_body::Body + Unpin> UpstreamBody<B> {
@@ -41,12 +45,14 @@ impl<B: http_body::Body + Unpin> UpstreamBody<B> {
         deadline: Instant,
         timeout: Duration,
     ) -> Self {
+        let streamed = body.size_hint().exact().is_none();
         let mut this = Self {
             body,
             connection,
             deadline,
             timer: None,
             timeout,
+            streamed,
         };
         this.release_if_ended();
         this
@@ -86,6 +92,12 @@ where
         match Pin::new(&mut this.body).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 this.release_if_ended();
+                if this.streamed {
+                    this.deadline = Instant::now() + this.timeout;
+                    if let Some(timer) = &mut this.timer {
+                        timer.as_mut().reset(this.deadline);
+                    }
+                }
                 return Poll::Ready(Some(Ok(frame)));
             }
             Poll::Ready(None) => {
@@ -154,5 +166,49 @@ mod tests {
 
         let whole = UpstreamBody::new(Full::new(Bytes::from("ok")), None, Instant::now(), timeout);
         assert_eq!(whole.collect().await.unwrap().to_bytes(), "ok");
+    }
+
+    /// Ten chunks 30 ms apart, 300 ms in all, under a timeout of 100 ms: the deadline is the wait
+    /// for the next chunk.
+    #[tokio::test(start_paused = true)]
+    async fn each_chunk_of_a_streamed_body_moves_its_deadline() {
+        let ten_chunks = || {
+            StreamBody::new(Box::pin(futures_util::stream::unfold(0, |n| async move {
+                (n < 10).then_some(())?;
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                let chunk = Ok::<_, std::convert::Infallible>(Frame::data(Bytes::from("x")));
+                Some((chunk, n + 1))
+            })))
+        };
+        let timeout = Duration::from_millis(100);
+        let start = Instant::now();
+        let body = UpstreamBody::new(ten_chunks(), None, start + timeout, timeout);
+        assert_eq!(body.collect().await.unwrap().to_bytes(), "xxxxxxxxxx");
+        assert_eq!(start.elapsed(), Duration::from_millis(300));
+
+        // A known length keeps the whole exchange's deadline.
+        let known = Known(ten_chunks(), 10);
+        let body = UpstreamBody::new(known, None, Instant::now() + timeout, timeout);
+        let error = body.collect().await.unwrap_err();
+        assert!(error.downcast_ref::<UpstreamError>().is_some(), "{error}");
+    }
+
+    /// A body that says it has this many bytes.
+    struct Known<B>(B, u64);
+
+    impl<B: http_body::Body + Unpin> http_body::Body for Known<B> {
+        type Data = B::Data;
+        type Error = B::Error;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+            Pin::new(&mut self.0).poll_frame(cx)
+        }
+
+        fn size_hint(&self) -> SizeHint {
+            SizeHint::with_exact(self.1)
+        }
     }
 }

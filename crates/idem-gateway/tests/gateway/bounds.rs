@@ -465,16 +465,25 @@ async fn a_burst_of_bodies_over_max_buffered_is_refused_with_503_and_memory_stay
 
 /// An upstream whose `POST /stall` sends its head and a first chunk, then nothing more.
 async fn stalling_upstream() -> (SocketAddr, tokio::task::JoinHandle<()>) {
-    let app = Router::new().route(
-        "/stall",
-        post(|| async {
-            let first = futures_util::stream::once(async {
-                Ok::<_, Infallible>(Bytes::from_static(b"first chunk"))
-            });
-            let never = futures_util::stream::pending();
-            Body::from_stream(futures_util::StreamExt::chain(first, never))
-        }),
-    );
+    let stalling = || {
+        let first = futures_util::stream::once(async {
+            Ok::<_, Infallible>(Bytes::from_static(b"first chunk"))
+        });
+        let never = futures_util::stream::pending();
+        Body::from_stream(futures_util::StreamExt::chain(first, never))
+    };
+    // `/stall` has no length (chunked); `/stall-known` says 100 bytes.
+    let app = Router::new()
+        .route("/stall", post(move || async move { stalling() }))
+        .route(
+            "/stall-known",
+            post(move || async move {
+                axum::response::Response::builder()
+                    .header("content-length", "100")
+                    .body(stalling())
+                    .unwrap()
+            }),
+        );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let task = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -490,39 +499,45 @@ async fn the_upstream_timeout_bounds_the_response_body_too() {
     );
     let client = Client::new();
 
-    // With a key, the body is read to be stored: a lost upstream answer, the key released.
+    let released = |key: &str| {
+        let request = Request::get(gateway.admin_url(&format!("/v1/keys/{key}")))
+            .body(Body::empty())
+            .unwrap();
+        let client = client.clone();
+        async move { client.send(request).await.status == 404 }
+    };
+
+    // With a key and a length, the body is read to be stored before it is sent: a lost upstream
+    // answer, the key released.
     let keyed = tokio::time::timeout(
         Duration::from_secs(10),
-        client.post(&gateway.url("/stall"), "stall-1", "{}"),
+        client.post(&gateway.url("/stall-known"), "stall-1", "{}"),
     )
     .await
     .expect("answered once the upstream timeout passed");
     assert_eq!(keyed.status, StatusCode::BAD_GATEWAY);
     assert_eq!(keyed.json()["type"], "urn:idem:problem:upstream-failed");
-    let record = client
-        .send(
-            Request::get(gateway.admin_url("/v1/keys/stall-1"))
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await;
-    assert_eq!(record.status, 404, "the key was released");
+    assert!(released("stall-1").await);
 
-    // Without a key, the head and the first chunk are passed on, then the response is cut off.
+    // Streamed (no length), with a key or without: the head and the first chunk are passed on,
+    // then the response is cut off; the key is released.
     let raw = HyperClient::builder(TokioExecutor::new()).build_http::<Body>();
-    let response = raw
-        .request(
-            Request::post(gateway.url("/stall"))
-                .body(Body::from("{}"))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    let body = tokio::time::timeout(Duration::from_secs(10), response.into_body().collect())
-        .await
-        .expect("the body ends once the upstream timeout passed");
-    assert!(body.is_err(), "the client sees the response cut off");
+    for key in [Some("stall-2"), None] {
+        let mut request = Request::post(gateway.url("/stall"));
+        if let Some(key) = key {
+            request = request.header("idempotency-key", key);
+        }
+        let response = raw
+            .request(request.body(Body::from("{}")).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let body = tokio::time::timeout(Duration::from_secs(10), response.into_body().collect())
+            .await
+            .expect("the body ends once the upstream timeout passed");
+        assert!(body.is_err(), "the client sees the response cut off");
+    }
+    assert!(released("stall-2").await);
     task.abort();
 }
 

@@ -27,6 +27,7 @@ mod servers;
 mod shared_store;
 mod store_bounds;
 mod stores;
+mod streaming;
 mod support;
 mod tenancy;
 mod tls;

@@ -64,7 +64,10 @@ impl Upstream {
     ///   `Keep-Alive`) and an end-to-end one (`X-Kept`);
     /// - `GET /hello`: 200 `hello`;
     /// - `POST /cookies`: 201 `{"session":N}` with `Set-Cookie: session=N` and
-    ///   `Set-Cookie: theme=dark`.
+    ///   `Set-Cookie: theme=dark`;
+    /// - `POST /events`: 200 `text/event-stream` of unknown length, `x-events` (default 10)
+    ///   events `data: I` sent `x-every-ms` (default 300) milliseconds apart, the first at once,
+    ///   each counted as `events-sent`; after `x-cut-after` events, the connection is reset.
     pub(crate) async fn start() -> Self {
         let hits: Hits = Arc::default();
         let orders: Orders = Arc::default();
@@ -82,6 +85,7 @@ impl Upstream {
             .route("/hop", post(hop))
             .route("/hello", get(hello))
             .route("/cookies", post(cookies))
+            .route("/events", post(events))
             .with_state(Arc::clone(&hits));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -167,6 +171,39 @@ async fn slow(State(hits): State<Hits>, headers: HeaderMap) -> Response {
         .unwrap_or(1500);
     tokio::time::sleep(Duration::from_millis(delay)).await;
     (StatusCode::CREATED, "slow done").into_response()
+}
+
+async fn events(State(hits): State<Hits>, headers: HeaderMap) -> Response {
+    hit(&hits, "events");
+    let number = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+    };
+    let count = number("x-events").unwrap_or(10);
+    let every = Duration::from_millis(number("x-every-ms").unwrap_or(300));
+    let cut_after = number("x-cut-after");
+    let stream = futures_util::stream::unfold(1, move |n| {
+        let hits = Arc::clone(&hits);
+        async move {
+            if n > count || cut_after.is_some_and(|cut| n > cut + 1) {
+                return None;
+            }
+            if n > 1 {
+                tokio::time::sleep(every).await;
+            }
+            if cut_after.is_some_and(|cut| n > cut) {
+                let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "cut off");
+                return Some((Err(reset), n + 1));
+            }
+            hit(&hits, "events-sent");
+            Some((Ok(Bytes::from(format!("data: {n}\n\n"))), n + 1))
+        }
+    });
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(stream))
+        .unwrap()
 }
 
 async fn status(State(hits): State<Hits>, UrlPath(code): UrlPath<u16>) -> Response {
@@ -485,6 +522,14 @@ impl Client {
                 .http2_only(true)
                 .build_http(),
         )
+    }
+
+    /// Sends `request` and returns the response once its head has come.
+    pub(crate) async fn start(
+        &self,
+        request: Request<Body>,
+    ) -> axum::http::Response<hyper::body::Incoming> {
+        self.0.request(request).await.unwrap()
     }
 
     /// Sends `request` and reads the whole response.

@@ -7,10 +7,11 @@ use std::{
     io,
     pin::Pin,
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicUsize, Ordering},
     },
     task::{Context, Poll},
+    time::Duration,
 };
 
 use axum::{
@@ -25,7 +26,7 @@ use http_body::{Frame, SizeHint};
 use http_body_util::{BodyExt, Full};
 use idem_core::{MemoryStore, Store};
 use idem_http::{IdempotencyLayer, RequestKey, RequestOutcome};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, Semaphore, mpsc};
 use tower::ServiceExt;
 
 pub(crate) const KEY: &str = "idempotency-key";
@@ -53,8 +54,16 @@ pub(crate) struct Fixture {
     pub(crate) gate: Arc<Semaphore>,
     /// Notified when `/slow` starts.
     pub(crate) started: Arc<Notify>,
+    /// The upstream ends of the bodies `/stream` answered with, in order.
+    streams: Arc<Mutex<VecDeque<Upstream>>>,
+    /// Notified when `/stream` answers.
+    streaming: Arc<Notify>,
     pub(crate) store: Arc<MemoryStore>,
 }
+
+/// The upstream end of a `/stream` body: each item is the next frame or the body's failure;
+/// dropped, the body ends.
+pub(crate) type Upstream = mpsc::Sender<Result<Frame<Bytes>, io::Error>>;
 
 impl Fixture {
     pub(crate) fn new() -> Self {
@@ -66,6 +75,8 @@ impl Fixture {
             calls: Calls::default(),
             gate: Arc::new(Semaphore::new(0)),
             started: Arc::new(Notify::new()),
+            streams: Arc::default(),
+            streaming: Arc::new(Notify::new()),
             store: Arc::new(store),
         }
     }
@@ -87,12 +98,106 @@ impl Fixture {
             .route("/hop", post(hop))
             .route("/trailers", post(trailers))
             .route("/cut", post(cut))
+            .route("/stream", post(stream))
             .layer(layer)
             .with_state(self.clone())
     }
 
     pub(crate) fn open_gate(&self) {
         self.gate.add_permits(1_000);
+    }
+
+    /// The upstream end of the next `/stream` body, once it has answered.
+    pub(crate) async fn next_stream(&self) -> Upstream {
+        tokio::time::timeout(PATIENCE, async {
+            loop {
+                if let Some(upstream) = self.streams.lock().unwrap().pop_front() {
+                    return upstream;
+                }
+                self.streaming.notified().await;
+            }
+        })
+        .await
+        .expect("/stream answers")
+    }
+}
+
+/// How long a test waits for what must happen, before it fails rather than hangs.
+pub(crate) const PATIENCE: Duration = Duration::from_secs(10);
+
+/// 200 `text/event-stream`, of unknown length, whose frames the test sends through
+/// [`Fixture::next_stream`].
+async fn stream(State(f): State<Fixture>) -> Response<Body> {
+    f.calls.next();
+    let (upstream, frames) = mpsc::channel(16);
+    f.streams.lock().unwrap().push_back(upstream);
+    f.streaming.notify_one();
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::new(Channel(frames)))
+        .unwrap()
+}
+
+/// A body whose frames come from a channel.
+struct Channel(mpsc::Receiver<Result<Frame<Bytes>, io::Error>>);
+
+impl http_body::Body for Channel {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+/// Reads a streamed response frame by frame.
+pub(crate) struct Reader {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    body: Body,
+}
+
+/// The next thing a [`Reader`] read.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Read {
+    Data(Bytes),
+    Trailers(HeaderMap),
+    End,
+    /// The body failed: the response ended abnormally.
+    Failed,
+}
+
+impl Reader {
+    /// Sends `request` and waits for the response's head.
+    pub(crate) async fn send(app: &Router, request: Request<Body>) -> Self {
+        let response = tokio::time::timeout(PATIENCE, app.clone().oneshot(request))
+            .await
+            .expect("the response's head comes")
+            .unwrap();
+        let (parts, body) = response.into_parts();
+        Self {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        }
+    }
+
+    /// The next frame, or how the body ended; fails the test if none comes in time.
+    pub(crate) async fn next(&mut self) -> Read {
+        let frame = tokio::time::timeout(PATIENCE, self.body.frame())
+            .await
+            .expect("the next frame comes");
+        match frame {
+            None => Read::End,
+            Some(Err(_)) => Read::Failed,
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => Read::Data(data),
+                Err(frame) => Read::Trailers(frame.into_trailers().unwrap()),
+            },
+        }
     }
 }
 
@@ -207,18 +312,23 @@ async fn trailers(State(f): State<Fixture>) -> Response<Body> {
         .unwrap()
 }
 
-/// A body that fails after its first chunk, as when the upstream connection drops.
+/// A body of 100 bytes (by its length) that fails after its first chunk, as when the upstream
+/// connection drops.
 async fn cut(State(f): State<Fixture>) -> Response<Body> {
     f.calls.next();
     Response::new(Body::new(
-        Chunks::new(vec![Bytes::from_static(b"partial")]).then_fail(),
+        Chunks::new(vec![Bytes::from_static(b"partial")])
+            .then_fail()
+            .with_length(100),
     ))
 }
 
-/// A body of chunks, with no size hint (sent chunked), optionally failing at its end.
+/// A body of chunks, with no size hint (sent chunked) unless it is given a length, optionally
+/// failing at its end.
 pub(crate) struct Chunks {
     chunks: VecDeque<Bytes>,
     fail: bool,
+    length: Option<u64>,
 }
 
 impl Chunks {
@@ -226,11 +336,18 @@ impl Chunks {
         Self {
             chunks: chunks.into(),
             fail: false,
+            length: None,
         }
     }
 
     pub(crate) fn then_fail(mut self) -> Self {
         self.fail = true;
+        self
+    }
+
+    /// Says the body has `length` bytes.
+    pub(crate) fn with_length(mut self, length: u64) -> Self {
+        self.length = Some(length);
         self
     }
 }
@@ -257,7 +374,7 @@ impl http_body::Body for Chunks {
     }
 
     fn size_hint(&self) -> SizeHint {
-        SizeHint::new()
+        self.length.map_or_else(SizeHint::new, SizeHint::with_exact)
     }
 }
 

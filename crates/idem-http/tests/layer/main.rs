@@ -14,5 +14,6 @@ mod limits;
 mod replay;
 mod socket;
 mod store_errors;
+mod streaming;
 mod tenancy;
 mod trailers;

@@ -1,0 +1,265 @@
+//! Streamed responses through `idem serve`, on every store: events reach the client as the
+//! upstream sends them, a retry replays them all, a stream cut off ends abnormally and follows
+//! `--ambiguous`, a stream over `--max-stored-response` is delivered whole and not replayed, and
+//! a duplicate in wait mode gets the whole stream.
+
+use std::time::Duration;
+
+use axum::{
+    body::{Body, Bytes},
+    http::{Request, Response, StatusCode},
+};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use tempfile::TempDir;
+
+use crate::{
+    servers::{MysqlDb, PgSchema, RedisPrefix},
+    support::{Client, Gateway, Upstream, idem, sqlite_url},
+};
+
+/// How long a test waits for what must happen, before it fails rather than hangs.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A store for one test, and what keeps it alive until the test ends.
+enum TestStore {
+    Memory,
+    Sqlite(TempDir),
+    Postgres(PgSchema),
+    Mysql(MysqlDb),
+    Redis(RedisPrefix),
+}
+
+impl TestStore {
+    /// The store called `kind`, migrated; `None` when its server is not configured (the test is
+    /// skipped).
+    async fn open(kind: &str) -> Option<Self> {
+        let store = match kind {
+            "memory" => Self::Memory,
+            "sqlite" => Self::Sqlite(tempfile::tempdir().unwrap()),
+            "postgres" => Self::Postgres(PgSchema::new()?),
+            "mysql" => Self::Mysql(MysqlDb::new().await?),
+            "redis" => Self::Redis(RedisPrefix::new()?),
+            other => panic!("no store {other}"),
+        };
+        if matches!(store, Self::Postgres(_) | Self::Mysql(_)) {
+            let migrated = idem(&["migrate", "--store", &store.url()]);
+            assert_eq!(migrated.code, Some(0), "{}", migrated.stderr);
+        }
+        Some(store)
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Self::Memory => "memory://".to_owned(),
+            Self::Sqlite(dir) => sqlite_url(dir.path(), "idem.db"),
+            Self::Postgres(schema) => schema.store_url(),
+            Self::Mysql(database) => database.store_url(),
+            Self::Redis(prefix) => prefix.store_url(),
+        }
+    }
+}
+
+/// One case, run on every store: a test per store, in a module named after the case.
+macro_rules! on_every_store {
+    ($($case:ident),* $(,)?) => {$(
+        mod $case {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn memory() {
+                super::run("memory", super::$case).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::run("sqlite", super::$case).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::run("postgres", super::$case).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mysql() {
+                super::run("mysql", super::$case).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis() {
+                super::run("redis", super::$case).await;
+            }
+        }
+    )*};
+}
+
+on_every_store!(
+    events_reach_the_client_as_they_come_and_a_retry_replays_them,
+    a_stream_cut_off_ends_abnormally_and_releases_its_key,
+    a_stream_cut_off_under_reject_is_replayed_as_outcome_unknown,
+    a_stream_over_the_stored_limit_is_delivered_whole_and_not_replayed,
+    a_duplicate_in_wait_mode_gets_the_whole_stream,
+);
+
+async fn run<F, Fut>(kind: &str, case: F)
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let Some(store) = TestStore::open(kind).await else {
+        return;
+    };
+    case(store.url()).await;
+}
+
+/// `POST /events` with `key`, `headers` set on it (`x-events`, `x-every-ms`, `x-cut-after`).
+fn events(gateway: &Gateway, key: &str, headers: &[(&str, &str)]) -> Request<Body> {
+    let mut request = Request::post(gateway.url("/events")).header("idempotency-key", key);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.body(Body::empty()).unwrap()
+}
+
+/// The next thing read from a streamed response.
+#[derive(Debug, PartialEq)]
+enum Read {
+    Data(Bytes),
+    End,
+    /// The response ended abnormally.
+    Failed,
+}
+
+async fn next(response: &mut Response<Incoming>) -> Read {
+    let frame = tokio::time::timeout(PATIENCE, response.body_mut().frame())
+        .await
+        .expect("the next frame comes");
+    match frame {
+        None => Read::End,
+        Some(Err(_)) => Read::Failed,
+        Some(Ok(frame)) => Read::Data(frame.into_data().expect("no trailers")),
+    }
+}
+
+/// Everything left of `response`'s body, and how it ended.
+async fn rest(response: &mut Response<Incoming>) -> (String, Read) {
+    let mut text = String::new();
+    loop {
+        match next(response).await {
+            Read::Data(data) => text.push_str(std::str::from_utf8(&data).unwrap()),
+            end => return (text, end),
+        }
+    }
+}
+
+fn events_text(range: std::ops::RangeInclusive<u64>) -> String {
+    range.map(|n| format!("data: {n}\n\n")).collect()
+}
+
+async fn events_reach_the_client_as_they_come_and_a_retry_replays_them(store: String) {
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&upstream.url(), &["--store", &store]);
+    let client = Client::new();
+
+    // Ten events 300 ms apart: the first reaches the client before the upstream sent the second.
+    let mut first = client.start(events(&gateway, "stream-1", &[])).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(first.headers()["content-type"], "text/event-stream");
+    assert_eq!(first.headers()["transfer-encoding"], "chunked");
+    assert_eq!(
+        next(&mut first).await,
+        Read::Data(Bytes::from("data: 1\n\n"))
+    );
+    assert_eq!(upstream.hits("events-sent"), 1);
+    assert_eq!(rest(&mut first).await, (events_text(2..=10), Read::End));
+
+    let retry = client.send(events(&gateway, "stream-1", &[])).await;
+    assert!(retry.replayed());
+    assert_eq!(retry.status, StatusCode::OK);
+    assert_eq!(retry.header("content-type"), "text/event-stream");
+    assert_eq!(retry.text(), events_text(1..=10));
+    assert_eq!(upstream.hits("events"), 1);
+    gateway.stop().await;
+}
+
+async fn a_stream_cut_off_ends_abnormally_and_releases_its_key(store: String) {
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&upstream.url(), &["--store", &store]);
+    let client = Client::new();
+    let cut = [("x-every-ms", "20"), ("x-cut-after", "3")];
+
+    let mut first = client.start(events(&gateway, "cut-1", &cut)).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(rest(&mut first).await, (events_text(1..=3), Read::Failed));
+    // Released before the client saw the end: the retry executes again.
+    let mut retry = client.start(events(&gateway, "cut-1", &cut)).await;
+    assert_eq!(rest(&mut retry).await, (events_text(1..=3), Read::Failed));
+    assert_eq!(upstream.hits("events"), 2);
+    gateway.stop().await;
+}
+
+async fn a_stream_cut_off_under_reject_is_replayed_as_outcome_unknown(store: String) {
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(
+        &upstream.url(),
+        &["--store", &store, "--ambiguous", "reject"],
+    );
+    let client = Client::new();
+    let cut = [("x-every-ms", "20"), ("x-cut-after", "3")];
+
+    let mut first = client.start(events(&gateway, "cut-2", &cut)).await;
+    assert_eq!(rest(&mut first).await, (events_text(1..=3), Read::Failed));
+    let retry = client.send(events(&gateway, "cut-2", &cut)).await;
+    assert!(retry.replayed());
+    assert_eq!(retry.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(retry.json()["type"], "urn:idem:problem:outcome-unknown");
+    assert_eq!(upstream.hits("events"), 1);
+    gateway.stop().await;
+}
+
+async fn a_stream_over_the_stored_limit_is_delivered_whole_and_not_replayed(store: String) {
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(
+        &upstream.url(),
+        &["--store", &store, "--max-stored-response", "40"],
+    );
+    let client = Client::new();
+    let quick = [("x-every-ms", "10")];
+
+    let mut first = client.start(events(&gateway, "big-1", &quick)).await;
+    assert_eq!(rest(&mut first).await, (events_text(1..=10), Read::End));
+    let retry = client.send(events(&gateway, "big-1", &quick)).await;
+    assert!(retry.replayed());
+    assert_eq!(retry.status, StatusCode::OK);
+    assert_eq!(retry.json()["type"], "urn:idem:problem:response-not-stored");
+    assert_eq!(upstream.hits("events"), 1);
+    gateway.stop().await;
+}
+
+async fn a_duplicate_in_wait_mode_gets_the_whole_stream(store: String) {
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(
+        &upstream.url(),
+        &[
+            "--store",
+            &store,
+            "--in-flight",
+            "wait",
+            "--wait-timeout",
+            "20s",
+        ],
+    );
+    let client = Client::new();
+    let paced = [("x-every-ms", "50")];
+
+    let mut first = client.start(events(&gateway, "joined-1", &paced)).await;
+    assert_eq!(
+        next(&mut first).await,
+        Read::Data(Bytes::from("data: 1\n\n"))
+    );
+    let duplicate = tokio::spawn({
+        let (client, request) = (client.clone(), events(&gateway, "joined-1", &paced));
+        async move { client.send(request).await }
+    });
+    assert_eq!(rest(&mut first).await, (events_text(2..=10), Read::End));
+    let duplicate = duplicate.await.unwrap();
+    assert!(duplicate.replayed());
+    assert_eq!(duplicate.text(), events_text(1..=10));
+    assert_eq!(upstream.hits("events"), 1);
+    gateway.stop().await;
+}

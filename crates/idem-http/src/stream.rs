@@ -1,0 +1,176 @@
+//! Responses of unknown length, streamed to their first client while they are recorded.
+//!
+//! [`tee`] splits such a response in two: the client's response, whose body yields each chunk as
+//! the inner service produces it, and a [`Recording`], which reads the inner body (in the
+//! engine's task for the rest of the execution, so that a client that goes away stops nothing),
+//! hands each chunk to the client and keeps up to the stored-response limit for the store. The
+//! client's body ends only once the engine has recorded the outcome ([`Ending::send`]): a client
+//! that read a whole response and retries gets it replayed. A body that fails before its end
+//! ends the client's response with an error, never with a clean end that would look whole.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Response, StatusCode};
+use http_body_util::BodyExt;
+use idem_core::StoredResponse;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::{
+    ResponseBody,
+    capture::{header_lines, not_stored, trailer_lines},
+    collector::Collector,
+};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The chunks read ahead of a client that has not taken them yet.
+const READ_AHEAD: usize = 8;
+
+/// How the client's body ends: after its last chunk, with or without trailers, or with an error.
+pub(crate) type End = Result<Option<HeaderMap>, BoxError>;
+
+/// Splits `response` into the client's response, streamed, and its [`Recording`], which keeps up
+/// to `limit` bytes for the store and waits at most `stall` for a client to take a chunk.
+pub(crate) fn tee<B: http_body::Body>(
+    response: Response<B>,
+    limit: usize,
+    stall: Duration,
+) -> (Response<ResponseBody<B>>, Recording<B>) {
+    let (parts, body) = response.into_parts();
+    let (chunks, received) = mpsc::channel(READ_AHEAD);
+    let (end, ended) = oneshot::channel();
+    let hint = body.size_hint();
+    let head = Head {
+        status: parts.status,
+        headers: parts.headers.clone(),
+    };
+    let client = Response::from_parts(parts, ResponseBody::streamed(received, ended, hint));
+    let recording = Recording {
+        head,
+        body,
+        chunks: Some(chunks),
+        end,
+        limit,
+        stall,
+    };
+    (client, recording)
+}
+
+/// The recording side of a [`tee`]d response.
+pub(crate) struct Recording<B> {
+    head: Head,
+    body: B,
+    /// `None` once the client has gone away.
+    chunks: Option<mpsc::Sender<Bytes>>,
+    end: oneshot::Sender<End>,
+    limit: usize,
+    stall: Duration,
+}
+
+/// A response's status and headers, kept for the store.
+struct Head {
+    status: StatusCode,
+    headers: HeaderMap,
+}
+
+/// How the client's response ends, sent once the outcome is recorded.
+pub(crate) struct Ending {
+    end: oneshot::Sender<End>,
+    how: End,
+}
+
+impl Ending {
+    /// Ends the client's response (if it is still there).
+    pub(crate) fn send(self) {
+        let _ = self.end.send(self.how);
+    }
+}
+
+impl<B> Recording<B>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    /// The status of the response.
+    pub(crate) fn status(&self) -> StatusCode {
+        self.head.status
+    }
+
+    /// Reads the body to its end, handing each chunk to the client while it is there: the
+    /// response to store (the whole response, or a response-not-stored problem when it was larger
+    /// than the limit) and the client's ending; or the body's error and an ending that passes it
+    /// on.
+    pub(crate) async fn record(self) -> Result<(StoredResponse, Ending), (BoxError, Ending)> {
+        let Self {
+            head,
+            body,
+            mut chunks,
+            end,
+            limit,
+            stall,
+        } = self;
+        let mut data = Some(Collector::new(0));
+        let mut trailers: Option<HeaderMap> = None;
+        let mut body = std::pin::pin!(body);
+        loop {
+            // The body's own error is not `Send`: it is boxed before anything else is awaited.
+            let next = body.frame().await.map(|frame| frame.map_err(Into::into));
+            let Some(frame) = next else { break };
+            let frame = match frame {
+                Ok(frame) => frame,
+                Err(error) => {
+                    let error: BoxError = error;
+                    let message = error.to_string();
+                    let how = Err(message.into());
+                    return Err((error, Ending { end, how }));
+                }
+            };
+            match frame.into_data() {
+                Ok(chunk) => {
+                    if let Some(collected) = &mut data {
+                        collected.push(chunk.clone());
+                        if collected.len() > limit {
+                            data = None;
+                        }
+                    }
+                    if let Some(client) = &chunks {
+                        let sent = tokio::time::timeout(stall, client.send(chunk)).await;
+                        if !matches!(sent, Ok(Ok(()))) {
+                            // Gone, or not reading: the recording goes on without it.
+                            chunks = None;
+                        }
+                    }
+                }
+                Err(frame) => {
+                    if let Ok(more) = frame.into_trailers() {
+                        match &mut trailers {
+                            None => trailers = Some(more),
+                            Some(all) => {
+                                for (name, value) in &more {
+                                    all.append(name, value.clone());
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let stored = match data {
+            Some(collected) => StoredResponse {
+                status: head.status.as_u16(),
+                headers: header_lines(&head.headers),
+                body: collected.into_bytes(),
+                trailers: trailers.as_ref().map(trailer_lines),
+            },
+            None => not_stored(head.status, &head.headers, limit),
+        };
+        Ok((
+            stored,
+            Ending {
+                end,
+                how: Ok(trailers),
+            },
+        ))
+    }
+}

@@ -1,0 +1,180 @@
+//! Responses of unknown length (chunked, `text/event-stream`): each chunk reaches the first
+//! client as the inner service produces it, the response is recorded as it passes, and its end
+//! reaches the client once it is recorded; a body that breaks off ends the client's response
+//! abnormally and follows the ambiguity policy.
+
+use std::io;
+
+use bytes::Bytes;
+use http::StatusCode;
+use http_body::Frame;
+use idem_core::{Address, Ambiguous, InFlight, Store};
+use idem_http::{RequestOutcome, problem};
+
+use crate::common::{Fixture, PATIENCE, Read, Reader, keyed, send, trailer_map};
+
+fn data(text: &'static str) -> Read {
+    Read::Data(Bytes::from_static(text.as_bytes()))
+}
+
+fn event(text: &'static str) -> Result<Frame<Bytes>, io::Error> {
+    Ok(Frame::data(Bytes::from_static(text.as_bytes())))
+}
+
+fn cut_off() -> Result<Frame<Bytes>, io::Error> {
+    Err(io::Error::new(
+        io::ErrorKind::ConnectionReset,
+        "upstream reset",
+    ))
+}
+
+fn address(key: &str) -> Address {
+    Address::anonymous(key.parse().unwrap())
+}
+
+#[tokio::test]
+async fn each_chunk_reaches_the_client_as_it_comes_and_a_retry_replays_them_all() {
+    let f = Fixture::new();
+    let app = f.app(f.layer());
+    let mut first = Reader::send(&app, keyed("/stream", "k", "")).await;
+    let upstream = f.next_stream().await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(first.headers["content-type"], "text/event-stream");
+    assert_eq!(first.headers.get("content-length"), None);
+
+    // Each chunk is read while the upstream has not sent the next one yet.
+    upstream.send(event("data: 1\n\n")).await.unwrap();
+    assert_eq!(first.next().await, data("data: 1\n\n"));
+    upstream.send(event("data: 2\n\n")).await.unwrap();
+    assert_eq!(first.next().await, data("data: 2\n\n"));
+    drop(upstream);
+    assert_eq!(first.next().await, Read::End);
+
+    // The end came once the response was recorded: a retry at once replays it.
+    let retry = send(&app, keyed("/stream", "k", "")).await;
+    assert_eq!(retry.outcome, Some(RequestOutcome::Replayed));
+    assert!(retry.is_replay());
+    assert_eq!(retry.status, StatusCode::OK);
+    assert_eq!(retry.header("content-type"), Some("text/event-stream"));
+    assert_eq!(retry.text(), "data: 1\n\ndata: 2\n\n");
+    assert_eq!(f.calls.get(), 1);
+}
+
+#[tokio::test]
+async fn a_streamed_response_keeps_its_trailers_for_the_client_and_the_replay() {
+    let f = Fixture::new();
+    let app = f.app(f.layer());
+    let mut first = Reader::send(&app, keyed("/stream", "k", "")).await;
+    let upstream = f.next_stream().await;
+    upstream.send(event("body")).await.unwrap();
+    upstream
+        .send(Ok(Frame::trailers(trailer_map())))
+        .await
+        .unwrap();
+    drop(upstream);
+    assert_eq!(first.next().await, data("body"));
+    assert_eq!(first.next().await, Read::Trailers(trailer_map()));
+    assert_eq!(first.next().await, Read::End);
+
+    let retry = send(&app, keyed("/stream", "k", "")).await;
+    assert!(retry.is_replay());
+    assert_eq!(retry.text(), "body");
+    assert_eq!(retry.trailers, Some(trailer_map()));
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_mid_stream_stops_neither_the_recording_nor_the_upstream() {
+    let f = Fixture::new();
+    let app = f.app(f.layer().in_flight(InFlight::Wait { timeout: PATIENCE }));
+    let mut first = Reader::send(&app, keyed("/stream", "k", "")).await;
+    let upstream = f.next_stream().await;
+    upstream.send(event("one ")).await.unwrap();
+    assert_eq!(first.next().await, data("one "));
+    drop(first);
+
+    // The body is still read, chunk after chunk, with nobody taking them.
+    for chunk in ["two ", "three ", "four ", "five"] {
+        upstream.send(event(chunk)).await.unwrap();
+    }
+    drop(upstream);
+    let retry = send(&app, keyed("/stream", "k", "")).await;
+    assert!(retry.is_replay());
+    assert_eq!(retry.text(), "one two three four five");
+    assert_eq!(f.calls.get(), 1);
+}
+
+#[tokio::test]
+async fn a_duplicate_in_wait_mode_gets_the_whole_stream_once_it_ends() {
+    let f = Fixture::new();
+    let app = f.app(f.layer().in_flight(InFlight::Wait { timeout: PATIENCE }));
+    let mut first = Reader::send(&app, keyed("/stream", "k", "")).await;
+    let upstream = f.next_stream().await;
+    upstream.send(event("a")).await.unwrap();
+    assert_eq!(first.next().await, data("a"));
+    let duplicate = tokio::spawn({
+        let app = app.clone();
+        async move { send(&app, keyed("/stream", "k", "")).await }
+    });
+    upstream.send(event("b")).await.unwrap();
+    assert_eq!(first.next().await, data("b"));
+    drop(upstream);
+    assert_eq!(first.next().await, Read::End);
+    let duplicate = duplicate.await.unwrap();
+    assert!(duplicate.is_replay());
+    assert_eq!(duplicate.text(), "ab");
+    assert_eq!(f.calls.get(), 1);
+}
+
+#[tokio::test]
+async fn a_stream_over_the_stored_limit_reaches_its_client_whole_and_is_not_replayed() {
+    let f = Fixture::new();
+    let app = f.app(f.layer().max_stored_response(5));
+    let mut first = Reader::send(&app, keyed("/stream", "k", "")).await;
+    let upstream = f.next_stream().await;
+    for chunk in ["abc", "def", "ghi"] {
+        upstream.send(event(chunk)).await.unwrap();
+    }
+    drop(upstream);
+    for chunk in ["abc", "def", "ghi"] {
+        assert_eq!(first.next().await, Read::Data(Bytes::from(chunk)));
+    }
+    assert_eq!(first.next().await, Read::End);
+
+    let retry = send(&app, keyed("/stream", "k", "")).await;
+    assert!(retry.is_replay());
+    assert_eq!(retry.status, StatusCode::OK);
+    assert_eq!(retry.problem_type(), problem::RESPONSE_NOT_STORED);
+    assert_eq!(f.calls.get(), 1);
+}
+
+#[tokio::test]
+async fn a_stream_cut_off_ends_abnormally_and_releases_the_key_under_retry() {
+    let f = Fixture::new();
+    let app = f.app(f.layer());
+    let mut first = Reader::send(&app, keyed("/stream", "k", "")).await;
+    let upstream = f.next_stream().await;
+    upstream.send(event("partial")).await.unwrap();
+    assert_eq!(first.next().await, data("partial"));
+    upstream.send(cut_off()).await.unwrap();
+    assert_eq!(first.next().await, Read::Failed);
+    // Released before the client saw the failure.
+    assert_eq!(f.store.get(&address("k")).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_stream_cut_off_under_reject_ends_abnormally_and_is_replayed_as_outcome_unknown() {
+    let f = Fixture::new();
+    let app = f.app(f.layer().ambiguous(Ambiguous::Reject));
+    let mut first = Reader::send(&app, keyed("/stream", "k", "")).await;
+    let upstream = f.next_stream().await;
+    upstream.send(event("partial")).await.unwrap();
+    upstream.send(cut_off()).await.unwrap();
+    assert_eq!(first.next().await, data("partial"));
+    assert_eq!(first.next().await, Read::Failed);
+
+    let retry = send(&app, keyed("/stream", "k", "")).await;
+    assert!(retry.is_replay());
+    assert_eq!(retry.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(retry.problem_type(), problem::OUTCOME_UNKNOWN);
+    assert_eq!(f.calls.get(), 1);
+}
