@@ -17,6 +17,7 @@
 //! ```
 
 use std::{
+    collections::VecDeque,
     fmt,
     future::Future,
     pin::Pin,
@@ -24,12 +25,13 @@ use std::{
 };
 
 use bytes::Bytes;
-use http::HeaderMap;
+use http::{HeaderMap, StatusCode};
 use http_body::{Frame, SizeHint};
+use idem_core::WaitSlot;
 use pin_project_lite::pin_project;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::stream::End;
+use crate::{live::Joined, stream::End};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -60,11 +62,15 @@ pin_project! {
             prefix: Option<Bytes>,
             rest: Pin<Box<B>>,
         },
-        // The chunks a recording hands on (see `stream`), then its end once it is recorded.
+        // The chunks a recording hands on (see `stream`), after those a joined duplicate got at
+        // once (see `live`), then its end once it is recorded.
         Streamed {
+            prefix: VecDeque<Bytes>,
             chunks: mpsc::Receiver<Bytes>,
             end: Option<oneshot::Receiver<End>>,
             hint: SizeHint,
+            // A joined duplicate's place among the waiters, held until its response is dropped.
+            slot: Option<WaitSlot>,
         },
     }
 }
@@ -101,11 +107,35 @@ impl<B> ResponseBody<B> {
     ) -> Self {
         Self {
             kind: Kind::Streamed {
+                prefix: VecDeque::new(),
                 chunks,
                 end: Some(end),
                 hint,
+                slot: None,
             },
         }
+    }
+
+    /// The body of a duplicate that `joined` a stream.
+    pub(crate) fn joined(joined: Joined) -> (StatusCode, HeaderMap, Self) {
+        let Joined {
+            status,
+            headers,
+            prefix,
+            chunks,
+            end,
+            slot,
+        } = joined;
+        let body = Self {
+            kind: Kind::Streamed {
+                prefix: prefix.into(),
+                chunks,
+                end: Some(end),
+                hint: SizeHint::new(),
+                slot: Some(slot),
+            },
+        };
+        (status, headers, body)
     }
 
     /// `prefix` (already read from `rest`), then the rest of the inner body.
@@ -149,7 +179,15 @@ where
                 Some(prefix) => Poll::Ready(Some(Ok(Frame::data(prefix)))),
                 None => rest.as_mut().poll_frame(cx).map_err(Into::into),
             },
-            KindProj::Streamed { chunks, end, .. } => {
+            KindProj::Streamed {
+                prefix,
+                chunks,
+                end,
+                ..
+            } => {
+                if let Some(chunk) = prefix.pop_front() {
+                    return Poll::Ready(Some(Ok(Frame::data(chunk))));
+                }
                 if let Some(chunk) = ready!(chunks.poll_recv(cx)) {
                     return Poll::Ready(Some(Ok(Frame::data(chunk))));
                 }

@@ -207,17 +207,7 @@ fn replay<B>(stored: StoredResponse) -> Response<ResponseBody<B>> {
         body,
         trailers,
     } = stored;
-    let hop_by_hop = HopByHop::new(
-        lines
-            .iter()
-            .filter(|(name, _)| name.eq_ignore_ascii_case(CONNECTION.as_str()))
-            .map(|(_, value)| &value[..]),
-    );
-    let mut headers = header_map(lines.iter().filter(|(name, _)| {
-        !hop_by_hop.contains(name)
-            && !name.eq_ignore_ascii_case(TRAILER.as_str())
-            && !name.eq_ignore_ascii_case(CONTENT_LENGTH.as_str())
-    }));
+    let mut headers = replay_headers(&lines);
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     // With trailers there is no length, so that HTTP/1.1 sends them (chunked).
     let has_length = trailers.is_none()
@@ -240,7 +230,25 @@ fn replay<B>(stored: StoredResponse) -> Response<ResponseBody<B>> {
     response
 }
 
-fn mark_replayed(headers: &mut HeaderMap) {
+/// The headers of a replay of a response with the header `lines`: the hop-by-hop ones, `Trailer`
+/// and `Content-Length` dropped; the replay adds its length, if it has one, then marks itself
+/// ([`mark_replayed`]).
+pub(crate) fn replay_headers(lines: &[(String, Bytes)]) -> HeaderMap {
+    let hop_by_hop = HopByHop::new(
+        lines
+            .iter()
+            .filter(|(name, _)| name.eq_ignore_ascii_case(CONNECTION.as_str()))
+            .map(|(_, value)| &value[..]),
+    );
+    header_map(lines.iter().filter(|(name, _)| {
+        !hop_by_hop.contains(name)
+            && !name.eq_ignore_ascii_case(TRAILER.as_str())
+            && !name.eq_ignore_ascii_case(CONTENT_LENGTH.as_str())
+    }))
+}
+
+/// Adds `Idempotent-Replayed: true`.
+pub(crate) fn mark_replayed(headers: &mut HeaderMap) {
     headers.insert(
         HeaderName::from_static(IDEMPOTENT_REPLAYED),
         HeaderValue::from_static("true"),

@@ -94,6 +94,7 @@ mod from_bytes;
 mod future;
 pub mod hop_by_hop;
 mod layer;
+mod live;
 mod outcome;
 pub mod problem;
 mod request;

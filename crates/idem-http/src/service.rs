@@ -41,10 +41,11 @@ use std::{
 };
 
 use bytes::Bytes;
+use http::header::SET_COOKIE;
 use http::{HeaderValue, Request, Response, StatusCode};
 use idem_core::{
-    Address, Ambiguous, Engine, Execution, FencingToken, Lease, NotRun, OnSettled, Rest,
-    RunOutcome, Store, StoreError, time_limit::bounded,
+    Address, Ambiguous, Engine, Execution, FencingToken, Fingerprint, InFlight, Lease, NotRun,
+    OnSettled, Rest, RunOutcome, Store, StoreError, time_limit::bounded,
 };
 use tower::Service;
 
@@ -52,7 +53,8 @@ use crate::{
     Anonymous, Delivery, FromBytes, OnStoreError, RequestKey, RequestOutcome, ResponseBody,
     ResponseFuture,
     budget::{Budget, Reservation},
-    capture::{capture, drop_cookies, replay_outcome},
+    capture::{capture, drop_cookies, header_lines, mark_replayed, replay_headers, replay_outcome},
+    live::LiveStreams,
     problem::Rejection,
     request,
     settings::Settings,
@@ -74,6 +76,8 @@ pub(crate) struct Shared<St> {
     pub(crate) engine: Engine<St>,
     /// The budget of buffered request bytes, when there is one.
     pub(crate) budget: Option<Arc<Budget>>,
+    /// The streams being recorded, which duplicates in wait mode join.
+    live: LiveStreams,
     /// Registered when the layer makes its first service (see [`RequestCounters`]).
     requests: OnceLock<RequestCounters>,
 }
@@ -83,6 +87,7 @@ impl<St> Shared<St> {
     pub(crate) fn new(engine: Engine<St>, settings: Settings) -> Self {
         Self {
             budget: settings.max_buffered.map(Budget::new),
+            live: LiveStreams::default(),
             settings,
             engine,
             requests: OnceLock::new(),
@@ -326,6 +331,20 @@ where
         Err(rejection) => return rejected(RequestOutcome::Invalid, rejection),
     };
     let fingerprint = request::fingerprint(settings.fingerprint, &parts, &body);
+    let address = Address::new(scope, key);
+    // In wait mode, a duplicate of a request whose response is streaming here joins it.
+    let waits = matches!(settings.policy.in_flight, InFlight::Wait { .. });
+    if waits
+        && let Some(joined) = shared
+            .live
+            .join(&address, &fingerprint, || shared.engine.wait_slot())
+    {
+        let (status, headers, body) = ResponseBody::joined(joined);
+        let mut response = Response::new(body);
+        *response.status_mut() = status;
+        *response.headers_mut() = headers;
+        return (RequestOutcome::Replayed, Ok(response));
+    }
     let request = Request::from_parts(parts, ReqBody::from_bytes(body));
 
     // The work's input: the service that is ready for the request, the request, and the buffer
@@ -334,13 +353,17 @@ where
     let input = (inner, request, held);
     let work = {
         let shared = Arc::clone(shared);
+        let keyed = Keyed {
+            anonymous,
+            joinable: waits.then(|| (address.clone(), fingerprint)),
+        };
         move |(inner, request, held), lease: Lease| {
-            execute(shared, inner, request, held, anonymous, lease.token)
+            execute(shared, inner, request, held, keyed, lease.token)
         }
     };
     match shared
         .engine
-        .run_with(Address::new(scope, key), fingerprint, input, work)
+        .run_with(address, fingerprint, input, work)
         .await
     {
         Ok(RunOutcome::Executed(answer)) => (RequestOutcome::Executed, answer),
@@ -419,9 +442,18 @@ where
         .map(|response| response.map(ResponseBody::new))
 }
 
+/// What the engine's work knows of its request besides the request itself.
+struct Keyed {
+    /// The request is in the anonymous scope: its response is stored without its cookies.
+    anonymous: bool,
+    /// Its address and fingerprint, in wait mode: a streamed response is registered under them
+    /// for duplicates to join.
+    joinable: Option<(Address, Fingerprint)>,
+}
+
 /// The engine's work: calls the inner service with the attempt's fencing `token` (in the
 /// request's extensions, and in the fencing header when there is one), reads its response for
-/// the store (without its cookies when the request is `anonymous`), and says how final the
+/// the store (without its cookies when the request is anonymous), and says how final the
 /// outcome is. The request body's bytes count in the budget (`held`) until the inner service has
 /// answered.
 async fn execute<S, St, ReqBody, ResBody>(
@@ -429,7 +461,7 @@ async fn execute<S, St, ReqBody, ResBody>(
     mut inner: S,
     mut request: Request<ReqBody>,
     held: Option<Reservation>,
-    anonymous: bool,
+    keyed: Keyed,
     token: FencingToken,
 ) -> Execution<Answer<ResBody, S::Error>>
 where
@@ -481,8 +513,9 @@ where
     };
     let limit = shared.settings.max_stored_response;
     if response.body().size_hint().exact().is_none() {
-        return streamed(shared, response, anonymous);
+        return streamed(shared, response, keyed);
     }
+    let anonymous = keyed.anonymous;
     let status = response.status();
     let captured = capture(response, limit)
         .await
@@ -513,48 +546,76 @@ where
 }
 
 /// A response of unknown length (chunked, `text/event-stream`): streamed to the client as it
-/// comes while the rest of the execution records it ([`stream`]); the client's response ends once
-/// the outcome is recorded, abnormally when the body broke off.
+/// comes while the rest of the execution records it ([`stream`]), and, in wait mode, registered
+/// for duplicates to join ([`live`](crate::live)); the clients' responses end once the outcome is
+/// recorded, abnormally when the body broke off.
 fn streamed<St, B, E>(
     shared: Arc<Shared<St>>,
     response: Response<B>,
-    anonymous: bool,
+    keyed: Keyed,
 ) -> Execution<Answer<B, E>>
 where
     St: Store,
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
+    let Keyed {
+        anonymous,
+        joinable,
+    } = keyed;
     let limit = shared.settings.max_stored_response;
     // A client that takes no chunk for a lease holds up neither the recording nor the key.
     let stall = shared.engine.policy().lease;
-    let (response, recording) = stream::tee(response, limit, stall);
+    let live = joinable.map(|(address, fingerprint)| {
+        let mut lines = header_lines(response.headers());
+        if anonymous {
+            lines.retain(|(name, _)| name != SET_COOKIE.as_str());
+        }
+        let mut headers = replay_headers(&lines);
+        mark_replayed(&mut headers);
+        let live = shared
+            .live
+            .start(address.clone(), fingerprint, response.status(), headers);
+        (address, live)
+    });
+    let (response, recording) = stream::tee(
+        response,
+        limit,
+        stall,
+        live.as_ref().map(|(_, live)| Arc::clone(live)),
+    );
     let status = recording.status();
     let rest = Rest::new(async move {
-        match recording.record().await {
+        let (execution, ending) = match recording.record().await {
             Ok((mut stored, ending)) => {
                 if anonymous {
                     drop_cookies(&mut stored);
                 }
-                let value: OnSettled = Box::new(move || ending.send());
-                if is_ambiguous(status) {
+                let execution = if is_ambiguous(status) {
                     Execution::Ambiguous {
                         response: stored,
-                        value,
+                        value: (),
                     }
                 } else {
                     Execution::Final {
                         response: stored,
-                        value,
+                        value: (),
                     }
-                }
+                };
+                (execution, ending)
             }
             Err((error, ending)) => {
                 body_failed(&shared, &*error);
-                let value: OnSettled = Box::new(move || ending.send());
-                Execution::Lost { value }
+                (Execution::Lost { value: () }, ending)
             }
-        }
+        };
+        let then: OnSettled = Box::new(move || {
+            if let Some((address, live)) = live {
+                shared.live.finish(&address, &live, ending.end());
+            }
+            ending.send();
+        });
+        execution.map(|()| then)
     });
     Execution::Streaming {
         value: Ok(response),

@@ -3,12 +3,13 @@
 //! [`tee`] splits such a response in two: the client's response, whose body yields each chunk as
 //! the inner service produces it, and a [`Recording`], which reads the inner body (in the
 //! engine's task for the rest of the execution, so that a client that goes away stops nothing),
-//! hands each chunk to the client and keeps up to the stored-response limit for the store. The
+//! hands each chunk to the client (and to the duplicates that joined it, see [`live`](crate::live))
+//! and keeps up to the stored-response limit for the store. The
 //! client's body ends only once the engine has recorded the outcome ([`Ending::send`]): a client
 //! that read a whole response and retries gets it replayed. A body that fails before its end
 //! ends the client's response with an error, never with a clean end that would look whole.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http::{HeaderMap, Response, StatusCode};
@@ -19,7 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::{
     ResponseBody,
     capture::{header_lines, not_stored, trailer_lines},
-    collector::Collector,
+    live::Live,
 };
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -31,11 +32,13 @@ const READ_AHEAD: usize = 8;
 pub(crate) type End = Result<Option<HeaderMap>, BoxError>;
 
 /// Splits `response` into the client's response, streamed, and its [`Recording`], which keeps up
-/// to `limit` bytes for the store and waits at most `stall` for a client to take a chunk.
+/// to `limit` bytes for the store, waits at most `stall` for a client to take a chunk, and hands
+/// each chunk to the duplicates that joined it, if it is `live`.
 pub(crate) fn tee<B: http_body::Body>(
     response: Response<B>,
     limit: usize,
     stall: Duration,
+    live: Option<Arc<Live>>,
 ) -> (Response<ResponseBody<B>>, Recording<B>) {
     let (parts, body) = response.into_parts();
     let (chunks, received) = mpsc::channel(READ_AHEAD);
@@ -53,6 +56,7 @@ pub(crate) fn tee<B: http_body::Body>(
         end,
         limit,
         stall,
+        live,
     };
     (client, recording)
 }
@@ -66,6 +70,7 @@ pub(crate) struct Recording<B> {
     end: oneshot::Sender<End>,
     limit: usize,
     stall: Duration,
+    live: Option<Arc<Live>>,
 }
 
 /// A response's status and headers, kept for the store.
@@ -81,6 +86,11 @@ pub(crate) struct Ending {
 }
 
 impl Ending {
+    /// How the response ends.
+    pub(crate) fn end(&self) -> &End {
+        &self.how
+    }
+
     /// Ends the client's response (if it is still there).
     pub(crate) fn send(self) {
         let _ = self.end.send(self.how);
@@ -109,8 +119,11 @@ where
             end,
             limit,
             stall,
+            live,
         } = self;
-        let mut data = Some(Collector::new(0));
+        // The chunks kept for the store, each copied out of the read buffer it came in, and their
+        // length; `None` once they passed the limit.
+        let mut kept: Option<(Vec<Bytes>, usize)> = Some((Vec::new(), 0));
         let mut trailers: Option<HeaderMap> = None;
         let mut body = std::pin::pin!(body);
         loop {
@@ -128,11 +141,21 @@ where
             };
             match frame.into_data() {
                 Ok(chunk) => {
-                    if let Some(collected) = &mut data {
-                        collected.push(chunk.clone());
-                        if collected.len() > limit {
-                            data = None;
+                    // Copied out of its read buffer when kept, so as not to hold the buffer.
+                    let chunk = if kept.is_some() || live.is_some() {
+                        Bytes::copy_from_slice(&chunk)
+                    } else {
+                        chunk
+                    };
+                    if let Some((chunks, len)) = &mut kept {
+                        *len += chunk.len();
+                        chunks.push(chunk.clone());
+                        if *len > limit {
+                            kept = None;
                         }
+                    }
+                    if let Some(live) = &live {
+                        live.push(&chunk, kept.is_some());
                     }
                     if let Some(client) = &chunks {
                         let sent = tokio::time::timeout(stall, client.send(chunk)).await;
@@ -156,11 +179,11 @@ where
                 }
             }
         }
-        let stored = match data {
-            Some(collected) => StoredResponse {
+        let stored = match kept {
+            Some((chunks, len)) => StoredResponse {
                 status: head.status.as_u16(),
                 headers: header_lines(&head.headers),
-                body: collected.into_bytes(),
+                body: concat(chunks, len),
                 trailers: trailers.as_ref().map(trailer_lines),
             },
             None => not_stored(head.status, &head.headers, limit),
@@ -173,4 +196,16 @@ where
             },
         ))
     }
+}
+
+/// `chunks`, of `len` bytes in all, as one buffer: a lone chunk as it is.
+fn concat(mut chunks: Vec<Bytes>, len: usize) -> Bytes {
+    if chunks.len() <= 1 {
+        return chunks.pop().unwrap_or_default();
+    }
+    let mut all = bytes::BytesMut::with_capacity(len);
+    for chunk in chunks {
+        all.extend_from_slice(&chunk);
+    }
+    all.freeze()
 }

@@ -80,6 +80,26 @@ pub(crate) enum Settlement {
 }
 
 impl<T> Execution<T> {
+    /// The same execution, its value changed by `f`.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Execution<U> {
+        match self {
+            Execution::Final { response, value } => Execution::Final {
+                response,
+                value: f(value),
+            },
+            Execution::Ambiguous { response, value } => Execution::Ambiguous {
+                response,
+                value: f(value),
+            },
+            Execution::Lost { value } => Execution::Lost { value: f(value) },
+            Execution::NotSent { value } => Execution::NotSent { value: f(value) },
+            Execution::Streaming { value, rest } => Execution::Streaming {
+                value: f(value),
+                rest,
+            },
+        }
+    }
+
     /// Splits the execution into the caller's value and what to record, under `ambiguous`; a
     /// [streamed](Execution::Streaming) one comes back as it is.
     pub(crate) fn settle(self, ambiguous: Ambiguous) -> Result<(T, Settlement), (T, Rest)> {

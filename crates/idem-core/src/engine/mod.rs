@@ -24,8 +24,11 @@ use futures_util::{FutureExt, future::OptionFuture};
 use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::task::{TaskTracker, task_tracker::TrackedFuture};
 
-pub use self::execution::{Execution, OnSettled, Rest};
 use self::{execution::Settlement, waiters::Waiters};
+pub use self::{
+    execution::{Execution, OnSettled, Rest},
+    waiters::WaitSlot,
+};
 use crate::{
     Acquisition, Address, Ambiguous, Fingerprint, InFlight, Lease, Outcome, Policy, Store,
     StoreError, Terms, time_limit::within,
@@ -174,6 +177,14 @@ impl<S: Store> Engine<S> {
     pub async fn shutdown(&self) {
         self.inner.tasks.close();
         self.inner.tasks.wait().await;
+    }
+
+    /// A place among the requests that wait for a key another request holds, while fewer than
+    /// [`Policy::max_waiters`] hold one (`None` otherwise); freed when dropped. For a front end
+    /// whose requests wait another way, such as following the response being streamed to the
+    /// first request, within the same bound.
+    pub fn wait_slot(&self) -> Option<WaitSlot> {
+        self.inner.waiters.enter(self.inner.policy.max_waiters)
     }
 
     /// How many operations this engine started have not finished: each holds its key, or is

@@ -20,10 +20,10 @@ pub(crate) struct Waiters {
     /// Live subscriptions, so that a holder finishing while nobody waits (always, in reject mode)
     /// skips the lock every worker thread would otherwise take once per request.
     subscribed: AtomicUsize,
-    /// Requests that found their key held by another and are waiting for it: bounded by
-    /// [`Policy::max_waiters`](crate::Policy::max_waiters). Fewer than `subscribed`, which also
-    /// counts requests still making their first attempt.
-    waiting: AtomicUsize,
+    /// Requests that found their key held by another and are waiting for it (or following its
+    /// stream): bounded by [`Policy::max_waiters`](crate::Policy::max_waiters). Fewer than
+    /// `subscribed`, which also counts requests still making their first attempt.
+    waiting: Arc<AtomicUsize>,
 }
 
 impl Waiters {
@@ -55,13 +55,15 @@ impl Waiters {
 
     /// A place among the requests waiting for a key, while fewer than `max` hold one; freed when
     /// the returned guard is dropped (the request got its answer, or its caller went away).
-    pub(crate) fn enter(&self, max: usize) -> Option<WaitSlot<'_>> {
+    pub(crate) fn enter(&self, max: usize) -> Option<WaitSlot> {
         self.waiting
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                 (n < max).then_some(n + 1)
             })
             .ok()
-            .map(|_| WaitSlot { waiters: self })
+            .map(|_| WaitSlot {
+                waiting: Arc::clone(&self.waiting),
+            })
     }
 
     /// The requests waiting now.
@@ -109,14 +111,22 @@ impl Drop for Subscription<'_> {
     }
 }
 
-/// A request's place among the waiters; see [`Waiters::enter`].
-pub(crate) struct WaitSlot<'a> {
-    waiters: &'a Waiters,
+/// A request's place among the requests waiting for a key held by another, freed when dropped;
+/// see [`Engine::wait_slot`](crate::Engine::wait_slot).
+#[must_use = "the place is freed when it is dropped"]
+pub struct WaitSlot {
+    waiting: Arc<AtomicUsize>,
 }
 
-impl Drop for WaitSlot<'_> {
+impl Drop for WaitSlot {
     fn drop(&mut self) {
-        self.waiters.waiting.fetch_sub(1, Ordering::Relaxed);
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for WaitSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WaitSlot")
     }
 }
 

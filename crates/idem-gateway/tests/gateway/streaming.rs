@@ -1,7 +1,7 @@
 //! Streamed responses through `idem serve`, on every store: events reach the client as the
 //! upstream sends them, a retry replays them all, a stream cut off ends abnormally and follows
 //! `--ambiguous`, a stream over `--max-stored-response` is delivered whole and not replayed, and
-//! a duplicate in wait mode gets the whole stream.
+//! a duplicate in wait mode joins the stream and follows it live.
 
 use std::time::Duration;
 
@@ -93,7 +93,7 @@ on_every_store!(
     a_stream_cut_off_ends_abnormally_and_releases_its_key,
     a_stream_cut_off_under_reject_is_replayed_as_outcome_unknown,
     a_stream_over_the_stored_limit_is_delivered_whole_and_not_replayed,
-    a_duplicate_in_wait_mode_gets_the_whole_stream,
+    a_duplicate_in_wait_mode_joins_the_stream_live,
 );
 
 async fn run<F, Fut>(kind: &str, case: F)
@@ -231,7 +231,7 @@ async fn a_stream_over_the_stored_limit_is_delivered_whole_and_not_replayed(stor
     gateway.stop().await;
 }
 
-async fn a_duplicate_in_wait_mode_gets_the_whole_stream(store: String) {
+async fn a_duplicate_in_wait_mode_joins_the_stream_live(store: String) {
     let upstream = Upstream::start().await;
     let gateway = Gateway::start(
         &upstream.url(),
@@ -245,15 +245,61 @@ async fn a_duplicate_in_wait_mode_gets_the_whole_stream(store: String) {
         ],
     );
     let client = Client::new();
-    let paced = [("x-every-ms", "50")];
+    let paced = [("x-every-ms", "100")];
 
     let mut first = client.start(events(&gateway, "joined-1", &paced)).await;
     assert_eq!(
         next(&mut first).await,
         Read::Data(Bytes::from("data: 1\n\n"))
     );
+    // The duplicate gets the head and the events so far while the upstream is still sending.
+    let mut joined = client.start(events(&gateway, "joined-1", &paced)).await;
+    assert_eq!(joined.status(), StatusCode::OK);
+    assert_eq!(joined.headers()["idempotent-replayed"], "true");
+    assert_eq!(joined.headers()["content-type"], "text/event-stream");
+    let Read::Data(so_far) = next(&mut joined).await else {
+        panic!("the events so far")
+    };
+    assert!(upstream.hits("events-sent") < 10, "joined while streaming");
+    let (text, end) = rest(&mut joined).await;
+    assert_eq!(
+        (
+            std::str::from_utf8(&so_far).unwrap().to_owned() + &text,
+            end
+        ),
+        (events_text(1..=10), Read::End)
+    );
+    assert_eq!(rest(&mut first).await, (events_text(2..=10), Read::End));
+    assert_eq!(upstream.hits("events"), 1);
+    gateway.stop().await;
+}
+
+/// On another gateway sharing the store, a duplicate in wait mode learns of the stream from the
+/// store alone: it waits for the record, then gets the whole stream replayed.
+async fn a_duplicate_on_another_gateway_gets_the_whole_stream_once_recorded(store: String) {
+    let upstream = Upstream::start().await;
+    let args = [
+        "--store",
+        &store,
+        "--in-flight",
+        "wait",
+        "--wait-timeout",
+        "20s",
+    ];
+    let (one, other) = (
+        Gateway::start(&upstream.url(), &args),
+        Gateway::start(&upstream.url(), &args),
+    );
+    let client = Client::new();
+    let paced = [("x-every-ms", "50")];
+
+    let mut first = client.start(events(&one, "shared-1", &paced)).await;
+    assert_eq!(
+        next(&mut first).await,
+        Read::Data(Bytes::from("data: 1\n\n"))
+    );
     let duplicate = tokio::spawn({
-        let (client, request) = (client.clone(), events(&gateway, "joined-1", &paced));
+        let (client, request) = (client.clone(), events(&other, "shared-1", &paced));
         async move { client.send(request).await }
     });
     assert_eq!(rest(&mut first).await, (events_text(2..=10), Read::End));
@@ -261,5 +307,27 @@ async fn a_duplicate_in_wait_mode_gets_the_whole_stream(store: String) {
     assert!(duplicate.replayed());
     assert_eq!(duplicate.text(), events_text(1..=10));
     assert_eq!(upstream.hits("events"), 1);
-    gateway.stop().await;
+    one.stop().await;
+    other.stop().await;
+}
+
+mod a_duplicate_on_another_gateway_gets_the_whole_stream_once_recorded {
+    use super::{a_duplicate_on_another_gateway_gets_the_whole_stream_once_recorded as case, run};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite() {
+        run("sqlite", case).await;
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        run("postgres", case).await;
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mysql() {
+        run("mysql", case).await;
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis() {
+        run("redis", case).await;
+    }
 }

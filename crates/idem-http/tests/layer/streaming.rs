@@ -104,25 +104,92 @@ async fn a_client_that_goes_away_mid_stream_stops_neither_the_recording_nor_the_
 }
 
 #[tokio::test]
-async fn a_duplicate_in_wait_mode_gets_the_whole_stream_once_it_ends() {
+async fn a_duplicate_in_wait_mode_joins_the_stream_and_follows_it_live() {
     let f = Fixture::new();
     let app = f.app(f.layer().in_flight(InFlight::Wait { timeout: PATIENCE }));
     let mut first = Reader::send(&app, keyed("/stream", "k", "")).await;
     let upstream = f.next_stream().await;
     upstream.send(event("a")).await.unwrap();
     assert_eq!(first.next().await, data("a"));
-    let duplicate = tokio::spawn({
-        let app = app.clone();
-        async move { send(&app, keyed("/stream", "k", "")).await }
-    });
+
+    // It gets the head and the chunk so far at once, then each chunk as it comes.
+    let mut joined = Reader::send(&app, keyed("/stream", "k", "")).await;
+    assert_eq!(joined.status, StatusCode::OK);
+    assert_eq!(joined.headers["content-type"], "text/event-stream");
+    assert_eq!(joined.headers["idempotent-replayed"], "true");
+    assert_eq!(joined.next().await, data("a"));
     upstream.send(event("b")).await.unwrap();
+    assert_eq!(joined.next().await, data("b"));
     assert_eq!(first.next().await, data("b"));
     drop(upstream);
     assert_eq!(first.next().await, Read::End);
-    let duplicate = duplicate.await.unwrap();
-    assert!(duplicate.is_replay());
-    assert_eq!(duplicate.text(), "ab");
+    assert_eq!(joined.next().await, Read::End);
     assert_eq!(f.calls.get(), 1);
+}
+
+#[tokio::test]
+async fn a_joined_duplicate_gets_the_whole_stream_even_past_the_stored_limit() {
+    let f = Fixture::new();
+    let app = f.app(
+        f.layer()
+            .in_flight(InFlight::Wait { timeout: PATIENCE })
+            .max_stored_response(4),
+    );
+    let mut first = Reader::send(&app, keyed("/stream", "k", "")).await;
+    let upstream = f.next_stream().await;
+    upstream.send(event("abc")).await.unwrap();
+    assert_eq!(first.next().await, data("abc"));
+    let mut joined = Reader::send(&app, keyed("/stream", "k", "")).await;
+    upstream.send(event("def")).await.unwrap();
+    drop(upstream);
+    assert_eq!(joined.next().await, data("abc"));
+    for reader in [&mut first, &mut joined] {
+        assert_eq!(reader.next().await, data("def"));
+        assert_eq!(reader.next().await, Read::End);
+    }
+    // Past the limit nobody joins: a later duplicate gets the record, not stored.
+    let later = send(&app, keyed("/stream", "k", "")).await;
+    assert_eq!(later.problem_type(), problem::RESPONSE_NOT_STORED);
+    assert_eq!(f.calls.get(), 1);
+}
+
+#[tokio::test]
+async fn joined_duplicates_count_among_the_waiters_and_reject_mode_joins_nobody() {
+    for waits in [true, false] {
+        let f = Fixture::new();
+        let layer = match waits {
+            true => f
+                .layer()
+                .in_flight(InFlight::Wait { timeout: PATIENCE })
+                .max_waiters(0),
+            false => f.layer(),
+        };
+        let app = f.app(layer);
+        let mut first = Reader::send(&app, keyed("/stream", "k", "")).await;
+        let upstream = f.next_stream().await;
+        upstream.send(event("a")).await.unwrap();
+        assert_eq!(first.next().await, data("a"));
+        let duplicate = send(&app, keyed("/stream", "k", "")).await;
+        assert_eq!(duplicate.status, StatusCode::CONFLICT);
+        assert_eq!(duplicate.problem_type(), problem::IN_FLIGHT);
+    }
+}
+
+#[tokio::test]
+async fn a_joined_duplicate_of_a_stream_cut_off_ends_abnormally_too() {
+    let f = Fixture::new();
+    let app = f.app(f.layer().in_flight(InFlight::Wait { timeout: PATIENCE }));
+    let mut first = Reader::send(&app, keyed("/stream", "k", "")).await;
+    let upstream = f.next_stream().await;
+    upstream.send(event("partial")).await.unwrap();
+    assert_eq!(first.next().await, data("partial"));
+    let mut joined = Reader::send(&app, keyed("/stream", "k", "")).await;
+    assert_eq!(joined.next().await, data("partial"));
+    upstream.send(cut_off()).await.unwrap();
+    for reader in [&mut first, &mut joined] {
+        assert_eq!(reader.next().await, Read::Failed);
+    }
+    assert_eq!(joined.next().await, Read::End);
 }
 
 #[tokio::test]
