@@ -25,13 +25,14 @@ use std::{
 };
 
 use bytes::Bytes;
-use http::{HeaderMap, StatusCode};
+use http::HeaderMap;
 use http_body::{Frame, SizeHint};
 use idem_core::WaitSlot;
 use pin_project_lite::pin_project;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::{live::Joined, stream::End};
+/// How a streamed body ends: after its last chunk, with or without trailers, or with an error.
+pub(crate) type End = Result<Option<HeaderMap>, BoxError>;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -98,44 +99,25 @@ impl<B> ResponseBody<B> {
         }
     }
 
-    /// The chunks `chunks` yields, then the end `end` says (trailers, or an error), with the
-    /// inner body's size `hint`.
+    /// The chunks of `prefix`, then those `chunks` yields, then the end `end` says (trailers, or
+    /// an error), with the inner body's size `hint`; `slot` is held until the body is dropped (a
+    /// joined duplicate's place among the waiters).
     pub(crate) fn streamed(
+        prefix: Vec<Bytes>,
         chunks: mpsc::Receiver<Bytes>,
         end: oneshot::Receiver<End>,
         hint: SizeHint,
+        slot: Option<WaitSlot>,
     ) -> Self {
         Self {
-            kind: Kind::Streamed {
-                prefix: VecDeque::new(),
-                chunks,
-                end: Some(end),
-                hint,
-                slot: None,
-            },
-        }
-    }
-
-    /// The body of a duplicate that `joined` a stream.
-    pub(crate) fn joined(joined: Joined) -> (StatusCode, HeaderMap, Self) {
-        let Joined {
-            status,
-            headers,
-            prefix,
-            chunks,
-            end,
-            slot,
-        } = joined;
-        let body = Self {
             kind: Kind::Streamed {
                 prefix: prefix.into(),
                 chunks,
                 end: Some(end),
-                hint: SizeHint::new(),
-                slot: Some(slot),
+                hint,
+                slot,
             },
-        };
-        (status, headers, body)
+        }
     }
 
     /// `prefix` (already read from `rest`), then the rest of the inner body.

@@ -22,7 +22,7 @@ use http::{HeaderMap, StatusCode};
 use idem_core::{Address, Fingerprint, WaitSlot};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::stream::End;
+use crate::body::End;
 
 /// The most chunks a joined duplicate may fall behind the stream.
 pub(crate) const LAG: usize = 64;

@@ -43,6 +43,7 @@ use std::{
 use bytes::Bytes;
 use http::header::SET_COOKIE;
 use http::{HeaderValue, Request, Response, StatusCode};
+use http_body::SizeHint;
 use idem_core::{
     Address, Ambiguous, Engine, Execution, FencingToken, Fingerprint, InFlight, Lease, NotRun,
     OnSettled, Rest, RunOutcome, Store, StoreError, time_limit::bounded,
@@ -54,7 +55,7 @@ use crate::{
     ResponseFuture,
     budget::{Budget, Reservation},
     capture::{capture, drop_cookies, header_lines, mark_replayed, replay_headers, replay_outcome},
-    live::LiveStreams,
+    live::{Joined, LiveStreams},
     problem::Rejection,
     request,
     settings::Settings,
@@ -339,7 +340,15 @@ where
             .live
             .join(&address, &fingerprint, || shared.engine.wait_slot())
     {
-        let (status, headers, body) = ResponseBody::joined(joined);
+        let Joined {
+            status,
+            headers,
+            prefix,
+            chunks,
+            end,
+            slot,
+        } = joined;
+        let body = ResponseBody::streamed(prefix, chunks, end, SizeHint::new(), Some(slot));
         let mut response = Response::new(body);
         *response.status_mut() = status;
         *response.headers_mut() = headers;

@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::{
     ResponseBody,
+    body::End,
     capture::{header_lines, not_stored, trailer_lines},
     live::Live,
 };
@@ -27,9 +28,6 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The chunks read ahead of a client that has not taken them yet.
 const READ_AHEAD: usize = 8;
-
-/// How the client's body ends: after its last chunk, with or without trailers, or with an error.
-pub(crate) type End = Result<Option<HeaderMap>, BoxError>;
 
 /// Splits `response` into the client's response, streamed, and its [`Recording`], which keeps up
 /// to `limit` bytes for the store, waits at most `stall` for a client to take a chunk, and hands
@@ -48,7 +46,8 @@ pub(crate) fn tee<B: http_body::Body>(
         status: parts.status,
         headers: parts.headers.clone(),
     };
-    let client = Response::from_parts(parts, ResponseBody::streamed(received, ended, hint));
+    let streamed = ResponseBody::streamed(Vec::new(), received, ended, hint, None);
+    let client = Response::from_parts(parts, streamed);
     let recording = Recording {
         head,
         body,

@@ -11,7 +11,7 @@ use http_body::Frame;
 use idem_core::{Address, Ambiguous, InFlight, Store};
 use idem_http::{RequestOutcome, problem};
 
-use crate::common::{Fixture, PATIENCE, Read, Reader, keyed, send, trailer_map};
+use crate::common::{Fixture, PATIENCE, Read, Reader, Reply, keyed, send, trailer_map};
 
 fn data(text: &'static str) -> Read {
     Read::Data(Bytes::from_static(text.as_bytes()))
@@ -244,4 +244,58 @@ async fn a_stream_cut_off_under_reject_ends_abnormally_and_is_replayed_as_outcom
     assert_eq!(retry.status, StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(retry.problem_type(), problem::OUTCOME_UNKNOWN);
     assert_eq!(f.calls.get(), 1);
+}
+
+/// The body `bytes` cut at `cuts` (positions, in any order, repeats and ends allowed), of
+/// unknown length.
+fn split(bytes: &[u8], cuts: &[usize]) -> Vec<Bytes> {
+    let mut cuts: Vec<usize> = cuts.iter().map(|cut| cut % (bytes.len() + 1)).collect();
+    cuts.extend([0, bytes.len()]);
+    cuts.sort_unstable();
+    cuts.windows(2)
+        .map(|w| Bytes::copy_from_slice(&bytes[w[0]..w[1]]))
+        .collect()
+}
+
+/// Through the layer (limit `limit`): what the first client got and what a retry got, both
+/// read whole.
+async fn through(chunks: Vec<Bytes>, limit: usize) -> (Bytes, Reply) {
+    use tower::{Layer, ServiceExt, service_fn};
+    let layer =
+        idem_http::IdempotencyLayer::new(std::sync::Arc::new(idem_core::MemoryStore::new()))
+            .max_stored_response(limit);
+    let service = layer.layer(service_fn(move |_: http::Request<axum::body::Body>| {
+        let chunks = chunks.clone();
+        async move {
+            let body = crate::common::Chunks::new(chunks);
+            Ok::<_, std::convert::Infallible>(http::Response::new(body))
+        }
+    }));
+    let request = || keyed("/split", "k", "");
+    let first = Reply::read(service.clone().oneshot(request()).await.unwrap()).await;
+    let retry = Reply::read(service.oneshot(request()).await.unwrap()).await;
+    (first.body, retry)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// However the same bytes are split into chunks, the first client gets them and a retry
+    /// replays them, byte for byte, or, past the limit, the not-stored problem.
+    #[test]
+    fn any_split_of_the_same_bytes_replays_the_same_bytes(
+        bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..600),
+        cuts in proptest::collection::vec(0usize..1000, 0..12),
+        limit in 0usize..800,
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let (first, retry) = runtime.block_on(through(split(&bytes, &cuts), limit));
+        proptest::prop_assert_eq!(&first[..], &bytes[..]);
+        proptest::prop_assert!(retry.is_replay());
+        if bytes.len() <= limit {
+            proptest::prop_assert_eq!(&retry.body[..], &bytes[..]);
+        } else {
+            proptest::prop_assert_eq!(retry.problem_type(), problem::RESPONSE_NOT_STORED);
+        }
+    }
 }
