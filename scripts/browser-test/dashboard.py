@@ -4,8 +4,8 @@ Starts `idem serve` (memory store, an admin token) in front of an upstream of it
 the dashboard, enters the token, sends known traffic (10 executions, 5 replays, 3 conflicts,
 2 mismatches) and checks that the page shows exactly those counts, the latency of the slow
 request with and without the upstream, a looked-up key, a key held for more than 10 s among
-the keys it lists, and a key forgotten (after its confirmation; the held key after a second
-one). Then `idem relay` (an SQLite outbox, no admin
+the keys it lists, a streamed response in progress and then done, and a key forgotten (after
+its confirmation; the held key after a second one). Then `idem relay` (an SQLite outbox, no admin
 token) and its page. The browser's console must hold no error but the API's expected 401, 404
 and 409 answers: a script error or a Content-Security-Policy violation fails the run.
 
@@ -58,7 +58,8 @@ class Failure(Exception):
 
 
 class Upstream(BaseHTTPRequestHandler):
-    """POST answers 201 with a JSON body; `/slow` first waits `?seconds=` (1.5 by default)."""
+    """POST answers 201 with a JSON body; `/slow` first waits `?seconds=` (1.5 by default);
+    `/stream` answers events for `?seconds=` (3)."""
 
     protocol_version = "HTTP/1.1"
 
@@ -66,6 +67,8 @@ class Upstream(BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length") or 0)
         self.rfile.read(length)
         url = urlparse(self.path)
+        if url.path == "/stream":
+            return self.stream(float(parse_qs(url.query).get("seconds", ["3"])[0]))
         if url.path == "/slow":
             time.sleep(float(parse_qs(url.query).get("seconds", ["1.5"])[0]))
         body = json.dumps({"path": url.path, "key": self.headers.get("idempotency-key")}).encode()
@@ -74,6 +77,19 @@ class Upstream(BaseHTTPRequestHandler):
         self.send_header("content-length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def stream(self, seconds):
+        """Server-sent events of unknown length (chunked), one every 0.25 s for `seconds`."""
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        for n in range(int(seconds / 0.25)):
+            event = f"data: {n}\n\n".encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+            self.wfile.flush()
+            time.sleep(0.25)
+        self.wfile.write(b"0\r\n\r\n")
 
     def log_message(self, *args):
         pass
@@ -350,6 +366,17 @@ def check_gateway(driver, idem, artifacts, work):
         for cell in ("latency-request-p50", "rate-executed", "rate-conflict"):
             if not re.fullmatch(r"[\d.]+( ms)?", latency[cell]) or latency[cell] in ("0", "0.00 ms"):
                 raise Failure(f"{cell} shows {latency[cell]!r}")
+
+        # A streamed response is shown in progress while it streams, and gone once recorded.
+        streamed = threading.Thread(
+            target=http, args=("POST", f"{proxy}/stream?seconds=4", "stream-1", {"n": 1})
+        )
+        streamed.start()
+        assert_shows(driver, "a stream in progress", {
+            "streams-in_progress": "1", "streams-joiners": "0",
+        })
+        streamed.join()
+        assert_shows(driver, "no stream in progress", {"streams-in_progress": "0"})
 
         # A request that holds its key for longer than the page's 10 s.
         held = threading.Thread(

@@ -27,7 +27,6 @@ use std::{
 use bytes::Bytes;
 use http::HeaderMap;
 use http_body::{Frame, SizeHint};
-use idem_core::WaitSlot;
 use pin_project_lite::pin_project;
 use tokio::sync::{mpsc, oneshot};
 
@@ -70,8 +69,9 @@ pin_project! {
             chunks: mpsc::Receiver<Bytes>,
             end: Option<oneshot::Receiver<End>>,
             hint: SizeHint,
-            // A joined duplicate's place among the waiters, held until its response is dropped.
-            slot: Option<WaitSlot>,
+            // What the body holds until it is dropped (a joined duplicate's place among the
+            // waiters).
+            held: Option<Box<dyn Send + Sync>>,
         },
     }
 }
@@ -100,14 +100,14 @@ impl<B> ResponseBody<B> {
     }
 
     /// The chunks of `prefix`, then those `chunks` yields, then the end `end` says (trailers, or
-    /// an error), with the inner body's size `hint`; `slot` is held until the body is dropped (a
+    /// an error), with the inner body's size `hint`; `held` is kept until the body is dropped (a
     /// joined duplicate's place among the waiters).
     pub(crate) fn streamed(
         prefix: Vec<Bytes>,
         chunks: mpsc::Receiver<Bytes>,
         end: oneshot::Receiver<End>,
         hint: SizeHint,
-        slot: Option<WaitSlot>,
+        held: Option<Box<dyn Send + Sync>>,
     ) -> Self {
         Self {
             kind: Kind::Streamed {
@@ -115,7 +115,7 @@ impl<B> ResponseBody<B> {
                 chunks,
                 end: Some(end),
                 hint,
-                slot,
+                held,
             },
         }
     }

@@ -70,6 +70,10 @@ const REQUESTS_METRIC: &str = "idem_requests_total";
 const STORE_FULL_METRIC: &str = "idem_store_full_total";
 /// The counter of requests answered `500` outcome-unknown.
 const OUTCOME_UNKNOWN_METRIC: &str = "idem_outcome_unknown_total";
+/// The gauge of responses being streamed to their first client and recorded.
+const STREAMS_METRIC: &str = "idem_streams_in_progress";
+/// The gauge of duplicates following a stream they joined.
+const STREAM_JOINERS_METRIC: &str = "idem_stream_joiners";
 
 /// What every service made by one configured layer shares: its settings and its engine.
 pub(crate) struct Shared<St> {
@@ -110,6 +114,8 @@ pub(crate) struct RequestCounters {
     by_outcome: [metrics::Counter; RequestOutcome::ALL.len()],
     outcome_unknown: metrics::Counter,
     store_full: metrics::Counter,
+    streams: metrics::Gauge,
+    stream_joiners: metrics::Gauge,
 }
 
 impl RequestCounters {
@@ -119,6 +125,8 @@ impl RequestCounters {
                 .map(|outcome| metrics::counter!(REQUESTS_METRIC, "outcome" => outcome.as_str())),
             outcome_unknown: metrics::counter!(OUTCOME_UNKNOWN_METRIC),
             store_full: metrics::counter!(STORE_FULL_METRIC),
+            streams: metrics::gauge!(STREAMS_METRIC),
+            stream_joiners: metrics::gauge!(STREAM_JOINERS_METRIC),
         }
     }
 
@@ -130,6 +138,22 @@ impl RequestCounters {
     /// over a lease that ran out without a result) or replayed.
     fn count_outcome_unknown(&self) {
         self.outcome_unknown.increment(1);
+    }
+}
+
+/// One more on a gauge while it lives: a stream in progress, a duplicate following one.
+struct Counted(metrics::Gauge);
+
+impl Counted {
+    fn new(gauge: &metrics::Gauge) -> Self {
+        gauge.increment(1.0);
+        Self(gauge.clone())
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
     }
 }
 
@@ -348,7 +372,9 @@ where
             end,
             slot,
         } = joined;
-        let body = ResponseBody::streamed(prefix, chunks, end, SizeHint::new(), Some(slot));
+        let following = Counted::new(&shared.requests().stream_joiners);
+        let held = Box::new((slot, following));
+        let body = ResponseBody::streamed(prefix, chunks, end, SizeHint::new(), Some(held));
         let mut response = Response::new(body);
         *response.status_mut() = status;
         *response.headers_mut() = headers;
@@ -594,7 +620,9 @@ where
         live.as_ref().map(|(_, live)| Arc::clone(live)),
     );
     let status = recording.status();
+    let in_progress = Counted::new(&shared.requests().streams);
     let rest = Rest::new(async move {
+        let _in_progress = in_progress;
         let (execution, ending) = match recording.record().await {
             Ok((mut stored, ending)) => {
                 if anonymous {

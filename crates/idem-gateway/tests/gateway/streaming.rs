@@ -261,6 +261,7 @@ async fn a_duplicate_in_wait_mode_joins_the_stream_live(store: String) {
         panic!("the events so far")
     };
     assert!(upstream.hits("events-sent") < 10, "joined while streaming");
+    assert_eq!(streams_gauges(&client, &gateway).await, (1.0, 1.0));
     let (text, end) = rest(&mut joined).await;
     assert_eq!(
         (
@@ -271,7 +272,37 @@ async fn a_duplicate_in_wait_mode_joins_the_stream_live(store: String) {
     );
     assert_eq!(rest(&mut first).await, (events_text(2..=10), Read::End));
     assert_eq!(upstream.hits("events"), 1);
+    // Both gauges come back to 0 once the stream is recorded and the joined response is done.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while streams_gauges(&client, &gateway).await != (0.0, 0.0) {
+        assert!(tokio::time::Instant::now() < deadline, "the gauges stay up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     gateway.stop().await;
+}
+
+/// `idem_streams_in_progress` and `idem_stream_joiners`, from the admin listener's `/metrics`.
+async fn streams_gauges(client: &Client, gateway: &Gateway) -> (f64, f64) {
+    let request = Request::get(gateway.admin_url("/metrics"))
+        .body(Body::empty())
+        .unwrap();
+    let metrics = client.send(request).await;
+    let gauge = |name: &str| {
+        metrics
+            .text()
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix(name)?
+                    .strip_prefix(' ')?
+                    .parse::<f64>()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no {name} in:\n{}", metrics.text()))
+    };
+    (
+        gauge("idem_streams_in_progress"),
+        gauge("idem_stream_joiners"),
+    )
 }
 
 /// On another gateway sharing the store, a duplicate in wait mode learns of the stream from the

@@ -366,9 +366,14 @@ function gatewaySample(metrics) {
   counters.rejected = REJECTED.reduce((sum, outcome) => sum + counters[outcome], 0);
   counters.outcome_unknown = total(metrics, 'idem_outcome_unknown_total');
   counters.store_full = total(metrics, 'idem_store_full_total');
+  // Gauges, shown as they are.
+  const streams = {
+    in_progress: total(metrics, 'idem_streams_in_progress'),
+    joiners: total(metrics, 'idem_stream_joiners'),
+  };
   const histograms = {};
   for (const [name, metric] of Object.entries(LATENCIES)) histograms[name] = buckets(metrics, metric);
-  return { t: performance.now() / 1000, counters, histograms };
+  return { t: performance.now() / 1000, counters, streams, histograms };
 }
 
 function renderRequests(samples) {
@@ -376,6 +381,7 @@ function renderRequests(samples) {
   for (const name of [...GATEWAY_TILES, ...REJECTED]) show(`total-${name}`, formatCount(counters[name]));
   for (const name of GATEWAY_TILES) show(`rate-${name}`, formatRate(samples.rate(name)));
   show('total-store_full', formatCount(counters.store_full));
+  for (const [name, value] of Object.entries(samples.latest.streams)) show(`streams-${name}`, formatCount(value));
   for (const name of Object.keys(LATENCIES)) {
     for (const [label, q] of Object.entries(QUANTILES)) {
       show(`latency-${name}-${label}`, formatSeconds(samples.quantile(name, q)));
