@@ -228,6 +228,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "1m")]
     pub ttl: HumanDuration,
 
+    /// The upstream answers each operation as a stream (its body in chunks of unknown length,
+    /// over its execution's time), which the gateways pass on and record as it comes: the
+    /// faults land mid-stream.
+    #[arg(long)]
+    pub streamed: bool,
+
     /// How long a caller waits for one attempt's answer; a slow upstream takes twice as long.
     #[arg(long, value_name = "DURATION", default_value = "1s")]
     pub attempt_timeout: HumanDuration,

@@ -119,6 +119,9 @@ pub struct RunOptions {
     /// `--soak`.
     #[serde(default)]
     pub soak: bool,
+    /// `--streamed`: the upstream answered each operation as a stream.
+    #[serde(default)]
+    pub streamed: bool,
 }
 
 impl From<&RunArgs> for RunOptions {
@@ -138,6 +141,7 @@ impl From<&RunArgs> for RunOptions {
             clock_step_every_ms: millis(args.clock_step_every.0),
             sample_every_ms: millis(args.sample_every.0),
             soak: args.soak,
+            streamed: args.streamed,
         }
     }
 }
@@ -165,7 +169,7 @@ impl Report {
         let _ = writeln!(
             out,
             "idem-chaos: {} store, --ambiguous {}, --in-flight {}, {} gateway(s), {} callers, \
-             {:.0}s, lease {}ms, seed {}",
+             {:.0}s, lease {}ms, seed {}{}",
             self.store,
             self.ambiguous,
             self.in_flight,
@@ -174,6 +178,14 @@ impl Report {
             self.duration_ms as f64 / 1000.0,
             self.lease_ms,
             self.seed,
+            match self
+                .options
+                .as_ref()
+                .is_some_and(|options| options.streamed)
+            {
+                true => ", streamed answers",
+                false => "",
+            },
         );
         let store_restarts = if self.store == StoreKind::RedisCluster {
             format!(

@@ -72,7 +72,14 @@ pub async fn run(args: &RunArgs, program: &GatewayProgram) -> Result<Report, Err
     let recorder = Recorder::new();
     // A slow answer makes the caller's attempt time out; the gateway still waits for it.
     let slow_latency = args.attempt_timeout.0 * 2;
-    let upstream = Upstream::start(gateways, slow_latency, seed, recorder.clone()).await?;
+    let upstream = Upstream::start(
+        gateways,
+        slow_latency,
+        args.streamed,
+        seed,
+        recorder.clone(),
+    )
+    .await?;
     let client = http_client();
     let mut processes = Vec::new();
     let mut links = Vec::new();

@@ -204,22 +204,28 @@ fn store(store: StoreKind) -> &'static str {
 }
 
 /// `all`, or the kinds of faults injected; unknown in reports that do not say.
+/// The faults injected, and whether they landed in streamed answers (`--streamed`).
 fn faults(report: &Report) -> String {
     let Some(options) = &report.options else {
         return UNKNOWN.to_owned();
     };
-    if FaultKind::value_variants()
+    let faults = if FaultKind::value_variants()
         .iter()
         .all(|kind| options.faults.contains(kind))
     {
-        return "all".to_owned();
+        "all".to_owned()
+    } else {
+        let names: Vec<String> = options
+            .faults
+            .iter()
+            .filter_map(|kind| Some(kind.to_possible_value()?.get_name().to_owned()))
+            .collect();
+        names.join(", ")
+    };
+    match options.streamed {
+        true => format!("{faults}, in streamed answers"),
+        false => faults,
     }
-    let names: Vec<String> = options
-        .faults
-        .iter()
-        .filter_map(|kind| Some(kind.to_possible_value()?.get_name().to_owned()))
-        .collect();
-    names.join(", ")
 }
 
 /// `24 (390 ms)`: how many, and the longest.
@@ -342,6 +348,7 @@ mod tests {
                 clock_step_every_ms: 6_000,
                 sample_every_ms: 10_000,
                 soak: false,
+                streamed: false,
             }),
             provenance: Provenance {
                 date: Some(Date::from_unix_seconds(ended)),

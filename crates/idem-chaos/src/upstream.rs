@@ -15,6 +15,10 @@
 //! gateways' `--upstream-timeout`: the gateway still gets the answer and stores it); while
 //! *failing*, every request gets 503 at once and nothing is executed, as a load-shedding
 //! server does.
+//!
+//! Streamed (`--streamed`): the answer's head comes at once and its body in three chunks of
+//! unknown length, spread over the execution's time, so that kills, pauses and partitions land in
+//! the middle of streams that the gateways pass on and record as they go.
 
 use std::{
     collections::HashMap,
@@ -60,6 +64,7 @@ struct Mode {
     slow: AtomicBool,
     failing: AtomicBool,
     slow_latency: Duration,
+    streamed: bool,
     rng: Mutex<fastrand::Rng>,
     fences: Mutex<Fences>,
     recorder: Recorder,
@@ -92,6 +97,7 @@ impl Upstream {
     pub(crate) async fn start(
         gateways: u8,
         slow_latency: Duration,
+        streamed: bool,
         seed: u64,
         recorder: Recorder,
     ) -> Result<Self, Error> {
@@ -99,6 +105,7 @@ impl Upstream {
             slow: AtomicBool::new(false),
             failing: AtomicBool::new(false),
             slow_latency,
+            streamed,
             rng: Mutex::new(fastrand::Rng::with_seed(seed)),
             fences: Mutex::default(),
             recorder,
@@ -207,9 +214,39 @@ async fn execute(
         let max = u64::try_from(LATENCY.as_millis()).unwrap_or(u64::MAX);
         Duration::from_millis(mode.rng.lock().expect("no panic holds the rng").u64(..=max))
     };
-    tokio::time::sleep(latency).await;
     let body = json!({ "key": key, "execution": execution.id() });
+    if mode.streamed {
+        return streamed(body.to_string(), latency);
+    }
+    tokio::time::sleep(latency).await;
     (StatusCode::CREATED, Json(body)).into_response()
+}
+
+/// 201 with `text` as its body, in three chunks of unknown length: the first at once, the others
+/// `latency` / 2 apart.
+fn streamed(text: String, latency: Duration) -> Response {
+    let third = text.len() / 3;
+    let chunks = [
+        text[..third].to_owned(),
+        text[third..2 * third].to_owned(),
+        text[2 * third..].to_owned(),
+    ];
+    let stream = futures_util::StreamExt::then(
+        futures_util::stream::iter(chunks.into_iter().enumerate()),
+        move |(n, chunk)| async move {
+            if n > 0 {
+                tokio::time::sleep(latency / 2).await;
+            }
+            Ok::<_, std::convert::Infallible>(bytes::Bytes::from(chunk))
+        },
+    );
+    let mut response = axum::body::Body::from_stream(stream).into_response();
+    *response.status_mut() = StatusCode::CREATED;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 #[cfg(test)]
@@ -236,7 +273,7 @@ mod tests {
     #[tokio::test]
     async fn a_stale_write_gets_409_and_executes_nothing() {
         let recorder = Recorder::new();
-        let upstream = Upstream::start(2, Duration::ZERO, 1, recorder.clone())
+        let upstream = Upstream::start(2, Duration::ZERO, false, 1, recorder.clone())
             .await
             .unwrap();
         let client = http_client();

@@ -57,10 +57,10 @@ const SHORT: &[&str] = &[
 ];
 
 /// The short form for `store`, `--ambiguous mode`, `--in-flight in_flight`.
-fn chaos(store: &str, mode: &str, in_flight: InFlight) -> (Option<i32>, Report) {
+fn chaos(store: &str, mode: &str, in_flight: InFlight, more: &[&str]) -> (Option<i32>, Report) {
     let in_flight = in_flight.to_string();
     let args = ["--in-flight", &in_flight, "--sample-every", "2s"];
-    run(store, mode, &[SHORT, &args].concat())
+    run(store, mode, &[SHORT, &args, more].concat())
 }
 
 /// Runs `idem-chaos run --store STORE --ambiguous MODE ARGS…` with 16 callers to its end, and
@@ -157,8 +157,8 @@ fn assert_sound(code: Option<i32>, report: &Report) {
 
 /// `--ambiguous reject`: nothing executes twice; each execution a kill, a pause or a partition
 /// cut off became an "outcome unknown".
-fn reject_never_executes_twice(store: &str, in_flight: InFlight) {
-    let (code, report) = chaos(store, "reject", in_flight);
+fn reject_never_executes_twice(store: &str, in_flight: InFlight, more: &[&str]) {
+    let (code, report) = chaos(store, "reject", in_flight, more);
     assert_eq!(report.ambiguous, Ambiguous::Reject);
     assert_eq!(report.in_flight, in_flight);
     assert_sound(code, &report);
@@ -174,8 +174,12 @@ fn reject_never_executes_twice(store: &str, in_flight: InFlight) {
 
 /// `--ambiguous retry`: an operation executes again only after a kill, a pause or a partition
 /// cut its execution off, one extra execution for each.
-fn retry_executes_again_only_after_a_kill_pause_or_partition(store: &str, in_flight: InFlight) {
-    let (code, report) = chaos(store, "retry", in_flight);
+fn retry_executes_again_only_after_a_kill_pause_or_partition(
+    store: &str,
+    in_flight: InFlight,
+    more: &[&str],
+) {
+    let (code, report) = chaos(store, "retry", in_flight, more);
     assert_eq!(report.ambiguous, Ambiguous::Retry);
     assert_eq!(report.in_flight, in_flight);
     assert_sound(code, &report);
@@ -222,37 +226,53 @@ fn a_soak_watches_one_gateway_that_is_never_killed() {
 
 #[test]
 fn sqlite_reject_never_executes_twice() {
-    reject_never_executes_twice("sqlite", InFlight::Reject);
+    reject_never_executes_twice("sqlite", InFlight::Reject, &[]);
 }
 
 #[test]
 fn sqlite_retry_executes_again_only_after_a_kill_pause_or_partition() {
-    retry_executes_again_only_after_a_kill_pause_or_partition("sqlite", InFlight::Reject);
+    retry_executes_again_only_after_a_kill_pause_or_partition("sqlite", InFlight::Reject, &[]);
 }
 
 #[test]
 fn sqlite_wait_mode_keeps_the_expectations() {
-    retry_executes_again_only_after_a_kill_pause_or_partition("sqlite", InFlight::Wait);
+    retry_executes_again_only_after_a_kill_pause_or_partition("sqlite", InFlight::Wait, &[]);
+}
+
+/// The upstream answers in chunks over the execution's time: kills, pauses and partitions land
+/// mid-stream, and both modes keep their expectations.
+#[test]
+fn sqlite_streamed_answers_keep_both_expectations() {
+    reject_never_executes_twice("sqlite", InFlight::Reject, &["--streamed"]);
+    retry_executes_again_only_after_a_kill_pause_or_partition(
+        "sqlite",
+        InFlight::Wait,
+        &["--streamed"],
+    );
 }
 
 #[test]
 fn postgres_reject_never_executes_twice() {
     if Server::Postgres.url().is_some() {
-        reject_never_executes_twice("postgres", InFlight::Reject);
+        reject_never_executes_twice("postgres", InFlight::Reject, &[]);
     }
 }
 
 #[test]
 fn postgres_retry_executes_again_only_after_a_kill_pause_or_partition() {
     if Server::Postgres.url().is_some() {
-        retry_executes_again_only_after_a_kill_pause_or_partition("postgres", InFlight::Reject);
+        retry_executes_again_only_after_a_kill_pause_or_partition(
+            "postgres",
+            InFlight::Reject,
+            &[],
+        );
     }
 }
 
 #[test]
 fn postgres_wait_mode_keeps_the_expectations() {
     if Server::Postgres.url().is_some() {
-        reject_never_executes_twice("postgres", InFlight::Wait);
+        reject_never_executes_twice("postgres", InFlight::Wait, &[]);
     }
 }
 
@@ -301,42 +321,42 @@ fn a_mariadb_server_keeps_its_data_across_a_sigkill() {
 #[test]
 fn mysql_reject_never_executes_twice() {
     if mariadb_installed() {
-        reject_never_executes_twice("mysql", InFlight::Reject);
+        reject_never_executes_twice("mysql", InFlight::Reject, &[]);
     }
 }
 
 #[test]
 fn mysql_retry_executes_again_only_after_a_kill_pause_or_partition() {
     if mariadb_installed() {
-        retry_executes_again_only_after_a_kill_pause_or_partition("mysql", InFlight::Reject);
+        retry_executes_again_only_after_a_kill_pause_or_partition("mysql", InFlight::Reject, &[]);
     }
 }
 
 #[test]
 fn mysql_wait_mode_keeps_the_expectations() {
     if mariadb_installed() {
-        reject_never_executes_twice("mysql", InFlight::Wait);
+        reject_never_executes_twice("mysql", InFlight::Wait, &[]);
     }
 }
 
 #[test]
 fn redis_reject_never_executes_twice() {
     if Server::Redis.url().is_some() {
-        reject_never_executes_twice("redis", InFlight::Reject);
+        reject_never_executes_twice("redis", InFlight::Reject, &[]);
     }
 }
 
 #[test]
 fn redis_retry_executes_again_only_after_a_kill_pause_or_partition() {
     if Server::Redis.url().is_some() {
-        retry_executes_again_only_after_a_kill_pause_or_partition("redis", InFlight::Reject);
+        retry_executes_again_only_after_a_kill_pause_or_partition("redis", InFlight::Reject, &[]);
     }
 }
 
 #[test]
 fn redis_wait_mode_keeps_the_expectations() {
     if Server::Redis.url().is_some() {
-        retry_executes_again_only_after_a_kill_pause_or_partition("redis", InFlight::Wait);
+        retry_executes_again_only_after_a_kill_pause_or_partition("redis", InFlight::Wait, &[]);
     }
 }
 
@@ -349,7 +369,7 @@ fn redis_cluster_reject_executes_twice_only_after_a_failover_lost_the_record() {
     if Server::Redis.url().is_none() {
         return;
     }
-    let (code, report) = chaos("redis-cluster", "reject", InFlight::Reject);
+    let (code, report) = chaos("redis-cluster", "reject", InFlight::Reject, &[]);
     assert_eq!(report.store, StoreKind::RedisCluster);
     assert_eq!(report.ambiguous, Ambiguous::Reject);
     assert_sound(code, &report);
