@@ -258,29 +258,25 @@ impl Model {
                 },
                 kept,
             ),
-            // Known to be too large to store before it failed: the key is completed as not
-            // stored, and the client sees the failure.
-            Failure::MidBody if long => (
+            // A body of unknown length is streamed (docs/http.md, Streaming): the client has
+            // the head, then the response ends abnormally; the outcome is ambiguous, whatever the
+            // length kept so far.
+            Failure::MidBody => (
                 Answer::Upstream {
                     status,
                     body: None,
                     run,
                 },
-                kept,
+                match reject {
+                    true => Effect::Complete(Stored::OutcomeUnknown),
+                    false => Effect::Release,
+                },
             ),
-            Failure::BeforeResponse | Failure::MidBody if reject => (
+            Failure::BeforeResponse if reject => (
                 Answer::OutcomeUnknown,
                 Effect::Complete(Stored::OutcomeUnknown),
             ),
             Failure::BeforeResponse => (Answer::ServiceError, Effect::Release),
-            Failure::MidBody => (
-                Answer::Problem {
-                    problem: problem::UPSTREAM_FAILED,
-                    status: 502,
-                    run: None,
-                },
-                Effect::Release,
-            ),
         }
     }
 }
