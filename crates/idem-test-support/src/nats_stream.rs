@@ -27,15 +27,27 @@ impl NatsStream {
             .expect("connect to the test server");
         let jetstream = jetstream::new(client);
         let (name, subject) = (format!("IDEM_TEST_{suffix}"), format!("idem_test.{suffix}"));
-        jetstream
-            .create_stream(stream::Config {
-                name: name.clone(),
-                subjects: vec![subject.clone()],
-                duplicate_window: window,
-                ..stream::Config::default()
-            })
-            .await
-            .expect("create the test stream");
+        let config = stream::Config {
+            name: name.clone(),
+            subjects: vec![subject.clone()],
+            duplicate_window: window,
+            ..stream::Config::default()
+        };
+        // The server creates a stream's directory under its account's, which it removes with the
+        // account's last stream: a stream created while another test deletes the last one can
+        // find its parent gone ("error creating store for stream", 10049). Tried again, it is
+        // created with its parent.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match jetstream.create_stream(config.clone()).await {
+                Ok(_) => break,
+                Err(error) if attempts < 5 && error.to_string().contains("creating store") => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(error) => panic!("create the test stream: {error}"),
+            }
+        }
         Self {
             url: url.to_owned(),
             name,
