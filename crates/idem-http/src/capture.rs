@@ -106,14 +106,7 @@ where
             }
             Err(frame) => {
                 if let Ok(more) = frame.into_trailers() {
-                    match &mut trailers {
-                        None => trailers = Some(more),
-                        Some(all) => {
-                            for (name, value) in &more {
-                                all.append(name, value.clone());
-                            }
-                        }
-                    }
+                    add_trailers(&mut trailers, more);
                 }
             }
         }
@@ -127,6 +120,19 @@ where
     };
     let response = Response::from_parts(parts, ResponseBody::buffered(data, trailers));
     Ok((response, stored))
+}
+
+/// Adds `more` trailer fields to those of the body so far (a body may send several frames of
+/// them).
+pub(crate) fn add_trailers(trailers: &mut Option<HeaderMap>, more: HeaderMap) {
+    match trailers {
+        None => *trailers = Some(more),
+        Some(all) => {
+            for (name, value) in &more {
+                all.append(name, value.clone());
+            }
+        }
+    }
 }
 
 /// Leaves out the `Set-Cookie` headers of a response stored in, or replayed from, the anonymous

@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::{
     ResponseBody,
     body::End,
-    capture::{header_lines, not_stored, trailer_lines},
+    capture::{add_trailers, header_lines, not_stored, trailer_lines},
     live::Live,
 };
 
@@ -166,14 +166,7 @@ where
                 }
                 Err(frame) => {
                     if let Ok(more) = frame.into_trailers() {
-                        match &mut trailers {
-                            None => trailers = Some(more),
-                            Some(all) => {
-                                for (name, value) in &more {
-                                    all.append(name, value.clone());
-                                }
-                            }
-                        }
+                        add_trailers(&mut trailers, more);
                     }
                 }
             }
