@@ -42,7 +42,7 @@ use tokio::{net::TcpListener, task::JoinHandle};
 
 use crate::{
     Error, GatewayId,
-    history::{Recorder, StaleWrite},
+    history::{ExecutionGuard, Recorder, StaleWrite},
 };
 
 /// The normal time to execute, drawn from 0 to this.
@@ -216,15 +216,16 @@ async fn execute(
     };
     let body = json!({ "key": key, "execution": execution.id() });
     if mode.streamed {
-        return streamed(body.to_string(), latency);
+        return streamed(body.to_string(), latency, execution);
     }
     tokio::time::sleep(latency).await;
     (StatusCode::CREATED, Json(body)).into_response()
 }
 
 /// 201 with `text` as its body, in three chunks of unknown length: the first at once, the others
-/// `latency` / 2 apart.
-fn streamed(text: String, latency: Duration) -> Response {
+/// `latency` / 2 apart. The `execution` ends with the stream: when its last chunk is sent, or when
+/// the gateway goes away before.
+fn streamed(text: String, latency: Duration, execution: ExecutionGuard) -> Response {
     let third = text.len() / 3;
     let chunks = [
         text[..third].to_owned(),
@@ -233,11 +234,15 @@ fn streamed(text: String, latency: Duration) -> Response {
     ];
     let stream = futures_util::StreamExt::then(
         futures_util::stream::iter(chunks.into_iter().enumerate()),
-        move |(n, chunk)| async move {
-            if n > 0 {
-                tokio::time::sleep(latency / 2).await;
+        move |(n, chunk)| {
+            // Held by the stream, and dropped with it.
+            let _execution = &execution;
+            async move {
+                if n > 0 {
+                    tokio::time::sleep(latency / 2).await;
+                }
+                Ok::<_, std::convert::Infallible>(bytes::Bytes::from(chunk))
             }
-            Ok::<_, std::convert::Infallible>(bytes::Bytes::from(chunk))
         },
     );
     let mut response = axum::body::Body::from_stream(stream).into_response();

@@ -246,7 +246,7 @@ fn sqlite_streamed_answers_keep_both_expectations() {
     reject_never_executes_twice("sqlite", InFlight::Reject, &["--streamed"]);
     retry_executes_again_only_after_a_kill_pause_or_partition(
         "sqlite",
-        InFlight::Wait,
+        InFlight::Reject,
         &["--streamed"],
     );
 }
