@@ -68,16 +68,48 @@ pub(crate) struct Joined {
     pub(crate) slot: WaitSlot,
 }
 
+/// A stream's place in [`LiveStreams`], held by its recording. [`finish`](Self::finish)ed once
+/// the response is recorded; dropped before (the recording panicked), it ends the joiners
+/// abnormally and forgets the stream all the same, so that no duplicate waits on it.
+pub(crate) struct Registration {
+    streams: Arc<LiveStreams>,
+    address: Address,
+    live: Arc<Live>,
+    finished: bool,
+}
+
+impl Registration {
+    /// The stream, for the recording to hand its chunks to.
+    pub(crate) fn live(&self) -> &Arc<Live> {
+        &self.live
+    }
+
+    /// Ends the joiners as `end` says, and forgets the stream.
+    pub(crate) fn finish(mut self, end: &End) {
+        self.finished = true;
+        self.streams.finish(&self.address, &self.live, end);
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if !self.finished {
+            let stopped = Err("the recording of the response stopped before its end".into());
+            self.streams.finish(&self.address, &self.live, &stopped);
+        }
+    }
+}
+
 impl LiveStreams {
     /// Registers the stream of the request at `address` with `fingerprint`, whose joiners get
     /// `status` and the replay `headers`.
     pub(crate) fn start(
-        &self,
+        self: &Arc<Self>,
         address: Address,
         fingerprint: Fingerprint,
         status: StatusCode,
         headers: HeaderMap,
-    ) -> Arc<Live> {
+    ) -> Registration {
         let live = Arc::new(Live {
             fingerprint,
             status,
@@ -88,10 +120,19 @@ impl LiveStreams {
                 settled: false,
             }),
         });
-        if self.lock().insert(address, Arc::clone(&live)).is_none() {
+        if self
+            .lock()
+            .insert(address.clone(), Arc::clone(&live))
+            .is_none()
+        {
             self.count.fetch_add(1, Ordering::SeqCst);
         }
-        live
+        Registration {
+            streams: Arc::clone(self),
+            address,
+            live,
+            finished: false,
+        }
     }
 
     /// Joins the stream at `address`, if one of this `fingerprint` is being recorded, can still be
@@ -129,7 +170,7 @@ impl LiveStreams {
     }
 
     /// Ends `live`'s joiners as `end` says, and forgets it.
-    pub(crate) fn finish(&self, address: &Address, live: &Arc<Live>, end: &End) {
+    fn finish(&self, address: &Address, live: &Arc<Live>, end: &End) {
         {
             let mut streams = self.lock();
             if streams.get(address).is_some_and(|l| Arc::ptr_eq(l, live)) {
@@ -197,23 +238,37 @@ mod tests {
 
     #[tokio::test]
     async fn a_joiner_gets_the_chunks_so_far_then_the_next_ones_then_the_end() {
-        let streams = LiveStreams::default();
-        let live = streams.start(address(), FP, StatusCode::OK, HeaderMap::new());
+        let streams = Arc::new(LiveStreams::default());
+        let registration = streams.start(address(), FP, StatusCode::OK, HeaderMap::new());
+        let live = Arc::clone(registration.live());
         live.push(&Bytes::from("a"), true);
         let mut joined = streams.join(&address(), &FP, slot).unwrap();
         assert_eq!(joined.prefix, [Bytes::from("a")]);
         live.push(&Bytes::from("b"), true);
         assert_eq!(joined.chunks.recv().await, Some(Bytes::from("b")));
-        streams.finish(&address(), &live, &Ok(None));
+        registration.finish(&Ok(None));
         assert!(matches!(joined.end.await, Ok(Ok(None))));
         // Gone once finished.
         assert!(streams.join(&address(), &FP, slot).is_none());
+        assert_eq!(streams.count.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_recording_that_stops_before_its_end_ends_its_joiners_abnormally() {
+        let streams = Arc::new(LiveStreams::default());
+        let registration = streams.start(address(), FP, StatusCode::OK, HeaderMap::new());
+        let joined = streams.join(&address(), &FP, slot).unwrap();
+        drop(registration);
+        assert!(matches!(joined.end.await, Ok(Err(_))));
+        assert!(streams.join(&address(), &FP, slot).is_none());
+        assert_eq!(streams.count.load(Ordering::SeqCst), 0);
     }
 
     #[tokio::test]
     async fn nobody_joins_past_the_limit_another_fingerprint_or_without_a_place() {
-        let streams = LiveStreams::default();
-        let live = streams.start(address(), FP, StatusCode::OK, HeaderMap::new());
+        let streams = Arc::new(LiveStreams::default());
+        let registration = streams.start(address(), FP, StatusCode::OK, HeaderMap::new());
+        let live = registration.live();
         let other = Fingerprint::from_bytes([8; 32]);
         assert!(streams.join(&address(), &other, slot).is_none());
         assert!(streams.join(&address(), &FP, || None).is_none());
@@ -226,8 +281,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_joiner_too_far_behind_is_let_go() {
-        let streams = LiveStreams::default();
-        let live = streams.start(address(), FP, StatusCode::OK, HeaderMap::new());
+        let streams = Arc::new(LiveStreams::default());
+        let registration = streams.start(address(), FP, StatusCode::OK, HeaderMap::new());
+        let live = registration.live();
         let mut slow = streams.join(&address(), &FP, slot).unwrap();
         for n in 0..=LAG {
             live.push(&Bytes::from(n.to_string()), true);

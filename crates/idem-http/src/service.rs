@@ -82,7 +82,7 @@ pub(crate) struct Shared<St> {
     /// The budget of buffered request bytes, when there is one.
     pub(crate) budget: Option<Arc<Budget>>,
     /// The streams being recorded, which duplicates in wait mode join.
-    live: LiveStreams,
+    live: Arc<LiveStreams>,
     /// Registered when the layer makes its first service (see [`RequestCounters`]).
     requests: OnceLock<RequestCounters>,
 }
@@ -92,7 +92,7 @@ impl<St> Shared<St> {
     pub(crate) fn new(engine: Engine<St>, settings: Settings) -> Self {
         Self {
             budget: settings.max_buffered.map(Budget::new),
-            live: LiveStreams::default(),
+            live: Arc::default(),
             settings,
             engine,
             requests: OnceLock::new(),
@@ -608,16 +608,16 @@ where
         }
         let mut headers = replay_headers(&lines);
         mark_replayed(&mut headers);
-        let live = shared
+        shared
             .live
-            .start(address.clone(), fingerprint, response.status(), headers);
-        (address, live)
+            .start(address, fingerprint, response.status(), headers)
     });
     let (response, recording) = stream::tee(
         response,
         limit,
         stall,
-        live.as_ref().map(|(_, live)| Arc::clone(live)),
+        live.as_ref()
+            .map(|registration| Arc::clone(registration.live())),
     );
     let status = recording.status();
     let in_progress = Counted::new(&shared.requests().streams);
@@ -647,8 +647,8 @@ where
             }
         };
         let then: OnSettled = Box::new(move || {
-            if let Some((address, live)) = live {
-                shared.live.finish(&address, &live, ending.end());
+            if let Some(registration) = live {
+                registration.finish(ending.end());
             }
             ending.send();
         });
