@@ -112,12 +112,12 @@ where
         }
     }
     let data = data.into_bytes();
-    let stored = StoredResponse {
-        status: parts.status.as_u16(),
-        headers: header_lines(&parts.headers),
-        body: data.clone(),
-        trailers: trailers.as_ref().map(trailer_lines),
-    };
+    let stored = stored_whole(
+        parts.status,
+        &parts.headers,
+        data.clone(),
+        trailers.as_ref(),
+    );
     let response = Response::from_parts(parts, ResponseBody::buffered(data, trailers));
     Ok((response, stored))
 }
@@ -168,8 +168,24 @@ pub(crate) fn not_stored(status: StatusCode, headers: &HeaderMap, limit: usize) 
     }
 }
 
+/// What is stored for a whole response: its status, the header lines worth storing, `body` and
+/// the trailer fields.
+pub(crate) fn stored_whole(
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: Bytes,
+    trailers: Option<&HeaderMap>,
+) -> StoredResponse {
+    StoredResponse {
+        status: status.as_u16(),
+        headers: header_lines(headers),
+        body,
+        trailers: trailers.map(trailer_lines),
+    }
+}
+
 /// Trailer fields as they are stored, in order.
-pub(crate) fn trailer_lines(trailers: &HeaderMap) -> Vec<(String, Bytes)> {
+fn trailer_lines(trailers: &HeaderMap) -> Vec<(String, Bytes)> {
     trailers
         .iter()
         .map(|(name, value)| (name.as_str().to_owned(), bytes(value)))

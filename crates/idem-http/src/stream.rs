@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::{
     ResponseBody,
     body::End,
-    capture::{add_trailers, header_lines, not_stored, trailer_lines},
+    capture::{add_trailers, not_stored, stored_whole},
     live::Live,
 };
 
@@ -172,12 +172,12 @@ where
             }
         }
         let stored = match kept {
-            Some((chunks, len)) => StoredResponse {
-                status: head.status.as_u16(),
-                headers: header_lines(&head.headers),
-                body: concat(chunks, len),
-                trailers: trailers.as_ref().map(trailer_lines),
-            },
+            Some((chunks, len)) => stored_whole(
+                head.status,
+                &head.headers,
+                concat(chunks, len),
+                trailers.as_ref(),
+            ),
             None => not_stored(head.status, &head.headers, limit),
         };
         Ok((
