@@ -1012,3 +1012,187 @@ fn corruption(result: Result<Acquisition, StoreError>) -> String {
         other => panic!("expected Corrupted, got {other:?}"),
     }
 }
+
+/// No part.
+const NONE: [Bytes; 0] = [];
+
+/// The parts of a stream, for the checks on parts: a head, a binary part and a text part.
+fn stream_parts() -> [Bytes; 3] {
+    [
+        Bytes::from_static(b"head"),
+        Bytes::from((0..=255u8).collect::<Vec<_>>()),
+        Bytes::from_static(b"data: third\n\n"),
+    ]
+}
+
+/// Parts of a streamed response are appended in order under the holder's token, each once, and
+/// read back from any index, within a byte budget that always lets one through.
+pub async fn streamed_parts_are_appended_in_order_and_read_from_any_index(subject: &impl Subject) {
+    let store = subject.store();
+    let a = address("parts");
+    let lease = acquired(&store, &a, &fingerprint(1)).await;
+    let parts = stream_parts();
+    assert_eq!(
+        store
+            .read_parts(&a, lease.token, 0, usize::MAX)
+            .await
+            .unwrap(),
+        NONE);
+    for (index, part) in (0..).zip(&parts) {
+        store
+            .append_part(&a, lease.token, index, part)
+            .await
+            .unwrap();
+    }
+    let read = |from, max| store.read_parts(&a, lease.token, from, max);
+    assert_eq!(read(0, usize::MAX).await.unwrap(), parts);
+    assert_eq!(read(1, usize::MAX).await.unwrap(), parts[1..]);
+    assert_eq!(read(3, usize::MAX).await.unwrap(), NONE);
+    // One part at least, however small the budget; then as many as fit.
+    assert_eq!(read(0, 1).await.unwrap(), parts[..1]);
+    assert_eq!(read(0, 4 + 256).await.unwrap(), parts[..2]);
+    assert_eq!(read(1, 256 + 12).await.unwrap(), parts[1..2]);
+
+    // An append retried after its answer was lost changes nothing.
+    store
+        .append_part(&a, lease.token, 1, &Bytes::from_static(b"other"))
+        .await
+        .unwrap();
+    assert_eq!(read(0, usize::MAX).await.unwrap(), parts);
+    // A part past the next one is refused.
+    let skipped = store
+        .append_part(&a, lease.token, 5, &Bytes::from_static(b"late"))
+        .await;
+    assert!(
+        matches!(
+            skipped,
+            Err(StoreError::PartOutOfOrder { next: 3, given: 5 })
+        ),
+        "expected PartOutOfOrder, got {skipped:?}"
+    );
+    assert_eq!(read(0, usize::MAX).await.unwrap(), parts);
+
+    // Another token's parts, another address's: none.
+    let other = FencingToken::new(lease.token.get() + 1);
+    assert_eq!(
+        store.read_parts(&a, other, 0, usize::MAX).await.unwrap(),
+        NONE);
+    let b = address("parts-elsewhere");
+    assert_eq!(
+        store
+            .read_parts(&b, lease.token, 0, usize::MAX)
+            .await
+            .unwrap(),
+        NONE);
+}
+
+/// Only the current holder of a processing record appends; the parts of an execution stay
+/// readable after it is taken over, completed or released, until they are discarded, and
+/// `forget` removes them.
+pub async fn streamed_parts_are_fenced_and_outlive_the_settlement_until_discarded(
+    subject: &impl Subject,
+) {
+    let store = subject.store();
+    let part = |s: &'static str| Bytes::from_static(s.as_bytes());
+    let a = address("parts-fenced");
+    let first = acquired(&store, &a, &fingerprint(1)).await;
+    store
+        .append_part(&a, first.token, 0, &part("first"))
+        .await
+        .unwrap();
+
+    subject.advance(LEASE).await;
+    let second = acquired(&store, &a, &fingerprint(1)).await;
+    assert!(second.took_over);
+    assert_lease_lost(store.append_part(&a, first.token, 1, &part("stale")).await);
+    // Each execution's parts count from 0.
+    store
+        .append_part(&a, second.token, 0, &part("second"))
+        .await
+        .unwrap();
+    let read = |token| store.read_parts(&a, token, 0, usize::MAX);
+    assert_eq!(read(first.token).await.unwrap(), [part("first")]);
+    assert_eq!(read(second.token).await.unwrap(), [part("second")]);
+
+    store
+        .complete(&a, second.token, &response(1).into(), TTL)
+        .await
+        .unwrap();
+    assert_lease_lost(store.append_part(&a, second.token, 1, &part("after")).await);
+    assert_eq!(read(second.token).await.unwrap(), [part("second")]);
+    store.discard_parts(&a, second.token).await.unwrap();
+    assert_eq!(read(second.token).await.unwrap(), NONE);
+    store.discard_parts(&a, second.token).await.unwrap();
+    assert_eq!(read(first.token).await.unwrap(), [part("first")]);
+
+    let released = address("parts-released");
+    let lease = acquired(&store, &released, &fingerprint(1)).await;
+    store
+        .append_part(&released, lease.token, 0, &part("kept"))
+        .await
+        .unwrap();
+    store.release(&released, lease.token).await.unwrap();
+    assert_lease_lost(
+        store
+            .append_part(&released, lease.token, 1, &part("no"))
+            .await,
+    );
+    let kept = store
+        .read_parts(&released, lease.token, 0, usize::MAX)
+        .await;
+    assert_eq!(kept.unwrap(), [part("kept")]);
+
+    let forgotten = address("parts-forgotten");
+    let lease = acquired(&store, &forgotten, &fingerprint(1)).await;
+    store
+        .append_part(&forgotten, lease.token, 0, &part("gone"))
+        .await
+        .unwrap();
+    assert!(store.forget(&forgotten).await.unwrap());
+    let gone = store
+        .read_parts(&forgotten, lease.token, 0, usize::MAX)
+        .await;
+    assert_eq!(gone.unwrap(), NONE);
+
+    let unknown = address("parts-unknown");
+    assert_lease_lost(
+        store
+            .append_part(&unknown, first.token, 0, &part("no"))
+            .await,
+    );
+}
+
+/// A part lives as long as its record did when it was appended: it is read no more once that
+/// has passed, and `purge_expired` removes it, counted with the records.
+pub async fn streamed_parts_expire_with_their_record(subject: &impl Subject) {
+    let store = subject.store();
+    let short = Duration::from_secs(1);
+    let terms = Terms {
+        lease: short,
+        ttl: short,
+    };
+    let a = address("parts-expiring");
+    let Acquisition::Acquired(lease) = store.acquire(&a, &fingerprint(1), terms).await.unwrap()
+    else {
+        panic!("a new key is acquired");
+    };
+    for index in 0..2 {
+        let part = Bytes::from(format!("part {index}"));
+        store
+            .append_part(&a, lease.token, index, &part)
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.purge_expired(10).await.unwrap(), 0);
+
+    subject.advance(short).await;
+    assert_eq!(
+        store
+            .read_parts(&a, lease.token, 0, usize::MAX)
+            .await
+            .unwrap(),
+        NONE);
+    // The record and its two parts.
+    assert_eq!(store.purge_expired(10).await.unwrap(), 3);
+    assert_eq!(store.purge_expired(10).await.unwrap(), 0);
+}

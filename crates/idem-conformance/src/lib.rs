@@ -51,6 +51,9 @@ macro_rules! conformance_tests {
             census_counts_live_records_by_state,
             one_census_at_a_time_among_the_processes_sharing_the_store,
             sealed_outcomes_are_bound_to_what_replays_read,
+            streamed_parts_are_appended_in_order_and_read_from_any_index,
+            streamed_parts_are_fenced_and_outlive_the_settlement_until_discarded,
+            streamed_parts_expire_with_their_record,
         );
 
         #[test]

@@ -2,6 +2,7 @@
 
 use std::{future::Future, sync::Arc, time::Duration};
 
+use bytes::Bytes;
 use futures_util::future::BoxFuture;
 
 use crate::{
@@ -76,6 +77,25 @@ pub(crate) trait ErasedStore: Send + Sync {
         census: &'a Census,
         rest: Duration,
     ) -> BoxFuture<'a, Result<bool, StoreError>>;
+    fn append_part<'a>(
+        &'a self,
+        address: &'a Address,
+        token: FencingToken,
+        index: u32,
+        part: &'a Bytes,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn read_parts<'a>(
+        &'a self,
+        address: &'a Address,
+        token: FencingToken,
+        from: u32,
+        max_bytes: usize,
+    ) -> BoxFuture<'a, Result<Vec<Bytes>, StoreError>>;
+    fn discard_parts<'a>(
+        &'a self,
+        address: &'a Address,
+        token: FencingToken,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
     fn changed(&self, address: &Address) -> BoxFuture<'static, ()>;
 }
 
@@ -156,6 +176,34 @@ impl<S: Store> ErasedStore for S {
         Box::pin(Store::post_census(self, claimant, census, rest))
     }
 
+    fn append_part<'a>(
+        &'a self,
+        address: &'a Address,
+        token: FencingToken,
+        index: u32,
+        part: &'a Bytes,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(Store::append_part(self, address, token, index, part))
+    }
+
+    fn read_parts<'a>(
+        &'a self,
+        address: &'a Address,
+        token: FencingToken,
+        from: u32,
+        max_bytes: usize,
+    ) -> BoxFuture<'a, Result<Vec<Bytes>, StoreError>> {
+        Box::pin(Store::read_parts(self, address, token, from, max_bytes))
+    }
+
+    fn discard_parts<'a>(
+        &'a self,
+        address: &'a Address,
+        token: FencingToken,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(Store::discard_parts(self, address, token))
+    }
+
     fn changed(&self, address: &Address) -> BoxFuture<'static, ()> {
         Box::pin(Store::changed(self, address))
     }
@@ -229,6 +277,34 @@ impl Store for DynStore {
         rest: Duration,
     ) -> Result<bool, StoreError> {
         self.0.post_census(claimant, census, rest).await
+    }
+
+    async fn append_part(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        index: u32,
+        part: &Bytes,
+    ) -> Result<(), StoreError> {
+        self.0.append_part(address, token, index, part).await
+    }
+
+    async fn read_parts(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        from: u32,
+        max_bytes: usize,
+    ) -> Result<Vec<Bytes>, StoreError> {
+        self.0.read_parts(address, token, from, max_bytes).await
+    }
+
+    async fn discard_parts(
+        &self,
+        address: &Address,
+        token: FencingToken,
+    ) -> Result<(), StoreError> {
+        self.0.discard_parts(address, token).await
     }
 
     fn changed(&self, address: &Address) -> impl Future<Output = ()> + Send + 'static {

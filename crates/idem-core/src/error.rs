@@ -43,6 +43,15 @@ pub enum StoreError {
     /// A listing cursor this store did not issue (from another store, or altered).
     #[error("the listing cursor was not issued by this store")]
     InvalidCursor,
+    /// A part of a streamed response appended past the next one: parts are appended in order,
+    /// so the caller lost one. Nothing was stored.
+    #[error("part {given} of the streamed response was appended before part {next}")]
+    PartOutOfOrder {
+        /// The index the store expects next.
+        next: u32,
+        /// The index given.
+        given: u32,
+    },
 }
 
 impl StoreError {

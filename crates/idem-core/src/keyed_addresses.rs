@@ -1,5 +1,6 @@
 //! [`KeyedAddresses`]: a store wrapper under which a store keeps keyed digests of scopes and keys.
 
+use bytes::Bytes;
 use std::{future::Future, sync::Arc, time::Duration};
 
 use crate::{
@@ -231,6 +232,37 @@ impl<S: Store> Store for KeyedAddresses<S> {
             None if self.changing_over() => self.inner.get(address).await,
             found => Ok(found),
         }
+    }
+
+    async fn append_part(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        index: u32,
+        part: &Bytes,
+    ) -> Result<(), StoreError> {
+        let keyed = self.keyed(address);
+        self.inner.append_part(&keyed, token, index, part).await
+    }
+
+    async fn read_parts(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        from: u32,
+        max_bytes: usize,
+    ) -> Result<Vec<Bytes>, StoreError> {
+        let keyed = self.keyed(address);
+        self.inner.read_parts(&keyed, token, from, max_bytes).await
+    }
+
+    async fn discard_parts(
+        &self,
+        address: &Address,
+        token: FencingToken,
+    ) -> Result<(), StoreError> {
+        let keyed = self.keyed(address);
+        self.inner.discard_parts(&keyed, token).await
     }
 
     async fn forget(&self, address: &Address) -> Result<bool, StoreError> {

@@ -10,6 +10,7 @@ use std::{
     time::Duration,
 };
 
+use bytes::Bytes;
 use hashbrown::{HashTable, hash_table::OccupiedEntry};
 
 use crate::{
@@ -95,7 +96,19 @@ pub struct MemoryStore {
     per_scope: Option<ScopeCounts>,
     /// The census board, for the tasks of this process that count.
     census_board: Mutex<Board>,
+    /// The parts of streamed responses, by address and execution (see [`Store::append_part`]).
+    /// Few at a time (those of the streams in progress and not yet discarded), so one lock.
+    parts: Mutex<HashMap<(Address, FencingToken), Parts>>,
 }
+
+/// The parts one execution appended, which expire together, when the last one appended does.
+struct Parts {
+    list: Vec<Bytes>,
+    expires_at: Timestamp,
+}
+
+/// The most parts one [`Store::read_parts`] returns.
+const MAX_PARTS_READ: usize = 256;
 
 /// The records of each scope that holds any, and the most a scope may hold. Counted under one
 /// lock, taken only when a record is added or removed (not on replays), and only when the bound
@@ -275,6 +288,7 @@ impl MemoryStore {
             sweeping: AtomicBool::new(false),
             per_scope: None,
             census_board: Mutex::default(),
+            parts: Mutex::default(),
         }
     }
 
@@ -382,6 +396,26 @@ impl MemoryStore {
             Ok(entry) if entry.get().is_held_by(token, now) => Ok(change(entry, now)),
             _ => Err(StoreError::LeaseLost),
         }
+    }
+}
+
+impl MemoryStore {
+    /// Removes the parts of the executions `which` picks.
+    fn discard_parts_where(&self, which: impl Fn(&(Address, FencingToken)) -> bool) {
+        lock(&self.parts).retain(|held, parts| {
+            if which(held) {
+                self.bytes.fetch_sub(parts.weight(), Ordering::Relaxed);
+                return false;
+            }
+            true
+        });
+    }
+}
+
+impl Parts {
+    /// What the parts count against [`MemoryStore::max_bytes`].
+    fn weight(&self) -> u64 {
+        self.list.iter().map(|part| part.len() as u64).sum()
     }
 }
 
@@ -574,6 +608,7 @@ impl Store for MemoryStore {
             Ok(entry) => {
                 let removed = entry.remove().0;
                 self.removed(&removed);
+                self.discard_parts_where(|(held, _)| held == address);
                 now < removed.expires_at
             }
             Err(_) => false,
@@ -595,6 +630,19 @@ impl Store for MemoryStore {
                 self.removed(&expired);
                 purged += 1;
             }
+        }
+        if purged < limit {
+            let mut parts = lock(&self.parts);
+            let mut removed = 0;
+            parts.retain(|_, held| {
+                if purged + removed >= limit || now < held.expires_at {
+                    return true;
+                }
+                removed += held.list.len();
+                self.bytes.fetch_sub(held.weight(), Ordering::Relaxed);
+                false
+            });
+            purged += removed;
         }
         Ok(purged)
     }
@@ -658,6 +706,76 @@ impl Store for MemoryStore {
             pace.rest(started.elapsed()).await;
         }
         Ok(census)
+    }
+
+    async fn append_part(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        index: u32,
+        part: &Bytes,
+    ) -> Result<(), StoreError> {
+        self.with_holder(address, token, |entry, _| {
+            let expires_at = entry.get().expires_at;
+            let mut parts = lock(&self.parts);
+            let next = parts
+                .get(&(address.clone(), token))
+                .map_or(0, |held| held.list.len());
+            let next = u32::try_from(next).unwrap_or(u32::MAX);
+            match index.cmp(&next) {
+                std::cmp::Ordering::Less => Ok(()),
+                std::cmp::Ordering::Greater => {
+                    Err(StoreError::PartOutOfOrder { next, given: index })
+                }
+                std::cmp::Ordering::Equal => {
+                    let held = parts.entry((address.clone(), token)).or_insert(Parts {
+                        list: Vec::new(),
+                        expires_at,
+                    });
+                    held.expires_at = expires_at;
+                    // A copy, so that a part sliced from a larger buffer does not keep it.
+                    held.list.push(Bytes::copy_from_slice(part));
+                    self.bytes.fetch_add(part.len() as u64, Ordering::Relaxed);
+                    Ok(())
+                }
+            }
+        })?
+    }
+
+    async fn read_parts(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        from: u32,
+        max_bytes: usize,
+    ) -> Result<Vec<Bytes>, StoreError> {
+        let now = self.clock.now();
+        let parts = lock(&self.parts);
+        let Some(held) = parts
+            .get(&(address.clone(), token))
+            .filter(|held| now < held.expires_at)
+        else {
+            return Ok(Vec::new());
+        };
+        let mut budget = max_bytes;
+        let mut read = Vec::new();
+        for part in held.list.iter().skip(from as usize).take(MAX_PARTS_READ) {
+            if !read.is_empty() && part.len() > budget {
+                break;
+            }
+            budget = budget.saturating_sub(part.len());
+            read.push(part.clone());
+        }
+        Ok(read)
+    }
+
+    async fn discard_parts(
+        &self,
+        address: &Address,
+        token: FencingToken,
+    ) -> Result<(), StoreError> {
+        self.discard_parts_where(|held| *held == (address.clone(), token));
+        Ok(())
     }
 
     async fn claim_census(&self, claim: CensusClaim) -> Result<CensusTurn, StoreError> {

@@ -2,6 +2,8 @@
 
 use std::{future::Future, sync::Arc, time::Duration};
 
+use bytes::Bytes;
+
 use crate::{
     Address, Census, CensusClaim, CensusTurn, FencingToken, Fingerprint, Lease, ListPage,
     ListQuery, Outcome, Pace, Policy, Record, StoreError, Timestamp,
@@ -118,8 +120,10 @@ pub trait Store: Send + Sync + 'static {
     /// record was there. A worker that held it gets [`StoreError::LeaseLost`] on its next call.
     fn forget(&self, address: &Address) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// Removes at most `limit` expired records and returns how many it removed. A processing
-    /// record is never expired before its lease ends. Callers loop while the result equals `limit`.
+    /// Removes at most `limit` expired records and expired [parts](Store::append_part), records
+    /// first, and returns how many it removed (each part counts one; a store that removes parts
+    /// in groups may pass `limit` by one group). A processing record is never expired before its
+    /// lease ends. Callers loop while the result equals `limit`.
     fn purge_expired(&self, limit: usize)
     -> impl Future<Output = Result<usize, StoreError>> + Send;
 
@@ -191,6 +195,67 @@ pub trait Store: Send + Sync + 'static {
         std::future::ready(Ok(true))
     }
 
+    /// Appends part `index` of the response that the execution holding `token` streams, so that
+    /// requests on other processes sharing the store can follow it while it runs (see
+    /// [`read_parts`](Store::read_parts)). Parts are opaque bytes, appended in order from 0:
+    ///
+    /// - `index` equal to the number of parts stored for `token` → stored;
+    /// - `index` below it → nothing changes (a retry of an append whose answer was lost);
+    /// - `index` above it → [`StoreError::PartOutOfOrder`], nothing stored;
+    /// - `token` is not the current token of a processing record → [`StoreError::LeaseLost`].
+    ///
+    /// A part lives as long as its record did when it was appended (it expires with it and
+    /// [`purge_expired`](Store::purge_expired) removes it), or until
+    /// [`discard_parts`](Store::discard_parts) or [`forget`](Store::forget); a takeover leaves
+    /// the older execution's parts to expire, unread, since readers name the token.
+    ///
+    /// The default answers [`StoreError::Unsupported`]: requests on other processes then wait
+    /// for the record instead of following.
+    fn append_part(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        index: u32,
+        part: &Bytes,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (address, token, index, part);
+        std::future::ready(Err(StoreError::Unsupported {
+            operation: "streamed parts",
+        }))
+    }
+
+    /// The parts of the execution `token` at `address`, from index `from` on, in order and with
+    /// no gap: as many as fit in `max_bytes`, and at least one when there is one. Whatever the
+    /// record's state: the parts of an execution that completed or was released can be read
+    /// until they are discarded or expire. Empty when there are none (not yet, or no longer).
+    ///
+    /// The default answers [`StoreError::Unsupported`].
+    fn read_parts(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        from: u32,
+        max_bytes: usize,
+    ) -> impl Future<Output = Result<Vec<Bytes>, StoreError>> + Send {
+        let _ = (address, token, from, max_bytes);
+        std::future::ready(Err(StoreError::Unsupported {
+            operation: "streamed parts",
+        }))
+    }
+
+    /// Removes the parts of the execution `token` at `address`, once the record they were
+    /// written for is settled and nobody needs to follow them. Removing none is not an error.
+    ///
+    /// The default does nothing.
+    fn discard_parts(
+        &self,
+        address: &Address,
+        token: FencingToken,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (address, token);
+        std::future::ready(Ok(()))
+    }
+
     /// Resolves when the record at `address` may have been completed, released or forgotten by
     /// another process sharing the store (Postgres `LISTEN/NOTIFY`, Redis pub/sub), so that
     /// waiters on other instances wake up at once. Interest is registered when this method is
@@ -198,6 +263,10 @@ pub trait Store: Send + Sync + 'static {
     /// A spurious wake-up is harmless: the engine looks again. A store may notify only for records
     /// that an `acquire` has answered [`Acquisition::InFlight`] (so that completions nobody waits
     /// for cost nothing); the engine calls this method before each such `acquire`.
+    ///
+    /// A store that can tell also resolves it when a part is appended to the record's stream
+    /// ([`append_part`](Store::append_part)), so that followers on other processes see each one
+    /// at once.
     ///
     /// Stores that cannot tell never resolve (the default); the engine then polls with backoff.
     fn changed(&self, address: &Address) -> impl Future<Output = ()> + Send + 'static {
@@ -287,6 +356,34 @@ impl<S: Store> Store for Arc<S> {
         rest: Duration,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
         (**self).post_census(claimant, census, rest)
+    }
+
+    fn append_part(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        index: u32,
+        part: &Bytes,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).append_part(address, token, index, part)
+    }
+
+    fn read_parts(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        from: u32,
+        max_bytes: usize,
+    ) -> impl Future<Output = Result<Vec<Bytes>, StoreError>> + Send {
+        (**self).read_parts(address, token, from, max_bytes)
+    }
+
+    fn discard_parts(
+        &self,
+        address: &Address,
+        token: FencingToken,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).discard_parts(address, token)
     }
 
     fn changed(&self, address: &Address) -> impl Future<Output = ()> + Send + 'static {

@@ -21,6 +21,12 @@
 //! address, relabelled with another key id, or left under a fingerprint, token or expiry that a
 //! store writer changed does not open, or opens only to be refused (see [`Sealed`]).
 //!
+//! A part of a streamed response ([`Store::append_part`](crate::Store::append_part)) is sealed
+//! on its own, in the same framing with magic `0xff "idem-part"`, version 1, the key id, the
+//! nonce, the part encrypted and the tag; its associated data is the address, the key id, the
+//! state (streaming), the token of the execution that appended it and its index. So a part
+//! moved to another address, execution or place in the stream does not open.
+//!
 //! Version 1 (written by earlier builds) has neither token nor expiry, and its associated data is
 //! the address and key id alone; such records still open, bound to their address, until they age
 //! out within their TTL.
@@ -39,6 +45,15 @@ use crate::{
 };
 
 const MAGIC: &[u8; 12] = b"\xffidem-sealed";
+/// The magic of a sealed part of a streamed response.
+const PART_MAGIC: &[u8; 10] = b"\xffidem-part";
+/// The most bytes sealing adds to a part: magic, version, key id, nonce and tag.
+pub(crate) const MAX_PART_OVERHEAD: usize =
+    PART_MAGIC.len() + 2 + MAX_KEY_ID_LEN + NONCE_LEN + TAG_LEN;
+/// The version of a sealed part.
+const PART_VERSION: u8 = 1;
+/// The state a sealed part is bound to.
+const STREAMING: u8 = b's';
 /// The version written: 2 binds fingerprint, state, token and expiry; 1 the address alone.
 const VERSION: u8 = 2;
 const VERSION_ADDRESS_ONLY: u8 = 1;
@@ -242,6 +257,84 @@ pub(crate) fn open(
     })
 }
 
+/// Seals part `index` of the stream of the execution `token` at `address`, with the ring's first
+/// key.
+pub(crate) fn seal_part(
+    ring: &KeyRing,
+    address: &Address,
+    token: FencingToken,
+    index: u32,
+    part: &[u8],
+) -> Result<Bytes, SealingError> {
+    let key = ring.sealing_key();
+    let id = key.id.as_bytes();
+    let mut nonce = [0; NONCE_LEN];
+    getrandom::fill(&mut nonce).map_err(SealingError::Random)?;
+    let mut body =
+        Vec::with_capacity(PART_MAGIC.len() + 2 + id.len() + NONCE_LEN + part.len() + TAG_LEN);
+    body.extend_from_slice(PART_MAGIC);
+    body.push(PART_VERSION);
+    body.push(id.len() as u8); // Ids are at most 64 bytes (`KeyRing` checks).
+    body.extend_from_slice(id);
+    body.extend_from_slice(&nonce);
+    let start = body.len();
+    body.extend_from_slice(part);
+    let tag = key
+        .cipher
+        .encrypt_inout_detached(
+            &XNonce::from(nonce),
+            AssociatedData::part(address, id, token, index).as_bytes(),
+            (&mut body[start..]).into(),
+        )
+        .map_err(|_| SealingError::TooLarge)?;
+    body.extend_from_slice(&tag);
+    Ok(Bytes::from(body))
+}
+
+/// Opens part `index` of the stream of the execution `token` at `address`; a part in clear is
+/// [`SealingError::Plaintext`].
+pub(crate) fn open_part(
+    ring: &KeyRing,
+    address: &Address,
+    token: FencingToken,
+    index: u32,
+    sealed: Bytes,
+) -> Result<Bytes, SealingError> {
+    let body = sealed
+        .strip_prefix(PART_MAGIC.as_slice())
+        .ok_or(SealingError::Plaintext)?;
+    let (&version, body) = body.split_first().ok_or(SealingError::Truncated)?;
+    if version != PART_VERSION {
+        return Err(SealingError::UnsupportedVersion(version));
+    }
+    let (&id_len, body) = body.split_first().ok_or(SealingError::Truncated)?;
+    let id_len = usize::from(id_len);
+    if id_len > MAX_KEY_ID_LEN || body.len() < id_len + NONCE_LEN + TAG_LEN {
+        return Err(SealingError::Truncated);
+    }
+    let (id, body) = body.split_at(id_len);
+    let (nonce, _) = body.split_at(NONCE_LEN);
+    let key = ring.find(id).ok_or_else(|| SealingError::UnknownKey {
+        id: String::from_utf8_lossy(id).into_owned(),
+    })?;
+    let nonce = XNonce::try_from(nonce).expect("24 bytes");
+    let aad = AssociatedData::part(address, id, token, index);
+    let start = PART_MAGIC.len() + 2 + id_len + NONCE_LEN;
+    let mut buffer = sealed
+        .try_into_mut()
+        .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
+    let end = buffer.len() - TAG_LEN;
+    let (message, tag) = buffer[start..].split_at_mut(end - start);
+    let tag = chacha20poly1305::Tag::try_from(&*tag).expect("16 bytes");
+    key.cipher
+        .decrypt_inout_detached(&nonce, aad.as_bytes(), message.into(), &tag)
+        .map_err(|_| SealingError::Inauthentic {
+            id: key.id.to_string(),
+        })?;
+    buffer.truncate(end);
+    Ok(buffer.freeze().split_off(start))
+}
+
 /// The length of the longest associated data: scope, key length, key, id length, id, then
 /// fingerprint, state, token and expiry.
 const AAD_MAX_LEN: usize = 32 + 1 + MAX_KEY_LEN + 1 + MAX_KEY_ID_LEN + 32 + 1 + BINDING_LEN;
@@ -271,6 +364,15 @@ impl AssociatedData {
             data.push(&binding.token.get().to_be_bytes());
             data.push(&binding.expires.as_millis().to_be_bytes());
         }
+        data
+    }
+
+    /// The data of part `index` of the stream of the execution `token`.
+    fn part(address: &Address, id: &[u8], token: FencingToken, index: u32) -> Self {
+        let mut data = Self::new(address, id, None);
+        data.push(&[STREAMING]);
+        data.push(&token.get().to_be_bytes());
+        data.push(&index.to_be_bytes());
         data
     }
 

@@ -1,5 +1,6 @@
 //! [`Sealed`]: a store wrapper that keeps stored responses encrypted.
 
+use bytes::Bytes;
 use std::{
     collections::HashMap,
     fmt,
@@ -25,6 +26,9 @@ pub const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(300);
 /// How many executions in progress [`Sealed`] remembers the fingerprint of. Past it, the oldest
 /// are forgotten, and their completion reads the fingerprint back from the store.
 const MAX_HELD: usize = 65_536;
+
+/// The most parts a store returns from one [`Store::read_parts`].
+const PARTS_READ: usize = 256;
 
 /// A [`Store`] whose completed outcomes (a response's status, headers, body and trailers, or
 /// [`Outcome::Unknown`]) are sealed with XChaCha20-Poly1305 before they reach the inner store,
@@ -425,6 +429,56 @@ impl<S: Store> Store for Sealed<S> {
         rest: Duration,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
         self.inner.post_census(claimant, census, rest)
+    }
+
+    async fn append_part(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        index: u32,
+        part: &Bytes,
+    ) -> Result<(), StoreError> {
+        let sealed = envelope::seal_part(&self.ring, address, token, index, part)
+            .map_err(StoreError::corrupted)?;
+        self.inner.append_part(address, token, index, &sealed).await
+    }
+
+    /// Opens each part; one that does not open is [`StoreError::Corrupted`], as is a part in
+    /// clear (parts are kept for the stream in progress only, so none predates sealing).
+    async fn read_parts(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        from: u32,
+        max_bytes: usize,
+    ) -> Result<Vec<Bytes>, StoreError> {
+        // The budget counts the parts opened: the inner store is asked for what it may hold
+        // sealed, and what opens past the budget is left for the next read.
+        let sealed_budget = max_bytes.saturating_add(envelope::MAX_PART_OVERHEAD * PARTS_READ);
+        let sealed = self
+            .inner
+            .read_parts(address, token, from, sealed_budget)
+            .await?;
+        let mut budget = max_bytes;
+        let mut opened = Vec::with_capacity(sealed.len());
+        for (index, part) in (from..).zip(sealed) {
+            let part = envelope::open_part(&self.ring, address, token, index, part)
+                .map_err(StoreError::corrupted)?;
+            if !opened.is_empty() && part.len() > budget {
+                break;
+            }
+            budget = budget.saturating_sub(part.len());
+            opened.push(part);
+        }
+        Ok(opened)
+    }
+
+    async fn discard_parts(
+        &self,
+        address: &Address,
+        token: FencingToken,
+    ) -> Result<(), StoreError> {
+        self.inner.discard_parts(address, token).await
     }
 
     fn changed(&self, address: &Address) -> impl Future<Output = ()> + Send + 'static {

@@ -462,3 +462,100 @@ async fn the_fingerprints_of_executions_in_progress_are_bounded() {
         Acquisition::Completed(response().into())
     );
 }
+
+#[tokio::test]
+async fn parts_are_sealed_each_bound_to_its_execution_and_place() {
+    let inner = Arc::new(MemoryStore::new());
+    let store = Sealed::new(Arc::clone(&inner), ring(KEY_A));
+    let a = address("streamed");
+    let fingerprint = Fingerprint::from_bytes([1; 32]);
+    let Acquisition::Acquired(lease) = store.acquire(&a, &fingerprint, terms()).await.unwrap()
+    else {
+        panic!("a new key is acquired");
+    };
+    let parts = [
+        bytes::Bytes::from_static(SECRET),
+        bytes::Bytes::from_static(b"tail"),
+    ];
+    for (index, part) in (0..).zip(&parts) {
+        store
+            .append_part(&a, lease.token, index, part)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        store
+            .read_parts(&a, lease.token, 0, usize::MAX)
+            .await
+            .unwrap(),
+        parts
+    );
+    let held = inner
+        .read_parts(&a, lease.token, 0, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(held.len(), 2);
+    assert!(
+        !held[0].windows(4).any(|w| w == b"4242"),
+        "sealed in the store"
+    );
+
+    // The same bytes under another execution, place or address do not open.
+    let unopened = |result: Result<bytes::Bytes, _>| {
+        assert!(
+            matches!(
+                result,
+                Err(crate::sealing::SealingError::Inauthentic { .. })
+            ),
+            "{result:?}"
+        );
+    };
+    let other = FencingToken::new(lease.token.get() + 1);
+    unopened(envelope::open_part(
+        &ring(KEY_A),
+        &a,
+        other,
+        0,
+        held[0].clone(),
+    ));
+    unopened(envelope::open_part(
+        &ring(KEY_A),
+        &a,
+        lease.token,
+        1,
+        held[0].clone(),
+    ));
+    let b = address("elsewhere");
+    unopened(envelope::open_part(
+        &ring(KEY_A),
+        &b,
+        lease.token,
+        0,
+        held[0].clone(),
+    ));
+    assert_eq!(
+        envelope::open_part(&ring(KEY_A), &a, lease.token, 0, held[0].clone()).unwrap(),
+        parts[0]
+    );
+
+    // A part in clear in the store is refused.
+    let c = address("planted");
+    let Acquisition::Acquired(planted) = inner.acquire(&c, &fingerprint, terms()).await.unwrap()
+    else {
+        panic!("a new key is acquired");
+    };
+    inner
+        .append_part(
+            &c,
+            planted.token,
+            0,
+            &bytes::Bytes::from_static(b"in clear"),
+        )
+        .await
+        .unwrap();
+    let refused = store.read_parts(&c, planted.token, 0, usize::MAX).await;
+    assert!(
+        matches!(refused, Err(StoreError::Corrupted(_))),
+        "{refused:?}"
+    );
+}

@@ -2,6 +2,7 @@
 
 use std::{future::Future, sync::Arc, time::Duration};
 
+use bytes::Bytes;
 use idem_core::{
     Acquisition, Address, Census, CensusClaim, CensusTurn, DynStore, FencingToken, Fingerprint,
     ListPage, ListQuery, Outcome, Pace, Record, Store, StoreError, Terms, Timestamp,
@@ -54,6 +55,9 @@ struct Latency {
     ping: Histogram,
     list: Histogram,
     census: Histogram,
+    append_part: Histogram,
+    read_parts: Histogram,
+    discard_parts: Histogram,
     /// The request path's calls over the last minute.
     window: LatencyWindow,
 }
@@ -72,6 +76,9 @@ impl Latency {
             ping: op("ping"),
             list: op("list"),
             census: op("census"),
+            append_part: op("append_part"),
+            read_parts: op("read_parts"),
+            discard_parts: op("discard_parts"),
             window: LatencyWindow::new(),
         }
     }
@@ -215,6 +222,37 @@ impl<S: Store> Store for InstrumentedStore<S> {
         rest: Duration,
     ) -> Result<bool, StoreError> {
         self.inner.post_census(claimant, census, rest).await
+    }
+
+    async fn append_part(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        index: u32,
+        part: &Bytes,
+    ) -> Result<(), StoreError> {
+        let append = self.inner.append_part(address, token, index, part);
+        timed(&self.latency.append_part, append).await
+    }
+
+    async fn read_parts(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        from: u32,
+        max_bytes: usize,
+    ) -> Result<Vec<Bytes>, StoreError> {
+        let read = self.inner.read_parts(address, token, from, max_bytes);
+        timed(&self.latency.read_parts, read).await
+    }
+
+    async fn discard_parts(
+        &self,
+        address: &Address,
+        token: FencingToken,
+    ) -> Result<(), StoreError> {
+        let discard = self.inner.discard_parts(address, token);
+        timed(&self.latency.discard_parts, discard).await
     }
 
     // Not timed: it resolves when another process changes the record, whenever that is.

@@ -17,6 +17,7 @@ use std::{
     time::Duration,
 };
 
+use bytes::Bytes;
 use futures_util::future::Either;
 use idem_core::{
     Acquisition, Address, Census, CensusClaim, CensusTurn, DynStore, FencingToken, Fingerprint,
@@ -215,6 +216,36 @@ impl Store for PendingStore {
         rest: Duration,
     ) -> Result<bool, StoreError> {
         self.store()?.post_census(claimant, census, rest).await
+    }
+
+    async fn append_part(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        index: u32,
+        part: &Bytes,
+    ) -> Result<(), StoreError> {
+        self.store()?.append_part(address, token, index, part).await
+    }
+
+    async fn read_parts(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        from: u32,
+        max_bytes: usize,
+    ) -> Result<Vec<Bytes>, StoreError> {
+        self.store()?
+            .read_parts(address, token, from, max_bytes)
+            .await
+    }
+
+    async fn discard_parts(
+        &self,
+        address: &Address,
+        token: FencingToken,
+    ) -> Result<(), StoreError> {
+        self.store()?.discard_parts(address, token).await
     }
 
     fn changed(&self, address: &Address) -> impl Future<Output = ()> + Send + 'static {
