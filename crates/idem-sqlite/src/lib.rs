@@ -34,6 +34,7 @@ mod key_digest;
 mod listing;
 mod migrations;
 mod options;
+mod parts;
 pub mod patterns;
 mod readers;
 mod row;

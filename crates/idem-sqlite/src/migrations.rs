@@ -14,7 +14,7 @@ use sqlx::{
 
 /// Each file of `migrations/`: its version, its description (from its name, as sqlx reads it)
 /// and its SQL.
-const FILES: [(i64, &str, &str); 4] = [
+const FILES: [(i64, &str, &str); 5] = [
     (
         1,
         "idem records",
@@ -31,6 +31,7 @@ const FILES: [(i64, &str, &str); 4] = [
         include_str!("../migrations/0003_state_created.sql"),
     ),
     (4, "census", include_str!("../migrations/0004_census.sql")),
+    (5, "parts", include_str!("../migrations/0005_parts.sql")),
 ];
 
 /// The migrations, tracked in sqlx's `_sqlx_migrations` table.
@@ -76,7 +77,7 @@ mod tests {
         assert_eq!(identities(&MIGRATOR), identities(&embedded));
         assert_eq!(
             MIGRATOR.iter().map(|m| m.version).collect::<Vec<_>>(),
-            [1, 2, 3, 4]
+            [1, 2, 3, 4, 5]
         );
     }
 }

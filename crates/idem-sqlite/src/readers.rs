@@ -2,12 +2,13 @@
 //! the caller's own thread.
 //!
 //! Every read of the store (`get`, the look `acquire` takes before it asks the writer, `ping`)
-//! is one point read by primary key, `(scope, key)`, of a file in WAL mode: a few pages, nearly
-//! always in the operating system's cache, read in microseconds, without waiting for the writer
-//! (a WAL reader sees the last committed transaction and takes no lock a writer holds). An async
-//! driver would hand each read to a worker thread and back, and those two wake-ups cost more
-//! than the read itself. So a read runs where it is called, like any short computation of the
-//! task.
+//! is one point read by primary key, `(scope, key)`, of a file in WAL mode (`read_parts` a short
+//! walk from one: the next parts of one execution, within the caller's budget of bytes): a few
+//! pages, nearly always in the operating system's cache, read in microseconds, without waiting
+//! for the writer (a WAL reader sees the last committed transaction and takes no lock a writer
+//! holds). An async driver would hand each read to a worker thread and back, and those two
+//! wake-ups cost more than the read itself. So a read runs where it is called, like any short
+//! computation of the task.
 //!
 //! What can wait is finding a free connection: there are [`SqliteOptions::pool_size`] of them,
 //! opened with the store, and a caller that finds them all in use waits for one asynchronously

@@ -2,6 +2,7 @@
 
 use std::{fmt, path::Path, sync::Arc, time::Duration};
 
+use bytes::Bytes;
 use idem_core::{
     Acquisition, Address, Census, CensusClaim, CensusTurn, Clock, FencingToken, Fingerprint,
     ListPage, ListQuery, Outcome, Pace, Record, Store, StoreError, Terms, Timestamp,
@@ -13,10 +14,11 @@ use crate::{
     error::{closed, sqlite_error},
     key_digest, listing,
     migrations::MIGRATOR,
+    parts,
     readers::Readers,
     row::{self, sql_int},
     writer::{Job, Writer, WriterOptions},
-    writes::{self, Acquire, HolderWrite, HolderWriteKind, PostCensus, Target},
+    writes::{self, Acquire, AppendPart, HolderWrite, HolderWriteKind, Parts, PostCensus, Target},
 };
 
 /// A durable store in one SQLite file (WAL journal), shared safely by every process that opens it.
@@ -33,6 +35,16 @@ use crate::{
 /// The operators' [`list`](Store::list) and [`census`](Store::census) read on those connections
 /// too, on a blocking thread, through an index on `(state, created_at)`. Time comes from the
 /// injected [`Clock`] only; processes sharing a file must agree on it.
+///
+/// The parts of streamed responses ([`append_part`](Store::append_part)) are rows of a table of
+/// their own, `idem_parts` (migration 5), beside the records of `idem_records`: keyed by the
+/// record's address, the token of the execution that streams it and the part's index, each
+/// expiring when its record did at the time of the append. An append is one statement by the
+/// writer, fenced by the record; [`read_parts`](Store::read_parts) runs in place on a reader,
+/// along that key. [`forget`](Store::forget) deletes the address's parts with its record, and
+/// [`purge_expired`](Store::purge_expired) the expired parts after the expired records. No
+/// process is told of another's appends ([`changed`](Store::changed) never resolves): followers
+/// poll.
 ///
 /// Clones share the writer and the readers.
 ///
@@ -291,6 +303,58 @@ impl Store for SqliteStore {
         };
         self.writer.run(|reply| Job::PostCensus(post, reply)).await
     }
+
+    /// One statement by the writer, in the transaction of its batch: an `INSERT … SELECT` from
+    /// the record, which stores the part only if `token` holds the live processing record and
+    /// `index` is one past the execution's last part (one step down the primary key of
+    /// `idem_parts`, migration 5); when it stores nothing, a read under the same lock tells why.
+    async fn append_part(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        index: u32,
+        part: &Bytes,
+    ) -> Result<(), StoreError> {
+        let append = AppendPart {
+            target: address.into(),
+            token,
+            index,
+            part: part.clone(),
+        };
+        self.writer
+            .run(|reply| Job::AppendPart(append, reply))
+            .await
+    }
+
+    /// One walk along the primary key of `idem_parts`, in place on a reader connection, as `get`
+    /// reads: at most 256 parts, and the one past the budget that ends it.
+    async fn read_parts(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        from: u32,
+        max_bytes: usize,
+    ) -> Result<Vec<Bytes>, StoreError> {
+        let target = Target::from(address);
+        let now = self.clock.now();
+        self.readers
+            .read(|reader| parts::read(reader, &target, token, from, max_bytes, now))
+            .await
+    }
+
+    async fn discard_parts(
+        &self,
+        address: &Address,
+        token: FencingToken,
+    ) -> Result<(), StoreError> {
+        let parts = Parts {
+            target: address.into(),
+            token,
+        };
+        self.writer
+            .run(|reply| Job::DiscardParts(parts, reply))
+            .await
+    }
 }
 
 #[cfg(test)]
@@ -361,7 +425,7 @@ mod tests {
         let store = open(&path).await;
         assert_eq!(
             applied_migrations(&store).await,
-            [(1, true), (2, true), (3, true), (4, true)]
+            [(1, true), (2, true), (3, true), (4, true), (5, true)]
         );
         let lease = acquired(&store, &address("kept")).await;
         store.close().await;
@@ -369,7 +433,7 @@ mod tests {
         let store = open(&path).await;
         assert_eq!(
             applied_migrations(&store).await,
-            [(1, true), (2, true), (3, true), (4, true)]
+            [(1, true), (2, true), (3, true), (4, true), (5, true)]
         );
         let record = store.get(&address("kept")).await.unwrap().unwrap();
         assert_eq!(record.state.token(), lease.token);
@@ -440,6 +504,158 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn statements_on_parts_find_them_by_primary_key_and_the_purge_by_expiry() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir.path().join("plan.db")).await;
+        let record =
+            "SEARCH idem_records USING INDEX sqlite_autoindex_idem_records_1 (scope=? AND key=?)";
+        // One step to the execution's last part, in the key's order: nothing counted or sorted.
+        let last_part = "SEARCH idem_parts USING COVERING INDEX sqlite_autoindex_idem_parts_1 \
+                         (scope=? AND key=? AND token=?)";
+        assert_eq!(
+            query_plan(&store, include_str!("../sql/append_part.sql")).await,
+            [record, "SCALAR SUBQUERY 1", last_part]
+        );
+        assert_eq!(
+            query_plan(&store, include_str!("../sql/append_part_refused.sql")).await,
+            [
+                "SCAN CONSTANT ROW",
+                "SCALAR SUBQUERY 1",
+                record,
+                "SCALAR SUBQUERY 2",
+                last_part
+            ]
+        );
+        let by_key = "SEARCH idem_parts USING INDEX sqlite_autoindex_idem_parts_1";
+        for (sql, columns) in [
+            (
+                include_str!("../sql/read_parts.sql"),
+                "(scope=? AND key=? AND token=? AND idx>?)",
+            ),
+            (
+                include_str!("../sql/discard_parts.sql"),
+                "(scope=? AND key=? AND token=?)",
+            ),
+            (
+                include_str!("../sql/forget_parts.sql"),
+                "(scope=? AND key=?)",
+            ),
+        ] {
+            assert_eq!(
+                query_plan(&store, sql).await,
+                [format!("{by_key} {columns}")]
+            );
+        }
+        assert_eq!(
+            query_plan(&store, include_str!("../sql/purge_expired_parts.sql")).await,
+            [
+                "SEARCH idem_parts USING INTEGER PRIMARY KEY (rowid=?)",
+                "LIST SUBQUERY 1",
+                "SEARCH idem_parts USING COVERING INDEX idem_parts_expires_at (expires_at<?)",
+                "CREATE BLOOM FILTER",
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn parts_survive_a_restart_and_their_stream_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("parts.db");
+        let part = |s: &'static str| Bytes::from_static(s.as_bytes());
+        let a = address("streamed");
+        let store = open(&path).await;
+        let lease = acquired(&store, &a).await;
+        for (index, text) in [(0, "head"), (1, "body")] {
+            store
+                .append_part(&a, lease.token, index, &part(text))
+                .await
+                .unwrap();
+        }
+        store.close().await;
+
+        let store = open(&path).await;
+        let read = || store.read_parts(&a, lease.token, 0, usize::MAX);
+        assert_eq!(read().await.unwrap(), [part("head"), part("body")]);
+        // The next index comes from the file: a retried append changes nothing, a skip is
+        // refused, the next part is stored.
+        store
+            .append_part(&a, lease.token, 1, &part("again"))
+            .await
+            .unwrap();
+        let skipped = store.append_part(&a, lease.token, 3, &part("late")).await;
+        assert!(
+            matches!(
+                skipped,
+                Err(StoreError::PartOutOfOrder { next: 2, given: 3 })
+            ),
+            "{skipped:?}"
+        );
+        store
+            .append_part(&a, lease.token, 2, &part("tail"))
+            .await
+            .unwrap();
+        assert_eq!(
+            read().await.unwrap(),
+            [part("head"), part("body"), part("tail")]
+        );
+    }
+
+    #[tokio::test]
+    async fn forget_and_purge_are_undone_whole_when_the_parts_cannot_be_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("undone.db");
+        let clock = ManualClock::default();
+        let store = SqliteStore::open_with(SqliteOptions::new(&path).clock(clock.clone()))
+            .await
+            .unwrap();
+        let part = Bytes::from_static(b"part");
+        let (kept, expiring) = (address("kept"), address("expiring"));
+        let lease = acquired(&store, &kept).await;
+        store
+            .append_part(&kept, lease.token, 0, &part)
+            .await
+            .unwrap();
+        let short = Terms {
+            lease: Duration::from_secs(1),
+            ttl: Duration::from_secs(1),
+        };
+        let Acquisition::Acquired(short_lease) =
+            store.acquire(&expiring, &FP, short).await.unwrap()
+        else {
+            panic!("a new key is acquired");
+        };
+        store
+            .append_part(&expiring, short_lease.token, 0, &part)
+            .await
+            .unwrap();
+        clock.advance(Duration::from_secs(1));
+        // The second `DELETE` of each, the parts', fails.
+        sqlx::raw_sql(
+            "CREATE TRIGGER refuse BEFORE DELETE ON idem_parts \
+             BEGIN SELECT RAISE(ABORT, 'refused'); END",
+        )
+        .execute(&mut by_hand(&path).await)
+        .await
+        .unwrap();
+
+        let forgot = store.forget(&kept).await;
+        assert!(
+            matches!(forgot, Err(StoreError::Unavailable(_))),
+            "{forgot:?}"
+        );
+        let purged = store.purge_expired(10).await;
+        assert!(
+            matches!(purged, Err(StoreError::Unavailable(_))),
+            "{purged:?}"
+        );
+        assert!(store.get(&kept).await.unwrap().is_some());
+        let read = store.read_parts(&kept, lease.token, 0, usize::MAX).await;
+        assert_eq!(read.unwrap(), [part]);
+        let rows = "SELECT (SELECT count(*) FROM idem_records) + (SELECT count(*) FROM idem_parts)";
+        assert_eq!(scalar::<i64>(&store, rows).await, 4);
+    }
+
+    #[tokio::test]
     async fn records_of_the_first_schema_are_converted_to_key_digests_on_open() {
         use sqlx::{
             AssertSqlSafe, Connection, SqlSafeStr, SqliteConnection,
@@ -482,7 +698,7 @@ mod tests {
         let store = open(&path).await;
         assert_eq!(
             applied_migrations(&store).await,
-            [(1, true), (2, true), (3, true), (4, true)]
+            [(1, true), (2, true), (3, true), (4, true), (5, true)]
         );
         for i in [0, 499, 500, 599] {
             let replay = store
@@ -507,6 +723,7 @@ mod tests {
                 "_sqlx_migrations",
                 "idem_census",
                 "idem_fencing",
+                "idem_parts",
                 "idem_records"
             ]
         );
@@ -570,7 +787,7 @@ mod tests {
             let store = store.await.unwrap();
             assert_eq!(
                 applied_migrations(&store).await,
-                [(1, true), (2, true), (3, true), (4, true)]
+                [(1, true), (2, true), (3, true), (4, true), (5, true)]
             );
         }
     }

@@ -13,15 +13,17 @@
 //! COMMIT
 //! ```
 //!
-//! A failing write is undone without its neighbours, and without a savepoint: every write but
-//! the acquire changes the store with one statement (complete, release, renew, forget, the
-//! purge's one `DELETE`, the census board's one `UPDATE`), which SQLite undoes by itself when it
-//! fails. An acquire runs two, the fencing counter's increment and then the record's row; a
-//! failure of the second leaves a token skipped, which fencing allows (tokens grow; they need not
-//! be consecutive). A savepoint around each write would cost it two statements more and a copy
-//! of each page it changes (kept for the rollback) and buy nothing. When a failure makes SQLite
-//! roll the whole transaction back (a full disk, an I/O error), the writes before it are gone
-//! too, and they all fail with it.
+//! A failing write is undone without its neighbours, mostly without a savepoint: the writes on
+//! the hot path change the store with one statement (complete, release, renew, a streamed
+//! response's part, discarding an execution's parts, the census board's one `UPDATE`), which
+//! SQLite undoes by itself when it fails. An acquire runs two, the fencing counter's increment
+//! and then the record's row; a failure of the second leaves a token skipped, which fencing
+//! allows (tokens grow; they need not be consecutive). A savepoint around each write would cost
+//! it two statements more and a copy of each page it changes (kept for the rollback) and buy
+//! nothing. Only `forget` and the purge, rare, which delete from both `idem_records` and
+//! `idem_parts`, run in a savepoint: a failure of their second `DELETE` undoes the first. When a
+//! failure makes SQLite roll the whole transaction back (a full disk, an I/O error), the writes
+//! before it are gone too, and they all fail with it.
 //!
 //! Writes run in the order they were queued, so two writes of one key are never reordered; and
 //! every caller gets its result only once `COMMIT` returned: nothing is acknowledged before it is
@@ -43,7 +45,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::{
     Error,
     error::{closed, is_corruption},
-    writes::{self, Acquire, HolderWrite},
+    writes::{self, Acquire, AppendPart, HolderWrite, Parts},
 };
 
 /// A write for the writer, with where its result goes.
@@ -52,6 +54,8 @@ pub(crate) enum Job {
     Holder(HolderWrite, Reply<Timestamp>),
     Forget(writes::Target, Reply<bool>),
     Purge(usize, Reply<usize>),
+    AppendPart(AppendPart, Reply<()>),
+    DiscardParts(Parts, Reply<()>),
     ClaimCensus(CensusClaim, Reply<CensusTurn>),
     PostCensus(writes::PostCensus, Reply<bool>),
     /// Runs what is queued, closes the connection, then answers.
@@ -308,6 +312,12 @@ impl Thread {
             Job::Purge(limit, reply) => {
                 Answer::of(reply, writes::purge_expired(connection, clock, limit))
             }
+            Job::AppendPart(append, reply) => {
+                Answer::of(reply, writes::append_part(connection, clock, &append))
+            }
+            Job::DiscardParts(parts, reply) => {
+                Answer::of(reply, writes::discard_parts(connection, &parts))
+            }
             Job::ClaimCensus(claim, reply) => {
                 Answer::of(reply, writes::claim_census(connection, clock, claim))
             }
@@ -369,6 +379,8 @@ impl Answer {
             Job::Holder(_, reply) => failure(reply),
             Job::Forget(_, reply) => failure(reply),
             Job::Purge(_, reply) => failure(reply),
+            Job::AppendPart(_, reply) => failure(reply),
+            Job::DiscardParts(_, reply) => failure(reply),
             Job::ClaimCensus(_, reply) => failure(reply),
             Job::PostCensus(_, reply) => failure(reply),
             Job::Close(_) => unreachable!("a close is taken out of its batch"),

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use idem_core::{
     Acquisition, Address, Census, CensusClaim, CensusTurn, Clock, FencingToken, Fingerprint, Lease,
     Posted, StoreError, Terms, Timestamp,
@@ -58,6 +59,20 @@ pub(crate) enum HolderWriteKind {
     Renew {
         lease: Duration,
     },
+}
+
+/// Part `index` of the response that the execution holding `token` streams.
+pub(crate) struct AppendPart {
+    pub(crate) target: Target,
+    pub(crate) token: FencingToken,
+    pub(crate) index: u32,
+    pub(crate) part: Bytes,
+}
+
+/// The parts of one execution: its record's address and its token.
+pub(crate) struct Parts {
+    pub(crate) target: Target,
+    pub(crate) token: FencingToken,
 }
 
 /// Decides and writes an acquisition under the write lock: the reader's view may be stale.
@@ -178,24 +193,111 @@ pub(crate) fn as_holder(
     }
 }
 
-/// Deletes the record; whether it was live.
+/// Deletes the record and every execution's parts; whether the record was live.
 pub(crate) fn forget(
     connection: &Connection,
     clock: &dyn Clock,
     target: &Target,
 ) -> Result<bool, StoreError> {
     let now = clock.now();
-    let expires_at: Option<u64> = connection
-        .prepare_cached(include_str!("../sql/forget.sql"))
-        .and_then(|mut forget| {
-            forget
-                .query_row((target.scope.as_slice(), target.key.as_slice()), |row| {
-                    unsigned(0, row.get(0)?)
-                })
-                .optional()
+    let (scope, key) = (target.scope.as_slice(), target.key.as_slice());
+    undone_alone(connection, || {
+        let expires_at: Option<u64> = connection
+            .prepare_cached(include_str!("../sql/forget.sql"))
+            .and_then(|mut forget| {
+                forget
+                    .query_row((scope, key), |row| unsigned(0, row.get(0)?))
+                    .optional()
+            })
+            .map_err(sqlite_error)?;
+        connection
+            .prepare_cached(include_str!("../sql/forget_parts.sql"))
+            .and_then(|mut forget| forget.execute((scope, key)))
+            .map_err(sqlite_error)?;
+        Ok(expires_at.is_some_and(|at| now < Timestamp::from_millis(at)))
+    })
+}
+
+/// Appends a part if `token` holds the live processing record and the part is the next one, in
+/// one statement; otherwise reads why not, under the same lock: a lost lease, a part stored
+/// before (a retry, which changes nothing), or a part past the next one.
+pub(crate) fn append_part(
+    connection: &Connection,
+    clock: &dyn Clock,
+    append: &AppendPart,
+) -> Result<(), StoreError> {
+    let now = sql_int(clock.now().as_millis());
+    let (scope, key) = (append.target.scope.as_slice(), append.target.key.as_slice());
+    let (token, processing) = (sql_int(append.token.get()), StateCode::Processing.code());
+    let index = i64::from(append.index);
+    let appended = connection
+        .prepare_cached(include_str!("../sql/append_part.sql"))
+        .and_then(|mut write| {
+            write.execute((scope, key, token, processing, now, index, &append.part[..]))
         })
         .map_err(sqlite_error)?;
-    Ok(expires_at.is_some_and(|at| now < Timestamp::from_millis(at)))
+    if appended > 0 {
+        return Ok(());
+    }
+    let (holding, next) = connection
+        .prepare_cached(include_str!("../sql/append_part_refused.sql"))
+        .and_then(|mut why| {
+            why.query_row((scope, key, token, processing, now), |row| {
+                Ok((row.get::<_, bool>(0)?, unsigned(1, row.get(1)?)?))
+            })
+        })
+        .map_err(sqlite_error)?;
+    if !holding {
+        return Err(StoreError::LeaseLost);
+    }
+    if u64::from(append.index) < next {
+        return Ok(());
+    }
+    Err(StoreError::PartOutOfOrder {
+        // At most `index` here, so a `u32`.
+        next: u32::try_from(next).unwrap_or(u32::MAX),
+        given: append.index,
+    })
+}
+
+/// Deletes one execution's parts.
+pub(crate) fn discard_parts(connection: &Connection, parts: &Parts) -> Result<(), StoreError> {
+    let (scope, key) = (parts.target.scope.as_slice(), parts.target.key.as_slice());
+    connection
+        .prepare_cached(include_str!("../sql/discard_parts.sql"))
+        .and_then(|mut discard| discard.execute((scope, key, sql_int(parts.token.get()))))
+        .map(drop)
+        .map_err(sqlite_error)
+}
+
+/// Runs `write`, a write of more than one statement, in a savepoint of the writer's transaction,
+/// so that a failure undoes it alone, as SQLite undoes a failed statement by itself.
+fn undone_alone<T>(
+    connection: &Connection,
+    write: impl FnOnce() -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    let execute = |sql: &str| {
+        connection
+            .prepare_cached(sql)
+            .and_then(|mut statement| statement.execute(()))
+            .map(drop)
+    };
+    execute("SAVEPOINT idem_write").map_err(sqlite_error)?;
+    match write() {
+        Ok(written) => execute("RELEASE idem_write")
+            .map(|()| written)
+            .map_err(sqlite_error),
+        Err(error) => {
+            // A failure that rolled the whole transaction back took the savepoint with it: the
+            // writer sees that. Otherwise nothing more to do if these fail: the writer's `COMMIT`
+            // reports the connection's state.
+            if !connection.is_autocommit() {
+                let _ = execute("ROLLBACK TO idem_write");
+                let _ = execute("RELEASE idem_write");
+            }
+            Err(error)
+        }
+    }
 }
 
 /// A census to post on the board.
@@ -293,22 +395,28 @@ fn at_of(row: &rusqlite::Row<'_>, index: usize) -> rusqlite::Result<Option<Times
         .transpose()
 }
 
-/// Deletes up to `limit` expired records; how many.
+/// Deletes up to `limit` expired records, then expired parts with the rest of `limit`; how many
+/// rows in all.
 pub(crate) fn purge_expired(
     connection: &Connection,
     clock: &dyn Clock,
     limit: usize,
 ) -> Result<usize, StoreError> {
-    let now = clock.now();
-    connection
-        .prepare_cached(include_str!("../sql/purge_expired.sql"))
-        .and_then(|mut purge| {
-            purge.execute((
-                sql_int(now.as_millis()),
-                i64::try_from(limit).unwrap_or(i64::MAX),
-            ))
-        })
-        .map_err(sqlite_error)
+    let now = sql_int(clock.now().as_millis());
+    let purge = |sql: &str, limit: usize| {
+        connection
+            .prepare_cached(sql)
+            .and_then(|mut purge| purge.execute((now, i64::try_from(limit).unwrap_or(i64::MAX))))
+            .map_err(sqlite_error)
+    };
+    undone_alone(connection, || {
+        let records = purge(include_str!("../sql/purge_expired.sql"), limit)?;
+        let parts = match limit.saturating_sub(records) {
+            0 => 0,
+            rest => purge(include_str!("../sql/purge_expired_parts.sql"), rest)?,
+        };
+        Ok(records + parts)
+    })
 }
 
 /// What a reader decides for `acquire` without the writer: a completed key's replay, a

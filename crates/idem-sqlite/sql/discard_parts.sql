@@ -1,0 +1,3 @@
+-- ?3 token.
+DELETE FROM idem_parts
+WHERE scope = ?1 AND key = ?2 AND token = ?3

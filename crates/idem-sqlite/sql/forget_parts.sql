@@ -1,0 +1,3 @@
+-- Every execution's parts.
+DELETE FROM idem_parts
+WHERE scope = ?1 AND key = ?2
