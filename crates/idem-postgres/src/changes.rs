@@ -1,7 +1,8 @@
 //! Cross-instance wake-ups: `LISTEN`/`NOTIFY` on the store's channel.
 //!
 //! The first `acquire` that finds a record in flight marks it `watched`. Completing, releasing or
-//! forgetting a watched record notifies the store's channel, in the same statement, with a hex
+//! forgetting a watched record, or appending a part to its stream (`sql/append_part.sql`: only an
+//! append that stores a part), notifies the store's channel, in the same statement, with a hex
 //! SHA-256 of the record's scope and key digest as the payload (never the key itself); PostgreSQL
 //! delivers it when that transaction commits, and drops it when it rolls back. Records nobody
 //! waited for send nothing: `NOTIFY` serializes the commits of every notifying transaction in the

@@ -89,10 +89,21 @@ mod tests {
 
     /// The scans of the records table in a plan's `lines`.
     fn scans(lines: &[String]) -> Vec<&str> {
+        scans_of(lines, "idem_records")
+    }
+
+    /// The scans of `table` in a plan's `lines`.
+    fn scans_of<'l>(lines: &'l [String], table: &str) -> Vec<&'l str> {
+        let on = format!(" on {table}");
         lines
             .iter()
             .map(|line| line.trim_start_matches([' ', '-', '>']))
-            .filter(|line| line.contains("Scan") && line.contains(" on idem_records"))
+            .filter(|line| {
+                line.contains("Scan")
+                    && line
+                        .split_once(&on)
+                        .is_some_and(|(_, rest)| rest.is_empty() || rest.starts_with(' '))
+            })
             .collect()
     }
 
@@ -128,41 +139,77 @@ mod tests {
             types.extend(kinds);
             types
         };
-        // Each statement, its parameters' types, and how many times it looks a record up.
+        // Each statement, its parameters' types, and how many times it looks a record up and
+        // how many times it reads a range of an execution's parts.
         let statements = [
             (
                 Statement::Acquire,
                 arrays(&["bytea[]", "bytea[]", "bytea[]", "bigint[]", "bigint[]"]),
                 3,
+                0,
             ),
             (
                 Statement::Complete,
                 arrays(&["bytea[]", "bytea[]", "bigint[]", "bytea[]", "bigint[]"]),
                 1,
+                0,
             ),
             (
                 Statement::Renew,
                 arrays(&["bytea[]", "bytea[]", "bigint[]", "bigint[]"]),
                 1,
+                0,
             ),
             (
                 Statement::Release,
                 arrays(&["bytea[]", "bytea[]", "bigint[]"]),
                 1,
+                0,
             ),
-            (Statement::Get, arrays(&["bytea", "bytea"]), 1),
-            (Statement::Forget, arrays(&["bytea", "bytea"]), 1),
+            (Statement::Get, arrays(&["bytea", "bytea"]), 1, 0),
+            (Statement::Forget, arrays(&["bytea", "bytea"]), 1, 1),
+            (Statement::ForgetParts, arrays(&["bytea", "bytea"]), 0, 1),
+            (
+                Statement::AppendPart,
+                arrays(&["bytea", "bytea", "bigint", "bigint", "bytea"]),
+                1,
+                1,
+            ),
+            (
+                Statement::ReadParts,
+                arrays(&["bytea", "bytea", "bigint", "bigint", "bigint"]),
+                0,
+                1,
+            ),
+            (
+                Statement::DiscardParts,
+                arrays(&["bytea", "bytea", "bigint"]),
+                0,
+                1,
+            ),
         ];
-        for (statement, types, lookups) in statements {
+        for (statement, types, lookups, ranges) in statements {
             let lines = plan(&mut connection, sql.text(statement), &types).await;
             let scans = scans(&lines);
             let by_key = scans
                 .iter()
                 .filter(|scan| scan.starts_with("Index Scan using idem_records_pkey on "))
                 .count();
+            let parts = scans_of(&lines, "idem_records_parts");
+            let parts_by_key = parts
+                .iter()
+                .filter(|scan| {
+                    scan.starts_with("Index Scan using idem_records_parts_pkey on ")
+                        || scan.starts_with("Index Scan Backward using idem_records_parts_pkey on ")
+                        || scan.starts_with("Index Only Scan using idem_records_parts_pkey on ")
+                        || scan.starts_with(
+                            "Index Only Scan Backward using idem_records_parts_pkey on ",
+                        )
+                })
+                .count();
             assert_eq!(
-                (scans.len(), by_key),
-                (lookups, lookups),
+                (scans.len(), by_key, parts.len(), parts_by_key),
+                (lookups, lookups, ranges, ranges),
                 "{statement:?}:\n{}",
                 lines.join("\n")
             );

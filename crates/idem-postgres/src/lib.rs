@@ -1,11 +1,13 @@
 //! The PostgreSQL store of idem: idempotency records shared by every instance of a service, and
 //! keys completed in the caller's own transaction.
 //!
-//! [`PostgresStore`] implements the [`Store`](idem_core::Store) contract on one table. Each
+//! [`PostgresStore`] implements the [`Store`](idem_core::Store) contract on one table (and
+//! `<table>_parts` for streamed responses). Each
 //! operation is a single SQL statement, on the database server's clock; concurrent writes share
 //! one statement and one commit ([group commit](PostgresOptions::batch_size)); fencing tokens
-//! come from a sequence; waiters on other instances are woken through `LISTEN`/`NOTIFY`; expired records
-//! are purged in bounded batches by [`PostgresStore::spawn_purger`]. The schema is created by
+//! come from a sequence; waiters on other instances are woken through `LISTEN`/`NOTIFY` when a
+//! record they found in flight is settled or a part of its streamed response is appended; expired
+//! records and parts are purged in bounded batches by [`PostgresStore::spawn_purger`]. The schema is created by
 //! [`PostgresStore::migrate`] (what `idem migrate` runs) and checked when a store is opened.
 //!
 //! Its transactional API, [`PostgresStore::acquire_in`] and [`PostgresStore::complete_in`], runs

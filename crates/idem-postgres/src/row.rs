@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use idem_core::{
     Acquisition, Census, FencingToken, Fingerprint, Lease, Listed, Outcome, Posted, Record,
     RecordState, Scope, StateFilter, StoreError, Timestamp, census::Board,
@@ -174,6 +175,22 @@ impl Columns<'_> {
                 .map(|(claimant, until)| (claimant.cast_unsigned(), until)),
         };
         Ok((board, timestamp(self.get("now")?)))
+    }
+
+    /// The columns of `sql/append_part.sql`: whether the token holds a live processing record,
+    /// the execution's next index, and whether the part was stored.
+    pub(crate) fn appended(&self) -> Result<(bool, u64, bool), StoreError> {
+        let next: i64 = self.get("next")?;
+        Ok((
+            self.get("live")?,
+            u64::try_from(next).unwrap_or(0),
+            self.get("appended")?,
+        ))
+    }
+
+    /// The `part` column of `sql/read_parts.sql`.
+    pub(crate) fn part(&self) -> Result<Bytes, StoreError> {
+        self.get::<Vec<u8>>("part").map(Bytes::from)
     }
 
     /// A count, NULL as 0.

@@ -31,6 +31,7 @@ const MIGRATIONS: &[MigrationFile] = &[
         include_str!("../migrations/0003_state_created.sql"),
     ),
     MigrationFile::new(4, "census", include_str!("../migrations/0004_census.sql")),
+    MigrationFile::new(5, "parts", include_str!("../migrations/0005_parts.sql")),
 ];
 
 /// A statement the store runs, to read its SQL with [`PostgresStore::sql`](crate::PostgresStore::sql).
@@ -49,10 +50,22 @@ pub enum Statement {
     Renew,
     /// [`Store::get`](idem_core::Store::get).
     Get,
-    /// [`Store::forget`](idem_core::Store::forget).
+    /// [`Store::forget`](idem_core::Store::forget): the record and every streamed part of its
+    /// address.
     Forget,
-    /// [`Store::purge_expired`](idem_core::Store::purge_expired).
+    /// After a [`Forget`](Statement::Forget) that deleted a record: the address's streamed parts
+    /// again, those of an append that held the record while the forget started.
+    ForgetParts,
+    /// [`Store::purge_expired`](idem_core::Store::purge_expired): expired records, then expired
+    /// streamed parts, `$2` rows in all; one row, how many it deleted.
     PurgeExpired,
+    /// [`Store::append_part`](idem_core::Store::append_part): `$4` token, `$5` index, `$6` part.
+    AppendPart,
+    /// [`Store::read_parts`](idem_core::Store::read_parts): `$4` token, `$5` first index, `$6`
+    /// most bytes.
+    ReadParts,
+    /// [`Store::discard_parts`](idem_core::Store::discard_parts): `$4` token.
+    DiscardParts,
     /// [`Store::list`](idem_core::Store::list): `$2` is an array of states; of each, `$8` records
     /// and the others of the last one's millisecond.
     List,
@@ -75,7 +88,11 @@ pub(crate) struct Sql {
     pub(crate) renew: Arc<str>,
     pub(crate) get: Arc<str>,
     pub(crate) forget: Arc<str>,
+    pub(crate) forget_parts: Arc<str>,
     pub(crate) purge_expired: Arc<str>,
+    pub(crate) append_part: Arc<str>,
+    pub(crate) read_parts: Arc<str>,
+    pub(crate) discard_parts: Arc<str>,
     pub(crate) list: Arc<str>,
     pub(crate) census: Arc<str>,
     pub(crate) census_board: Arc<str>,
@@ -102,7 +119,11 @@ impl Sql {
             renew: render(include_str!("../sql/renew.sql")),
             get: render(include_str!("../sql/get.sql")),
             forget: render(include_str!("../sql/forget.sql")),
+            forget_parts: render(include_str!("../sql/forget_parts.sql")),
             purge_expired: render(include_str!("../sql/purge_expired.sql")),
+            append_part: render(include_str!("../sql/append_part.sql")),
+            read_parts: render(include_str!("../sql/read_parts.sql")),
+            discard_parts: render(include_str!("../sql/discard_parts.sql")),
             list: render(include_str!("../sql/list.sql")),
             census: render(include_str!("../sql/census.sql")),
             census_board: render(include_str!("../sql/census_board.sql")),
@@ -124,7 +145,11 @@ impl Sql {
             Statement::Renew => &self.renew,
             Statement::Get => &self.get,
             Statement::Forget => &self.forget,
+            Statement::ForgetParts => &self.forget_parts,
             Statement::PurgeExpired => &self.purge_expired,
+            Statement::AppendPart => &self.append_part,
+            Statement::ReadParts => &self.read_parts,
+            Statement::DiscardParts => &self.discard_parts,
             Statement::List => &self.list,
             Statement::Census => &self.census,
             Statement::CensusBoard => &self.census_board,
@@ -177,14 +202,26 @@ mod tests {
             Statement::Renew,
             Statement::Get,
             Statement::Forget,
+            Statement::ForgetParts,
             Statement::PurgeExpired,
             Statement::List,
             Statement::Census,
+            Statement::AppendPart,
+            Statement::ReadParts,
+            Statement::DiscardParts,
         ];
         for statement in all {
             let text = sql.text(statement);
             assert!(!text.contains('{'), "{statement:?}: {text}");
-            assert!(text.contains(r#""billing"."keys""#), "{statement:?}");
+            // Those two read and write the parts alone.
+            let parts_alone = [
+                Statement::ForgetParts,
+                Statement::ReadParts,
+                Statement::DiscardParts,
+            ];
+            if !parts_alone.contains(&statement) {
+                assert!(text.contains(r#""billing"."keys""#), "{statement:?}");
+            }
         }
         assert!(
             sql.acquire
@@ -194,9 +231,35 @@ mod tests {
             sql.complete
                 .contains(&format!("pg_notify('{}'", sql.channel))
         );
+        assert!(
+            sql.append_part
+                .contains(&format!("pg_notify('{}'", sql.channel))
+        );
+        for statement in [
+            Statement::Forget,
+            Statement::ForgetParts,
+            Statement::PurgeExpired,
+            Statement::AppendPart,
+            Statement::ReadParts,
+            Statement::DiscardParts,
+        ] {
+            assert!(
+                sql.text(statement).contains(r#""billing"."keys_parts""#),
+                "{statement:?}"
+            );
+        }
         let migrator = sql.migrator();
-        let migration = migrator.iter().next().unwrap();
-        assert!(!migration.sql.as_str().contains('{'));
+        for migration in migrator.iter() {
+            assert!(
+                !migration.sql.as_str().contains('{'),
+                "{}",
+                migration.version
+            );
+        }
+        assert_eq!(
+            migrator.iter().map(|m| m.version).collect::<Vec<_>>(),
+            [1, 2, 3, 4, 5]
+        );
         assert_eq!(migrator.table_name, r#""billing"."keys_migrations""#);
     }
 

@@ -2,6 +2,7 @@
 
 use std::{fmt, future::Future, sync::Arc, time::Duration};
 
+use bytes::Bytes;
 use idem_core::{
     Acquisition, Address, Census, CensusClaim, CensusTurn, FencingToken, Fingerprint, ListPage,
     ListQuery, Newest, Outcome, Pace, Record, StateFilter, Store, StoreError, Terms, Timestamp,
@@ -24,7 +25,7 @@ use crate::{
     connections::{Checkout, Connections, Session},
     error::store_error,
     key_digest::key_digest,
-    row::{Columns, sql_millis, sql_time, state_column},
+    row::{Columns, sql_millis, sql_time, sql_token, state_column},
     schema,
     shared::Shared,
     sql::Sql,
@@ -49,6 +50,16 @@ const CENSUS_STEP: i64 = 5_000;
 /// the other instances through `LISTEN`/`NOTIFY` ([`Store::changed`]). For operators,
 /// [`list`](Store::list) and [`census`](Store::census) read an index on `(state, created_at)`
 /// rather than every record.
+///
+/// The parts of streamed responses ([`append_part`](Store::append_part),
+/// [`read_parts`](Store::read_parts)) live in `<table>_parts` next to the records (migration 5),
+/// one row per part: the record's scope and key digest, the execution's token, the part's index
+/// and bytes, and its expiry (the record's when it was appended, on the server's clock). An
+/// append is one statement outside the batches: it locks the record `FOR SHARE`, so that it is
+/// fenced as a completion is, stores the part if its index is the next one, and notifies like a
+/// completion when somebody found the record in flight. Parts outlive their record's completion
+/// or release until [`discard_parts`](Store::discard_parts), [`forget`](Store::forget) or
+/// [`purge_expired`](Store::purge_expired) removes them.
 ///
 /// Beyond the [`Store`] trait, [`acquire_in`](Self::acquire_in) and
 /// [`complete_in`](Self::complete_in) run in the caller's own transaction, so that business rows
@@ -168,7 +179,8 @@ impl PostgresStore {
         })
     }
 
-    /// Creates the schema (if missing), the table and its sequence, or brings them up to date,
+    /// Creates the schema (if missing), the table, its sequence, the census board and the parts
+    /// table (`<table>_census`, `<table>_parts`), or brings them up to date,
     /// then checks the table as [`open`](Self::open) does; says what it did. What `idem migrate`
     /// runs. Applied migrations are recorded in `<table>_migrations`; running it again, or from
     /// several processes at once, is safe.
@@ -187,7 +199,7 @@ impl PostgresStore {
     /// The `LISTEN`/`NOTIFY` channel: `idem_` and 24 hex digits of a hash of the schema and
     /// table names. Payloads are the hex SHA-256 of a record's scope bytes followed by its key's
     /// SHA-256, sent when a record that a request found in flight is completed, released or
-    /// forgotten.
+    /// forgotten, or a part is appended to its stream.
     pub fn channel(&self) -> &str {
         &self.inner.shared.sql.channel
     }
@@ -210,8 +222,8 @@ impl PostgresStore {
         self.inner.pool.close().await;
     }
 
-    /// Starts a task that, every `every`, removes expired records `batch` at a time until none is
-    /// left. Several instances may run one: a batch skips the rows another one holds.
+    /// Starts a task that, every `every`, removes expired records and streamed parts `batch` at
+    /// a time until none is left. Several instances may run one: a batch skips the rows another one holds.
     ///
     /// # Panics
     ///
@@ -410,6 +422,11 @@ impl Store for PostgresStore {
             .transpose()
     }
 
+    /// One statement deletes the record and the address's streamed parts; when it deleted a
+    /// record, a second one deletes the parts again. An append locks the record `FOR SHARE`
+    /// (see [`append_part`](Store::append_part)), so the first statement may have waited for one
+    /// that stored a part after its snapshot: the second statement's snapshot, taken after it,
+    /// holds that part. (An append that comes later finds no record.)
     async fn forget(&self, address: &Address) -> Result<bool, StoreError> {
         let mut connection = self.connection().await?;
         let live: Result<Option<bool>, StoreError> = self
@@ -418,19 +435,114 @@ impl Store for PostgresStore {
             .fetch_optional(&mut *connection)
             .await
             .map_err(|e| self.error(e));
-        Ok(connection.keep(live)?.unwrap_or(false))
+        let Some(live) = connection.keep(live)? else {
+            return Ok(false);
+        };
+        let mut connection = self.connection().await?;
+        let parts = self
+            .at(Statement::ForgetParts, address)
+            .execute(&mut *connection)
+            .await
+            .map(drop)
+            .map_err(|e| self.error(e));
+        connection.keep(parts)?;
+        Ok(live)
     }
 
+    /// One statement on the operators' pool: expired records first, then expired streamed parts
+    /// with the rest of `limit`, oldest first, skipping rows another transaction holds.
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
-        let done = sqlx::query(query_text(
+        let purged: i64 = sqlx::query_scalar(query_text(
             self.inner.shared.sql.text(Statement::PurgeExpired),
         ))
         .bind(self.inner.shared.now())
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .execute(&self.inner.pool)
+        .fetch_one(&self.inner.pool)
         .await
         .map_err(|e| self.error(e))?;
-        Ok(usize::try_from(done.rows_affected()).expect("at most `limit` rows"))
+        Ok(usize::try_from(purged).expect("at most `limit` rows"))
+    }
+
+    /// One statement on the store's own connections, outside the batches: the record is locked
+    /// `FOR SHARE` and checked at its latest version (the token's, processing, live on the
+    /// server's clock), the part inserted if its index is the next one, and waiters on other
+    /// instances notified if somebody found the record in flight (see `sql/append_part.sql`).
+    async fn append_part(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        index: u32,
+        part: &Bytes,
+    ) -> Result<(), StoreError> {
+        let mut connection = self.connection().await?;
+        let row = self
+            .at(Statement::AppendPart, address)
+            .bind(sql_token(token))
+            .bind(i64::from(index))
+            .bind(part.as_ref())
+            .fetch_one(&mut *connection)
+            .await
+            .map_err(|e| self.error(e));
+        let row = connection.keep(row)?;
+        let columns = self.columns(&row);
+        let (live, next, appended) = columns.appended()?;
+        if appended {
+            return Ok(());
+        }
+        if !live {
+            return Err(StoreError::LeaseLost);
+        }
+        // Below the next index: stored already, by an earlier call whose answer was lost. At it:
+        // stored by a concurrent call of the same part, after this statement's snapshot.
+        if u64::from(index) <= next {
+            return Ok(());
+        }
+        Err(StoreError::PartOutOfOrder {
+            next: u32::try_from(next).expect("below an index that is a u32"),
+            given: index,
+        })
+    }
+
+    /// One statement on the store's own connections: a range of at most 256 parts of the primary
+    /// key's index, the unexpired ones on the server's clock, cut at the first gap and at
+    /// `max_bytes` (see `sql/read_parts.sql`).
+    async fn read_parts(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        from: u32,
+        max_bytes: usize,
+    ) -> Result<Vec<Bytes>, StoreError> {
+        let mut connection = self.connection().await?;
+        let rows = self
+            .at(Statement::ReadParts, address)
+            .bind(sql_token(token))
+            .bind(i64::from(from))
+            .bind(i64::try_from(max_bytes).unwrap_or(i64::MAX))
+            .fetch_all(&mut *connection)
+            .await
+            .map_err(|e| self.error(e));
+        connection
+            .keep(rows)?
+            .iter()
+            .map(|row| self.columns(row).part())
+            .collect()
+    }
+
+    async fn discard_parts(
+        &self,
+        address: &Address,
+        token: FencingToken,
+    ) -> Result<(), StoreError> {
+        let mut connection = self.connection().await?;
+        let done = self
+            .at(Statement::DiscardParts, address)
+            .bind(sql_token(token))
+            .execute(&mut *connection)
+            .await
+            .map(drop)
+            .map_err(|e| self.error(e));
+        connection.keep(done)
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -94,7 +94,10 @@ async fn migrating_is_idempotent_and_safe_from_several_processes_at_once() {
     .fetch_all(&pools[0])
     .await
     .unwrap();
-    assert_eq!(applied, [(1, true), (2, true), (3, true), (4, true)]);
+    assert_eq!(
+        applied,
+        [(1, true), (2, true), (3, true), (4, true), (5, true)]
+    );
     open(&pools[1], options).await.unwrap();
 }
 

@@ -79,6 +79,9 @@ server_clock_checks!(
     listing_pages_through_every_record_newest_first,
     listing_filters_by_state_age_and_scope,
     census_counts_live_records_by_state,
+    streamed_parts_are_appended_in_order_and_read_from_any_index,
+    streamed_parts_are_fenced_and_outlive_the_settlement_until_discarded,
+    streamed_parts_expire_with_their_record,
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -161,6 +161,148 @@ async fn waiters_on_another_instance_wake_on_completion_release_and_forget() {
         .expect("woken by forget");
 }
 
+/// A follower on another instance (interest, then an acquire that finds the key in flight) is
+/// woken by each part the holder appends, as by a completion; an append that stores nothing (a
+/// retry, or an index out of order) and one to a record nobody watches send nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn followers_on_another_instance_wake_on_each_appended_part() {
+    let url = require!(Postgres);
+    let schema = TestSchema::new(&url);
+    let (a, b) = (
+        schema.server_clock_store().await,
+        schema.server_clock_store().await,
+    );
+    wait_until_listening(&b).await;
+    let part = |s: &'static str| bytes::Bytes::from_static(s.as_bytes());
+
+    let (streamed, unwatched) = (address("streamed"), address("unwatched-stream"));
+    let lease = acquired(&a, &streamed).await;
+    let quiet = acquired(&a, &unwatched).await;
+    let on_first = watch(&b, &streamed).await;
+    let mut on_unwatched = pin!(b.changed(&unwatched));
+
+    // Unwatched: no notification (notifications arrive in commit order: see above).
+    a.append_part(&unwatched, quiet.token, 0, &part("quiet"))
+        .await
+        .unwrap();
+    a.append_part(&streamed, lease.token, 0, &part("first"))
+        .await
+        .unwrap();
+    timeout(EVENTUALLY, on_first)
+        .await
+        .expect("woken by the first part");
+    assert!(!resolved(on_unwatched.as_mut()));
+    assert_eq!(
+        b.read_parts(&streamed, lease.token, 0, usize::MAX)
+            .await
+            .unwrap(),
+        [part("first")]
+    );
+
+    // The record stays watched: the next part wakes the next wait, as the follower waits. An
+    // append that stores nothing does not: once a later notification is heard, it would have been.
+    let mut on_second = pin!(b.changed(&streamed));
+    a.append_part(&streamed, lease.token, 0, &part("first"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        a.append_part(&streamed, lease.token, 2, &part("third"))
+            .await,
+        Err(StoreError::PartOutOfOrder { next: 1, given: 2 })
+    ));
+    let barrier = address("barrier");
+    let held = acquired(&a, &barrier).await;
+    let on_barrier = watch(&b, &barrier).await;
+    a.release(&barrier, held.token).await.unwrap();
+    timeout(EVENTUALLY, on_barrier)
+        .await
+        .expect("woken by release");
+    assert!(!resolved(on_second.as_mut()));
+    a.append_part(&streamed, lease.token, 1, &part("second"))
+        .await
+        .unwrap();
+    timeout(EVENTUALLY, on_second.as_mut())
+        .await
+        .expect("woken by the second part");
+    assert_eq!(
+        b.read_parts(&streamed, lease.token, 1, usize::MAX)
+            .await
+            .unwrap(),
+        [part("second")]
+    );
+
+    // And the completion still wakes the last wait.
+    let on_done = b.changed(&streamed);
+    a.complete(
+        &streamed,
+        lease.token,
+        &StoredResponse::new(200).into(),
+        TERMS.ttl,
+    )
+    .await
+    .unwrap();
+    timeout(EVENTUALLY, on_done)
+        .await
+        .expect("woken by complete");
+    assert!(!resolved(on_unwatched.as_mut()));
+}
+
+/// A forget that starts while an append holds the record (its transaction not yet committed)
+/// waits for it, and removes the part it stored too: none is left behind for the token's readers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_forget_racing_an_append_leaves_no_part() {
+    use sha2::{Digest, Sha256};
+    use sqlx::Row;
+
+    let url = require!(Postgres);
+    let schema = TestSchema::new(&url);
+    let store = schema.server_clock_store().await;
+    let a = address("racing");
+    let lease = acquired(&store, &a).await;
+    let token = i64::try_from(lease.token.get()).unwrap();
+
+    // The append's statement, in a transaction left open: it holds the record `FOR SHARE`.
+    let mut append = store.pool().begin().await.unwrap();
+    let row = sqlx::query(sqlx::AssertSqlSafe(
+        store.sql(idem_postgres::Statement::AppendPart).to_owned(),
+    ))
+    .bind(None::<i64>)
+    .bind(a.scope.as_bytes().as_slice())
+    .bind(Sha256::digest(a.key.as_str().as_bytes()).as_slice())
+    .bind(token)
+    .bind(0_i64)
+    .bind(b"part".as_slice())
+    .fetch_one(&mut *append)
+    .await
+    .unwrap();
+    assert!(row.get::<bool, _>("appended"));
+
+    let forget = tokio::spawn({
+        let (store, a) = (store.clone(), a.clone());
+        async move { store.forget(&a).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!forget.is_finished(), "the forget waits for the append");
+    append.commit().await.unwrap();
+    assert!(timeout(EVENTUALLY, forget).await.unwrap().unwrap().unwrap());
+
+    assert_eq!(
+        store
+            .read_parts(&a, lease.token, 0, usize::MAX)
+            .await
+            .unwrap(),
+        Vec::<bytes::Bytes>::new()
+    );
+    let parts: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        r#"SELECT count(*) FROM "{}".idem_records_parts"#,
+        schema.name
+    )))
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(parts, 0);
+}
+
 /// The store's own connections are not the pool's: one that the server closed fails the operation
 /// that finds out, is closed, and the next operation opens a new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
