@@ -168,6 +168,23 @@ pub(crate) fn not_stored(status: StatusCode, headers: &HeaderMap, limit: usize) 
     }
 }
 
+/// Whether `stored` is what [`not_stored`] stores for a response over the limit.
+pub(crate) fn is_not_stored(stored: &StoredResponse) -> bool {
+    let problem = problem::content_type();
+    stored
+        .header_values(CONTENT_TYPE.as_str())
+        .any(|value| value == problem.as_bytes())
+        && stored
+            .body
+            .windows(problem::RESPONSE_NOT_STORED.len())
+            .any(|window| window == problem::RESPONSE_NOT_STORED.as_bytes())
+}
+
+/// Stored trailer lines as a header map.
+pub(crate) fn trailer_map(lines: &[(String, Bytes)]) -> HeaderMap {
+    header_map(lines.iter())
+}
+
 /// What is stored for a whole response: its status, the header lines worth storing, `body` and
 /// the trailer fields.
 pub(crate) fn stored_whole(

@@ -90,6 +90,7 @@ mod body;
 mod budget;
 mod capture;
 mod collector;
+mod follow;
 mod from_bytes;
 mod future;
 pub mod hop_by_hop;

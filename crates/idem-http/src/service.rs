@@ -45,8 +45,8 @@ use http::header::SET_COOKIE;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::SizeHint;
 use idem_core::{
-    Address, Ambiguous, Engine, Execution, FencingToken, Fingerprint, InFlight, Lease, NotRun,
-    OnSettled, Rest, RunOutcome, Store, StoreError, time_limit::bounded,
+    Address, Ambiguous, Engine, Execution, FencingToken, Fingerprint, Followed, InFlight, Lease,
+    NotRun, OnSettled, Rest, RunOutcome, Store, StoreError, WaitSlot, time_limit::bounded,
 };
 use tower::Service;
 
@@ -55,6 +55,7 @@ use crate::{
     ResponseFuture,
     budget::{Budget, Reservation},
     capture::{capture, drop_cookies, header_lines, mark_replayed, replay_headers, replay_outcome},
+    follow::{self, Appender, PastLimit},
     live::{Joined, LiveStreams},
     problem::Rejection,
     request,
@@ -396,11 +397,32 @@ where
             execute(shared, inner, request, held, keyed, lease.token)
         }
     };
-    match shared
+    // In wait mode, a duplicate of a request whose response another instance streams follows it
+    // through the store.
+    let past_limit = Arc::new(PastLimit::default());
+    let probe = || {
+        let (shared, address, past_limit) =
+            (Arc::clone(shared), address.clone(), Arc::clone(&past_limit));
+        async move {
+            let limit = shared.settings.max_stored_response;
+            follow::probe(&shared.engine, &address, &fingerprint, &past_limit, limit).await
+        }
+    };
+    let ran = shared
         .engine
-        .run_with(address, fingerprint, input, work)
-        .await
-    {
+        .run_or_follow(address.clone(), fingerprint, input, work, probe)
+        .await;
+    let ran = match ran {
+        Ok(Followed::Ran(outcome)) => Ok(outcome),
+        Ok(Followed::Following { value: found, slot }) => {
+            return (
+                RequestOutcome::Replayed,
+                Ok(followed(shared, address, found, slot)),
+            );
+        }
+        Err(not_run) => Err(not_run),
+    };
+    match ran {
         Ok(RunOutcome::Executed(answer)) => (RequestOutcome::Executed, answer),
         Ok(RunOutcome::Replayed(mut stored)) => {
             match &mut stored {
@@ -457,6 +479,27 @@ where
             }
         },
     }
+}
+
+/// The response of a duplicate that follows, through the store, the stream `found` of another
+/// instance, holding its place among the waiters (`slot`) while it does.
+fn followed<St: Store, B>(
+    shared: &Arc<Shared<St>>,
+    address: Address,
+    found: follow::Found,
+    slot: WaitSlot,
+) -> Response<ResponseBody<B>> {
+    let (status, headers) = (found.status, found.headers.clone());
+    let policy = shared.engine.policy();
+    let (lease, limit) = (policy.lease, policy.store_call_limit());
+    let (prefix, chunks, end) = follow::follow(shared.engine.clone(), address, found, lease, limit);
+    let following = Counted::new(&shared.requests().stream_joiners);
+    let held = Box::new((slot, following));
+    let body = ResponseBody::streamed(prefix, chunks, end, SizeHint::new(), Some(held));
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    response
 }
 
 fn rejected<B, E>(outcome: RequestOutcome, rejection: Rejection) -> (RequestOutcome, Answer<B, E>) {
@@ -548,7 +591,7 @@ where
     };
     let limit = shared.settings.max_stored_response;
     if response.body().size_hint().exact().is_none() {
-        return streamed(shared, response, keyed);
+        return streamed(shared, response, keyed, token);
     }
     let anonymous = keyed.anonymous;
     let status = response.status();
@@ -588,6 +631,7 @@ fn streamed<St, B, E>(
     shared: Arc<Shared<St>>,
     response: Response<B>,
     keyed: Keyed,
+    token: FencingToken,
 ) -> Execution<Answer<B, E>>
 where
     St: Store,
@@ -601,6 +645,11 @@ where
     let limit = shared.settings.max_stored_response;
     // A client that takes no chunk for a lease holds up neither the recording nor the key.
     let stall = shared.engine.policy().lease;
+    // In wait mode, the stream also goes to the store, for duplicates on other instances.
+    let mut appender = joinable.as_ref().map(|(address, _)| {
+        let limit = shared.engine.policy().store_call_limit();
+        Appender::new(shared.engine.clone(), address.clone(), token, limit)
+    });
     let live = joinable.map(|(address, fingerprint)| {
         let mut lines = header_lines(response.headers());
         if anonymous {
@@ -623,7 +672,7 @@ where
     let in_progress = Counted::new(&shared.requests().streams);
     let rest = Rest::new(async move {
         let _in_progress = in_progress;
-        let (execution, ending) = match recording.record().await {
+        let (execution, ending) = match recording.record(appender.as_mut()).await {
             Ok((mut stored, ending)) => {
                 if anonymous {
                     drop_cookies(&mut stored);
@@ -651,6 +700,9 @@ where
                 registration.finish(ending.end());
             }
             ending.send();
+            if let Some(appender) = appender {
+                appender.discard();
+            }
         });
         execution.map(|()| then)
     });

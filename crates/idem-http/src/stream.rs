@@ -14,13 +14,14 @@ use std::{sync::Arc, time::Duration};
 use bytes::Bytes;
 use http::{HeaderMap, Response, StatusCode};
 use http_body_util::BodyExt;
-use idem_core::StoredResponse;
+use idem_core::{Store, StoredResponse};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{
     ResponseBody,
     body::End,
     capture::{add_trailers, not_stored, stored_whole},
+    follow::Appender,
     live::Live,
 };
 
@@ -110,7 +111,13 @@ where
     /// response to store (the whole response, or a response-not-stored problem when it was larger
     /// than the limit) and the client's ending; or the body's error and an ending that passes it
     /// on.
-    pub(crate) async fn record(self) -> Result<(StoredResponse, Ending), (BoxError, Ending)> {
+    ///
+    /// With an `appender`, the head and each chunk also go to the store, for duplicates on other
+    /// instances to follow ([`follow`](crate::follow)), until the stream passes the limit.
+    pub(crate) async fn record<St: Store>(
+        self,
+        mut appender: Option<&mut Appender<St>>,
+    ) -> Result<(StoredResponse, Ending), (BoxError, Ending)> {
         let Self {
             head,
             body,
@@ -124,6 +131,9 @@ where
         // length; `None` once they passed the limit.
         let mut kept: Option<(Vec<Bytes>, usize)> = Some((Vec::new(), 0));
         let mut trailers: Option<HeaderMap> = None;
+        if let (Some(appender), Some(live)) = (appender.as_deref_mut(), &live) {
+            appender.head(live.status(), live.headers()).await;
+        }
         let mut body = std::pin::pin!(body);
         loop {
             // The body's own error is not `Send`: it is boxed before anything else is awaited.
@@ -146,6 +156,7 @@ where
                     } else {
                         chunk
                     };
+                    let was_kept = kept.is_some();
                     if let Some((chunks, len)) = &mut kept {
                         *len += chunk.len();
                         chunks.push(chunk.clone());
@@ -157,10 +168,19 @@ where
                         live.push(&chunk, kept.is_some());
                     }
                     if let Some(client) = &chunks {
-                        let sent = tokio::time::timeout(stall, client.send(chunk)).await;
+                        let sent = tokio::time::timeout(stall, client.send(chunk.clone())).await;
                         if !matches!(sent, Ok(Ok(()))) {
                             // Gone, or not reading: the recording goes on without it.
                             chunks = None;
+                        }
+                    }
+                    // After the client has the chunk: the store's round trip delays only the
+                    // next read.
+                    if let Some(appender) = appender.as_deref_mut() {
+                        match (was_kept, kept.is_some()) {
+                            (_, true) => appender.chunk(&chunk).await,
+                            (true, false) => appender.over().await,
+                            (false, false) => {}
                         }
                     }
                 }

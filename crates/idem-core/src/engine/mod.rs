@@ -242,6 +242,37 @@ impl<S: Store> Engine<S> {
         Fut: Future<Output = Execution<T>> + Send + 'static,
         T: Send + 'static,
     {
+        let never = || std::future::ready(None::<std::convert::Infallible>);
+        match self
+            .run_or_follow(address, fingerprint, input, work, never)
+            .await?
+        {
+            Followed::Ran(outcome) => Ok(outcome),
+            Followed::Following { value, .. } => match value {},
+        }
+    }
+
+    /// [`run_with`](Self::run_with), where a request that waits for a key another worker holds
+    /// may follow that worker's execution instead (an HTTP front end joins the response it is
+    /// streaming, from the store): each time the key is found held in wait mode, once the
+    /// request has its place among the waiters, `follow` is asked, within the store's time
+    /// limit, and the first value it gives ends the wait, with the place.
+    pub async fn run_or_follow<I, F, Fut, T, P, PFut, J>(
+        &self,
+        address: Address,
+        fingerprint: Fingerprint,
+        input: I,
+        work: F,
+        mut follow: P,
+    ) -> Result<Followed<T, J>, NotRun<I>>
+    where
+        I: Send + 'static,
+        F: FnOnce(I, Lease) -> Fut + Send + 'static,
+        Fut: Future<Output = Execution<T>> + Send + 'static,
+        T: Send + 'static,
+        P: FnMut() -> PFut,
+        PFut: Future<Output = Option<J>>,
+    {
         let inner = &self.inner;
         let deadline = match inner.policy.in_flight {
             InFlight::Reject => None,
@@ -264,7 +295,7 @@ impl<S: Store> Engine<S> {
 
             let attempt = Arc::clone(inner).attempt(address.clone(), fingerprint, work);
             let retry_after = match Detached::new(attempt, &inner.tasks).await {
-                Attempt::Done(outcome) => return Ok(outcome),
+                Attempt::Done(outcome) => return Ok(Followed::Ran(outcome)),
                 Attempt::Failed {
                     error,
                     work: (input, _),
@@ -280,7 +311,7 @@ impl<S: Store> Engine<S> {
             };
             let now = Instant::now();
             let Some(deadline) = deadline.filter(|d| now < *d) else {
-                return Ok(RunOutcome::InFlight { retry_after });
+                return Ok(Followed::Ran(RunOutcome::InFlight { retry_after }));
             };
             if waiting.is_none() {
                 waiting = inner.waiters.enter(inner.policy.max_waiters);
@@ -290,8 +321,16 @@ impl<S: Store> Engine<S> {
                         max_waiters = inner.policy.max_waiters,
                         "too many requests waiting; answered as in flight"
                     );
-                    return Ok(RunOutcome::InFlight { retry_after });
+                    return Ok(Followed::Ran(RunOutcome::InFlight { retry_after }));
                 }
+            }
+            let followed = within(inner.policy.store_call_limit(), async {
+                Ok::<_, StoreError>(follow().await)
+            })
+            .await;
+            if let Ok(Some(value)) = followed {
+                let slot = waiting.take().expect("a place was taken above");
+                return Ok(Followed::Following { value, slot });
             }
             let pause = backoff.min(retry_after).min(deadline - now);
             tokio::select! {
@@ -301,6 +340,21 @@ impl<S: Store> Engine<S> {
             }
         }
     }
+}
+
+/// What happened to a request run by [`Engine::run_or_follow`].
+#[derive(Debug)]
+pub enum Followed<T, J> {
+    /// It ran, replayed, or was answered as [`Engine::run_with`] answers it.
+    Ran(RunOutcome<T>),
+    /// It follows the execution of the worker that holds its key: what `follow` gave, and the
+    /// request's place among the waiters, to keep while it follows.
+    Following {
+        /// What `follow` gave.
+        value: J,
+        /// The request's place among the waiters.
+        slot: WaitSlot,
+    },
 }
 
 /// A future polled in its caller's task that, if the caller drops it before it ends, finishes

@@ -906,3 +906,58 @@ async fn a_streamed_execution_whose_rest_panics_is_released_and_its_end_never_to
     engine.shutdown().await;
     assert_eq!(record(&engine).await, None);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_follows_the_holder_when_asked_and_keeps_its_place_while_it_follows() {
+    let engine = engine(wait(Duration::from_secs(60)).max_waiters(1));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let holder = spawn_run(&engine, counted(&runs, Duration::from_secs(10), ok("one")));
+    sleep(Duration::from_millis(1)).await;
+
+    // Asked each time the key is found held; the third answer follows.
+    let asked = Arc::new(AtomicUsize::new(0));
+    let follow = {
+        let asked = Arc::clone(&asked);
+        move || {
+            let n = asked.fetch_add(1, Ordering::SeqCst) + 1;
+            std::future::ready((n == 3).then_some("following"))
+        }
+    };
+    let work = counted(&runs, Duration::ZERO, ok("two"));
+    let followed = engine
+        .run_or_follow(address(), FP, (), move |(), lease| work(lease), follow)
+        .await
+        .unwrap();
+    let Followed::Following { value, slot } = followed else {
+        panic!("{followed:?}")
+    };
+    assert_eq!((value, asked.load(Ordering::SeqCst)), ("following", 3));
+    // Its place counts while it follows: nobody else waits.
+    assert_eq!(engine.inner.waiters.waiting(), 1);
+    let refused = request(&engine, &runs, "three").await;
+    assert!(matches!(refused, RunOutcome::InFlight { .. }), "{refused:?}");
+    drop(slot);
+    assert_eq!(engine.inner.waiters.waiting(), 0);
+
+    assert!(matches!(holder.await.unwrap(), RunOutcome::Executed(r) if r == ok("one")));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_reject_mode_nobody_is_asked_to_follow() {
+    let engine = engine(Policy::default());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let holder = spawn_run(&engine, counted(&runs, Duration::from_secs(10), ok("one")));
+    sleep(Duration::from_millis(1)).await;
+    let work = counted(&runs, Duration::ZERO, ok("two"));
+    let follow = || -> std::future::Ready<Option<()>> { panic!("asked to follow") };
+    let answered = engine
+        .run_or_follow(address(), FP, (), move |(), lease| work(lease), follow)
+        .await
+        .unwrap();
+    assert!(
+        matches!(answered, Followed::Ran(RunOutcome::InFlight { .. })),
+        "{answered:?}"
+    );
+    holder.await.unwrap();
+}

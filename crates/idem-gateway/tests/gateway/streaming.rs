@@ -305,60 +305,151 @@ async fn streams_gauges(client: &Client, gateway: &Gateway) -> (f64, f64) {
     )
 }
 
-/// On another gateway sharing the store, a duplicate in wait mode learns of the stream from the
-/// store alone: it waits for the record, then gets the whole stream replayed.
-async fn a_duplicate_on_another_gateway_gets_the_whole_stream_once_recorded(store: String) {
+/// Two gateways on one store, in wait mode, and a client.
+async fn two_gateways(store: &str, extra: &[&str]) -> (Upstream, Gateway, Gateway, Client) {
     let upstream = Upstream::start().await;
-    let args = [
+    let mut args = vec![
         "--store",
-        &store,
+        store,
         "--in-flight",
         "wait",
         "--wait-timeout",
         "20s",
     ];
+    args.extend_from_slice(extra);
     let (one, other) = (
         Gateway::start(&upstream.url(), &args),
         Gateway::start(&upstream.url(), &args),
     );
-    let client = Client::new();
-    let paced = [("x-every-ms", "50")];
+    (upstream, one, other, Client::new())
+}
+
+/// On another gateway sharing the store, a duplicate in wait mode follows the stream through the
+/// store: the events so far while the upstream is still sending, then each as it is appended,
+/// then the end once the stream is recorded.
+async fn a_duplicate_on_another_gateway_follows_the_stream_live(store: String) {
+    let (upstream, one, other, client) = two_gateways(&store, &[]).await;
+    let paced = [("x-every-ms", "150")];
 
     let mut first = client.start(events(&one, "shared-1", &paced)).await;
     assert_eq!(
         next(&mut first).await,
         Read::Data(Bytes::from("data: 1\n\n"))
     );
-    let duplicate = tokio::spawn({
-        let (client, request) = (client.clone(), events(&other, "shared-1", &paced));
-        async move { client.send(request).await }
-    });
+    let mut followed = client.start(events(&other, "shared-1", &paced)).await;
+    assert_eq!(followed.status(), StatusCode::OK);
+    assert_eq!(followed.headers()["idempotent-replayed"], "true");
+    assert_eq!(followed.headers()["content-type"], "text/event-stream");
+    assert!(followed.headers().get("content-length").is_none());
+    let Read::Data(so_far) = next(&mut followed).await else {
+        panic!("the events so far")
+    };
+    assert!(
+        upstream.hits("events-sent") < 10,
+        "followed while streaming"
+    );
+    assert_eq!(streams_gauges(&client, &other).await, (0.0, 1.0));
+    let (text, end) = rest(&mut followed).await;
+    assert_eq!(
+        (
+            std::str::from_utf8(&so_far).unwrap().to_owned() + &text,
+            end
+        ),
+        (events_text(1..=10), Read::End)
+    );
     assert_eq!(rest(&mut first).await, (events_text(2..=10), Read::End));
-    let duplicate = duplicate.await.unwrap();
-    assert!(duplicate.replayed());
-    assert_eq!(duplicate.text(), events_text(1..=10));
+    assert_eq!(upstream.hits("events"), 1);
+    // And a retry on either gateway replays it.
+    for gateway in [&one, &other] {
+        let replay = client.send(events(gateway, "shared-1", &paced)).await;
+        assert!(replay.replayed());
+        assert_eq!(replay.text(), events_text(1..=10));
+    }
     assert_eq!(upstream.hits("events"), 1);
     one.stop().await;
     other.stop().await;
 }
 
-mod a_duplicate_on_another_gateway_gets_the_whole_stream_once_recorded {
-    use super::{a_duplicate_on_another_gateway_gets_the_whole_stream_once_recorded as case, run};
+/// A stream cut off on one gateway ends the response of the duplicate that follows it on the
+/// other abnormally, and its key is released (`--ambiguous retry`).
+async fn a_stream_cut_off_ends_its_followers_on_other_gateways_abnormally(store: String) {
+    let (upstream, one, other, client) = two_gateways(&store, &[]).await;
+    let cut = [("x-every-ms", "150"), ("x-cut-after", "5")];
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn sqlite() {
-        run("sqlite", case).await;
-    }
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn postgres() {
-        run("postgres", case).await;
-    }
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn mysql() {
-        run("mysql", case).await;
-    }
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn redis() {
-        run("redis", case).await;
-    }
+    let mut first = client.start(events(&one, "shared-cut", &cut)).await;
+    assert_eq!(
+        next(&mut first).await,
+        Read::Data(Bytes::from("data: 1\n\n"))
+    );
+    let mut followed = client.start(events(&other, "shared-cut", &cut)).await;
+    assert_eq!(followed.headers()["idempotent-replayed"], "true");
+    let (text, end) = rest(&mut followed).await;
+    assert_eq!(
+        (text.len() <= events_text(1..=5).len(), end),
+        (true, Read::Failed)
+    );
+    assert_eq!(rest(&mut first).await.1, Read::Failed);
+    assert_eq!(upstream.hits("events"), 1);
+    one.stop().await;
+    other.stop().await;
 }
+
+/// Past `--max-stored-response`, a duplicate that follows from another gateway cannot get the
+/// rest (the store keeps no more): its response ends abnormally; one that comes later waits for
+/// the record and gets the response-not-stored problem.
+async fn past_the_limit_a_follower_on_another_gateway_ends_abnormally(store: String) {
+    let (upstream, one, other, client) =
+        two_gateways(&store, &["--max-stored-response", "40"]).await;
+    let paced = [("x-every-ms", "150")];
+
+    let mut first = client.start(events(&one, "shared-over", &paced)).await;
+    assert_eq!(
+        next(&mut first).await,
+        Read::Data(Bytes::from("data: 1\n\n"))
+    );
+    let mut followed = client.start(events(&other, "shared-over", &paced)).await;
+    assert_eq!(followed.headers()["idempotent-replayed"], "true");
+    assert_eq!(rest(&mut followed).await.1, Read::Failed);
+    assert!(upstream.hits("events-sent") < 10, "ended while streaming");
+    let later = client.send(events(&other, "shared-over", &paced)).await;
+    assert_eq!(later.status, StatusCode::OK);
+    assert!(
+        later.text().contains("response-not-stored"),
+        "{}",
+        later.text()
+    );
+    assert_eq!(rest(&mut first).await, (events_text(2..=10), Read::End));
+    assert_eq!(upstream.hits("events"), 1);
+    one.stop().await;
+    other.stop().await;
+}
+
+/// The cases with two gateways, on every store that can be shared.
+macro_rules! on_every_shared_store {
+    ($($case:ident),* $(,)?) => {$(
+        mod $case {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::run("sqlite", super::$case).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::run("postgres", super::$case).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mysql() {
+                super::run("mysql", super::$case).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis() {
+                super::run("redis", super::$case).await;
+            }
+        }
+    )*};
+}
+
+on_every_shared_store!(
+    a_duplicate_on_another_gateway_follows_the_stream_live,
+    a_stream_cut_off_ends_its_followers_on_other_gateways_abnormally,
+    past_the_limit_a_follower_on_another_gateway_ends_abnormally,
+);

@@ -1,0 +1,390 @@
+//! Streams followed through the store, by duplicates on other instances.
+//!
+//! In wait mode, the recording of a streamed response appends its parts to the store as they
+//! pass ([`Appender`], [`Store::append_part`]): part 0 is the head (the status and the headers a
+//! replay has, encoded as a [`StoredResponse`] without a body), then each chunk, and an empty part
+//! if the stream passes the stored-response limit, after which nothing more is appended. A
+//! duplicate waiting for the key on any instance looks for that head each time it finds the key
+//! held ([`probe`]); once it is there, it gets the head and the chunks so far, then
+//! [follows](follow) the parts as they are appended: woken by the store's notifications where it
+//! has them ([`Store::changed`]), polling with a bounded backoff where it does not. When the
+//! record completes, the rest comes from it (the parts are discarded once the record is written),
+//! and the end with its trailers; when the execution ends any other way (released, taken over,
+//! its lease run out, or past the limit) the duplicate's response ends abnormally, as the first
+//! client's does.
+
+use std::{
+    sync::atomic::{AtomicU64, Ordering},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode};
+use idem_core::{
+    Address, Clock, Engine, FencingToken, Fingerprint, Outcome, Record, RecordState, Store,
+    StoreError, StoredResponse, SystemClock,
+};
+use tokio::{
+    sync::{mpsc, oneshot},
+    time::{sleep, timeout},
+};
+
+use crate::{
+    body::End,
+    capture::{is_not_stored, replay_headers, trailer_map},
+    live::LAG,
+};
+
+/// The most bytes one read of the parts asks for.
+const PAGE: usize = 256 * 1024;
+/// The first and the longest pause between two looks at the parts while none comes.
+const POLL_BACKOFF: (Duration, Duration) = (Duration::from_millis(10), Duration::from_millis(250));
+
+/// Appends the parts of a stream being recorded, under its execution's token. Stops at the first
+/// failure: followers then get the rest from the record once it is written.
+pub(crate) struct Appender<St> {
+    engine: Engine<St>,
+    address: Address,
+    token: FencingToken,
+    next: u32,
+    limit: Duration,
+    stopped: bool,
+}
+
+impl<St: Store> Appender<St> {
+    /// Appends for the execution `token` at `address`, each append bounded by `limit`.
+    pub(crate) fn new(
+        engine: Engine<St>,
+        address: Address,
+        token: FencingToken,
+        limit: Duration,
+    ) -> Self {
+        Self {
+            engine,
+            address,
+            token,
+            next: 0,
+            limit,
+            stopped: false,
+        }
+    }
+
+    /// Appends the head: `status` and the replay `headers`.
+    pub(crate) async fn head(&mut self, status: StatusCode, headers: &HeaderMap) {
+        let head = StoredResponse {
+            status: status.as_u16(),
+            headers: headers
+                .iter()
+                .map(|(name, value)| {
+                    let value = Bytes::copy_from_slice(value.as_bytes());
+                    (name.as_str().to_owned(), value)
+                })
+                .collect(),
+            body: Bytes::new(),
+            trailers: None,
+        };
+        self.append(&Bytes::from(head.encode())).await;
+    }
+
+    /// Appends a chunk of the body (an empty one carries nothing, and is not appended).
+    pub(crate) async fn chunk(&mut self, chunk: &Bytes) {
+        if !chunk.is_empty() {
+            self.append(chunk).await;
+        }
+    }
+
+    /// Marks the stream as past the limit, and appends nothing more.
+    pub(crate) async fn over(&mut self) {
+        self.append(&Bytes::new()).await;
+        self.stopped = true;
+    }
+
+    async fn append(&mut self, part: &Bytes) {
+        if self.stopped {
+            return;
+        }
+        let appended = timeout(
+            self.limit,
+            self.engine
+                .store()
+                .append_part(&self.address, self.token, self.next, part),
+        )
+        .await
+        .unwrap_or_else(|_| Err(StoreError::timed_out(self.limit)));
+        match appended {
+            Ok(()) => self.next += 1,
+            // The store keeps no parts, or the execution lost its key: nobody follows.
+            Err(StoreError::Unsupported { .. } | StoreError::LeaseLost) => self.stopped = true,
+            Err(error) => {
+                tracing::warn!(
+                    key = %self.address.key.digest(),
+                    error = &error as &(dyn std::error::Error + 'static),
+                    "appending a streamed part to the store failed; duplicates on other \
+                     instances get the rest once the response is recorded"
+                );
+                self.stopped = true;
+            }
+        }
+    }
+
+    /// Discards the parts once the outcome is recorded (or the key released), in a task of its
+    /// own: the record holds the response now, and what is not discarded expires with it.
+    pub(crate) fn discard(self) {
+        if self.next == 0 {
+            return;
+        }
+        let Self {
+            engine,
+            address,
+            token,
+            limit,
+            ..
+        } = self;
+        tokio::spawn(async move {
+            let _ = timeout(limit, engine.store().discard_parts(&address, token)).await;
+        });
+    }
+}
+
+/// A stream found in the store, for a duplicate to follow: its head, the chunks so far, and where
+/// to go on from.
+pub(crate) struct Found {
+    token: FencingToken,
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    prefix: Vec<Bytes>,
+}
+
+/// The execution whose stream passed the limit, last seen: not read again by later looks.
+#[derive(Default)]
+pub(crate) struct PastLimit(AtomicU64);
+
+/// Looks in the store for a stream of the request with `fingerprint` at `address` that can be
+/// followed from its start: the record is processing, its head appended, and it has not passed
+/// the limit (`past_limit` remembers one that has). Reads the chunks so far (at most `max_bytes`
+/// and the head).
+pub(crate) async fn probe<St: Store>(
+    engine: &Engine<St>,
+    address: &Address,
+    fingerprint: &Fingerprint,
+    past_limit: &PastLimit,
+    max_bytes: usize,
+) -> Option<Found> {
+    let store = engine.store();
+    let record = store.get(address).await.ok()??;
+    let RecordState::Processing { token, .. } = record.state else {
+        return None;
+    };
+    if record.fingerprint != *fingerprint || past_limit.0.load(Ordering::Relaxed) == token.get() {
+        return None;
+    }
+    let mut parts: Vec<Bytes> = Vec::new();
+    let mut len = 0;
+    loop {
+        let from = u32::try_from(parts.len()).ok()?;
+        let page = store.read_parts(address, token, from, PAGE).await.ok()?;
+        if page.is_empty() {
+            break;
+        }
+        for part in page {
+            if part.is_empty() {
+                past_limit.0.store(token.get(), Ordering::Relaxed);
+                return None;
+            }
+            len += part.len();
+            parts.push(part);
+        }
+        if len > max_bytes.saturating_add(PAGE) {
+            return None;
+        }
+    }
+    let mut parts = parts.into_iter();
+    let head = StoredResponse::decode(&parts.next()?)
+        .inspect_err(|error| {
+            tracing::warn!(
+                key = %address.key.digest(),
+                %error,
+                "the head of a streamed response in the store does not decode; waiting for the record"
+            );
+        })
+        .ok()?;
+    Some(Found {
+        token,
+        status: StatusCode::from_u16(head.status).ok()?,
+        headers: replay_headers(&head.headers),
+        prefix: parts.collect(),
+    })
+}
+
+/// The body of a duplicate that follows `found` at `address`: the chunks so far at once, then a
+/// task that reads the next ones from the store as they are appended (each read bounded by
+/// `limit`, an execution whose holder stopped renewing its `lease` given up) and ends as the
+/// execution does.
+pub(crate) fn follow<St: Store>(
+    engine: Engine<St>,
+    address: Address,
+    found: Found,
+    lease: Duration,
+    limit: Duration,
+) -> (Vec<Bytes>, mpsc::Receiver<Bytes>, oneshot::Receiver<End>) {
+    let Found { token, prefix, .. } = found;
+    let (chunks, received) = mpsc::channel(LAG);
+    let (end, ended) = oneshot::channel();
+    let follower = Follower {
+        engine,
+        address,
+        token,
+        next: u32::try_from(prefix.len() + 1).unwrap_or(u32::MAX),
+        sent: prefix.iter().map(Bytes::len).sum(),
+        lease,
+        limit,
+    };
+    tokio::spawn(async move {
+        if let Some(how) = follower.run(&chunks).await {
+            let _ = end.send(how);
+        }
+    });
+    (prefix, received, ended)
+}
+
+struct Follower<St> {
+    engine: Engine<St>,
+    address: Address,
+    token: FencingToken,
+    /// The index of the next part.
+    next: u32,
+    /// The bytes of the body sent so far.
+    sent: usize,
+    lease: Duration,
+    limit: Duration,
+}
+
+impl<St: Store> Follower<St> {
+    /// Sends the chunks as they are appended; how the body ends, or `None` once its reader has
+    /// gone.
+    async fn run(mut self, chunks: &mpsc::Sender<Bytes>) -> Option<End> {
+        let mut pause = POLL_BACKOFF.0;
+        // Since when the store has not answered; given up after a lease.
+        let mut failing: Option<tokio::time::Instant> = None;
+        loop {
+            // Interest registered before looking, so that an append right after is not missed.
+            let changed = self.engine.store().changed(&self.address);
+            let answered = match self.read().await {
+                Ok(parts) if !parts.is_empty() => {
+                    for part in parts {
+                        if part.is_empty() {
+                            return Some(Err(PAST_LIMIT.into()));
+                        }
+                        self.next += 1;
+                        self.sent += part.len();
+                        chunks.send(part).await.ok()?;
+                    }
+                    pause = POLL_BACKOFF.0;
+                    failing = None;
+                    continue;
+                }
+                Ok(_) => match self.settled().await {
+                    Ok(Some(how)) => return self.finish(how, chunks).await,
+                    Ok(None) => true,
+                    Err(_) => false,
+                },
+                Err(_) => false,
+            };
+            if answered {
+                failing = None;
+            } else if failing
+                .get_or_insert_with(tokio::time::Instant::now)
+                .elapsed()
+                > self.lease
+            {
+                return Some(Err(
+                    "the store did not answer for a lease while following the response".into(),
+                ));
+            }
+            tokio::select! {
+                () = changed => {}
+                () = sleep(pause) => pause = (pause * 2).min(POLL_BACKOFF.1),
+                () = chunks.closed() => return None,
+            }
+        }
+    }
+
+    async fn read(&self) -> Result<Vec<Bytes>, StoreError> {
+        let read = self
+            .engine
+            .store()
+            .read_parts(&self.address, self.token, self.next, PAGE);
+        timeout(self.limit, read)
+            .await
+            .unwrap_or_else(|_| Err(StoreError::timed_out(self.limit)))
+    }
+
+    /// `None` while the execution goes on; how it ended otherwise.
+    async fn settled(&self) -> Result<Option<Settled>, StoreError> {
+        let record = timeout(self.limit, self.engine.store().get(&self.address))
+            .await
+            .unwrap_or_else(|_| Err(StoreError::timed_out(self.limit)))?;
+        Ok(match record {
+            Some(Record {
+                state: RecordState::Processing { token, lease_until },
+                ..
+            }) if token == self.token => {
+                // A holder that stopped renewing (allowing a lease of clock skew) is dead.
+                let overdue = SystemClock.now().saturating_since(lease_until) > self.lease;
+                overdue.then_some(Settled::Abandoned)
+            }
+            Some(Record {
+                state:
+                    RecordState::Completed {
+                        token,
+                        outcome: Outcome::Response(stored),
+                        ..
+                    },
+                ..
+            }) if token == self.token => Some(Settled::Recorded(stored)),
+            _ => Some(Settled::Ended),
+        })
+    }
+
+    /// Sends what the record holds past the chunks sent, and says how the body ends.
+    async fn finish(&self, how: Settled, chunks: &mpsc::Sender<Bytes>) -> Option<End> {
+        let stored = match how {
+            Settled::Recorded(stored) => stored,
+            Settled::Abandoned => {
+                return Some(Err(
+                    "the response's execution stopped renewing its lease".into()
+                ));
+            }
+            Settled::Ended => {
+                return Some(Err(
+                    "the response's execution ended without a response to replay".into(),
+                ));
+            }
+        };
+        if is_not_stored(&stored) {
+            return Some(Err(PAST_LIMIT.into()));
+        }
+        let Some(rest) = stored.body.get(self.sent..) else {
+            return Some(Err(
+                "the recorded response is shorter than the stream".into()
+            ));
+        };
+        if !rest.is_empty() {
+            chunks.send(stored.body.slice(self.sent..)).await.ok()?;
+        }
+        Some(Ok(stored.trailers.as_deref().map(trailer_map)))
+    }
+}
+
+/// How the execution a duplicate follows ended.
+enum Settled {
+    /// It completed with this response.
+    Recorded(StoredResponse),
+    /// Its holder stopped renewing its lease.
+    Abandoned,
+    /// It was released, taken over, forgotten or expired, or recorded no response.
+    Ended,
+}
+
+const PAST_LIMIT: &str = "the response passed the stored-response limit; the rest of it is not \
+                          kept for duplicates on other instances";
