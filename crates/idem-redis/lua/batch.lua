@@ -15,6 +15,10 @@ local OPERATIONS = {
   g = {get, 1, 0},
   f = {forget, 2, 1},
   p = {purge, 2, 0},
+  pa = {append_part, 2, 4},
+  pr = {read_parts, 1, 2},
+  pd = {discard_parts, 1, 0},
+  pp = {purge_parts, 1, 1},
 }
 
 -- An operation's error as an error reply. Redis's errors and idem's start with their code

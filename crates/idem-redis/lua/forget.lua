@@ -1,8 +1,10 @@
 -- forget: KEYS record, fence; ARGV channel.
+-- Removes the record and the parts of its execution and of the last one removed early.
 -- Returns 1 when a live record was removed, else 0.
 local function forget(k, a)
   local record, fence = KEYS[k], KEYS[k + 1]
   local found = redis.call('HMGET', record, 't', 'e', 'w')
+  forget_parts(record, fence, found[1])
   if not found[1] then
     return 0
   end

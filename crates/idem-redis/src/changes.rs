@@ -1,8 +1,8 @@
 //! Wake-ups across processes for [`Store::changed`](idem_core::Store::changed), over Redis
 //! pub/sub.
 //!
-//! The `complete`, `release` and `forget` scripts publish on the address's channel (sharded
-//! pub/sub on a cluster, so a message stays on the key's shard). Each store has one subscriber
+//! The `complete`, `release`, `forget` and `append_part` scripts publish on the address's
+//! channel (sharded pub/sub on a cluster, so a message stays on the key's shard). Each store has one subscriber
 //! connection, apart from the command connection, and one task that keeps its subscriptions:
 //! the channels somebody waits on. Messages are dispatched to the waiters of their channel as
 //! the connection reads them.

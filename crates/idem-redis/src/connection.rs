@@ -93,15 +93,18 @@ impl Connection {
         }
     }
 
-    /// One `SCAN` step on `shard` from `cursor`: the next cursor (0 at the end) and the hash
-    /// keys found that match `pattern`.
+    /// One `SCAN` step on `shard` from `cursor`: the next cursor (0 at the end) and the keys of
+    /// type `key_type` (`hash`, `list`) found that match `pattern`.
     pub(crate) async fn scan_step(
         &self,
         shard: &Shard,
         cursor: u64,
         pattern: &str,
+        key_type: &str,
     ) -> RedisResult<(u64, Vec<String>)> {
-        let reply = self.send_to(shard, &scan_command(cursor, pattern)).await?;
+        let reply = self
+            .send_to(shard, &scan_command(cursor, pattern, key_type))
+            .await?;
         Ok(from_redis_value(reply)?)
     }
 
@@ -157,7 +160,7 @@ pub(crate) enum Shard {
     Master { host: String, port: u16 },
 }
 
-fn scan_command(cursor: u64, pattern: &str) -> Cmd {
+fn scan_command(cursor: u64, pattern: &str, key_type: &str) -> Cmd {
     let mut command = redis::cmd("SCAN");
     command
         .arg(cursor)
@@ -166,7 +169,7 @@ fn scan_command(cursor: u64, pattern: &str) -> Cmd {
         .arg("COUNT")
         .arg(SCAN_COUNT)
         .arg("TYPE")
-        .arg("hash");
+        .arg(key_type);
     command
 }
 

@@ -3,7 +3,7 @@
 use std::sync::LazyLock;
 
 use blake3::hazmat::{ContextKey, HasherExt, hash_derive_key_context};
-use idem_core::Address;
+use idem_core::{Address, FencingToken};
 
 use crate::KeyPrefix;
 
@@ -11,8 +11,8 @@ use crate::KeyPrefix;
 const DIGEST_HEX_LEN: usize = 64;
 
 /// An address's record key, `{prefix:hex}`: the hex of a keyed hash of the scope and key, never
-/// the key in clear. The fence key and the channel add a suffix after the braces, so all three
-/// share the hash tag and live in one Cluster slot, as Lua scripts require.
+/// the key in clear. The fence key, the parts lists and the channel add a suffix after the
+/// braces, so they all share the hash tag and live in one Cluster slot, as Lua scripts require.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Keys {
     record: String,
@@ -52,7 +52,13 @@ impl Keys {
         format!("{}:fence", self.record)
     }
 
-    /// The channel that completions, releases and forgets are announced on.
+    /// The list that holds the streamed parts of the execution `token` (`lua/parts.lua`, which
+    /// names it the same way from a token it reads).
+    pub(crate) fn parts(&self, token: FencingToken) -> String {
+        format!("{}:parts:{}", self.record, token.get())
+    }
+
+    /// The channel that completions, releases, forgets and appended parts are announced on.
     pub(crate) fn channel(&self) -> String {
         format!("{}:changed", self.record)
     }
@@ -67,6 +73,11 @@ impl Keys {
 /// a longer prefix that starts with this one and a colon (`idem:payments` for `idem`).
 pub(crate) fn record_pattern(prefix: &KeyPrefix) -> String {
     format!("{{{prefix}:{}}}", "?".repeat(DIGEST_HEX_LEN))
+}
+
+/// The `SCAN` pattern matching every parts list of `prefix`, and no other key.
+pub(crate) fn parts_pattern(prefix: &KeyPrefix) -> String {
+    format!("{}:parts:*", record_pattern(prefix))
 }
 
 /// The census board of `prefix`, `{prefix}:census`: a hash, outside [`record_pattern`] and the
@@ -90,6 +101,10 @@ mod tests {
         assert!(!keys.record().contains("order-42"));
         assert_eq!(keys.fence(), format!("{}:fence", keys.record()));
         assert_eq!(keys.channel(), format!("{}:changed", keys.record()));
+        assert_eq!(
+            keys.parts(FencingToken::new(1_234)),
+            format!("{}:parts:1234", keys.record())
+        );
     }
 
     #[test]
@@ -130,6 +145,10 @@ mod tests {
             record.record().len(),
             pattern.len(),
             "one `?` per character"
+        );
+        assert_eq!(
+            parts_pattern(&KeyPrefix::default()),
+            format!("{pattern}:parts:*")
         );
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! [`RedisStore`] implements the [`Store`](idem_core::Store) contract with one Lua function per
 //! operation, on the server's clock and with the server's key expiry; the operations of
-//! concurrent calls go to Redis together, in one script call; completions are announced over
-//! pub/sub so that waiters on other instances wake up at once. How Redis's persistence
+//! concurrent calls go to Redis together, in one script call; completions and the parts of
+//! streamed responses are announced over pub/sub so that waiters on other instances wake up at
+//! once. How Redis's persistence
 //! settings bound what a restart can lose is in `docs/stores.md`.
 //!
 //! # Examples

@@ -14,6 +14,10 @@ pub(crate) enum Kind {
     Get,
     Forget,
     Purge,
+    AppendPart,
+    ReadParts,
+    DiscardParts,
+    PurgeParts,
 }
 
 impl Kind {
@@ -26,6 +30,10 @@ impl Kind {
             Self::Get => "g",
             Self::Forget => "f",
             Self::Purge => "p",
+            Self::AppendPart => "pa",
+            Self::ReadParts => "pr",
+            Self::DiscardParts => "pd",
+            Self::PurgeParts => "pp",
         }
     }
 
@@ -47,15 +55,23 @@ pub(crate) struct Operation {
 }
 
 impl Operation {
-    /// `kind` on `keys`'s address, at `now` (empty for the server's clock).
+    /// `kind` on `keys`'s address (its record key, and its fence key for the kinds that take
+    /// it), at `now` (empty for the server's clock).
     pub(crate) fn new(kind: Kind, keys: &Keys, now: &str) -> Self {
-        let mut operation = Self {
-            keys: vec![keys.record().as_bytes().to_vec()],
+        let mut list = vec![keys.record().as_bytes().to_vec()];
+        if kind.fenced() {
+            list.push(keys.fence().into_bytes());
+        }
+        Self::on(kind, list, now)
+    }
+
+    /// `kind` on `keys`, all of one address (they share its hash tag), at `now`.
+    pub(crate) fn on(kind: Kind, keys: Vec<Vec<u8>>, now: &str) -> Self {
+        debug_assert!(!keys.is_empty(), "an operation has a key");
+        let operation = Self {
+            keys,
             args: Vec::with_capacity(7),
         };
-        if kind.fenced() {
-            operation.keys.push(keys.fence().into_bytes());
-        }
         operation.arg(kind.code()).arg(now)
     }
 
@@ -70,12 +86,14 @@ impl Operation {
         Slot::for_key(&self.keys[0])
     }
 
-    /// Which of `lanes` lanes the operation's address falls in on a single server: one of its
-    /// record key's hex digits (the key is `{prefix:HEX}`), so one address is always in one
-    /// lane, and addresses spread evenly.
+    /// Which of `lanes` lanes the operation's address falls in on a single server: the last of
+    /// its record key's hex digits (every key of an address starts with its record key,
+    /// `{prefix:HEX}`, and a prefix has no `}`), so one address is always in one lane, and
+    /// addresses spread evenly.
     pub(crate) fn lane(&self, lanes: usize) -> usize {
-        let record = &self.keys[0];
-        let digit = record.len().checked_sub(2).map_or(0, |at| record[at]);
+        let key = &self.keys[0];
+        let end = key.iter().position(|&b| b == b'}').unwrap_or(key.len());
+        let digit = end.checked_sub(1).map_or(0, |at| key[at]);
         usize::from(digit) % lanes
     }
 
@@ -90,5 +108,32 @@ impl Operation {
 
     pub(crate) fn args(&self) -> &[Vec<u8>] {
         &self.args
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use idem_core::{Address, FencingToken};
+
+    use super::*;
+    use crate::KeyPrefix;
+
+    #[test]
+    fn every_key_of_an_address_is_in_its_lane_and_slot() {
+        for n in 0..64 {
+            let address = Address::anonymous(format!("k-{n}").parse().unwrap());
+            let keys = Keys::new(&KeyPrefix::default(), &address);
+            let record = Operation::new(Kind::Get, &keys, "");
+            let parts = keys.parts(FencingToken::new(1_234_567));
+            let parts = Operation::on(Kind::ReadParts, vec![parts.into_bytes()], "");
+            for lanes in 1..=16 {
+                assert_eq!(
+                    record.lane(lanes),
+                    parts.lane(lanes),
+                    "{n} in {lanes} lanes"
+                );
+            }
+            assert_eq!(record.slot(), parts.slot(), "{n}");
+        }
     }
 }

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use idem_core::{
     Acquisition, Census, FencingToken, Fingerprint, Lease, Listed, Outcome, Posted, Record,
     RecordState, Scope, StateFilter, StoreError, Timestamp,
@@ -106,6 +107,42 @@ pub(crate) fn flag(reply: &Value) -> Result<bool, StoreError> {
         1 => Ok(true),
         _ => Err(unexpected()),
     }
+}
+
+/// The reply of `append_part` (`lua/parts.lua`): {1} stored (now or before), {0} for a lost
+/// lease, {2, next} for an index past the next part's.
+pub(crate) fn appended(reply: &Value, given: u32) -> Result<(), StoreError> {
+    let Value::Array(items) = reply else {
+        return Err(unexpected());
+    };
+    match items.as_slice() {
+        [Value::Int(1)] => Ok(()),
+        [Value::Int(0)] => Err(StoreError::LeaseLost),
+        [Value::Int(2), next] => Err(StoreError::PartOutOfOrder {
+            next: u32::try_from(uint(next)?).map_err(|_| unexpected())?,
+            given,
+        }),
+        _ => Err(unexpected()),
+    }
+}
+
+/// The reply of `read_parts` (`lua/parts.lua`): the parts, in order.
+pub(crate) fn parts(reply: Value) -> Result<Vec<Bytes>, StoreError> {
+    let Value::Array(items) = reply else {
+        return Err(unexpected());
+    };
+    items
+        .into_iter()
+        .map(|item| match item {
+            Value::BulkString(part) => Ok(Bytes::from(part)),
+            _ => Err(unexpected()),
+        })
+        .collect()
+}
+
+/// A count (`purge_parts`).
+pub(crate) fn count(reply: &Value) -> Result<usize, StoreError> {
+    usize::try_from(uint(reply)?).map_err(|_| unexpected())
 }
 
 /// The reply of `lua/get.lua`: nil, or the fields s, f, t, c, e, l, d, r.
@@ -341,6 +378,38 @@ mod tests {
                 "{bad:?}: {error:?}"
             );
         }
+    }
+
+    #[test]
+    fn appends_and_reads_of_parts_are_read_from_their_replies() {
+        let array = |items: Vec<Value>| Value::Array(items);
+        assert_eq!(appended(&array(vec![Value::Int(1)]), 3).unwrap(), ());
+        assert!(matches!(
+            appended(&array(vec![Value::Int(0)]), 3),
+            Err(StoreError::LeaseLost)
+        ));
+        assert!(matches!(
+            appended(&array(vec![Value::Int(2), Value::Int(1)]), 3),
+            Err(StoreError::PartOutOfOrder { next: 1, given: 3 })
+        ));
+        for bad in [
+            Value::Int(1),
+            array(vec![Value::Int(2)]),
+            array(vec![Value::Int(2), Value::Int(-1)]),
+        ] {
+            assert!(
+                matches!(appended(&bad, 0), Err(StoreError::Corrupted(_))),
+                "{bad:?}"
+            );
+        }
+
+        let read = parts(array(vec![bulk("a"), bulk("")])).unwrap();
+        assert_eq!(read, [Bytes::from_static(b"a"), Bytes::new()]);
+        assert_eq!(parts(array(vec![])).unwrap(), Vec::<Bytes>::new());
+        assert!(matches!(
+            parts(array(vec![Value::Nil])),
+            Err(StoreError::Corrupted(_))
+        ));
     }
 
     #[test]

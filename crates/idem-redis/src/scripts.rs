@@ -1,6 +1,7 @@
 //! The Lua scripts: `lua/record.lua` (a record's encoding) first in each, then the store's
-//! operations (`lua/common.lua`, one function per operation, and `lua/batch.lua`, which runs a
-//! batch of them), or one of the operators' read-only scripts.
+//! operations (`lua/common.lua`, one function per operation, those on streamed parts in
+//! `lua/parts.lua`, and `lua/batch.lua`, which runs a batch of them), or one of the operators'
+//! read-only scripts.
 
 use std::{sync::LazyLock, time::Duration};
 
@@ -15,6 +16,7 @@ pub(crate) static SCRIPT: LazyLock<Script> = LazyLock::new(|| {
         include_str!("../lua/complete.lua"),
         include_str!("../lua/release.lua"),
         include_str!("../lua/renew.lua"),
+        include_str!("../lua/parts.lua"),
         include_str!("../lua/get.lua"),
         include_str!("../lua/forget.lua"),
         include_str!("../lua/purge.lua"),

@@ -2,6 +2,7 @@
 
 use std::{fmt, future::Future, sync::Arc, time::Duration};
 
+use bytes::Bytes;
 use idem_core::{
     Acquisition, Address, Census, CensusClaim, CensusTurn, Clock, FencingToken, Fingerprint,
     ListPage, ListQuery, ManualClock, Outcome, Pace, Record, Store, StoreError, Terms, Timestamp,
@@ -14,13 +15,16 @@ use crate::{
     changes::Changes,
     connection::Connection,
     error::store_error,
-    keys::{Keys, census_board_key, record_pattern},
+    keys::{Keys, census_board_key, parts_pattern, record_pattern},
     listing::{self, BoardWrite},
     operation::{Kind, Operation},
     reply,
     scripts::{self, millis},
     walk::Walk,
 };
+
+/// The largest `max_bytes` sent to the read script: exact in Lua's doubles.
+const MAX_READ_BYTES: usize = 1 << 52;
 
 /// A store in Redis, shared by every process that uses the same server (or cluster) and
 /// [prefix](RedisOptions::prefix).
@@ -39,9 +43,9 @@ use crate::{
 ///   swap, and on a cluster a master that stalls holds up its own slots only.
 /// - **Time** is the server's `TIME`, never the caller's clock, so instances with skewed clocks
 ///   agree.
-/// - **Expiry** is the server's: each record key expires (`PEXPIREAT`) when the record does, so
-///   Redis removes expired records by itself and [`purge_expired`](Store::purge_expired) finds
-///   nothing to do (it returns 0).
+/// - **Expiry** is the server's: each record key and parts list expires (`PEXPIREAT`) when the
+///   record does, so Redis removes expired records and parts by itself and
+///   [`purge_expired`](Store::purge_expired) finds nothing to do (it returns 0).
 /// - **Fencing tokens** are the server's time in milliseconds × 1024 plus 10 bits derived from
 ///   the address, or one more than the address's last token when that is larger (the last token
 ///   is kept in a small key beside a record removed before it expires). They grow across
@@ -50,9 +54,26 @@ use crate::{
 /// - **Cluster**: an address's keys share one hash tag, derived from a hash of the scope and
 ///   key (which never appear in clear), so every script runs on one shard.
 /// - **Wake-ups**: completing, releasing or forgetting a record that an `acquire` found in
-///   flight is published (sharded pub/sub on a cluster), and [`changed`](Store::changed)
-///   resolves on it, so that waiters on other instances replay at once; a record nobody found
-///   in flight costs no message.
+///   flight, or appending a part of its streamed response, is published (sharded pub/sub on a
+///   cluster), and [`changed`](Store::changed) resolves on it, so that waiters on other
+///   instances replay or follow at once; a record nobody found in flight costs no message.
+/// - **Streamed parts**: the parts of one execution are a Redis list beside its record,
+///   `{prefix:HASH}:parts:TOKEN` (in the record's slot), whose first element is the list's
+///   expiry and the others the parts in order. [`append_part`](Store::append_part) is one
+///   script, like the other operations and batched with them: it checks on the server's clock
+///   that the token holds the live processing record, compares the list's length with the
+///   index, pushes the part, sets the list's expiry (element and `PEXPIREAT`) to the record's,
+///   and announces the append as a completion is announced. [`read_parts`](Store::read_parts)
+///   reads a range of the list (`LRANGE`, at most 256 parts, cut at `max_bytes`) in a script
+///   that sees an expired list as empty; [`discard_parts`](Store::discard_parts) deletes the
+///   list. The list expires as a whole, when the record did at the latest append (a record's
+///   expiry only grows while one token holds it): so a part appended before a renewal lives as
+///   long as the last one, and a list left to expire while a renewed record lives on is gone
+///   (the next append is [`PartOutOfOrder`](StoreError::PartOutOfOrder) with `next: 0`).
+///   [`forget`](Store::forget) deletes the lists of the record's
+///   execution and of the last one released or forgotten (the token the fence key keeps);
+///   those of executions taken over earlier are no longer named anywhere, and expire on their
+///   own, with the record they were written for.
 ///
 /// Durability is Redis's: see the `appendonly` settings in `docs/stores.md`.
 ///
@@ -238,15 +259,19 @@ impl Store for RedisStore {
         reply::record(&self.run(operation).await?)
     }
 
+    /// Also deletes the parts of the record's execution and of the last execution released or
+    /// forgotten before; those of executions taken over earlier expire on their own (see
+    /// [`RedisStore`]).
     async fn forget(&self, address: &Address) -> Result<bool, StoreError> {
         let keys = self.keys(address);
         let operation = self.operation(Kind::Forget, &keys).arg(keys.channel());
         reply::flag(&self.run(operation).await?)
     }
 
-    /// Returns 0: Redis removes each record when it expires, by itself. Under a
+    /// Returns 0: Redis removes each record and parts list when it expires, by itself. Under a
     /// [manual clock](RedisOptions::manual_clock) (tests), whose time Redis does not see, it
-    /// scans the prefix and removes the records that clock has expired.
+    /// scans the prefix and removes the records that clock has expired, then the parts of the
+    /// lists it has expired, each part counting one.
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
         if self.inner.clock.is_none() {
             return Ok(0);
@@ -265,6 +290,21 @@ impl Store for RedisStore {
                 if reply::flag(&self.run(operation).await?)? {
                     purged += 1;
                 }
+            }
+        }
+        let pattern = parts_pattern(&self.inner.prefix);
+        let mut walk = Walk::lists(&self.inner.connection, &pattern)
+            .await
+            .map_err(store_error)?;
+        while let Some(step) = walk.step().await.map_err(store_error)? {
+            for parts in step.keys {
+                if purged == limit {
+                    return Ok(purged);
+                }
+                let operation =
+                    Operation::on(Kind::PurgeParts, vec![parts.into_bytes()], &self.now())
+                        .arg(limit - purged);
+                purged += reply::count(&self.run(operation).await?)?;
             }
         }
         Ok(purged)
@@ -353,6 +393,52 @@ impl Store for RedisStore {
         let (posted, ..) =
             listing::census_board(&self.inner.connection, &key, &self.now(), write).await?;
         Ok(posted)
+    }
+
+    async fn append_part(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        index: u32,
+        part: &Bytes,
+    ) -> Result<(), StoreError> {
+        let keys = self.keys(address);
+        let list = vec![
+            keys.record().as_bytes().to_vec(),
+            keys.parts(token).into_bytes(),
+        ];
+        let operation = Operation::on(Kind::AppendPart, list, &self.now())
+            .arg(token.get())
+            .arg(index)
+            .arg(part.as_ref())
+            .arg(keys.channel());
+        reply::appended(&self.run(operation).await?, index)
+    }
+
+    /// One script call that reads at most 256 parts: `LRANGE` over the list, 16 parts at a
+    /// time until `max_bytes` are reached.
+    async fn read_parts(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        from: u32,
+        max_bytes: usize,
+    ) -> Result<Vec<Bytes>, StoreError> {
+        let list = vec![self.keys(address).parts(token).into_bytes()];
+        let operation = Operation::on(Kind::ReadParts, list, &self.now())
+            .arg(from)
+            .arg(max_bytes.min(MAX_READ_BYTES));
+        reply::parts(self.run(operation).await?)
+    }
+
+    async fn discard_parts(
+        &self,
+        address: &Address,
+        token: FencingToken,
+    ) -> Result<(), StoreError> {
+        let list = vec![self.keys(address).parts(token).into_bytes()];
+        let operation = Operation::on(Kind::DiscardParts, list, &self.now());
+        reply::flag(&self.run(operation).await?).map(drop)
     }
 
     fn changed(&self, address: &Address) -> impl Future<Output = ()> + Send + 'static {

@@ -1,5 +1,5 @@
-//! [`Walk`]: the record keys of a prefix, one `SCAN` step at a time, on the server or on each
-//! master of a cluster in turn.
+//! [`Walk`]: the record keys (or the parts lists) of a prefix, one `SCAN` step at a time, on the
+//! server or on each master of a cluster in turn.
 
 use redis::RedisResult;
 
@@ -12,6 +12,8 @@ use crate::connection::{Connection, Shard};
 pub(crate) struct Walk<'c> {
     connection: &'c Connection,
     pattern: &'c str,
+    /// The type of the keys walked: `hash` (records), `list` (parts).
+    key_type: &'static str,
     shards: Vec<Shard>,
     /// The next step's shard, as an index into `shards` (past the end once the walk is over),
     /// and its cursor there.
@@ -29,16 +31,32 @@ pub(crate) struct Step {
 }
 
 impl<'c> Walk<'c> {
-    /// A walk over the keys matching `pattern` from `cursor` on the shard at index `shard`
-    /// (over at once when there is no such shard), or from the start with `(0, 0)`.
+    /// A walk over the hash keys (records) matching `pattern` from `cursor` on the shard at
+    /// index `shard` (over at once when there is no such shard), or from the start with
+    /// `(0, 0)`.
     pub(crate) async fn new(
         connection: &'c Connection,
         pattern: &'c str,
+        from: (u64, u64),
+    ) -> RedisResult<Self> {
+        Self::of_type(connection, pattern, "hash", from).await
+    }
+
+    /// A walk over the list keys (parts) matching `pattern`, from the start.
+    pub(crate) async fn lists(connection: &'c Connection, pattern: &'c str) -> RedisResult<Self> {
+        Self::of_type(connection, pattern, "list", (0, 0)).await
+    }
+
+    async fn of_type(
+        connection: &'c Connection,
+        pattern: &'c str,
+        key_type: &'static str,
         (shard, cursor): (u64, u64),
     ) -> RedisResult<Self> {
         Ok(Self {
             connection,
             pattern,
+            key_type,
             shards: connection.shards().await?,
             shard: usize::try_from(shard).unwrap_or(usize::MAX),
             cursor,
@@ -58,7 +76,7 @@ impl<'c> Walk<'c> {
         let shard = self.shards[self.shard].clone();
         let (next, mut keys) = self
             .connection
-            .scan_step(&shard, self.cursor, self.pattern)
+            .scan_step(&shard, self.cursor, self.pattern, self.key_type)
             .await?;
         keys.sort_unstable();
         keys.dedup();

@@ -276,6 +276,32 @@ async fn changed_wakes_a_waiter_on_another_instance_over_sharded_pub_sub() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_append_wakes_a_waiter_on_another_instance_over_sharded_pub_sub() {
+    if idem_test_support::Server::Redis.url().is_none() {
+        return;
+    }
+    let prefix = fresh_prefix();
+    let (a, b) = (open(&prefix).await, open(&prefix).await);
+    for n in 0..6 {
+        let at = address(&format!("append-{n}"));
+        tokio::time::timeout(Duration::from_secs(5), b.changed(&at))
+            .await
+            .expect("woken once Redis confirms the subscription");
+        let lease = acquired(&a, &at, &fingerprint(1)).await;
+        let mut waiting = watch(&b, &at).await;
+        let early = tokio::time::timeout(Duration::from_millis(200), waiting.as_mut()).await;
+        assert!(early.is_err(), "woken before anything changed");
+        let part = bytes::Bytes::from(format!("part of {n}"));
+        a.append_part(&at, lease.token, 0, &part).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("woken by the append on the other instance");
+        let read = b.read_parts(&at, lease.token, 0, usize::MAX).await.unwrap();
+        assert_eq!(read, [part]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn operations_on_one_key_keep_their_order_in_the_queues_per_slot() {
     if idem_test_support::Server::Redis.url().is_none() {
         return;

@@ -55,8 +55,9 @@ async fn server_clock_subject() -> ServerClockSubject {
     ServerClockSubject { store }
 }
 
-/// The checks that move time, on the server's clock. `purge_expired` is left out: there Redis
-/// removes expired records itself and the purge finds none (see `server.rs`).
+/// The checks that move time, on the server's clock, and those on streamed parts.
+/// `purge_expired` is left out (with the check on parts that purges them): there Redis removes
+/// expired records and parts itself and the purge finds none (see `server.rs`).
 mod server_clock {
     use super::*;
 
@@ -87,5 +88,7 @@ mod server_clock {
         listing_pages_through_every_record_newest_first,
         listing_filters_by_state_age_and_scope,
         census_counts_live_records_by_state,
+        streamed_parts_are_appended_in_order_and_read_from_any_index,
+        streamed_parts_are_fenced_and_outlive_the_settlement_until_discarded,
     );
 }

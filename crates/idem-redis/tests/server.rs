@@ -18,12 +18,14 @@ use std::{
     time::Duration,
 };
 
+use bytes::Bytes;
 use futures_util::FutureExt as _;
-use idem_conformance::checks::{self, TERMS, TTL, acquired, address, fingerprint, response};
+use idem_conformance::checks::{self, LEASE, TERMS, TTL, acquired, address, fingerprint, response};
 use idem_core::{
     Acquisition, Address, Census, Clock, DecodeError, Engine, Execution, FencingToken, Fingerprint,
     InFlight, ListCursor, ListPage, ListQuery, Listed, ManualClock, Outcome, Pace, Policy,
-    RecordState, RunOutcome, Scope, StateFilter, Store, StoreError, StoredResponse, Timestamp,
+    RecordState, RunOutcome, Scope, StateFilter, Store, StoreError, StoredResponse, Terms,
+    Timestamp,
 };
 use idem_redis::{Error, KeyPrefix, RedisOptions, RedisStore};
 use redis::Commands;
@@ -81,6 +83,54 @@ async fn changed_wakes_a_waiter_on_another_instance() {
         timeout(Duration::from_secs(5), waiting)
             .await
             .unwrap_or_else(|_| panic!("a waiter on the other instance is woken by {change}"));
+    }
+}
+
+/// A part of a streamed response, for the tests on parts.
+fn part(index: u32) -> Bytes {
+    Bytes::from(format!("part {index}"))
+}
+
+/// The Redis key of the parts list of `address`'s execution `token`.
+fn parts_key(store: &RedisStore, address: &Address, token: FencingToken) -> String {
+    format!("{}:parts:{}", store.record_key(address), token.get())
+}
+
+/// The absolute expiry of `key` in ms (`PEXPIRETIME`): -2 when there is no such key.
+fn expire_time(redis: &mut redis::Connection, key: &str) -> i64 {
+    redis::cmd("PEXPIRETIME").arg(key).query(redis).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_append_wakes_a_waiter_on_another_instance() {
+    if idem_test_support::Server::Redis.url().is_none() {
+        return;
+    }
+    let prefix = fresh_prefix();
+    let (a, b) = (
+        open(&redis_url(), &prefix).await,
+        open(&redis_url(), &prefix).await,
+    );
+    let at = address("wake-on-append");
+    subscribed(&b, &at).await;
+    let lease = acquired(&a, &at, &fingerprint(1)).await;
+    // As a follower on `b` does: wait, read what came, wait again.
+    for index in 0..3 {
+        let mut waiting = watch(&b, &at).await;
+        assert_not_woken(waiting.as_mut()).await;
+        a.append_part(&at, lease.token, index, &part(index))
+            .await
+            .unwrap();
+        timeout(Duration::from_secs(5), waiting)
+            .await
+            .unwrap_or_else(|_| {
+                panic!("the waiter on the other instance is woken by part {index}")
+            });
+        let read = b
+            .read_parts(&at, lease.token, index, usize::MAX)
+            .await
+            .unwrap();
+        assert_eq!(read, [part(index)]);
     }
 }
 
@@ -445,6 +495,223 @@ async fn only_a_record_found_in_flight_announces_its_change() {
         change(n, lease, at).await;
     }
     assert_eq!(calls(&mut redis, &["publish"]), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_append_takes_one_round_trip_and_is_announced_only_when_found_in_flight() {
+    if idem_test_support::Server::Redis.url().is_none() {
+        return;
+    }
+    let (_server, store, mut redis) = counted().await;
+    let at = address("appended");
+    let lease = acquired(&store, &at, &fingerprint(1)).await;
+
+    let before = round_trips(&mut redis);
+    store
+        .append_part(&at, lease.token, 0, &part(0))
+        .await
+        .unwrap();
+    assert_eq!(round_trips(&mut redis) - before, 1, "one script call");
+    assert_eq!(
+        calls(&mut redis, &["publish"]),
+        0,
+        "nobody found it in flight"
+    );
+
+    drop(watch(&store, &at).await);
+    store
+        .append_part(&at, lease.token, 1, &part(1))
+        .await
+        .unwrap();
+    assert_eq!(calls(&mut redis, &["publish"]), 1);
+    // A retried append, or one out of order, stores nothing and announces nothing.
+    store
+        .append_part(&at, lease.token, 1, &part(1))
+        .await
+        .unwrap();
+    let skipped = store.append_part(&at, lease.token, 3, &part(3)).await;
+    assert!(
+        matches!(
+            skipped,
+            Err(StoreError::PartOutOfOrder { next: 2, given: 3 })
+        ),
+        "{skipped:?}"
+    );
+    assert_eq!(calls(&mut redis, &["publish"]), 1);
+
+    let before = round_trips(&mut redis);
+    let read = store
+        .read_parts(&at, lease.token, 0, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(read, [part(0), part(1)]);
+    assert_eq!(round_trips(&mut redis) - before, 1, "one script call");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn parts_lists_expire_with_their_record_on_the_server_clock() {
+    if idem_test_support::Server::Redis.url().is_none() {
+        return;
+    }
+    let store = open(&redis_url(), &fresh_prefix()).await;
+    let mut redis = inspect(&redis_url());
+    let at = address("expiring-parts");
+    let lease = acquired(&store, &at, &fingerprint(1)).await;
+    let (record, parts) = (store.record_key(&at), parts_key(&store, &at, lease.token));
+    store
+        .append_part(&at, lease.token, 0, &part(0))
+        .await
+        .unwrap();
+    let expires_at = expire_time(&mut redis, &record);
+    assert!(expires_at > 0, "{expires_at}");
+    assert_eq!(expire_time(&mut redis, &parts), expires_at);
+    let stored: Vec<Vec<u8>> = redis.lrange(&parts, 0, -1).unwrap();
+    assert_eq!(
+        stored,
+        [expires_at.to_string().into_bytes(), b"part 0".to_vec()],
+        "the list's expiry, then the parts"
+    );
+
+    // A renewal past the record's expiry: the next append carries the list (part 0 too) along.
+    store.renew(&at, lease.token, TTL * 2).await.unwrap();
+    let renewed = expire_time(&mut redis, &record);
+    assert!(renewed > expires_at, "{renewed} after {expires_at}");
+    assert_eq!(
+        expire_time(&mut redis, &parts),
+        expires_at,
+        "until an append"
+    );
+    store
+        .append_part(&at, lease.token, 1, &part(1))
+        .await
+        .unwrap();
+    assert_eq!(expire_time(&mut redis, &parts), renewed);
+    // A completion sets the record's expiry, not the parts'.
+    store
+        .complete(
+            &at,
+            lease.token,
+            &response(1).into(),
+            Duration::from_millis(300),
+        )
+        .await
+        .unwrap();
+    assert_eq!(expire_time(&mut redis, &parts), renewed);
+
+    // A short-lived record: Redis removes its parts when it expires.
+    let brief = address("brief-parts");
+    let short = Duration::from_millis(300);
+    let terms = Terms {
+        lease: short,
+        ttl: short,
+    };
+    let Acquisition::Acquired(lease) = store.acquire(&brief, &fingerprint(1), terms).await.unwrap()
+    else {
+        panic!("a new key is acquired");
+    };
+    store
+        .append_part(&brief, lease.token, 0, &part(0))
+        .await
+        .unwrap();
+    tokio::time::sleep(short + Duration::from_millis(50)).await;
+    let exists: bool = redis
+        .exists(parts_key(&store, &brief, lease.token))
+        .unwrap();
+    assert!(!exists, "Redis removed the list");
+    let read = store
+        .read_parts(&brief, lease.token, 0, usize::MAX)
+        .await
+        .unwrap();
+    assert!(read.is_empty(), "{read:?}");
+    assert_eq!(store.purge_expired(100).await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn forget_removes_the_parts_of_the_record_and_of_the_last_one_removed_early() {
+    if idem_test_support::Server::Redis.url().is_none() {
+        return;
+    }
+    let subject = RedisSubject::open(RedisOptions::new(redis_url())).await;
+    let store = &subject.store;
+    let mut redis = inspect(&redis_url());
+    let at = address("forget-parts");
+    let exists = |redis: &mut redis::Connection, token| -> bool {
+        redis.exists(parts_key(store, &at, token)).unwrap()
+    };
+
+    // Released: the fence keeps its token, so a later forget finds its parts.
+    let released = acquired(store, &at, &fingerprint(1)).await;
+    store
+        .append_part(&at, released.token, 0, &part(0))
+        .await
+        .unwrap();
+    store.release(&at, released.token).await.unwrap();
+    // Taken over: its token is named nowhere once the next one holds the record.
+    let taken_over = acquired(store, &at, &fingerprint(1)).await;
+    store
+        .append_part(&at, taken_over.token, 0, &part(0))
+        .await
+        .unwrap();
+    subject.clock.advance(LEASE);
+    let current = acquired(store, &at, &fingerprint(1)).await;
+    assert!(current.took_over);
+    store
+        .append_part(&at, current.token, 0, &part(0))
+        .await
+        .unwrap();
+
+    assert!(store.forget(&at).await.unwrap());
+    assert!(!exists(&mut redis, released.token), "the fence's token");
+    assert!(!exists(&mut redis, current.token), "the record's token");
+    assert!(
+        exists(&mut redis, taken_over.token),
+        "left to expire with the record it was written for"
+    );
+
+    // Forgetting an address whose record is gone (released) also removes the fence's parts.
+    let gone = address("forget-released-parts");
+    let lease = acquired(store, &gone, &fingerprint(1)).await;
+    store
+        .append_part(&gone, lease.token, 0, &part(0))
+        .await
+        .unwrap();
+    store.release(&gone, lease.token).await.unwrap();
+    assert!(!store.forget(&gone).await.unwrap(), "no live record");
+    let read = store
+        .read_parts(&gone, lease.token, 0, usize::MAX)
+        .await
+        .unwrap();
+    assert!(read.is_empty(), "{read:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn purging_under_a_manual_clock_removes_expired_parts_within_its_limit() {
+    if idem_test_support::Server::Redis.url().is_none() {
+        return;
+    }
+    let subject = RedisSubject::open(RedisOptions::new(redis_url())).await;
+    let store = &subject.store;
+    let at = address("purged-parts");
+    let lease = acquired(store, &at, &fingerprint(1)).await;
+    for index in 0..3 {
+        store
+            .append_part(&at, lease.token, index, &part(index))
+            .await
+            .unwrap();
+    }
+    subject.clock.advance(TTL);
+    // The record, then one part: the limit holds across both.
+    assert_eq!(store.purge_expired(2).await.unwrap(), 2);
+    let read = store
+        .read_parts(&at, lease.token, 0, usize::MAX)
+        .await
+        .unwrap();
+    assert!(read.is_empty(), "{read:?}");
+    assert_eq!(store.purge_expired(10).await.unwrap(), 2, "the other two");
+    assert_eq!(store.purge_expired(10).await.unwrap(), 0);
+    let mut redis = inspect(&redis_url());
+    let exists: bool = redis.exists(parts_key(store, &at, lease.token)).unwrap();
+    assert!(!exists, "the list is gone");
 }
 
 /// A store on `server` under a fresh prefix, on a manual clock, with `batch_size` and `lanes`.
