@@ -71,7 +71,7 @@ pub enum Error {
         found.as_deref().unwrap_or("no such column")
     )]
     UnexpectedColumn {
-        /// The records table, quoted.
+        /// The table, quoted: the records table, or its parts table.
         table: String,
         /// The column.
         column: &'static str,

@@ -7,8 +7,9 @@
 //! ([group commit](MysqlOptions::batch_size)); fencing tokens come from an `AUTO_INCREMENT`
 //! counter, drawn after the records are locked; waiters on other instances poll with backoff
 //! (MySQL has no notifications); expired records are purged in bounded batches by
-//! [`MysqlStore::spawn_purger`]. The tables are created by [`MysqlStore::migrate`] (what `idem
-//! migrate` runs) and checked when a store is opened.
+//! [`MysqlStore::spawn_purger`], and so are the parts of streamed responses, kept in
+//! `<table>_parts` for requests on other instances to follow. The tables are created by
+//! [`MysqlStore::migrate`] (what `idem migrate` runs) and checked when a store is opened.
 //!
 //! Its transactional API, [`MysqlStore::acquire_in`] and [`MysqlStore::complete_in`], runs on
 //! the caller's own `sqlx` transaction, so that a service's business rows and the key's
@@ -57,6 +58,7 @@ mod connections;
 mod error;
 mod key_digest;
 mod options;
+mod parts;
 pub mod patterns;
 mod row;
 mod schema;

@@ -193,7 +193,8 @@ impl MysqlOptions {
 
     /// Sets the table that holds the records, in the connection's database.
     /// [`MysqlStore::migrate`](crate::MysqlStore::migrate) creates it next to
-    /// `<table>_tokens`, `<table>_census` and `<table>_migrations`.
+    /// `<table>_tokens`, `<table>_census`, `<table>_parts` (the parts of streamed responses)
+    /// and `<table>_migrations`.
     #[must_use]
     pub fn table(mut self, table: TableName) -> Self {
         self.table = table;

@@ -38,6 +38,16 @@ const COLUMNS: &[(&str, &str)] = &[
     ("response", "longblob"),
 ];
 
+/// The columns of `<table>_parts` the statements use, as [`COLUMNS`].
+const PARTS_COLUMNS: &[(&str, &str)] = &[
+    ("scope", "binary"),
+    ("key_digest", "binary"),
+    ("token", "bigint"),
+    ("idx", "int"),
+    ("part", "longblob"),
+    ("expires_at", "bigint"),
+];
+
 /// Applies the migrations that are missing, then checks the table as [`verify`] does. Safe to
 /// run from several processes at once: sqlx serializes them with a named lock (`GET_LOCK`).
 ///
@@ -143,6 +153,23 @@ pub(crate) async fn verify(
     if let Some((column, expected, found)) = unexpected_column(COLUMNS, &found) {
         return Err(Error::UnexpectedColumn {
             table: table(),
+            column,
+            expected,
+            found,
+        });
+    }
+
+    let parts = format!("{}_parts", sql.name);
+    let found: HashMap<String, String> = sqlx::query_as(include_str!("../sql/columns.sql"))
+        .bind(&parts)
+        .fetch_all(pool)
+        .await
+        .map_err(Error::Check)?
+        .into_iter()
+        .collect();
+    if let Some((column, expected, found)) = unexpected_column(PARTS_COLUMNS, &found) {
+        return Err(Error::UnexpectedColumn {
+            table: sql.parts.clone(),
             column,
             expected,
             found,

@@ -12,11 +12,18 @@ use idem_sql::TableName;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 
 /// The migrations, in order: version, description, template.
-const MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "idem records",
-    include_str!("../migrations/0001_idem_records.sql"),
-)];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "idem records",
+        include_str!("../migrations/0001_idem_records.sql"),
+    ),
+    (
+        2,
+        "idem parts",
+        include_str!("../migrations/0002_idem_parts.sql"),
+    ),
+];
 
 /// The server's clock in milliseconds since the epoch.
 pub(crate) const SERVER_NOW: &str = include_str!("../sql/now.sql");
@@ -39,6 +46,13 @@ pub enum Statement {
     CensusBoard,
     /// The census board's row written back.
     CensusBoardWrite,
+    /// [`Store::read_parts`](idem_core::Store::read_parts).
+    ReadParts,
+    /// [`Store::discard_parts`](idem_core::Store::discard_parts).
+    DiscardParts,
+    /// The expired parts that one batch of
+    /// [`Store::purge_expired`](idem_core::Store::purge_expired) deletes, locked.
+    PurgeExpiredParts,
 }
 
 /// Every statement of one store, rendered. Cloning a statement's text is cheap (an `Arc`).
@@ -50,11 +64,16 @@ pub(crate) struct Sql {
     purge_expired: Arc<str>,
     census_board: Arc<str>,
     census_board_write: Arc<str>,
+    read_parts: Arc<str>,
+    discard_parts: Arc<str>,
+    purge_expired_parts: Arc<str>,
     pub(crate) applied_migrations: Arc<str>,
     /// The table's name, unquoted.
     pub(crate) name: TableName,
     /// The table's name, quoted: for the batches' statements and error messages.
     pub(crate) table: String,
+    /// The parts table's name, quoted: `<table>_parts`.
+    pub(crate) parts: String,
 }
 
 impl Sql {
@@ -67,9 +86,13 @@ impl Sql {
             purge_expired: render(include_str!("../sql/purge_expired.sql")),
             census_board: render(include_str!("../sql/census_board.sql")),
             census_board_write: render(include_str!("../sql/census_board_write.sql")),
+            read_parts: render(include_str!("../sql/read_parts.sql")),
+            discard_parts: render(include_str!("../sql/discard_parts.sql")),
+            purge_expired_parts: render(include_str!("../sql/purge_expired_parts.sql")),
             applied_migrations: render(include_str!("../sql/applied_migrations.sql")),
             name: table.clone(),
             table: format!("`{table}`"),
+            parts: format!("`{table}_parts`"),
         }
     }
 
@@ -81,6 +104,9 @@ impl Sql {
             Statement::PurgeExpired => &self.purge_expired,
             Statement::CensusBoard => &self.census_board,
             Statement::CensusBoardWrite => &self.census_board_write,
+            Statement::ReadParts => &self.read_parts,
+            Statement::DiscardParts => &self.discard_parts,
+            Statement::PurgeExpiredParts => &self.purge_expired_parts,
         }
     }
 
@@ -160,6 +186,12 @@ impl Batch {
         Self { text, form }
     }
 
+    /// Makes room for `additional` more bytes of text.
+    pub(crate) fn reserve(&mut self, additional: usize) -> &mut Self {
+        self.text.reserve(additional);
+        self
+    }
+
     /// Appends `sql` and the `;` that ends it.
     pub(crate) fn statement(&mut self, sql: &str) -> &mut Self {
         self.text.push_str(sql);
@@ -226,20 +258,39 @@ mod tests {
             Statement::PurgeExpired,
             Statement::CensusBoard,
             Statement::CensusBoardWrite,
+            Statement::ReadParts,
+            Statement::DiscardParts,
+            Statement::PurgeExpiredParts,
         ] {
             let text = sql.text(statement);
             assert!(!text.contains('{'), "{statement:?}: {text}");
             assert!(text.contains("`keys"), "{statement:?}");
         }
+        assert_eq!(sql.parts, "`keys_parts`");
         let migrator = sql.migrator();
-        let migration = migrator.iter().next().unwrap();
-        assert!(!migration.sql.as_str().contains('{'));
-        assert!(
-            migration
-                .sql
-                .as_str()
-                .contains("CREATE TABLE `keys_tokens`")
-        );
+        let versions: Vec<i64> = migrator.iter().map(|migration| migration.version).collect();
+        assert_eq!(versions, [1, 2]);
+        for migration in migrator.iter() {
+            assert!(
+                !migration.sql.as_str().contains('{'),
+                "{}",
+                migration.version
+            );
+        }
+        let created = |version: usize, table: &str| {
+            let migration = migrator.iter().nth(version - 1).unwrap();
+            assert!(
+                migration
+                    .sql
+                    .as_str()
+                    .contains(&format!("CREATE TABLE `{table}`")),
+                "migration {version} creates {table}"
+            );
+        };
+        created(1, "keys");
+        created(1, "keys_tokens");
+        created(1, "keys_census");
+        created(2, "keys_parts");
         assert_eq!(migrator.table_name, "`keys_migrations`");
     }
 

@@ -2,6 +2,8 @@
 
 use std::{fmt, sync::Arc, time::Duration};
 
+use bytes::Bytes;
+
 use idem_core::{
     Acquisition, Address, Census, CensusClaim, CensusTurn, FencingToken, Fingerprint, ListPage,
     ListQuery, Newest, Outcome, Pace, Record, StateFilter, Store, StoreError, Terms, Timestamp,
@@ -19,7 +21,8 @@ use crate::{
     connections::{Checkout, Connections, Session},
     error::store_error,
     key_digest::key_digest,
-    row::{Columns, millis, sql_time, state_column},
+    parts,
+    row::{Columns, millis, sql_time, sql_token, state_column},
     schema,
     shared::Shared,
     sql::{Batch, BatchForm, Sql},
@@ -45,6 +48,13 @@ const CENSUS_STEP: i64 = 5_000;
 /// MySQL has no notifications: a request waiting for a key that a request on another instance
 /// holds learns that it completed by polling, with backoff from 10 ms to 1 s (the engine's; see
 /// [`Store::changed`]). Waiters on the same instance are woken at once.
+///
+/// The parts of streamed responses ([`Store::append_part`]) are rows of `<table>_parts`, keyed by
+/// the record's address, the execution's token and the part's index, each expiring with its
+/// record as it stood when the part was appended. An append is one transaction in one round trip
+/// on the store's connections, outside the group commit: it locks the record, and inserts the
+/// part only when the token holds the live, processing record and the index is the next one.
+/// Followers on other instances poll [`Store::read_parts`].
 ///
 /// Beyond the [`Store`] trait, [`acquire_in`](Self::acquire_in) and
 /// [`complete_in`](Self::complete_in) run in the caller's own transaction, so that business rows
@@ -170,10 +180,10 @@ impl MysqlStore {
         })
     }
 
-    /// Creates the table, its token counter, census board and migrations table, or brings them up
-    /// to date, then checks the table as [`open`](Self::open) does; says what it did. What `idem
-    /// migrate` runs. Applied migrations are recorded in `<table>_migrations`; running it again,
-    /// or from several processes at once, is safe.
+    /// Creates the table, its token counter, census board, parts table and migrations table, or
+    /// brings them up to date, then checks the table as [`open`](Self::open) does; says what it
+    /// did. What `idem migrate` runs. Applied migrations are recorded in `<table>_migrations`;
+    /// running it again, or from several processes at once, is safe.
     ///
     /// A table migrated by a newer build ([`Error::UnknownMigration`]) is left untouched.
     pub async fn migrate(pool: &MySqlPool, options: &MysqlOptions) -> Result<Migration, Error> {
@@ -199,8 +209,9 @@ impl MysqlStore {
         self.inner.pool.close().await;
     }
 
-    /// Starts a task that, every `every`, removes expired records `batch` at a time until none is
-    /// left. Several instances may run one: a batch skips the rows another one holds.
+    /// Starts a task that, every `every`, removes expired records and expired parts of streamed
+    /// responses, `batch` rows at a time, until none is left. Several instances may run one: a
+    /// batch skips the rows another one holds.
     ///
     /// # Panics
     ///
@@ -391,7 +402,8 @@ impl Store for MysqlStore {
             .transpose()
     }
 
-    /// One round trip: the record read and locked, then deleted, in one transaction.
+    /// One round trip: the record read and locked, then deleted with the parts of every
+    /// execution at the address, in one transaction.
     async fn forget(&self, address: &Address) -> Result<bool, StoreError> {
         let shared = &self.inner.shared;
         let table = &shared.sql.table;
@@ -412,6 +424,9 @@ impl Store for MysqlStore {
         batch.statement(" FOR UPDATE");
         batch.push("DELETE FROM ").push(table);
         row(&mut batch);
+        batch.statement("");
+        batch.push("DELETE FROM ").push(&shared.sql.parts);
+        row(&mut batch);
         batch.statement("").statement("COMMIT");
         let mut connection = self.connection().await?;
         let rows = shared
@@ -426,7 +441,9 @@ impl Store for MysqlStore {
     }
 
     /// One transaction on the operators' pool: at most `limit` expired records, oldest first,
-    /// skipping those another transaction holds, read and locked, then deleted by primary key.
+    /// skipping those another transaction holds, read and locked, then deleted by primary key;
+    /// then, with the rest of `limit`, expired parts of streamed responses the same way. Answers
+    /// how many rows (records and parts) it deleted.
     ///
     /// The transaction runs at `READ COMMITTED`, so that its walk down the expiry index locks
     /// the records it reads and no gap: under the pool's default `REPEATABLE READ` it would also
@@ -436,42 +453,152 @@ impl Store for MysqlStore {
     /// when the pool gets its connection back, later.
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
         let shared = &self.inner.shared;
+        let sql = &shared.sql;
         let mut transaction = self
             .inner
             .pool
             .begin_with("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
             .await
             .map_err(|e| self.error(e))?;
-        let doomed: Vec<(Vec<u8>, Vec<u8>)> =
-            sqlx::query_as(query_text(shared.sql.text(Statement::PurgeExpired)))
+        let records: Vec<(Vec<u8>, Vec<u8>)> =
+            sqlx::query_as(query_text(sql.text(Statement::PurgeExpired)))
                 .bind(shared.now())
                 .bind(i64::try_from(limit).unwrap_or(i64::MAX))
                 .fetch_all(&mut *transaction)
                 .await
                 .map_err(|e| self.error(e))?;
-        if doomed.is_empty() {
-            transaction.commit().await.map_err(|e| self.error(e))?;
-            return Ok(0);
+        let mut deleted = 0;
+        if !records.is_empty() {
+            let mut batch = Batch::new(BatchForm::Statements);
+            batch.push("DELETE FROM ").push(&sql.table).push(" WHERE ");
+            for (n, (scope, key)) in records.iter().enumerate() {
+                batch
+                    .push(if n == 0 { "(scope = " } else { " OR (scope = " })
+                    .bytes(scope)
+                    .push(" AND key_digest = ")
+                    .bytes(key)
+                    .push(")");
+            }
+            let done = sqlx::raw_sql(AssertSqlSafe(batch.finish()))
+                .execute(&mut *transaction)
+                .await
+                .map_err(|e| self.error(e))?;
+            deleted += usize::try_from(done.rows_affected()).expect("at most `limit` rows");
         }
-        let mut batch = Batch::new(BatchForm::Statements);
-        batch
-            .push("DELETE FROM ")
-            .push(&shared.sql.table)
-            .push(" WHERE ");
-        for (n, (scope, key)) in doomed.iter().enumerate() {
-            batch
-                .push(if n == 0 { "(scope = " } else { " OR (scope = " })
-                .bytes(scope)
-                .push(" AND key_digest = ")
-                .bytes(key)
-                .push(")");
+        let rest = limit.saturating_sub(deleted);
+        if rest > 0 {
+            let parts: Vec<(Vec<u8>, Vec<u8>, i64, u32)> =
+                sqlx::query_as(query_text(sql.text(Statement::PurgeExpiredParts)))
+                    .bind(shared.now())
+                    .bind(i64::try_from(rest).unwrap_or(i64::MAX))
+                    .fetch_all(&mut *transaction)
+                    .await
+                    .map_err(|e| self.error(e))?;
+            if !parts.is_empty() {
+                let mut batch = Batch::new(BatchForm::Statements);
+                batch.push("DELETE FROM ").push(&sql.parts).push(" WHERE ");
+                for (n, (scope, key, token, index)) in parts.iter().enumerate() {
+                    batch
+                        .push(if n == 0 { "(scope = " } else { " OR (scope = " })
+                        .bytes(scope)
+                        .push(" AND key_digest = ")
+                        .bytes(key)
+                        .push(" AND token = ")
+                        .number(*token)
+                        .push(" AND idx = ")
+                        .number(i64::from(*index))
+                        .push(")");
+                }
+                let done = sqlx::raw_sql(AssertSqlSafe(batch.finish()))
+                    .execute(&mut *transaction)
+                    .await
+                    .map_err(|e| self.error(e))?;
+                deleted += usize::try_from(done.rows_affected()).expect("at most `limit` rows");
+            }
         }
-        let done = sqlx::raw_sql(AssertSqlSafe(batch.finish()))
-            .execute(&mut *transaction)
-            .await
-            .map_err(|e| self.error(e))?;
         transaction.commit().await.map_err(|e| self.error(e))?;
-        Ok(usize::try_from(done.rows_affected()).expect("at most `limit` rows"))
+        Ok(deleted)
+    }
+
+    /// One round trip on the store's connections: one transaction that locks the record, reads
+    /// the next index of the token's parts, and inserts the part with the record's expiry only
+    /// if the token holds the live, processing record and the index is the next (see
+    /// `src/parts.rs`). Not a batch of the group commit.
+    async fn append_part(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        index: u32,
+        part: &Bytes,
+    ) -> Result<(), StoreError> {
+        let shared = &self.inner.shared;
+        let text = parts::append_text(
+            shared.form,
+            shared.now(),
+            &shared.sql,
+            address,
+            token,
+            index,
+            part,
+        );
+        let mut connection = self.connection().await?;
+        let rows = shared
+            .within(sqlx::raw_sql(AssertSqlSafe(text)).fetch_all(&mut *connection))
+            .await
+            .map_err(|e| self.error(e));
+        let rows = connection.keep(rows)?;
+        parts::appended(&rows, &shared.sql.table, index)
+    }
+
+    /// One statement on the store's connections, on the server's clock (`sql/read_parts.sql`):
+    /// the sizes summed on the server, then only the parts that fit the budget read.
+    async fn read_parts(
+        &self,
+        address: &Address,
+        token: FencingToken,
+        from: u32,
+        max_bytes: usize,
+    ) -> Result<Vec<Bytes>, StoreError> {
+        let shared = &self.inner.shared;
+        let mut connection = self.connection().await?;
+        let rows: Result<Vec<(Vec<u8>,)>, StoreError> = shared
+            .within(
+                sqlx::query_as(query_text(shared.sql.text(Statement::ReadParts)))
+                    .bind(address.scope.as_bytes().as_slice())
+                    .bind(key_digest(&address.key).as_slice())
+                    .bind(sql_token(token))
+                    .bind(from)
+                    .bind(from)
+                    .bind(shared.now())
+                    .bind(from)
+                    .bind(i64::try_from(max_bytes).unwrap_or(i64::MAX))
+                    .fetch_all(&mut *connection),
+            )
+            .await
+            .map_err(|e| self.error(e));
+        let rows = connection.keep(rows)?;
+        Ok(rows.into_iter().map(|(part,)| Bytes::from(part)).collect())
+    }
+
+    /// One statement on the store's connections (`sql/discard_parts.sql`).
+    async fn discard_parts(
+        &self,
+        address: &Address,
+        token: FencingToken,
+    ) -> Result<(), StoreError> {
+        let shared = &self.inner.shared;
+        let mut connection = self.connection().await?;
+        let done = shared
+            .within(
+                sqlx::query(query_text(shared.sql.text(Statement::DiscardParts)))
+                    .bind(address.scope.as_bytes().as_slice())
+                    .bind(key_digest(&address.key).as_slice())
+                    .bind(sql_token(token))
+                    .execute(&mut *connection),
+            )
+            .await
+            .map_err(|e| self.error(e));
+        connection.keep(done).map(drop)
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
