@@ -120,6 +120,19 @@ impl<B> ResponseBody<B> {
         }
     }
 
+    /// The `chunks`, each a frame, then `trailers`, all held in memory (a replay of server-sent
+    /// events).
+    pub(crate) fn chunks(chunks: Vec<Bytes>, trailers: Option<HeaderMap>) -> Self {
+        let len: u64 = chunks.iter().map(|chunk| chunk.len() as u64).sum();
+        // The senders go at once: the body ends after the chunks it holds.
+        let (_, none) = mpsc::channel(1);
+        let (end, ended) = oneshot::channel();
+        let _ = end.send(Ok(trailers));
+        let mut hint = SizeHint::new();
+        hint.set_lower(len);
+        Self::streamed(chunks, none, ended, hint, None)
+    }
+
     /// `prefix` (already read from `rest`), then the rest of the inner body.
     pub(crate) fn prefixed(prefix: Bytes, rest: Pin<Box<B>>) -> Self {
         Self {

@@ -248,8 +248,11 @@ fn replay<B>(stored: StoredResponse) -> Response<ResponseBody<B>> {
     } = stored;
     let mut headers = replay_headers(&lines);
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    // Server-sent events replay as a stream, one event per chunk, as they were sent.
+    let events = is_event_stream(&headers);
     // With trailers there is no length, so that HTTP/1.1 sends them (chunked).
-    let has_length = trailers.is_none()
+    let has_length = !events
+        && trailers.is_none()
         && !status.is_informational()
         && status != StatusCode::NO_CONTENT
         && status != StatusCode::NOT_MODIFIED;
@@ -263,10 +266,47 @@ fn replay<B>(stored: StoredResponse) -> Response<ResponseBody<B>> {
         // the trailer fields it announces.
         headers.insert(TRAILER, announced);
     }
-    let mut response = Response::new(ResponseBody::buffered(body, trailers));
+    let body = if events {
+        ResponseBody::chunks(event_chunks(&body), trailers)
+    } else {
+        ResponseBody::buffered(body, trailers)
+    };
+    let mut response = Response::new(body);
     *response.status_mut() = status;
     *response.headers_mut() = headers;
     response
+}
+
+/// Whether `headers` say the body is a stream of server-sent events.
+fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers.get(CONTENT_TYPE).is_some_and(|value| {
+        let essence = value.as_bytes().split(|&b| b == b';').next().unwrap_or_default();
+        essence.trim_ascii().eq_ignore_ascii_case(b"text/event-stream")
+    })
+}
+
+/// `body` cut after each event: after each blank line (`\n\n`, `\r\n\r\n` or `\r\r`), the
+/// rest, if any, last. Slices of `body`, not copies.
+fn event_chunks(body: &Bytes) -> Vec<Bytes> {
+    let mut chunks = Vec::new();
+    let (mut start, mut at) = (0, 0);
+    while at < body.len() {
+        let end = [&b"\r\n\r\n"[..], b"\n\n", b"\r\r"]
+            .iter()
+            .find(|blank| body[at..].starts_with(blank))
+            .map(|blank| at + blank.len());
+        match end {
+            Some(end) => {
+                chunks.push(body.slice(start..end));
+                (start, at) = (end, end);
+            }
+            None => at += 1,
+        }
+    }
+    if start < body.len() {
+        chunks.push(body.slice(start..));
+    }
+    chunks
 }
 
 /// The headers of a replay of a response with the header `lines`: the hop-by-hop ones, `Trailer`
@@ -345,6 +385,39 @@ mod tests {
                 ("idempotent-replayed", "true"),
             ]
         );
+    }
+
+    #[test]
+    fn server_sent_events_are_cut_after_each_event() {
+        let body = Bytes::from("data: 1\n\nid: 2\r\ndata: 2\r\n\r\ndata: 3\r\rdata: partial");
+        let chunks = event_chunks(&body);
+        assert_eq!(
+            chunks,
+            [
+                "data: 1\n\n",
+                "id: 2\r\ndata: 2\r\n\r\n",
+                "data: 3\r\r",
+                "data: partial"
+            ]
+        );
+        assert_eq!(event_chunks(&Bytes::new()), Vec::<Bytes>::new());
+        assert_eq!(event_chunks(&Bytes::from("\n\n\n\n")), ["\n\n", "\n\n"]);
+    }
+
+    #[tokio::test]
+    async fn an_event_stream_replays_one_event_per_chunk_without_a_length() {
+        use http_body_util::BodyExt;
+        let stored = StoredResponse::new(200)
+            .header("content-type", "text/event-stream; charset=utf-8")
+            .header("content-length", "18")
+            .body("data: 1\n\ndata: 2\n\n");
+        let mut response = replay::<Full<Bytes>>(stored);
+        assert_eq!(response.headers().get(CONTENT_LENGTH), None);
+        let mut frames = Vec::new();
+        while let Some(frame) = response.body_mut().frame().await {
+            frames.push(frame.unwrap().into_data().unwrap());
+        }
+        assert_eq!(frames, ["data: 1\n\n", "data: 2\n\n"]);
     }
 
     #[test]
