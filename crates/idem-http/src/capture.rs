@@ -280,8 +280,14 @@ fn replay<B>(stored: StoredResponse) -> Response<ResponseBody<B>> {
 /// Whether `headers` say the body is a stream of server-sent events.
 fn is_event_stream(headers: &HeaderMap) -> bool {
     headers.get(CONTENT_TYPE).is_some_and(|value| {
-        let essence = value.as_bytes().split(|&b| b == b';').next().unwrap_or_default();
-        essence.trim_ascii().eq_ignore_ascii_case(b"text/event-stream")
+        let essence = value
+            .as_bytes()
+            .split(|&b| b == b';')
+            .next()
+            .unwrap_or_default();
+        essence
+            .trim_ascii()
+            .eq_ignore_ascii_case(b"text/event-stream")
     })
 }
 

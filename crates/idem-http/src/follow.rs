@@ -146,6 +146,57 @@ impl<St: Store> Appender<St> {
     }
 }
 
+/// How far the recording of a streamed response has gone, as the store holds it: what the admin
+/// API shows of a processing record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamProgress {
+    /// The chunks of the body appended so far.
+    pub chunks: u32,
+    /// Their bytes.
+    pub bytes: u64,
+    /// The stream passed the stored-response limit: nothing more is appended.
+    pub past_limit: bool,
+}
+
+/// How far the execution `token` at `address` has streamed its response to the store, or `None`
+/// when it has appended nothing (its response is not streamed, not yet, or not in wait mode).
+/// Reads every part.
+///
+/// # Errors
+///
+/// The store's, when it fails; a store that keeps no parts has none.
+pub async fn stream_progress<St: Store>(
+    store: &St,
+    address: &Address,
+    token: FencingToken,
+) -> Result<Option<StreamProgress>, StoreError> {
+    let mut progress = StreamProgress {
+        chunks: 0,
+        bytes: 0,
+        past_limit: false,
+    };
+    let mut next = 0;
+    loop {
+        let page = match store.read_parts(address, token, next, PAGE).await {
+            Err(StoreError::Unsupported { .. }) => return Ok(None),
+            read => read?,
+        };
+        if page.is_empty() {
+            break;
+        }
+        for part in page {
+            // Part 0 is the head.
+            if next > 0 {
+                progress.past_limit |= part.is_empty();
+                progress.chunks += u32::from(!part.is_empty());
+                progress.bytes += part.len() as u64;
+            }
+            next += 1;
+        }
+    }
+    Ok((next > 0).then_some(progress))
+}
+
 /// A stream found in the store, for a duplicate to follow: its head, the chunks so far, and where
 /// to go on from.
 pub(crate) struct Found {

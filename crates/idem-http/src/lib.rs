@@ -106,6 +106,7 @@ mod stream;
 mod test_support;
 
 pub use body::ResponseBody;
+pub use follow::{StreamProgress, stream_progress};
 pub use from_bytes::FromBytes;
 pub use future::ResponseFuture;
 pub use layer::IdempotencyLayer;

@@ -56,7 +56,7 @@ pub(crate) use self::{
     auth::{UNAUTHORIZED, protect},
     census::{CensusKeeper, LEASE, OLDEST_PROCESSING_AGE, RECORDS},
     forget::{Forgotten, forget},
-    record_view::{KeyList, ListedView, RecordView},
+    record_view::{KeyList, ListedView, RecordView, stream_of},
 };
 use crate::{
     HumanDuration,
@@ -512,7 +512,15 @@ pub(crate) async fn show_key(
     KeyAddress(address): KeyAddress,
 ) -> Response {
     match within(state.store_timeout, state.store.get(&address)).await {
-        Ok(Some(record)) => Json(RecordView::new(&address, &record)).into_response(),
+        Ok(Some(record)) => {
+            let stream = within(state.store_timeout, async {
+                Ok(stream_of(&state.store, &address, &record).await)
+            })
+            .await
+            .ok()
+            .flatten();
+            Json(RecordView::new(&address, &record).with_stream(stream)).into_response()
+        }
         Ok(None) => AdminRejection::KeyNotFound.into_response(),
         Err(error) => store_failed(&error),
     }

@@ -1,9 +1,13 @@
 //! [`RecordView`]: a record as the admin API and `idem keys show` print it.
 
 use idem_core::{
-    Address, ListPage, Listed, Outcome, Record, RecordState, Timestamp, sealing::is_sealed,
+    Address, ListPage, Listed, Outcome, Record, RecordState, Store, Timestamp, sealing::is_sealed,
 };
-use idem_http::problem::{Problem, Rejection};
+use idem_http::{
+    StreamProgress,
+    problem::{Problem, Rejection},
+    stream_progress,
+};
 use serde::Serialize;
 use utoipa::{
     ToSchema,
@@ -28,6 +32,22 @@ pub(crate) struct RecordView {
     /// The state, the token and the times.
     #[serde(flatten)]
     pub fields: RecordFields,
+    /// While processing, how much of a streamed response has been recorded so far.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub stream: Option<StreamView>,
+}
+
+/// How much of a streamed response a processing record holds so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+pub(crate) struct StreamView {
+    /// The body's chunks recorded so far.
+    pub chunks: u32,
+    /// Their bytes.
+    pub bytes: u64,
+    /// The response passed the stored-response limit: it will not be replayed, and nothing more
+    /// of it is recorded.
+    pub past_limit: bool,
 }
 
 /// A record found by a listing, as JSON: the SHA-256 of its key (stores keep no more of it; the
@@ -98,6 +118,10 @@ pub(crate) struct RecordFields {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 100, maximum = 599, nullable = false)]
     pub status: Option<u16>,
+    /// The stored response's body, in bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub body_bytes: Option<u64>,
 }
 
 /// The schema of [`RecordFields::state`]: the names of [`RecordState`]'s variants.
@@ -116,8 +140,32 @@ impl RecordView {
             key_digest: address.key.digest(),
             scope: address.scope.to_string(),
             fields: RecordFields::new(record),
+            stream: None,
         }
     }
+
+    /// The view, with how much of its streamed response a processing record holds.
+    pub(crate) fn with_stream(mut self, progress: Option<StreamProgress>) -> Self {
+        self.stream = progress.map(|progress| StreamView {
+            chunks: progress.chunks,
+            bytes: progress.bytes,
+            past_limit: progress.past_limit,
+        });
+        self
+    }
+}
+
+/// How much of its streamed response the processing `record` at `address` holds, if any (a store
+/// that fails to say shows none: the rest of the view is worth showing).
+pub(crate) async fn stream_of<St: Store>(
+    store: &St,
+    address: &Address,
+    record: &Record,
+) -> Option<StreamProgress> {
+    let RecordState::Processing { token, .. } = record.state else {
+        return None;
+    };
+    stream_progress(store, address, token).await.ok().flatten()
 }
 
 impl ListedView {
@@ -134,21 +182,23 @@ impl ListedView {
 impl RecordFields {
     /// The fields of `record`.
     pub(crate) fn new(record: &Record) -> Self {
-        let (lease_until, completed_at, status) = match &record.state {
+        let (lease_until, completed_at, status, body_bytes) = match &record.state {
             RecordState::Processing { lease_until, .. } => {
-                (Some(rfc3339(*lease_until)), None, None)
+                (Some(rfc3339(*lease_until)), None, None, None)
             }
             RecordState::Completed {
                 outcome,
                 completed_at,
                 ..
             } => {
-                let status = match outcome {
-                    Outcome::Response(response) if is_sealed(response) => None,
-                    Outcome::Response(response) => Some(response.status),
-                    Outcome::Unknown => Some(Rejection::OutcomeUnknown.status().as_u16()),
+                let (status, body_bytes) = match outcome {
+                    Outcome::Response(response) if is_sealed(response) => (None, None),
+                    Outcome::Response(response) => {
+                        (Some(response.status), Some(response.body.len() as u64))
+                    }
+                    Outcome::Unknown => (Some(Rejection::OutcomeUnknown.status().as_u16()), None),
                 };
-                (None, Some(rfc3339(*completed_at)), status)
+                (None, Some(rfc3339(*completed_at)), status, body_bytes)
             }
         };
         Self {
@@ -159,6 +209,7 @@ impl RecordFields {
             lease_until,
             completed_at,
             status,
+            body_bytes,
         }
     }
 }

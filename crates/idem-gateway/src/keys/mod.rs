@@ -52,7 +52,8 @@ pub async fn run(command: KeysCommand) -> Result<String, Error> {
                 .get(&address)
                 .await?
                 .ok_or_else(|| not_found(&address))?;
-            let view = RecordView::new(&address, &record);
+            let stream = crate::admin::stream_of(&store, &address, &record).await;
+            let view = RecordView::new(&address, &record).with_stream(stream);
             Ok(serde_json::to_string_pretty(&view).expect("a record view serializes"))
         }
         KeysCommand::Forget(args) => {

@@ -81,6 +81,7 @@ async fn keys_can_be_shown_and_forgotten_with_and_without_scope() {
     assert_eq!(record["scope"], anonymous);
     assert_eq!(record["state"], "completed");
     assert_eq!(record["status"], 201);
+    assert_eq!(record["body_bytes"], reply.body.len());
     assert!(record["token"].as_u64().unwrap() >= 1);
     assert!(record["created_at"].as_str().unwrap().ends_with('Z'));
     assert!(record["completed_at"].as_str().unwrap().ends_with('Z'));

@@ -262,6 +262,21 @@ async fn a_duplicate_in_wait_mode_joins_the_stream_live(store: String) {
     };
     assert!(upstream.hits("events-sent") < 10, "joined while streaming");
     assert_eq!(streams_gauges(&client, &gateway).await, (1.0, 1.0));
+    // The admin API shows how much of the stream the record holds so far: whole events of 9
+    // bytes each, at least those the duplicate got.
+    let shown = client
+        .send(
+            Request::get(gateway.admin_url("/v1/keys/joined-1"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    let record = shown.json();
+    assert_eq!(record["state"], "processing", "{record}");
+    let stream = &record["stream"];
+    let chunks = stream["chunks"].as_u64().unwrap();
+    assert!(chunks * 9 >= so_far.len() as u64, "{record}");
+    assert_eq!((&stream["bytes"], &stream["past_limit"]), (&(chunks * 9).into(), &false.into()));
     let (text, end) = rest(&mut joined).await;
     assert_eq!(
         (
