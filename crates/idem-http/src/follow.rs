@@ -439,3 +439,92 @@ enum Settled {
 
 const PAST_LIMIT: &str = "the response passed the stored-response limit; the rest of it is not \
                           kept for duplicates on other instances";
+
+#[cfg(test)]
+mod tests {
+    use idem_core::{Acquisition, MemoryStore, Policy, Terms};
+
+    use super::*;
+
+    const FP: Fingerprint = Fingerprint::from_bytes([5; 32]);
+
+    fn address() -> Address {
+        Address::anonymous("followed".parse().unwrap())
+    }
+
+    /// An engine whose store holds a streaming execution with a `lease`, its head and `chunks`
+    /// appended; and its token.
+    async fn streaming(
+        lease: Duration,
+        chunks: &[&'static str],
+    ) -> (Engine<MemoryStore>, FencingToken) {
+        let engine = Engine::new(MemoryStore::new(), Policy::default());
+        let terms = Terms {
+            lease,
+            ttl: Duration::from_secs(60),
+        };
+        let Ok(Acquisition::Acquired(held)) = engine.store().acquire(&address(), &FP, terms).await
+        else {
+            panic!("acquired")
+        };
+        let mut appender = Appender::new(engine.clone(), address(), held.token, lease);
+        appender.head(StatusCode::CREATED, &HeaderMap::new()).await;
+        for chunk in chunks {
+            appender.chunk(&Bytes::from_static(chunk.as_bytes())).await;
+        }
+        (engine, held.token)
+    }
+
+    #[tokio::test]
+    async fn a_stream_is_found_with_its_head_and_chunks_so_far() {
+        let (engine, _) = streaming(Duration::from_secs(30), &["a", "b"]).await;
+        let past = PastLimit::default();
+        let found = probe(&engine, &address(), &FP, &past, 1024).await.unwrap();
+        assert_eq!(found.status, StatusCode::CREATED);
+        assert_eq!(found.prefix, ["a", "b"]);
+        let other = Fingerprint::from_bytes([6; 32]);
+        assert!(
+            probe(&engine, &address(), &other, &past, 1024)
+                .await
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stream_past_the_limit_is_not_followed_and_not_read_again() {
+        let (engine, token) = streaming(Duration::from_secs(30), &["a"]).await;
+        let mut appender = Appender::new(engine.clone(), address(), token, Duration::from_secs(1));
+        appender.next = 2;
+        appender.over().await;
+        appender.chunk(&Bytes::from_static(b"not appended")).await;
+        let parts = engine
+            .store()
+            .read_parts(&address(), token, 0, usize::MAX)
+            .await
+            .unwrap();
+        assert_eq!(parts.len(), 3, "head, chunk and the mark");
+        let past = PastLimit::default();
+        assert!(probe(&engine, &address(), &FP, &past, 1024).await.is_none());
+        assert_eq!(past.0.load(Ordering::Relaxed), token.get());
+    }
+
+    #[tokio::test]
+    async fn a_follower_of_a_holder_that_stopped_renewing_ends_abnormally() {
+        let lease = Duration::from_millis(100);
+        let (engine, _) = streaming(lease, &["a"]).await;
+        let found = probe(&engine, &address(), &FP, &PastLimit::default(), 1024)
+            .await
+            .unwrap();
+        let (prefix, mut chunks, end) = follow(engine, address(), found, lease, lease);
+        assert_eq!(prefix, ["a"]);
+        let ended = timeout(Duration::from_secs(10), end)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            ended.unwrap_err().to_string(),
+            "the response's execution stopped renewing its lease"
+        );
+        assert_eq!(chunks.recv().await, None);
+    }
+}

@@ -299,3 +299,99 @@ proptest::proptest! {
         }
     }
 }
+
+#[tokio::test]
+async fn a_duplicate_on_another_instance_follows_the_stream_through_the_store() {
+    let f = Fixture::new();
+    let waits = || f.layer().in_flight(InFlight::Wait { timeout: PATIENCE });
+    // Two layers on one store: each its own instance, which only the store joins.
+    let (one, other) = (f.app(waits()), f.app(waits()));
+    let mut first = Reader::send(&one, keyed("/stream", "k", "")).await;
+    let upstream = f.next_stream().await;
+    upstream.send(event("a")).await.unwrap();
+    assert_eq!(first.next().await, data("a"));
+
+    let mut followed = Reader::send(&other, keyed("/stream", "k", "")).await;
+    assert_eq!(followed.status, StatusCode::OK);
+    assert_eq!(followed.headers["content-type"], "text/event-stream");
+    assert_eq!(followed.headers["idempotent-replayed"], "true");
+    assert_eq!(followed.next().await, data("a"));
+    upstream.send(event("b")).await.unwrap();
+    assert_eq!(first.next().await, data("b"));
+    assert_eq!(followed.next().await, data("b"));
+    upstream.send(event("c")).await.unwrap();
+    drop(upstream);
+    assert_eq!(first.next().await, data("c"));
+    assert_eq!(first.next().await, Read::End);
+    // What it did not read before the record was written comes from the record.
+    assert_eq!(followed.next().await, data("c"));
+    assert_eq!(followed.next().await, Read::End);
+    assert_eq!(f.calls.get(), 1);
+    // The parts are discarded once the record holds the response.
+    let Some(record) = f.store.get(&address("k")).await.unwrap() else {
+        panic!("recorded")
+    };
+    let parts = f
+        .store
+        .read_parts(&address("k"), record.state.token(), 0, usize::MAX)
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let mut parts = parts;
+    while !parts.is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "the parts stay");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        parts = f
+            .store
+            .read_parts(&address("k"), record.state.token(), 0, usize::MAX)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_follower_on_another_instance_of_a_stream_cut_off_ends_abnormally() {
+    let f = Fixture::new();
+    let waits = || f.layer().in_flight(InFlight::Wait { timeout: PATIENCE });
+    let (one, other) = (f.app(waits()), f.app(waits()));
+    let mut first = Reader::send(&one, keyed("/stream", "k", "")).await;
+    let upstream = f.next_stream().await;
+    upstream.send(event("partial")).await.unwrap();
+    assert_eq!(first.next().await, data("partial"));
+    let mut followed = Reader::send(&other, keyed("/stream", "k", "")).await;
+    assert_eq!(followed.next().await, data("partial"));
+    upstream.send(cut_off()).await.unwrap();
+    assert_eq!(first.next().await, Read::Failed);
+    assert_eq!(followed.next().await, Read::Failed);
+    assert_eq!(f.calls.get(), 1);
+}
+
+#[tokio::test]
+async fn past_the_limit_a_follower_on_another_instance_ends_abnormally_and_later_ones_wait() {
+    let f = Fixture::new();
+    let waits = || {
+        f.layer()
+            .in_flight(InFlight::Wait { timeout: PATIENCE })
+            .max_stored_response(4)
+    };
+    let (one, other) = (f.app(waits()), f.app(waits()));
+    let mut first = Reader::send(&one, keyed("/stream", "k", "")).await;
+    let upstream = f.next_stream().await;
+    upstream.send(event("abc")).await.unwrap();
+    assert_eq!(first.next().await, data("abc"));
+    let mut followed = Reader::send(&other, keyed("/stream", "k", "")).await;
+    assert_eq!(followed.next().await, data("abc"));
+    upstream.send(event("def")).await.unwrap();
+    assert_eq!(first.next().await, data("def"));
+    assert_eq!(followed.next().await, Read::Failed);
+    // A later duplicate on that instance waits for the record: not stored.
+    let later = tokio::spawn({
+        let other = other.clone();
+        async move { send(&other, keyed("/stream", "k", "")).await }
+    });
+    drop(upstream);
+    assert_eq!(first.next().await, Read::End);
+    let later = later.await.unwrap();
+    assert_eq!(later.problem_type(), problem::RESPONSE_NOT_STORED);
+    assert_eq!(f.calls.get(), 1);
+}
