@@ -1037,7 +1037,8 @@ pub async fn streamed_parts_are_appended_in_order_and_read_from_any_index(subjec
             .read_parts(&a, lease.token, 0, usize::MAX)
             .await
             .unwrap(),
-        NONE);
+        NONE
+    );
     for (index, part) in (0..).zip(&parts) {
         store
             .append_part(&a, lease.token, index, part)
@@ -1076,14 +1077,16 @@ pub async fn streamed_parts_are_appended_in_order_and_read_from_any_index(subjec
     let other = FencingToken::new(lease.token.get() + 1);
     assert_eq!(
         store.read_parts(&a, other, 0, usize::MAX).await.unwrap(),
-        NONE);
+        NONE
+    );
     let b = address("parts-elsewhere");
     assert_eq!(
         store
             .read_parts(&b, lease.token, 0, usize::MAX)
             .await
             .unwrap(),
-        NONE);
+        NONE
+    );
 }
 
 /// Only the current holder of a processing record appends; the parts of an execution stay
@@ -1191,7 +1194,8 @@ pub async fn streamed_parts_expire_with_their_record(subject: &impl Subject) {
             .read_parts(&a, lease.token, 0, usize::MAX)
             .await
             .unwrap(),
-        NONE);
+        NONE
+    );
     // The record and its two parts.
     assert_eq!(store.purge_expired(10).await.unwrap(), 3);
     assert_eq!(store.purge_expired(10).await.unwrap(), 0);

@@ -935,7 +935,10 @@ async fn a_waiter_follows_the_holder_when_asked_and_keeps_its_place_while_it_fol
     // Its place counts while it follows: nobody else waits.
     assert_eq!(engine.inner.waiters.waiting(), 1);
     let refused = request(&engine, &runs, "three").await;
-    assert!(matches!(refused, RunOutcome::InFlight { .. }), "{refused:?}");
+    assert!(
+        matches!(refused, RunOutcome::InFlight { .. }),
+        "{refused:?}"
+    );
     drop(slot);
     assert_eq!(engine.inner.waiters.waiting(), 0);
 

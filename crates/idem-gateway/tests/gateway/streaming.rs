@@ -276,7 +276,10 @@ async fn a_duplicate_in_wait_mode_joins_the_stream_live(store: String) {
     let stream = &record["stream"];
     let chunks = stream["chunks"].as_u64().unwrap();
     assert!(chunks * 9 >= so_far.len() as u64, "{record}");
-    assert_eq!((&stream["bytes"], &stream["past_limit"]), (&(chunks * 9).into(), &false.into()));
+    assert_eq!(
+        (&stream["bytes"], &stream["past_limit"]),
+        (&(chunks * 9).into(), &false.into())
+    );
     let (text, end) = rest(&mut joined).await;
     assert_eq!(
         (
