@@ -35,7 +35,9 @@ use crate::{
 /// about [`max_bytes`](MemoryStore::max_bytes) bytes (default 1 GiB). A record counts its
 /// encoded response (status, headers and body), its key's length, and a fixed
 /// [`RECORD_OVERHEAD`](MemoryStore::RECORD_OVERHEAD) for its address, fingerprint, times and
-/// the table's slot; records count until they are removed, expired ones included.
+/// the table's slot; records count until they are removed, expired ones included. The parts of
+/// streamed responses ([`Store::append_part`]) count their bytes too, until they are discarded,
+/// forgotten or purged.
 ///
 /// The limits are checked when a **new** key would add a record: if the store is at either
 /// limit, its expired records are removed first (they are dead anyway; the sweep runs only when
@@ -266,7 +268,7 @@ impl MemoryStore {
         self
     }
 
-    /// The bytes the records held count (see [Limits](MemoryStore#limits)).
+    /// The bytes the records and parts held count (see [Limits](MemoryStore#limits)).
     pub fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)
     }
@@ -799,6 +801,39 @@ mod tests {
     use crate::StoredResponse;
 
     use super::*;
+
+    #[tokio::test]
+    async fn parts_count_in_the_bytes_held_until_they_are_discarded() {
+        let store = MemoryStore::new();
+        let address = Address::anonymous("k".parse().unwrap());
+        let terms = Terms {
+            lease: Duration::from_secs(30),
+            ttl: Duration::from_secs(60),
+        };
+        let fingerprint = Fingerprint::from_bytes([7; 32]);
+        let Acquisition::Acquired(lease) =
+            store.acquire(&address, &fingerprint, terms).await.unwrap()
+        else {
+            panic!("a new key is acquired");
+        };
+        let record = store.bytes();
+        for index in 0..3 {
+            let part = Bytes::from(vec![b'x'; 1000]);
+            store
+                .append_part(&address, lease.token, index, &part)
+                .await
+                .unwrap();
+        }
+        assert_eq!(store.bytes(), record + 3000);
+        store.discard_parts(&address, lease.token).await.unwrap();
+        assert_eq!(store.bytes(), record);
+        store
+            .append_part(&address, lease.token, 0, &Bytes::from_static(b"again"))
+            .await
+            .unwrap();
+        assert!(store.forget(&address).await.unwrap());
+        assert_eq!(store.bytes(), 0);
+    }
 
     #[tokio::test]
     async fn a_stored_body_does_not_keep_the_buffer_it_was_sliced_from() {
