@@ -41,7 +41,7 @@ use chacha20poly1305::{AeadInOut, XNonce};
 use crate::{
     Address, DecodeError, FencingToken, Fingerprint, MAX_KEY_LEN, Outcome, StoredResponse,
     Timestamp,
-    sealing::key_ring::{KeyRing, MAX_KEY_ID_LEN},
+    sealing::key_ring::{KeyRing, MAX_KEY_ID_LEN, SealingKey},
 };
 
 const MAGIC: &[u8; 12] = b"\xffidem-sealed";
@@ -162,39 +162,60 @@ pub(crate) fn seal(
     binding: &Binding,
     outcome: &Outcome,
 ) -> Result<StoredResponse, SealingError> {
-    let key = ring.sealing_key();
-    let id = key.id.as_bytes();
-    let mut nonce = [0; NONCE_LEN];
-    getrandom::fill(&mut nonce).map_err(SealingError::Random)?;
-
-    let plain_len = outcome.encoded_len();
-    let mut body = Vec::with_capacity(
-        MAGIC.len() + 2 + id.len() + BINDING_LEN + NONCE_LEN + plain_len + TAG_LEN,
-    );
-    body.extend_from_slice(MAGIC);
-    body.push(VERSION);
-    body.push(id.len() as u8); // Ids are at most 64 bytes (`KeyRing` checks).
-    body.extend_from_slice(id);
-    body.extend_from_slice(&binding.token.get().to_be_bytes());
-    body.extend_from_slice(&binding.expires.as_millis().to_be_bytes());
-    body.extend_from_slice(&nonce);
-    let start = body.len();
-    outcome.encode_into(&mut body);
-    let tag = key
-        .cipher
-        .encrypt_inout_detached(
-            &XNonce::from(nonce),
-            AssociatedData::new(address, id, Some(binding)).as_bytes(),
-            (&mut body[start..]).into(),
-        )
-        .map_err(|_| SealingError::TooLarge)?;
-    body.extend_from_slice(&tag);
+    let mut bound = [0; BINDING_LEN];
+    bound[..8].copy_from_slice(&binding.token.get().to_be_bytes());
+    bound[8..].copy_from_slice(&binding.expires.as_millis().to_be_bytes());
+    let body = encrypt(
+        ring,
+        (MAGIC, VERSION, &bound),
+        outcome.encoded_len(),
+        |body| outcome.encode_into(body),
+        |id| AssociatedData::new(address, id, Some(binding)),
+    )?;
     Ok(StoredResponse {
         status: STATUS,
         headers: Vec::new(),
         body: Bytes::from(body),
         trailers: None,
     })
+}
+
+/// The sealed body of a plaintext of `plain_len` bytes that `write` appends: `head` (magic, version
+/// and the bytes bound in clear after the key id), the ring's first key id, a random nonce, then
+/// the plaintext encrypted in place with the associated data `aad` gives for the key id, and the
+/// tag. One allocation.
+fn encrypt(
+    ring: &KeyRing,
+    (magic, version, bound): (&[u8], u8, &[u8]),
+    plain_len: usize,
+    write: impl FnOnce(&mut Vec<u8>),
+    aad: impl FnOnce(&[u8]) -> AssociatedData,
+) -> Result<Vec<u8>, SealingError> {
+    let key = ring.sealing_key();
+    let id = key.id.as_bytes();
+    let mut nonce = [0; NONCE_LEN];
+    getrandom::fill(&mut nonce).map_err(SealingError::Random)?;
+    let mut body = Vec::with_capacity(
+        magic.len() + 2 + id.len() + bound.len() + NONCE_LEN + plain_len + TAG_LEN,
+    );
+    body.extend_from_slice(magic);
+    body.push(version);
+    body.push(id.len() as u8); // Ids are at most 64 bytes (`KeyRing` checks).
+    body.extend_from_slice(id);
+    body.extend_from_slice(bound);
+    body.extend_from_slice(&nonce);
+    let start = body.len();
+    write(&mut body);
+    let tag = key
+        .cipher
+        .encrypt_inout_detached(
+            &XNonce::from(nonce),
+            aad(id).as_bytes(),
+            (&mut body[start..]).into(),
+        )
+        .map_err(|_| SealingError::TooLarge)?;
+    body.extend_from_slice(&tag);
+    Ok(body)
 }
 
 /// Opens a sealed outcome stored at `address` for a request with `fingerprint`. The caller has
@@ -237,22 +258,9 @@ pub(crate) fn open(
     let aad = AssociatedData::new(address, id, binding.as_ref());
 
     let start = MAGIC.len() + 2 + id_len + binding_len + NONCE_LEN;
-    // Decrypted in place: in the body itself when the store handed over the only reference
-    // (the usual case), in a copy otherwise.
-    let mut buffer = sealed
-        .body
-        .try_into_mut()
-        .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
-    let end = buffer.len() - TAG_LEN;
-    let (message, tag) = buffer[start..].split_at_mut(end - start);
-    let tag = chacha20poly1305::Tag::try_from(&*tag).expect("16 bytes");
-    key.cipher
-        .decrypt_inout_detached(&nonce, aad.as_bytes(), message.into(), &tag)
-        .map_err(|_| SealingError::Inauthentic {
-            id: key.id.to_string(),
-        })?;
+    let message = decrypt(key, &nonce, &aad, sealed.body, start)?;
     Ok(Opened {
-        outcome: Outcome::decode(message)?,
+        outcome: Outcome::decode(&message)?,
         sealed: binding.map(|binding| (binding.token, binding.expires)),
     })
 }
@@ -266,28 +274,13 @@ pub(crate) fn seal_part(
     index: u32,
     part: &[u8],
 ) -> Result<Bytes, SealingError> {
-    let key = ring.sealing_key();
-    let id = key.id.as_bytes();
-    let mut nonce = [0; NONCE_LEN];
-    getrandom::fill(&mut nonce).map_err(SealingError::Random)?;
-    let mut body =
-        Vec::with_capacity(PART_MAGIC.len() + 2 + id.len() + NONCE_LEN + part.len() + TAG_LEN);
-    body.extend_from_slice(PART_MAGIC);
-    body.push(PART_VERSION);
-    body.push(id.len() as u8); // Ids are at most 64 bytes (`KeyRing` checks).
-    body.extend_from_slice(id);
-    body.extend_from_slice(&nonce);
-    let start = body.len();
-    body.extend_from_slice(part);
-    let tag = key
-        .cipher
-        .encrypt_inout_detached(
-            &XNonce::from(nonce),
-            AssociatedData::part(address, id, token, index).as_bytes(),
-            (&mut body[start..]).into(),
-        )
-        .map_err(|_| SealingError::TooLarge)?;
-    body.extend_from_slice(&tag);
+    let body = encrypt(
+        ring,
+        (PART_MAGIC, PART_VERSION, &[]),
+        part.len(),
+        |body| body.extend_from_slice(part),
+        |id| AssociatedData::part(address, id, token, index),
+    )?;
     Ok(Bytes::from(body))
 }
 
@@ -320,6 +313,19 @@ pub(crate) fn open_part(
     let nonce = XNonce::try_from(nonce).expect("24 bytes");
     let aad = AssociatedData::part(address, id, token, index);
     let start = PART_MAGIC.len() + 2 + id_len + NONCE_LEN;
+    decrypt(key, &nonce, &aad, sealed, start)
+}
+
+/// The plaintext of `sealed`, whose ciphertext starts at `start` and ends with the tag, decrypted
+/// in place: in the body itself when the store handed over the only reference (the usual case),
+/// in a copy otherwise.
+fn decrypt(
+    key: &SealingKey,
+    nonce: &XNonce,
+    aad: &AssociatedData,
+    sealed: Bytes,
+    start: usize,
+) -> Result<Bytes, SealingError> {
     let mut buffer = sealed
         .try_into_mut()
         .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
@@ -327,7 +333,7 @@ pub(crate) fn open_part(
     let (message, tag) = buffer[start..].split_at_mut(end - start);
     let tag = chacha20poly1305::Tag::try_from(&*tag).expect("16 bytes");
     key.cipher
-        .decrypt_inout_detached(&nonce, aad.as_bytes(), message.into(), &tag)
+        .decrypt_inout_detached(nonce, aad.as_bytes(), message.into(), &tag)
         .map_err(|_| SealingError::Inauthentic {
             id: key.id.to_string(),
         })?;

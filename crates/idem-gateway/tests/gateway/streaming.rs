@@ -60,35 +60,25 @@ impl TestStore {
     }
 }
 
-/// One case, run on every store: a test per store, in a module named after the case.
-macro_rules! on_every_store {
-    ($($case:ident),* $(,)?) => {$(
-        mod $case {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn memory() {
-                super::run("memory", super::$case).await;
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                super::run("sqlite", super::$case).await;
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                super::run("postgres", super::$case).await;
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn mysql() {
-                super::run("mysql", super::$case).await;
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn redis() {
-                super::run("redis", super::$case).await;
-            }
-        }
+/// Each case run on each of the stores listed: a test per store, in a module named after the case.
+macro_rules! on_stores {
+    ($stores:tt: $($case:ident),* $(,)?) => {$(
+        on_stores!(@case $case $stores);
     )*};
+    (@case $case:ident [$($store:ident),*]) => {
+        mod $case {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $store() {
+                    super::run(stringify!($store), super::$case).await;
+                }
+            )*
+        }
+    };
 }
 
-on_every_store!(
+on_stores!(
+    [memory, sqlite, postgres, mysql, redis]:
     events_reach_the_client_as_they_come_and_a_retry_replays_them,
     a_stream_cut_off_ends_abnormally_and_releases_its_key,
     a_stream_cut_off_under_reject_is_replayed_as_outcome_unknown,
@@ -442,31 +432,9 @@ async fn past_the_limit_a_follower_on_another_gateway_ends_abnormally(store: Str
     other.stop().await;
 }
 
-/// The cases with two gateways, on every store that can be shared.
-macro_rules! on_every_shared_store {
-    ($($case:ident),* $(,)?) => {$(
-        mod $case {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                super::run("sqlite", super::$case).await;
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                super::run("postgres", super::$case).await;
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn mysql() {
-                super::run("mysql", super::$case).await;
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn redis() {
-                super::run("redis", super::$case).await;
-            }
-        }
-    )*};
-}
-
-on_every_shared_store!(
+// The cases with two gateways, on every store that can be shared.
+on_stores!(
+    [sqlite, postgres, mysql, redis]:
     a_duplicate_on_another_gateway_follows_the_stream_live,
     a_stream_cut_off_ends_its_followers_on_other_gateways_abnormally,
     past_the_limit_a_follower_on_another_gateway_ends_abnormally,
