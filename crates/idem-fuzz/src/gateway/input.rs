@@ -140,6 +140,8 @@ pub(super) enum Failure {
     BeforeResponse,
     /// The response body fails after its first chunk.
     MidBody,
+    /// The response body has no length (chunked): it comes in two chunks, and ends.
+    Streamed,
 }
 
 /// A request, from small alphabets so that requests repeat and collide.

@@ -489,6 +489,33 @@ mod tests {
     }
 
     #[test]
+    fn a_streamed_response_is_recorded_and_replayed_whatever_its_length() {
+        let streamed = |length| Behaviour {
+            length,
+            ..answer(UpstreamStatus::Created, Failure::Streamed)
+        };
+        let steps = vec![
+            call(payment(0, 10, false), streamed(Length::Short)),
+            Step::Again(0, CREATED),
+            call(payment(1, 10, false), streamed(Length::Long)),
+            Step::Again(2, CREATED),
+            call(payment(4, 10, false), streamed(Length::Empty)),
+            Step::Again(4, CREATED),
+        ];
+        assert_eq!(
+            outcomes(SETTINGS, steps),
+            [
+                Some(RequestOutcome::Executed),
+                Some(RequestOutcome::Replayed),
+                Some(RequestOutcome::Executed),
+                Some(RequestOutcome::Replayed),
+                Some(RequestOutcome::Executed),
+                Some(RequestOutcome::Replayed),
+            ]
+        );
+    }
+
+    #[test]
     fn a_response_too_large_to_store_replays_as_a_problem_with_its_status() {
         // Found by the fuzzer as a harness bug: this replay is a 409 without `Retry-After`.
         let conflict = Behaviour {

@@ -250,7 +250,8 @@ impl Model {
             })
         };
         match behaviour.failure {
-            Failure::None => (
+            // A body of unknown length that ends is streamed, then recorded as any other.
+            Failure::None | Failure::Streamed => (
                 Answer::Upstream {
                     status,
                     body: Some(body),
@@ -291,7 +292,7 @@ pub(super) fn passthrough(behaviour: Behaviour, run: u64) -> Answer {
             body: None,
             run,
         },
-        Failure::None => Answer::Upstream {
+        Failure::None | Failure::Streamed => Answer::Upstream {
             status,
             body: Some(behaviour.length.body(run)),
             run,

@@ -169,6 +169,14 @@ fn respond(behaviour: Behaviour, run: u64) -> Result<Response<UpstreamBody>, Ups
         Failure::None => Full::new(data)
             .map_err(|never: Infallible| match never {})
             .boxed(),
+        Failure::Streamed => {
+            let half = data.len() / 2;
+            let chunks = [data.slice(..half), data.slice(half..)]
+                .into_iter()
+                .filter(|chunk| !chunk.is_empty())
+                .map(|chunk| Ok(Frame::data(chunk)));
+            StreamBody::new(stream::iter(chunks.collect::<Vec<_>>())).boxed()
+        }
         Failure::MidBody => {
             let data = Some(data)
                 .filter(|data| !data.is_empty())
