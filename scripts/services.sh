@@ -24,6 +24,14 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 
+# Python 3 with venv, and Node.js with npm: the clients' tests and the outbox writers' need them.
+ensure_python_and_node() {
+  command -v python3 >/dev/null || apt_install python3
+  python3 -c 'import ensurepip, venv' 2>/dev/null || apt_install python3-venv
+  command -v node >/dev/null || apt_install nodejs
+  command -v npm >/dev/null || apt_install npm
+}
+
 ensure_postgres() {
   if ! listening 5432; then
     ls /etc/postgresql/*/main >/dev/null 2>&1 || apt_install postgresql

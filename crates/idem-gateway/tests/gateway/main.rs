@@ -19,6 +19,7 @@ mod linkage;
 mod listing;
 mod openapi;
 mod outage;
+mod outbox_writers;
 mod proxying;
 mod relay;
 mod relay_outbox;
