@@ -17,6 +17,7 @@ fn script() -> Script {
         include_str!("../../lua/complete.lua"),
         include_str!("../../lua/release.lua"),
         include_str!("../../lua/renew.lua"),
+        include_str!("../../lua/parts.lua"),
         include_str!("../../lua/get.lua"),
         include_str!("../../lua/forget.lua"),
         include_str!("../../lua/purge.lua"),
