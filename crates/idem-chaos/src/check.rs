@@ -425,16 +425,18 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
         .extend(clocks.steps.iter().map(|&(gateway, ..)| gateway));
     // On SQLite, where the store reads the gateways' clocks: a step while the execution was in
     // its gateway's hands, or gateways whose clocks disagreed when it started, can make its key
-    // look free to a gateway (itself included) before its lease ran out.
-    let skewed = |execution: &Execution| {
-        unanswered(execution)
-            && store == StoreKind::Sqlite
+    // look free to a gateway (itself included) before its lease ran out. Whether or not the
+    // execution was answered: its gateway still answers its own client (and the duplicates that
+    // joined its stream) after the takeover, while its completion is refused.
+    let skew_exposed = |execution: &Execution| {
+        store == StoreKind::Sqlite
             && (clocks
                 .steps
                 .iter()
                 .any(|&(_, at, _)| in_hands(execution, at, at))
                 || clocks.disagree_at(execution.start))
     };
+    let skewed = |execution: &Execution| unanswered(execution) && skew_exposed(execution);
     let partitioned = |execution: &Execution| {
         unanswered(execution)
             && partitions.iter().any(|&(gateway, from, until)| {
@@ -455,7 +457,7 @@ pub fn check(history: &History, settings: Settings) -> Verdict {
         killed(execution)
             || paused(execution)
             || partitioned(execution)
-            || skewed(execution)
+            || skew_exposed(execution)
             || failed_over(execution)
     };
     // When a gateway first answered 2xx naming each execution.
@@ -1399,6 +1401,26 @@ mod tests {
         let together = executed_twice(vec![step(0, 200, 1_000), step(1, 300, 1_000)]);
         let verdict = check(&together, sqlite(Ambiguous::Retry));
         assert_eq!(verdict.figures.explained_duplicates, 0);
+    }
+
+    #[test]
+    fn under_clocks_set_apart_an_answered_execution_explains_a_takeover_too() {
+        // The first execution was answered (its gateway still answers its client, or a duplicate
+        // following its stream, after the takeover), yet the clocks, apart when it started, let
+        // gateway 1 take its key over: the second execution is the skew's doing.
+        let mut apart = executed_twice(vec![step(0, 200, -4_000)]);
+        apart.operations[0] = answered("op-1", 1);
+        let verdict = check(&apart, sqlite(Ambiguous::Retry));
+        assert_eq!(verdict.figures.explained_duplicates, 1);
+        assert!(verdict.passed());
+        // With the clocks together, the same history fails.
+        let mut together = executed_twice(vec![]);
+        together.operations[0] = answered("op-1", 1);
+        let verdict = check(&together, sqlite(Ambiguous::Retry));
+        assert_eq!(
+            verdict.failures,
+            [Failure::UnexplainedDuplicates { count: 1 }]
+        );
     }
 
     #[test]

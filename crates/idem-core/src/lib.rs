@@ -68,7 +68,9 @@ pub use census::{CensusClaim, CensusTurn, Pace, Posted};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use codec::DecodeError;
 pub use dyn_store::DynStore;
-pub use engine::{Engine, Execution, Followed, NotRun, OnSettled, Rest, RunOutcome, WaitSlot};
+pub use engine::{
+    Engine, Execution, Followed, NotRun, OnSettled, Rest, RunOutcome, Settled, WaitSlot,
+};
 pub use error::StoreError;
 pub use fingerprint::{Fingerprint, FingerprintBuilder, FingerprintMode, InvalidFingerprint};
 pub use key::{IdempotencyKey, KEY_HEADER, KeyError, MAX_KEY_LEN};

@@ -46,7 +46,7 @@ use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::SizeHint;
 use idem_core::{
     Address, Ambiguous, Engine, Execution, FencingToken, Fingerprint, Followed, InFlight, Lease,
-    NotRun, OnSettled, Rest, RunOutcome, Store, StoreError, WaitSlot, time_limit::bounded,
+    NotRun, OnSettled, Rest, RunOutcome, Settled, Store, StoreError, WaitSlot, time_limit::bounded,
 };
 use tower::Service;
 
@@ -73,6 +73,10 @@ const STORE_FULL_METRIC: &str = "idem_store_full_total";
 const OUTCOME_UNKNOWN_METRIC: &str = "idem_outcome_unknown_total";
 /// The gauge of responses being streamed to their first client and recorded.
 const STREAMS_METRIC: &str = "idem_streams_in_progress";
+/// How the response of a duplicate that joined a stream ends when the stream's outcome could not
+/// be recorded.
+const NOT_RECORDED: &str = "the response's key was lost before its outcome was recorded: retry to \
+                            get the recorded outcome";
 /// The gauge of duplicates following a stream they joined.
 const STREAM_JOINERS_METRIC: &str = "idem_stream_joiners";
 
@@ -695,9 +699,15 @@ where
                 (Execution::Lost { value: () }, ending)
             }
         };
-        let then: OnSettled = Box::new(move || {
+        let then: OnSettled = Box::new(move |settled| {
             if let Some(registration) = live {
-                registration.finish(ending.end());
+                // A duplicate sees a clean end only if the record holds what it got; the client
+                // whose request ran gets its response whatever became of the record, as for a
+                // response of known length.
+                match settled {
+                    Settled::Done => registration.finish(ending.end()),
+                    Settled::NotDone => registration.finish(&Err(NOT_RECORDED.into())),
+                }
             }
             ending.send();
             if let Some(appender) = appender {

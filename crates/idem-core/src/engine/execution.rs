@@ -51,9 +51,21 @@ pub enum Execution<T> {
 }
 
 /// What a [streamed](Execution::Streaming) execution does once its outcome is recorded or its
-/// key released: an HTTP front end lets its client see the end of the response only then, so
-/// that a client that read a whole response and retries gets it replayed.
-pub type OnSettled = Box<dyn FnOnce() + Send>;
+/// key released, told whether that was done: an HTTP front end lets its client see the end of
+/// the response only then, so that a client that read a whole response and retries gets it
+/// replayed; and the duplicates that joined the stream see a clean end only if the record holds
+/// it.
+pub type OnSettled = Box<dyn FnOnce(Settled) + Send>;
+
+/// Whether the engine did with a streamed execution's key what the execution asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// The outcome was recorded, or the key released.
+    Done,
+    /// Neither: the lease was lost (taken over, forgotten, expired), or the store failed for a
+    /// whole lease. The record does not hold this execution's outcome.
+    NotDone,
+}
 
 /// The rest of a [streamed](Execution::Streaming) execution: a future of the execution to
 /// record, whose value is [called](OnSettled) once it is.

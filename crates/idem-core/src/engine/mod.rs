@@ -26,7 +26,7 @@ use tokio_util::task::{TaskTracker, task_tracker::TrackedFuture};
 
 use self::{execution::Settlement, waiters::Waiters};
 pub use self::{
-    execution::{Execution, OnSettled, Rest},
+    execution::{Execution, OnSettled, Rest, Settled},
     waiters::WaitSlot,
 };
 use crate::{
@@ -554,10 +554,10 @@ impl<S: Store> Inner<S> {
                 }
             }
         };
-        self.settle(address, lease, settlement).await;
+        let settled = self.settle(address, lease, settlement).await;
         self.waiters.notify(address);
         for then in on_settled {
-            then();
+            then(settled);
         }
     }
 
@@ -607,7 +607,7 @@ impl<S: Store> Inner<S> {
     /// sooner would let a retry take the key over after the lease and execute a second time.
     /// The lease is counted from the first failure, so that a result recorded at once reads no
     /// clock.
-    async fn settle(&self, address: &Address, lease: Lease, settlement: Settlement) {
+    async fn settle(&self, address: &Address, lease: Lease, settlement: Settlement) -> Settled {
         let mut deadline = None;
         let mut pause = SETTLE_BACKOFF.0;
         loop {
@@ -626,14 +626,14 @@ impl<S: Store> Inner<S> {
                 }
             };
             match result {
-                Ok(()) => return,
+                Ok(()) => return Settled::Done,
                 Err(StoreError::LeaseLost) => {
                     tracing::warn!(
                         key = %address.key.digest(),
                         token = %lease.token,
                         "lease lost before the result was recorded; it is discarded"
                     );
-                    return;
+                    return Settled::NotDone;
                 }
                 Err(error) => {
                     let now = Instant::now();
@@ -644,7 +644,7 @@ impl<S: Store> Inner<S> {
                             "could not record the result within a lease; the key frees up when \
                              its lease ends"
                         );
-                        return;
+                        return Settled::NotDone;
                     }
                     tracing::warn!(
                         key = %address.key.digest(),

@@ -791,7 +791,8 @@ fn a_store_error_is_logged_with_its_causes() {
 }
 
 /// Work whose caller gets "head" at once, then whose rest takes `duration` (renewing the lease)
-/// and ends with `end`, sending "settled" on `told` once the engine has recorded it.
+/// and ends with `end`, sending "settled" on `told` once the engine has recorded it (or
+/// "not settled" when it could not).
 fn streamed(
     duration: Duration,
     end: fn(OnSettled) -> Execution<OnSettled>,
@@ -800,8 +801,11 @@ fn streamed(
     move |_lease| {
         let rest = Rest::new(async move {
             sleep(duration).await;
-            end(Box::new(move || {
-                let _ = told.send("settled");
+            end(Box::new(move |settled| {
+                let _ = told.send(match settled {
+                    Settled::Done => "settled",
+                    Settled::NotDone => "not settled",
+                });
             }))
         });
         std::future::ready(Execution::Streaming {
@@ -844,6 +848,28 @@ async fn a_streamed_execution_answers_at_once_and_records_its_rest_under_a_renew
     );
     engine.shutdown().await;
     assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streamed_execution_whose_key_was_forgotten_is_told_its_outcome_was_not_recorded() {
+    let engine = engine(Policy::default());
+    let (told, settled) = oneshot::channel();
+    let finish = |then| Execution::Final {
+        response: ok("streamed"),
+        value: then,
+    };
+    let head = engine
+        .run(
+            address(),
+            FP,
+            streamed(Duration::from_secs(1), finish, told),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(head, RunOutcome::Executed("head")), "{head:?}");
+    assert!(engine.store().forget(&address()).await.unwrap());
+    assert_eq!(settled.await, Ok("not settled"));
+    assert_eq!(record(&engine).await, None);
 }
 
 #[tokio::test(start_paused = true)]

@@ -395,3 +395,26 @@ async fn past_the_limit_a_follower_on_another_instance_ends_abnormally_and_later
     assert_eq!(later.problem_type(), problem::RESPONSE_NOT_STORED);
     assert_eq!(f.calls.get(), 1);
 }
+
+#[tokio::test]
+async fn a_joined_duplicate_ends_abnormally_when_the_stream_could_not_be_recorded() {
+    let f = Fixture::new();
+    let app = f.app(f.layer().in_flight(InFlight::Wait { timeout: PATIENCE }));
+    let mut first = Reader::send(&app, keyed("/stream", "k", "")).await;
+    let upstream = f.next_stream().await;
+    upstream.send(event("a")).await.unwrap();
+    assert_eq!(first.next().await, data("a"));
+    let mut joined = Reader::send(&app, keyed("/stream", "k", "")).await;
+    assert_eq!(joined.next().await, data("a"));
+    // An operator forgets the key: the recording's completion is refused.
+    assert!(f.store.forget(&address("k")).await.unwrap());
+    upstream.send(event("b")).await.unwrap();
+    drop(upstream);
+    // The client whose request ran gets its response; the duplicate, which was promised the
+    // recorded one, does not see a clean end.
+    assert_eq!(first.next().await, data("b"));
+    assert_eq!(first.next().await, Read::End);
+    assert_eq!(joined.next().await, data("b"));
+    assert_eq!(joined.next().await, Read::Failed);
+    assert_eq!(f.store.get(&address("k")).await.unwrap(), None);
+}
