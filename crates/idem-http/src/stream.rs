@@ -133,7 +133,9 @@ where
         let mut trailers: Option<HeaderMap> = None;
         // The head goes to the store with the first chunk, after the client has it: the store's
         // round trip does not delay the first byte.
-        let mut unsent_head = live.as_ref().map(|live| (live.status(), live.headers().clone()));
+        let mut unsent_head = live
+            .as_ref()
+            .map(|live| (live.status(), live.headers().clone()));
         let mut body = std::pin::pin!(body);
         loop {
             // The body's own error is not `Send`: it is boxed before anything else is awaited.
