@@ -158,11 +158,27 @@ async fn events_reach_the_client_as_they_come_and_a_retry_replays_them(store: St
     assert_eq!(upstream.hits("events-sent"), 1);
     assert_eq!(rest(&mut first).await, (events_text(2..=10), Read::End));
 
-    let retry = client.send(events(&gateway, "stream-1", &[])).await;
-    assert!(retry.replayed());
-    assert_eq!(retry.status, StatusCode::OK);
-    assert_eq!(retry.header("content-type"), "text/event-stream");
-    assert_eq!(retry.text(), events_text(1..=10));
+    // The replay is a stream too: chunked, one event per chunk.
+    let mut retry = client.start(events(&gateway, "stream-1", &[])).await;
+    assert_eq!(retry.status(), StatusCode::OK);
+    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    assert_eq!(retry.headers()["content-type"], "text/event-stream");
+    assert_eq!(retry.headers()["transfer-encoding"], "chunked");
+    assert!(retry.headers().get("content-length").is_none());
+    let mut replayed = Vec::new();
+    loop {
+        match next(&mut retry).await {
+            Read::Data(event) => replayed.push(event),
+            end => {
+                assert_eq!(end, Read::End);
+                break;
+            }
+        }
+    }
+    let each: Vec<Bytes> = (1..=10)
+        .map(|n| Bytes::from(format!("data: {n}\n\n")))
+        .collect();
+    assert_eq!(replayed, each);
     assert_eq!(upstream.hits("events"), 1);
     gateway.stop().await;
 }
@@ -253,19 +269,26 @@ async fn a_duplicate_in_wait_mode_joins_the_stream_live(store: String) {
     assert!(upstream.hits("events-sent") < 10, "joined while streaming");
     assert_eq!(streams_gauges(&client, &gateway).await, (1.0, 1.0));
     // The admin API shows how much of the stream the record holds so far: whole events of 9
-    // bytes each, at least those the duplicate got.
-    let shown = client
-        .send(
-            Request::get(gateway.admin_url("/v1/keys/joined-1"))
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await;
-    let record = shown.json();
-    assert_eq!(record["state"], "processing", "{record}");
-    let stream = &record["stream"];
+    // bytes each, soon those the duplicate got (each goes to the store after the clients have it).
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let stream = loop {
+        let shown = client
+            .send(
+                Request::get(gateway.admin_url("/v1/keys/joined-1"))
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await;
+        let record = shown.json();
+        assert_eq!(record["state"], "processing", "{record}");
+        let stream = record["stream"].clone();
+        if stream["bytes"].as_u64().unwrap_or(0) >= so_far.len() as u64 {
+            break stream;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{record}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
     let chunks = stream["chunks"].as_u64().unwrap();
-    assert!(chunks * 9 >= so_far.len() as u64, "{record}");
     assert_eq!(
         (&stream["bytes"], &stream["past_limit"]),
         (&(chunks * 9).into(), &false.into())
