@@ -31,7 +31,7 @@ use tokio::{
 
 use crate::{
     body::End,
-    capture::{is_not_stored, replay_headers, trailer_map},
+    capture::{is_not_stored, replay_headers, stored_whole, trailer_map},
     live::LAG,
 };
 
@@ -46,44 +46,34 @@ pub(crate) struct Appender<St> {
     engine: Engine<St>,
     address: Address,
     token: FencingToken,
+    /// The head, encoded, until it is appended: with the first part, after the client has it,
+    /// so that the store's round trip does not delay the first byte.
+    head: Option<Bytes>,
     next: u32,
     limit: Duration,
     stopped: bool,
 }
 
 impl<St: Store> Appender<St> {
-    /// Appends for the execution `token` at `address`, each append bounded by `limit`.
+    /// Appends for the execution `token` at `address` the response whose duplicates get
+    /// `status` and the replay `headers`, each append bounded by `limit`.
     pub(crate) fn new(
         engine: Engine<St>,
         address: Address,
         token: FencingToken,
+        (status, headers): (StatusCode, &HeaderMap),
         limit: Duration,
     ) -> Self {
+        let head = stored_whole(status, headers, Bytes::new(), None).encode();
         Self {
             engine,
             address,
             token,
+            head: Some(Bytes::from(head)),
             next: 0,
             limit,
             stopped: false,
         }
-    }
-
-    /// Appends the head: `status` and the replay `headers`.
-    pub(crate) async fn head(&mut self, status: StatusCode, headers: &HeaderMap) {
-        let head = StoredResponse {
-            status: status.as_u16(),
-            headers: headers
-                .iter()
-                .map(|(name, value)| {
-                    let value = Bytes::copy_from_slice(value.as_bytes());
-                    (name.as_str().to_owned(), value)
-                })
-                .collect(),
-            body: Bytes::new(),
-            trailers: None,
-        };
-        self.append(&Bytes::from(head.encode())).await;
     }
 
     /// Appends a chunk of the body (an empty one carries nothing, and is not appended).
@@ -99,7 +89,15 @@ impl<St: Store> Appender<St> {
         self.stopped = true;
     }
 
+    /// Appends `part`, after the head if it is the first.
     async fn append(&mut self, part: &Bytes) {
+        if let Some(head) = self.head.take() {
+            self.put(&head).await;
+        }
+        self.put(part).await;
+    }
+
+    async fn put(&mut self, part: &Bytes) {
         if self.stopped {
             return;
         }
@@ -457,7 +455,7 @@ mod tests {
     async fn streaming(
         lease: Duration,
         chunks: &[&'static str],
-    ) -> (Engine<MemoryStore>, FencingToken) {
+    ) -> (Engine<MemoryStore>, Appender<MemoryStore>) {
         let engine = Engine::new(MemoryStore::new(), Policy::default());
         let terms = Terms {
             lease,
@@ -467,17 +465,17 @@ mod tests {
         else {
             panic!("acquired")
         };
-        let mut appender = Appender::new(engine.clone(), address(), held.token, lease);
-        appender.head(StatusCode::CREATED, &HeaderMap::new()).await;
+        let head = (StatusCode::CREATED, &HeaderMap::new());
+        let mut appender = Appender::new(engine.clone(), address(), held.token, head, lease);
         for chunk in chunks {
             appender.chunk(&Bytes::from_static(chunk.as_bytes())).await;
         }
-        (engine, held.token)
+        (engine, appender)
     }
 
     #[tokio::test]
     async fn a_stream_is_found_with_its_head_and_chunks_so_far() {
-        let (engine, _) = streaming(Duration::from_secs(30), &["a", "b"]).await;
+        let (engine, _appender) = streaming(Duration::from_secs(30), &["a", "b"]).await;
         let past = PastLimit::default();
         let found = probe(&engine, &address(), &FP, &past, 1024).await.unwrap();
         assert_eq!(found.status, StatusCode::CREATED);
@@ -492,9 +490,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_stream_past_the_limit_is_not_followed_and_not_read_again() {
-        let (engine, token) = streaming(Duration::from_secs(30), &["a"]).await;
-        let mut appender = Appender::new(engine.clone(), address(), token, Duration::from_secs(1));
-        appender.next = 2;
+        let (engine, mut appender) = streaming(Duration::from_secs(30), &["a"]).await;
+        let token = appender.token;
         appender.over().await;
         appender.chunk(&Bytes::from_static(b"not appended")).await;
         let parts = engine
@@ -511,7 +508,7 @@ mod tests {
     #[tokio::test]
     async fn a_follower_of_a_holder_that_stopped_renewing_ends_abnormally() {
         let lease = Duration::from_millis(100);
-        let (engine, _) = streaming(lease, &["a"]).await;
+        let (engine, _appender) = streaming(lease, &["a"]).await;
         let found = probe(&engine, &address(), &FP, &PastLimit::default(), 1024)
             .await
             .unwrap();

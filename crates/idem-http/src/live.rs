@@ -195,16 +195,6 @@ impl LiveStreams {
 }
 
 impl Live {
-    /// The status duplicates get.
-    pub(crate) fn status(&self) -> StatusCode {
-        self.status
-    }
-
-    /// The headers duplicates get: those of a replay.
-    pub(crate) fn headers(&self) -> &HeaderMap {
-        &self.headers
-    }
-
     /// Hands `chunk` to the joiners, and keeps it for later ones unless `kept` is false (the
     /// stream passed the limit: nobody joins any more). A joiner too far behind is let go.
     pub(crate) fn push(&self, chunk: &Bytes, kept: bool) {

@@ -649,22 +649,24 @@ where
     let limit = shared.settings.max_stored_response;
     // A client that takes no chunk for a lease holds up neither the recording nor the key.
     let stall = shared.engine.policy().lease;
-    // In wait mode, the stream also goes to the store, for duplicates on other instances.
-    let mut appender = joinable.as_ref().map(|(address, _)| {
-        let limit = shared.engine.policy().store_call_limit();
-        Appender::new(shared.engine.clone(), address.clone(), token, limit)
-    });
-    let live = joinable.map(|(address, fingerprint)| {
-        let mut lines = header_lines(response.headers());
-        if anonymous {
-            lines.retain(|(name, _)| name != SET_COOKIE.as_str());
-        }
-        let mut headers = replay_headers(&lines);
-        mark_replayed(&mut headers);
-        shared
-            .live
-            .start(address, fingerprint, response.status(), headers)
-    });
+    // In wait mode, duplicates join the stream here, and follow it from other instances through
+    // the store: both get the status and the headers of a replay.
+    let (live, mut appender) = joinable
+        .map(|(address, fingerprint)| {
+            let mut lines = header_lines(response.headers());
+            if anonymous {
+                lines.retain(|(name, _)| name != SET_COOKIE.as_str());
+            }
+            let mut headers = replay_headers(&lines);
+            mark_replayed(&mut headers);
+            let status = response.status();
+            let limit = shared.engine.policy().store_call_limit();
+            let (engine, head) = (shared.engine.clone(), (status, &headers));
+            let appender = Appender::new(engine, address.clone(), token, head, limit);
+            let live = shared.live.start(address, fingerprint, status, headers);
+            (live, appender)
+        })
+        .unzip();
     let (response, recording) = stream::tee(
         response,
         limit,

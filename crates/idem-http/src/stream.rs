@@ -131,11 +131,6 @@ where
         // length; `None` once they passed the limit.
         let mut kept: Option<(Vec<Bytes>, usize)> = Some((Vec::new(), 0));
         let mut trailers: Option<HeaderMap> = None;
-        // The head goes to the store with the first chunk, after the client has it: the store's
-        // round trip does not delay the first byte.
-        let mut unsent_head = live
-            .as_ref()
-            .map(|live| (live.status(), live.headers().clone()));
         let mut body = std::pin::pin!(body);
         loop {
             // The body's own error is not `Send`: it is boxed before anything else is awaited.
@@ -179,9 +174,6 @@ where
                     // After the client has the chunk: the store's round trip delays only the
                     // next read.
                     if let Some(appender) = appender.as_deref_mut() {
-                        if let Some((status, headers)) = unsent_head.take() {
-                            appender.head(status, &headers).await;
-                        }
                         match (was_kept, kept.is_some()) {
                             (_, true) => appender.chunk(&chunk).await,
                             (true, false) => appender.over().await,
