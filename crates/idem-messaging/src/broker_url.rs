@@ -6,7 +6,7 @@
 use std::{fmt, str::FromStr};
 
 use crate::{
-    BoxPublisher,
+    BoxPublisher, Error, SubscribeOptions, Subscription,
     broker::{InvalidBrokerUrl, redacted},
 };
 
@@ -106,6 +106,26 @@ impl BrokerUrl {
             Target::Kafka(ref url) => url.publisher(),
             #[cfg(feature = "sqs")]
             Target::Sqs(ref url) => url.publisher(),
+        }
+    }
+
+    /// Subscribes to this broker: connects, finds (or, for a JetStream durable consumer, creates)
+    /// what `options` reads from, and returns its messages as they come. See
+    /// [`consume`](crate::consume) for what each broker reads and gives.
+    ///
+    /// Fails when the broker cannot be reached or refuses (credentials, TLS), or what `options`
+    /// names does not exist (a RabbitMQ queue, a JetStream stream for the subject, an SQS queue).
+    pub async fn subscribe(&self, options: SubscribeOptions) -> Result<Subscription, Error> {
+        // By place, not by reference: without any broker's feature, `Target` has no variant.
+        match self.target {
+            #[cfg(feature = "amqp")]
+            Target::Amqp(ref url) => url.subscribe(options).await,
+            #[cfg(feature = "nats")]
+            Target::Nats(ref url) => url.subscribe(options).await,
+            #[cfg(feature = "kafka")]
+            Target::Kafka(ref url) => url.subscribe(options).await,
+            #[cfg(feature = "sqs")]
+            Target::Sqs(ref url) => url.subscribe(options).await,
         }
     }
 }

@@ -84,6 +84,7 @@
 pub mod amqp;
 mod broker;
 mod broker_url;
+pub mod consume;
 mod error;
 mod id;
 mod inbox;
@@ -101,6 +102,7 @@ pub use broker::{
     BoxPublisher, Confirmations, DynPublisher, Incoming, InvalidBrokerUrl, PublishError, Publisher,
 };
 pub use broker_url::BrokerUrl;
+pub use consume::{Received, SubscribeOptions, Subscription};
 pub use error::{BoxError, Error};
 pub use id::{ConsumerName, InvalidId, MessageId};
 pub use idem_sql::{InvalidName, SchemaName, TableName};

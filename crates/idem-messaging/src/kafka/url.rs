@@ -79,6 +79,15 @@ impl KafkaUrl {
         )
     }
 
+    /// Subscribes to this broker: see [`BrokerUrl::subscribe`](crate::BrokerUrl::subscribe).
+    pub(crate) async fn subscribe(
+        &self,
+        options: crate::SubscribeOptions,
+    ) -> Result<crate::Subscription, crate::Error> {
+        let _ = options;
+        Err(crate::Error::Receive("not implemented yet".into()))
+    }
+
     /// The librdkafka settings: its bootstrap servers and the settings it carries.
     fn config(&self) -> ClientConfig {
         let mut config = ClientConfig::new();

@@ -43,6 +43,15 @@ impl NatsUrl {
     pub(crate) fn publisher(&self) -> BoxPublisher {
         BoxPublisher::new(NatsPublisher::new(self.endpoint.clone()).tls_files(self.tls.clone()))
     }
+
+    /// Subscribes to this broker: see [`BrokerUrl::subscribe`](crate::BrokerUrl::subscribe).
+    pub(crate) async fn subscribe(
+        &self,
+        options: crate::SubscribeOptions,
+    ) -> Result<crate::Subscription, crate::Error> {
+        let _ = options;
+        Err(crate::Error::Receive("not implemented yet".into()))
+    }
 }
 
 #[cfg(test)]

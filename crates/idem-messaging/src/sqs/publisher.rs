@@ -69,6 +69,15 @@ impl SqsUrl {
     pub(crate) fn publisher(&self) -> BoxPublisher {
         BoxPublisher::new(SqsPublisher::lazy(self.clone()))
     }
+
+    /// Subscribes to this broker: see [`BrokerUrl::subscribe`](crate::BrokerUrl::subscribe).
+    pub(crate) async fn subscribe(
+        &self,
+        options: crate::SubscribeOptions,
+    ) -> Result<crate::Subscription, crate::Error> {
+        let _ = options;
+        Err(crate::Error::Receive("not implemented yet".into()))
+    }
 }
 
 impl SqsPublisher {
