@@ -40,6 +40,7 @@
 //! ```
 
 pub mod cli;
+pub mod deliver;
 pub mod demo;
 pub mod error;
 pub mod keys;
@@ -49,6 +50,7 @@ pub mod serve;
 pub mod store;
 
 mod admin;
+mod tls;
 mod units;
 
 pub use admin::AdminToken;

@@ -7,7 +7,7 @@ use clap::error::ErrorKind;
 use idem_gateway::{
     Cli, ConfigError, Error,
     cli::{self, Command},
-    demo, keys, relay,
+    deliver, demo, keys, relay,
     store::migrate,
 };
 
@@ -64,6 +64,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Serve(args) => Ok(cli::serve(&args).await?),
         Command::Relay(args) => Ok(relay::run(*args).await?),
+        Command::Deliver(args) => Ok(deliver::run(*args).await?),
         Command::Keys(command) => {
             println!("{}", keys::run(command).await?);
             Ok(())

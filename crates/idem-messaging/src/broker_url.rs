@@ -86,7 +86,57 @@ enum Target {
     Sqs(crate::sqs::SqsUrl),
 }
 
+/// Which broker a [`BrokerUrl`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BrokerKind {
+    /// RabbitMQ (`amqp://`, `amqps://`).
+    RabbitMq,
+    /// NATS JetStream (`nats://`, `tls://`).
+    Nats,
+    /// Kafka (`kafka://`, `kafkas://`).
+    Kafka,
+    /// Amazon SQS (`sqs://`).
+    Sqs,
+}
+
+impl BrokerKind {
+    /// Whether the broker can set a refused message aside by itself: RabbitMQ (a queue's
+    /// dead-letter exchange takes what is rejected) and NATS (a terminated message is reported as
+    /// an advisory, `$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED`) can, as can SQS (a queue's redrive
+    /// policy moves a message received too many times); Kafka cannot.
+    pub fn dead_letters(self) -> bool {
+        !matches!(self, Self::Kafka)
+    }
+}
+
+impl fmt::Display for BrokerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::RabbitMq => "RabbitMQ",
+            Self::Nats => "NATS JetStream",
+            Self::Kafka => "Kafka",
+            Self::Sqs => "Amazon SQS",
+        })
+    }
+}
+
 impl BrokerUrl {
+    /// Which broker this is.
+    pub fn kind(&self) -> BrokerKind {
+        // By place, not by reference: without any broker's feature, `Target` has no variant.
+        match self.target {
+            #[cfg(feature = "amqp")]
+            Target::Amqp(_) => BrokerKind::RabbitMq,
+            #[cfg(feature = "nats")]
+            Target::Nats(_) => BrokerKind::Nats,
+            #[cfg(feature = "kafka")]
+            Target::Kafka(_) => BrokerKind::Kafka,
+            #[cfg(feature = "sqs")]
+            Target::Sqs(_) => BrokerKind::Sqs,
+        }
+    }
+
     /// The URL as given (with its password, if any).
     pub fn as_str(&self) -> &str {
         &self.url
@@ -115,6 +165,10 @@ impl BrokerUrl {
     ///
     /// Fails when the broker cannot be reached or refuses (credentials, TLS), or what `options`
     /// names does not exist (a RabbitMQ queue, a JetStream stream for the subject, an SQS queue).
+    #[cfg_attr(
+        not(any(feature = "amqp", feature = "nats", feature = "kafka", feature = "sqs")),
+        allow(unused_variables)
+    )]
     pub async fn subscribe(&self, options: SubscribeOptions) -> Result<Subscription, Error> {
         // By place, not by reference: without any broker's feature, `Target` has no variant.
         match self.target {

@@ -146,6 +146,11 @@ id!(
 );
 
 impl MessageId {
+    /// A new id: a UUIDv7, as [`Outbox::enqueue`](crate::Outbox::enqueue) gives its messages.
+    pub fn now_v7() -> Self {
+        Self::from(Uuid::now_v7())
+    }
+
     /// A new time-ordered UUIDv7, as the outbox gives every message.
     pub(crate) fn new_v7() -> (Uuid, Self) {
         let uuid = Uuid::now_v7();

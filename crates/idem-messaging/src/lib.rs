@@ -101,7 +101,7 @@ pub mod sqs;
 pub use broker::{
     BoxPublisher, Confirmations, DynPublisher, Incoming, InvalidBrokerUrl, PublishError, Publisher,
 };
-pub use broker_url::BrokerUrl;
+pub use broker_url::{BrokerKind, BrokerUrl};
 pub use consume::{Received, SubscribeOptions, Subscription};
 pub use error::{BoxError, Error};
 pub use id::{ConsumerName, InvalidId, MessageId};

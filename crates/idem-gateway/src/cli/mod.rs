@@ -1,4 +1,4 @@
-//! The command line of `idem`: `demo`, `serve`, `keys`, `migrate` and `relay`.
+//! The command line of `idem`: `demo`, `serve`, `keys`, `migrate`, `relay` and `deliver`.
 //!
 //! Every `serve` option is also read from `IDEM_<FLAG>` and from the TOML file given by
 //! `--config`; see [`Cli::parse_from_env_and_file`] for the precedence.
@@ -49,6 +49,9 @@ pub enum Command {
     Migrate(MigrateArgs),
     /// Publish a transactional outbox to a broker (RabbitMQ, NATS JetStream, Kafka or Amazon SQS).
     Relay(Box<RelayArgs>),
+    /// Deliver a broker's messages (RabbitMQ, NATS JetStream, Kafka or Amazon SQS) to an HTTP
+    /// endpoint as CloudEvents, each under an idempotency key.
+    Deliver(Box<DeliverArgs>),
 }
 
 /// `idem keys`.
@@ -295,6 +298,135 @@ pub struct RelayArgs {
     /// The logs' format and filter.
     #[command(flatten)]
     pub log: LogArgs,
+}
+
+/// `idem deliver`: consumes a broker's messages and POSTs each to an HTTP endpoint as a
+/// CloudEvent (HTTP binary mode) with an `Idempotency-Key`, acknowledging it only after a `2xx`
+/// (see docs/messaging.md).
+#[derive(Debug, Args)]
+pub struct DeliverArgs {
+    /// The broker, as `idem relay --broker` takes it: amqp://… or amqps://… (RabbitMQ),
+    /// nats://… or tls://… (NATS JetStream), kafka://… or kafkas://… (Kafka, needs idem built
+    /// with `--features kafka`), sqs://REGION[?endpoint=URL&profile=NAME] (Amazon SQS, needs
+    /// `--features sqs`), with the same TLS files and credentials.
+    #[arg(long, env = "IDEM_BROKER", value_name = "URL", value_parser = broker_url)]
+    pub broker: idem_messaging::BrokerUrl,
+    /// What to consume: a RabbitMQ queue (which must exist), a NATS subject (wildcards allowed)
+    /// of a JetStream stream, a Kafka topic, or an SQS queue's name or URL.
+    #[arg(long, env = "IDEM_FROM", value_name = "NAME")]
+    pub from: String,
+    /// The consumer group: Kafka's group, JetStream's durable consumer (created if missing),
+    /// RabbitMQ's consumer tag prefix. Deliverers of one group share the messages.
+    #[arg(
+        long,
+        env = "IDEM_GROUP",
+        value_name = "NAME",
+        default_value = "idem-deliver"
+    )]
+    pub group: String,
+    /// The endpoint each message is POSTed to: http://… or https://….
+    #[arg(long, env = "IDEM_TO", value_name = "URL", value_parser = endpoint_url)]
+    pub to: reqwest::Url,
+    /// Where the idempotency key comes from: outbox-id (the id the relay gave the message, else
+    /// the broker's id of it), message-id (the broker's id: Kafka's topic/partition/offset,
+    /// JetStream's stream/sequence, SQS's MessageId, RabbitMQ's message_id property) or
+    /// header:NAME.
+    #[arg(
+        long,
+        env = "IDEM_KEY_FROM",
+        value_name = "SOURCE",
+        default_value = "outbox-id"
+    )]
+    pub key_from: crate::deliver::KeyFrom,
+    /// How many requests may be in flight at once.
+    #[arg(long, env = "IDEM_CONCURRENCY", value_name = "N", default_value_t = 16,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
+    /// How many messages may be held unacknowledged at once (the broker's prefetch): those
+    /// being delivered and those queued behind their key.
+    #[arg(long, env = "IDEM_MAX_IN_FLIGHT", value_name = "N", default_value_t = 64,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub max_in_flight: u16,
+    /// Deliver the messages of one key (a RabbitMQ queue, a NATS subject, a Kafka partition, an
+    /// SQS message group) concurrently instead of one at a time, in order [default: off; refused
+    /// with Kafka].
+    #[arg(long, env = "IDEM_UNORDERED", value_parser = BoolishValueParser::new())]
+    pub unordered: bool,
+    /// Attempts before a message the endpoint refuses (a 4xx other than 408, 409 and 429)
+    /// is dead-lettered.
+    #[arg(long, env = "IDEM_MAX_ATTEMPTS", value_name = "N", default_value_t = 5,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_attempts: u32,
+    /// Where dead letters are published on the same broker (a queue, a subject, a topic);
+    /// without it, the broker's own mechanism takes them (RabbitMQ's dead-letter exchange, NATS's
+    /// terminated-message advisory, SQS's redrive policy). Required with Kafka.
+    #[arg(long, env = "IDEM_DEAD_LETTER", value_name = "NAME")]
+    pub dead_letter: Option<String>,
+    /// The backoff after a failed attempt, doubled at each attempt up to --max-backoff.
+    #[arg(long, env = "IDEM_BACKOFF", value_name = "DURATION",
+          default_value_t = HumanDuration(Duration::from_secs(1)))]
+    pub backoff: HumanDuration,
+    /// The longest backoff (a longer Retry-After is honoured, up to an hour).
+    #[arg(long, env = "IDEM_MAX_BACKOFF", value_name = "DURATION",
+          default_value_t = HumanDuration(Duration::from_secs(60)))]
+    pub max_backoff: HumanDuration,
+    /// How long a request may take, its answer included.
+    #[arg(long, env = "IDEM_REQUEST_TIMEOUT", value_name = "DURATION",
+          default_value_t = HumanDuration(Duration::from_secs(30)))]
+    pub request_timeout: HumanDuration,
+    /// How long the broker waits before it gives a held message to another consumer, extended
+    /// while the message is held (JetStream's ack_wait, SQS's visibility timeout).
+    #[arg(long, env = "IDEM_ACK_WAIT", value_name = "DURATION",
+          default_value_t = HumanDuration(Duration::from_secs(30)))]
+    pub ack_wait: HumanDuration,
+    /// The events' `ce-source` [default: the queue, subject or topic].
+    #[arg(long, env = "IDEM_SOURCE", value_name = "URI")]
+    pub source: Option<String>,
+    /// The events' `ce-type` [default: the queue, subject or topic]; a message's own `ce-type`
+    /// header wins.
+    #[arg(long = "type", env = "IDEM_TYPE", value_name = "TYPE")]
+    pub event_type: Option<String>,
+    /// On SIGTERM or SIGINT, how long the requests in flight may take to be answered.
+    #[arg(long, env = "IDEM_SHUTDOWN_TIMEOUT", value_name = "DURATION",
+          default_value_t = HumanDuration(Duration::from_secs(10)))]
+    pub shutdown_timeout: HumanDuration,
+    /// How often the progress is logged.
+    #[arg(long, env = "IDEM_PROGRESS_INTERVAL", value_name = "DURATION",
+          default_value_t = HumanDuration(Duration::from_secs(10)))]
+    pub progress_interval: HumanDuration,
+    /// Where the admin endpoints listen (/healthz, /metrics, the dashboard).
+    #[arg(
+        long,
+        env = "IDEM_ADMIN_LISTEN",
+        value_name = "ADDR",
+        default_value = "127.0.0.1:9092"
+    )]
+    pub admin_listen: SocketAddr,
+    /// A file holding the admin token: /metrics then needs `Authorization: Bearer <token>`
+    /// (/healthz never does). Required when --admin-listen is not loopback.
+    #[arg(long, env = "IDEM_ADMIN_TOKEN_FILE", value_name = "PATH")]
+    pub admin_token_file: Option<PathBuf>,
+    /// Without an admin token, the `Host` names (or NAME:PORT) the admin endpoints answer besides
+    /// the loopback ones; any other `Host` gets 421. Comma-separated.
+    #[arg(
+        long,
+        env = "IDEM_ADMIN_ALLOWED_HOSTS",
+        value_name = "LIST",
+        value_delimiter = ','
+    )]
+    pub admin_allowed_hosts: Vec<String>,
+    /// The logs' format and filter.
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// Parses `--to`: an http:// or https:// URL.
+fn endpoint_url(url: &str) -> Result<reqwest::Url, String> {
+    let parsed = reqwest::Url::parse(url).map_err(|error| format!("{error}"))?;
+    match parsed.scheme() {
+        "http" | "https" if parsed.has_host() => Ok(parsed),
+        _ => Err("expected an http:// or https:// URL".to_owned()),
+    }
 }
 
 /// `--log-format` and `--log-level`, for the subcommands that run until stopped.

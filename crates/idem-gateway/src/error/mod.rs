@@ -122,6 +122,9 @@ pub enum ConfigError {
         /// The missing feature.
         feature: &'static str,
     },
+    /// `idem deliver`'s settings cannot run on its broker.
+    #[error(transparent)]
+    Deliver(#[from] crate::deliver::DeliverConfigError),
     /// No upstream was configured.
     #[error("no upstream: set --upstream, IDEM_UPSTREAM or `upstream` in the config file")]
     MissingUpstream,

@@ -1,7 +1,8 @@
-// The dashboards of idem's admin listeners: gateway.html (`idem serve`) and relay.html
-// (`idem relay`), chosen by <body data-page>. They read only the admin API of the listener that
-// served them, every REFRESH_MS; with an admin token, the token is asked for on the first 401,
-// kept in sessionStorage (this tab only) and sent as `Authorization: Bearer`.
+// The dashboards of idem's admin listeners: gateway.html (`idem serve`), relay.html
+// (`idem relay`) and deliver.html (`idem deliver`), chosen by <body data-page>. They read only
+// the admin API of the listener that served them, every REFRESH_MS; with an admin token, the
+// token is asked for on the first 401, kept in sessionStorage (this tab only) and sent as
+// `Authorization: Bearer`.
 'use strict';
 
 const REFRESH_MS = 2000;
@@ -626,5 +627,37 @@ function relayPage() {
   });
 }
 
-const pages = { gateway: gatewayPage, relay: relayPage };
+// ---------------------------------------------------------------------------------------------
+// idem deliver
+
+/** Each tile's counter: a metric and the label value it is summed over. */
+const DELIVER_COUNTERS = {
+  delivered: ['idem_deliver_messages_total', 'outcome', 'delivered'],
+  retried: ['idem_deliver_attempts_total', 'answer', 'retry', 'no_answer'],
+  dead_lettered: ['idem_deliver_messages_total', 'outcome', 'dead_lettered'],
+  given_back: ['idem_deliver_messages_total', 'outcome', 'given_back'],
+};
+
+function deliverPage() {
+  const samples = new Samples();
+  show('window', String(WINDOW_S));
+  startPage(async () => {
+    const parsed = parseMetrics(await call('/metrics').then((r) => r.text()));
+    const counters = {};
+    for (const [name, [metric, label, ...values]] of Object.entries(DELIVER_COUNTERS)) {
+      counters[name] = (parsed.get(metric) || [])
+        .filter((series) => values.includes(series.labels[label]))
+        .reduce((sum, series) => sum + series.value, 0);
+    }
+    samples.push({ t: performance.now() / 1000, counters, histograms: {} });
+    for (const name of Object.keys(DELIVER_COUNTERS)) {
+      show(`total-${name}`, formatCount(counters[name]));
+      show(`rate-${name}`, formatRate(samples.rate(name)));
+    }
+    drawRates($('rates-chart'), samples, Object.keys(DELIVER_COUNTERS));
+    show('deliver-in_flight', formatCount(total(parsed, 'idem_deliver_in_flight')));
+  });
+}
+
+const pages = { gateway: gatewayPage, relay: relayPage, deliver: deliverPage };
 pages[document.body.dataset.page]();

@@ -1,5 +1,5 @@
-//! The dashboards of the admin listeners: `GET /` serves one page, for `idem serve` and for
-//! `idem relay`'s outbox, from files compiled into the binary.
+//! The dashboards of the admin listeners: `GET /` serves one page, for `idem serve`, for
+//! `idem relay`'s outbox and for `idem deliver`, from files compiled into the binary.
 //!
 //! A page is plain HTML with one script and one style sheet, shared by both pages. It loads
 //! nothing from anywhere else (no CDN, no web font), so that it works on a host without
@@ -10,7 +10,7 @@
 //!
 //! | route | file |
 //! | --- | --- |
-//! | `GET /` | the page: `top.html` over `gateway.html` on `idem serve`, over `relay.html` on `idem relay` |
+//! | `GET /` | the page: `top.html` over `gateway.html` on `idem serve`, over `relay.html` on `idem relay`, over `deliver.html` on `idem deliver` |
 //! | `GET /dashboard.js` | the script |
 //! | `GET /dashboard.css` | the style sheet |
 //! | `GET /favicon.png` | the icon |
@@ -60,6 +60,9 @@ static GATEWAY_PAGE: LazyLock<Asset> =
 
 static RELAY_PAGE: LazyLock<Asset> = LazyLock::new(|| page("relay", include_str!("relay.html")));
 
+static DELIVER_PAGE: LazyLock<Asset> =
+    LazyLock::new(|| page("deliver", include_str!("deliver.html")));
+
 static SCRIPT: Asset = Asset {
     path: "/dashboard.js",
     content_type: "text/javascript; charset=utf-8",
@@ -86,6 +89,11 @@ pub(crate) fn gateway<S: Clone + Send + Sync + 'static>() -> Router<S> {
 /// The routes of the relay's dashboard; they need no token.
 pub(crate) fn relay<S: Clone + Send + Sync + 'static>() -> Router<S> {
     routes([&*RELAY_PAGE, &SCRIPT, &STYLE, &ICON])
+}
+
+/// The routes of `idem deliver`'s dashboard; they need no token.
+pub(crate) fn deliver<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    routes([&*DELIVER_PAGE, &SCRIPT, &STYLE, &ICON])
 }
 
 fn routes<S: Clone + Send + Sync + 'static>(assets: [&'static Asset; 4]) -> Router<S> {

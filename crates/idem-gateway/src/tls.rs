@@ -1,0 +1,12 @@
+//! The process's rustls provider.
+
+use rustls::crypto::{CryptoProvider, ring};
+
+/// Installs ring as the process's rustls provider, unless one is installed already: reqwest,
+/// built without aws-lc (`idem deliver`'s HTTPS), needs one to build a client.
+pub(crate) fn install_ring_provider() {
+    if CryptoProvider::get_default().is_none() {
+        // Another thread may install one first; either way, there is one.
+        let _ = ring::default_provider().install_default();
+    }
+}
