@@ -50,7 +50,6 @@ pub mod serve;
 pub mod store;
 
 mod admin;
-mod tls;
 mod units;
 
 pub use admin::AdminToken;

@@ -337,7 +337,7 @@ pub struct DeliverArgs {
         value_name = "SOURCE",
         default_value = "outbox-id"
     )]
-    pub key_from: crate::deliver::KeyFrom,
+    pub key_from: idem_messaging::consume::KeyFrom,
     /// How many requests may be in flight at once.
     #[arg(long, env = "IDEM_CONCURRENCY", value_name = "N", default_value_t = 16,
           value_parser = clap::value_parser!(u16).range(1..))]

@@ -21,7 +21,10 @@ use idem_messaging::{
 use tokio::{sync::Semaphore, task::JoinSet};
 use tokio_util::sync::CancellationToken;
 
-use super::event::{Answer, Attributes, Event, KeyFrom};
+use idem_messaging::consume::KeyFrom;
+
+use super::event::{Answer, Attributes, Event, key_of};
+use crate::error::ConfigError;
 use crate::store::RetryWaits;
 
 /// How a subscription is made: the broker's, or a test's.
@@ -33,24 +36,6 @@ type Subscribe = Box<
 
 /// The longest `Retry-After` honoured: a longer one waits this long.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
-
-/// Why a [`Deliverer`] cannot run as configured.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum DeliverConfigError {
-    /// Kafka has no dead-letter mechanism of its own.
-    #[error(
-        "Kafka has no dead-letter mechanism of its own: give --dead-letter TOPIC for the messages \
-         the endpoint refuses"
-    )]
-    DeadLetterNeeded,
-    /// Kafka acknowledges a partition's messages in order only.
-    #[error(
-        "Kafka acknowledges a partition's messages by committing an offset, which covers every \
-         message before it: --unordered would acknowledge messages not delivered yet"
-    )]
-    UnorderedKafka,
-}
 
 /// Consumes the messages of a broker (RabbitMQ, NATS JetStream, Kafka or Amazon SQS) and POSTs
 /// each to an HTTP endpoint as a CloudEvent in HTTP binary mode, with an `Idempotency-Key`
@@ -199,13 +184,13 @@ impl Deliverer {
 
     /// Whether this configuration can run on its broker: Kafka needs a dead-letter destination
     /// and order.
-    pub fn check(&self) -> Result<(), DeliverConfigError> {
+    pub fn check(&self) -> Result<(), ConfigError> {
         if self.broker.kind() == BrokerKind::Kafka {
             if self.dead_letter.is_none() {
-                return Err(DeliverConfigError::DeadLetterNeeded);
+                return Err(ConfigError::DeadLetterNeeded);
             }
             if !self.ordered {
-                return Err(DeliverConfigError::UnorderedKafka);
+                return Err(ConfigError::UnorderedKafka);
             }
         }
         Ok(())
@@ -321,7 +306,7 @@ struct Counts {
 
 impl Shared {
     fn new(deliverer: Deliverer, stop: CancellationToken) -> Self {
-        crate::tls::install_ring_provider();
+        super::tls::install_ring_provider();
         let http = reqwest::Client::builder()
             .timeout(deliverer.request_timeout)
             .connect_timeout(deliverer.request_timeout.min(Duration::from_secs(10)))
@@ -467,7 +452,7 @@ async fn deliver(shared: Arc<Shared>, received: Received) {
 }
 
 async fn attempt_until_final(shared: &Shared, received: Received) -> Settled {
-    let key = match shared.key_from.key(received.message()) {
+    let key = match key_of(&shared.key_from, received.message()) {
         Ok(key) => key,
         Err(no_key) => {
             tracing::warn!(

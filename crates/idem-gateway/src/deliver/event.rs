@@ -1,86 +1,27 @@
-//! A received message as an HTTP request: its idempotency key ([`KeyFrom`]), the CloudEvent in
+//! A received message as an HTTP request: its idempotency key ([`key_of`]), the CloudEvent in
 //! HTTP binary mode that carries it ([`Event`]), and what an answer means ([`Answer`]).
 
-use std::{fmt, str::FromStr, time::Duration, time::SystemTime};
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use idem_core::IdempotencyKey;
-use idem_messaging::consume::Message;
+use idem_messaging::consume::{KeyFrom, Message};
 
-/// Where a message's idempotency key comes from (`--key-from`).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum KeyFrom {
-    /// The id the relay gave it, the outbox message id (`outbox-id`, the default); a message
-    /// without one (not published by a relay) falls back to the broker's id of it.
-    #[default]
-    OutboxId,
-    /// The broker's own id of it (`message-id`): Kafka's topic, partition and offset, JetStream's
-    /// stream and sequence, SQS's `MessageId`; on RabbitMQ, which assigns none, the `message_id`
-    /// property its producer set.
-    BrokerId,
-    /// The value of one of its headers (`header:NAME`, the name compared without case).
-    Header(String),
-}
-
-impl KeyFrom {
-    /// The key `message` is delivered under, or why it has none.
-    pub fn key(&self, message: &Message) -> Result<IdempotencyKey, NoKey> {
-        let value = match self {
-            Self::OutboxId => message
-                .message_id
-                .as_deref()
-                .or(message.broker_id.as_deref()),
-            Self::BrokerId => message
-                .broker_id
-                .as_deref()
-                .or(message.message_id.as_deref()),
-            Self::Header(name) => message
-                .headers
-                .iter()
-                .rev()
-                .find(|(header, _)| header.eq_ignore_ascii_case(name))
-                .map(|(_, value)| value.as_str()),
-        };
-        let value = value.ok_or_else(|| NoKey::Missing(self.clone()))?;
-        // As a quoted sf-string, any printable key is taken whole (`,` and `;` included).
-        let quoted = format!("\"{}\"", value.replace('\\', "\\\\").replace('"', "\\\""));
-        quoted
-            .parse()
-            .map_err(|error: idem_core::KeyError| NoKey::Invalid {
-                value: value.chars().take(64).collect(),
-                reason: error.to_string(),
-            })
-    }
-}
-
-impl FromStr for KeyFrom {
-    type Err = String;
-
-    fn from_str(value: &str) -> Result<Self, String> {
-        match value {
-            "outbox-id" => Ok(Self::OutboxId),
-            "message-id" => Ok(Self::BrokerId),
-            _ => match value.strip_prefix("header:") {
-                Some(name) if HeaderName::from_bytes(name.as_bytes()).is_ok() => {
-                    Ok(Self::Header(name.to_ascii_lowercase()))
-                }
-                _ => Err(format!(
-                    "expected outbox-id, message-id or header:NAME; got {value:?}"
-                )),
-            },
-        }
-    }
-}
-
-impl fmt::Display for KeyFrom {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::OutboxId => f.write_str("outbox-id"),
-            Self::BrokerId => f.write_str("message-id"),
-            Self::Header(name) => write!(f, "header:{name}"),
-        }
-    }
+/// The idempotency key `message` is delivered under, taken from where `from` says, or why it
+/// has none.
+pub fn key_of(from: &KeyFrom, message: &Message) -> Result<IdempotencyKey, NoKey> {
+    let value = from
+        .identity(message)
+        .ok_or_else(|| NoKey::Missing(from.clone()))?;
+    // As a quoted sf-string, any printable key is taken whole (`,` and `;` included).
+    let quoted = format!("\"{}\"", value.replace('\\', "\\\\").replace('"', "\\\""));
+    quoted
+        .parse()
+        .map_err(|error: idem_core::KeyError| NoKey::Invalid {
+            value: value.chars().take(64).collect(),
+            reason: error.to_string(),
+        })
 }
 
 /// Why a message has no idempotency key: it cannot be delivered safely, and is dead-lettered.
@@ -286,10 +227,7 @@ mod tests {
     fn the_key_comes_from_the_outbox_id_the_broker_id_or_a_header() {
         let mut message = message();
         let key = |from: &str, message: &Message| {
-            from.parse::<KeyFrom>()
-                .unwrap()
-                .key(message)
-                .map(|k| k.as_str().to_owned())
+            key_of(&from.parse::<KeyFrom>().unwrap(), message).map(|k| k.as_str().to_owned())
         };
         assert_eq!(
             key("outbox-id", &message).unwrap(),
@@ -318,21 +256,9 @@ mod tests {
     }
 
     #[test]
-    fn key_from_is_read_and_refused_in_one_line() {
-        assert_eq!("header:X-Id".parse(), Ok(KeyFrom::Header("x-id".into())));
-        assert_eq!(KeyFrom::Header("x-id".into()).to_string(), "header:x-id");
-        assert_eq!(
-            "uuid".parse::<KeyFrom>(),
-            Err("expected outbox-id, message-id or header:NAME; got \"uuid\"".into())
-        );
-        assert!("header:".parse::<KeyFrom>().is_err());
-        assert!("header:a b".parse::<KeyFrom>().is_err());
-    }
-
-    #[test]
     fn a_message_becomes_a_binary_mode_cloudevent_with_its_headers() {
         let message = message();
-        let key = KeyFrom::OutboxId.key(&message).unwrap();
+        let key = key_of(&KeyFrom::OutboxId, &message).unwrap();
         let event = Event::new(
             &message,
             &key,
@@ -373,7 +299,7 @@ mod tests {
         let mut message = Message::new("payments", "x");
         message.message_id = Some("a b".into());
         message.headers = vec![("ce-type".into(), "com.example.paid".into())];
-        let key = KeyFrom::OutboxId.key(&message).unwrap();
+        let key = key_of(&KeyFrom::OutboxId, &message).unwrap();
         let attributes = Attributes {
             source: Some("/shop/payments".into()),
             event_type: Some("com.example.payment".into()),

@@ -25,20 +25,21 @@
 
 mod engine;
 mod event;
+mod tls;
 
 use axum::{Router, routing::get};
 use idem_messaging::SubscribeOptions;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use engine::{DeliverConfigError, Deliverer};
-pub use event::{Answer, Attributes, Event, KeyFrom, NoKey};
+pub use engine::Deliverer;
+pub use event::{Answer, Attributes, Event, NoKey, key_of};
 
 use crate::{
     AdminToken, Error,
     admin::{dashboard, protect},
     cli::DeliverArgs,
-    error::{ConfigError, StartupError},
+    error::StartupError,
     serve::{
         admin_server::{self, AdminBounds},
         logging,
@@ -67,7 +68,7 @@ pub fn deliverer(args: &DeliverArgs) -> Result<Deliverer, Error> {
     if let Some(destination) = &args.dead_letter {
         deliverer = deliverer.dead_letter(destination.clone());
     }
-    deliverer.check().map_err(ConfigError::Deliver)?;
+    deliverer.check()?;
     Ok(deliverer)
 }
 

@@ -122,9 +122,18 @@ pub enum ConfigError {
         /// The missing feature.
         feature: &'static str,
     },
-    /// `idem deliver`'s settings cannot run on its broker.
-    #[error(transparent)]
-    Deliver(#[from] crate::deliver::DeliverConfigError),
+    /// `idem deliver` on Kafka without a dead-letter topic: Kafka has no mechanism of its own.
+    #[error(
+        "Kafka has no dead-letter mechanism of its own: give --dead-letter TOPIC for the messages \
+         the endpoint refuses"
+    )]
+    DeadLetterNeeded,
+    /// `idem deliver --unordered` on Kafka, which acknowledges a partition's messages in order.
+    #[error(
+        "Kafka acknowledges a partition's messages by committing an offset, which covers every \
+         message before it: --unordered would acknowledge messages not delivered yet"
+    )]
+    UnorderedKafka,
     /// No upstream was configured.
     #[error("no upstream: set --upstream, IDEM_UPSTREAM or `upstream` in the config file")]
     MissingUpstream,

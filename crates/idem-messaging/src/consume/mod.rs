@@ -24,12 +24,16 @@
 //! timeout with `ChangeMessageVisibility`), so a message that is being retried is not given to
 //! another consumer meanwhile.
 
+mod key_from;
+
 use std::{fmt, pin::Pin, time::Duration, time::SystemTime};
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt, future::BoxFuture};
 
 use crate::{BoxError, Error, Incoming};
+
+pub use key_from::KeyFrom;
 
 /// What a [`Subscription`] reads, and how much it may hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -283,9 +287,8 @@ mod tests {
         let settled = Arc::new(Mutex::new(Vec::new()));
         let mut message = Message::new("orders", "{}");
         message.message_id = Some("0190-a".into());
-        let received = |message: &Message| {
-            Received::new(message.clone(), Recorded(Arc::clone(&settled)))
-        };
+        let received =
+            |message: &Message| Received::new(message.clone(), Recorded(Arc::clone(&settled)));
         let first = received(&message);
         assert_eq!(Incoming::message_id(&first), Some("0190-a"));
         assert_eq!(Incoming::payload(&first), b"{}");
