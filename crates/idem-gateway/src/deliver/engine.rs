@@ -176,7 +176,7 @@ impl Deliverer {
     }
 
     /// Subscribes with `subscribe` instead of the broker's client: a test's messages.
-    #[cfg(test)]
+    #[cfg(all(test, feature = "amqp"))]
     fn subscribe_with(mut self, subscribe: Subscribe) -> Self {
         self.source = Some(subscribe);
         self
