@@ -11,13 +11,13 @@ use std::{
         Arc,
         atomic::{AtomicUsize, Ordering},
     },
-    time::Duration,
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use futures_util::StreamExt;
 use idem_messaging::{
-    ConsumerName, Envelope, Error, Handled, Incoming, Outbox, OutboxMessage, PgInbox, PublishError,
-    Publisher, Relay, amqp::AmqpPublisher,
+    BrokerUrl, ConsumerName, Envelope, Error, Handled, Incoming, Outbox, OutboxMessage, PgInbox,
+    PublishError, Publisher, Received, Relay, SubscribeOptions, Subscription, amqp::AmqpPublisher,
 };
 use idem_test_support::{Server, require, unique_name};
 use lapin::{
@@ -54,12 +54,29 @@ struct TestQueue {
 
 impl TestQueue {
     async fn new(url: &str) -> Self {
+        Self::with_arguments(url, FieldTable::default()).await
+    }
+
+    /// A queue whose rejected messages go to the queue `dead` (through the default exchange).
+    async fn dead_lettering_to(url: &str, dead: &TestQueue) -> Self {
+        let mut arguments = FieldTable::default();
+        arguments.insert(
+            "x-dead-letter-exchange".into(),
+            AMQPValue::LongString("".into()),
+        );
+        arguments.insert(
+            "x-dead-letter-routing-key".into(),
+            AMQPValue::LongString(dead.name.as_str().into()),
+        );
+        Self::with_arguments(url, arguments).await
+    }
+
+    async fn with_arguments(url: &str, mut arguments: FieldTable) -> Self {
         let name = unique_name("idem_test_");
         let connection = Connection::connect(url, ConnectionProperties::default())
             .await
             .expect("connect to the test broker");
         let channel = connection.create_channel().await.unwrap();
-        let mut arguments = FieldTable::default();
         arguments.insert("x-expires".into(), AMQPValue::LongUInt(600_000));
         channel
             .queue_declare(
@@ -105,6 +122,49 @@ impl TestQueue {
 
     fn publisher(&self) -> AmqpPublisher {
         AmqpPublisher::new(self.url.clone())
+    }
+
+    /// How many messages the queue holds ready (neither delivered nor held unacknowledged),
+    /// and how many consumers it has.
+    async fn state(&self) -> (u32, u32) {
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..QueueDeclareOptions::default()
+        };
+        let queue = self
+            .channel
+            .queue_declare(self.name.as_str().into(), passive, FieldTable::default())
+            .await
+            .unwrap();
+        (queue.message_count(), queue.consumer_count())
+    }
+
+    /// Waits until the queue holds no message, neither ready nor delivered and unacknowledged:
+    /// every message was acknowledged, or rejected (an ack is not confirmed by the broker, and
+    /// the counts are the queue's own, through `rabbitmqctl`). For a queue of the virtual host
+    /// `/`, the shared server's.
+    async fn wait_until_empty(&self) {
+        tokio::time::timeout(EVENTUALLY, async {
+            loop {
+                let output = tokio::process::Command::new("rabbitmqctl")
+                    .args(["-q", "list_queues", "-p", "/", "name", "messages_ready"])
+                    .args(["messages_unacknowledged", "--no-table-headers"])
+                    .output()
+                    .await
+                    .expect("run rabbitmqctl");
+                let listed = String::from_utf8_lossy(&output.stdout).into_owned();
+                let counts = listed.lines().find_map(|line| {
+                    let mut fields = line.split_whitespace();
+                    (fields.next() == Some(self.name.as_str())).then(|| fields.collect::<Vec<_>>())
+                });
+                if counts.as_deref() == Some(&["0", "0"][..]) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await
+        .expect("the queue empties");
     }
 }
 
@@ -402,12 +462,18 @@ async fn a_confirmed_publish_carries_the_id_headers_and_payload() {
         .header("content-type", "text/plain")
         .header("trace", "t-1");
 
+    let before = seconds_now();
     publisher.publish(&envelope("m-1", message)).await.unwrap();
 
     let delivery = queue.get(&queue.channel).await;
     assert_eq!(delivery.message_id(), Some("m-1"));
     assert_eq!(delivery.payload(), b"hello");
     assert_eq!(delivery.properties.delivery_mode(), &Some(2));
+    let stamped = UNIX_EPOCH + Duration::from_secs(delivery.properties.timestamp().unwrap());
+    assert!(
+        before <= stamped && stamped <= SystemTime::now(),
+        "{stamped:?}"
+    );
     let headers = delivery.properties.headers().clone().unwrap();
     let header = |name: &str| match headers.inner().get(name) {
         Some(AMQPValue::LongString(value)) => value.to_string(),
@@ -597,4 +663,275 @@ async fn a_poison_message_is_dead_lettered_while_the_others_flow() {
     assert_eq!(dead[0].attempts, 3);
     let error = dead[0].last_error.as_deref().unwrap();
     assert!(error.contains("312 NO_ROUTE"), "{error}");
+}
+
+/// A subscription to `queue` through its broker's URL, as `idem-deliver`'s would be.
+async fn subscribe(queue: &TestQueue, options: SubscribeOptions) -> Subscription {
+    let url: BrokerUrl = queue.url.parse().unwrap();
+    url.subscribe(options).await.unwrap()
+}
+
+/// The subscription's next message, waiting for it to arrive.
+async fn received(subscription: &mut Subscription) -> Received {
+    tokio::time::timeout(EVENTUALLY, subscription.next())
+        .await
+        .expect("a message arrives")
+        .expect("the subscription goes on")
+        .unwrap()
+}
+
+/// Now, to the second: AMQP's timestamps are whole seconds.
+fn seconds_now() -> SystemTime {
+    let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    UNIX_EPOCH + Duration::from_secs(since.as_secs())
+}
+
+fn pairs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|&(name, value)| (name.to_owned(), value.to_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_subscription_gives_each_message_with_its_ids_queue_headers_and_time() {
+    let amqp = require!(Amqp);
+    let queue = TestQueue::new(&amqp).await;
+    let mut subscription = subscribe(&queue, SubscribeOptions::new(queue.name.clone())).await;
+    let before = seconds_now();
+    let confirmed = queue
+        .publisher()
+        .publish_batch(&[
+            envelope(
+                "m-1",
+                OutboxMessage::new(queue.name.clone(), "one")
+                    .header("trace", "t-1")
+                    .header("content-type", "text/plain"),
+            ),
+            envelope("m-2", OutboxMessage::new(queue.name.clone(), "two")),
+        ])
+        .await;
+    assert!(confirmed.iter().all(Result::is_ok), "{confirmed:?}");
+
+    let first = received(&mut subscription).await;
+    let message = first.message();
+    assert_eq!(message.message_id.as_deref(), Some("m-1"));
+    assert_eq!(message.broker_id, None);
+    assert_eq!(message.source, queue.name);
+    assert_eq!(message.ordering_key.as_deref(), Some(queue.name.as_str()));
+    assert_eq!(
+        message.headers,
+        pairs(&[("content-type", "text/plain"), ("trace", "t-1")])
+    );
+    assert_eq!(message.payload.as_ref(), b"one");
+    let time = message.time.expect("the publisher stamps a time");
+    assert!(before <= time && time <= SystemTime::now(), "{time:?}");
+    assert!(!message.redelivered);
+    assert_eq!(Incoming::message_id(&first), Some("m-1"));
+    first.ack().await.unwrap();
+
+    let second = received(&mut subscription).await;
+    let message = second.message();
+    assert_eq!(message.message_id.as_deref(), Some("m-2"));
+    assert_eq!(message.source, queue.name);
+    assert_eq!(message.headers, pairs(&[]));
+    assert_eq!(message.payload.as_ref(), b"two");
+    assert!(!message.redelivered);
+    second.ack().await.unwrap();
+    queue.wait_until_empty().await;
+}
+
+#[tokio::test]
+async fn requeued_comes_again_redelivered_acked_and_rejected_are_gone_rejected_dead_lettered() {
+    let amqp = require!(Amqp);
+    let dead = TestQueue::new(&amqp).await;
+    let queue = TestQueue::dead_lettering_to(&amqp, &dead).await;
+    let mut subscription = subscribe(&queue, SubscribeOptions::new(queue.name.clone())).await;
+    let publisher = queue.publisher();
+    let message = |payload: &str| OutboxMessage::new(queue.name.clone(), payload.to_owned());
+    publisher
+        .publish(&envelope("m-1", message("refused")))
+        .await
+        .unwrap();
+
+    let first = received(&mut subscription).await;
+    assert_eq!(first.message().message_id.as_deref(), Some("m-1"));
+    assert!(!first.message().redelivered);
+    first.requeue().await.unwrap();
+    let again = received(&mut subscription).await;
+    assert_eq!(again.message().message_id.as_deref(), Some("m-1"));
+    assert_eq!(again.message().payload.as_ref(), b"refused");
+    assert!(again.message().redelivered);
+    again.reject().await.unwrap();
+
+    let dead_lettered = dead.get(&dead.channel).await;
+    assert_eq!(dead_lettered.message_id(), Some("m-1"));
+    assert_eq!(dead_lettered.payload(), b"refused");
+    dead_lettered.ack().await.unwrap();
+
+    publisher
+        .publish(&envelope("m-2", message("accepted")))
+        .await
+        .unwrap();
+    let accepted = received(&mut subscription).await;
+    assert_eq!(accepted.message().message_id.as_deref(), Some("m-2"));
+    assert!(!accepted.message().redelivered);
+    accepted.ack().await.unwrap();
+    // Neither ready nor held: the rejected message went, the acknowledged one too.
+    queue.wait_until_empty().await;
+    assert_eq!(queue.state().await, (0, 1));
+}
+
+#[tokio::test]
+async fn a_third_message_waits_until_one_of_two_held_is_settled() {
+    let amqp = require!(Amqp);
+    let queue = TestQueue::new(&amqp).await;
+    let options = SubscribeOptions::new(queue.name.clone()).max_in_flight(2);
+    let mut subscription = subscribe(&queue, options).await;
+    let batch: Vec<Envelope> = (1..=3)
+        .map(|n| {
+            let message = OutboxMessage::new(queue.name.clone(), format!("{n}"));
+            envelope(&format!("m-{n}"), message)
+        })
+        .collect();
+    let confirmed = queue.publisher().publish_batch(&batch).await;
+    assert!(confirmed.iter().all(Result::is_ok), "{confirmed:?}");
+
+    let first = received(&mut subscription).await;
+    let second = received(&mut subscription).await;
+    assert_eq!(first.message().message_id.as_deref(), Some("m-1"));
+    assert_eq!(second.message().message_id.as_deref(), Some("m-2"));
+    // The broker keeps the third ready: the prefetch is full.
+    assert_eq!(queue.state().await, (1, 1));
+    let early = tokio::time::timeout(Duration::from_millis(500), subscription.next()).await;
+    assert!(early.is_err(), "{early:?}");
+
+    second.ack().await.unwrap();
+    let third = received(&mut subscription).await;
+    assert_eq!(third.message().message_id.as_deref(), Some("m-3"));
+    first.ack().await.unwrap();
+    third.ack().await.unwrap();
+    queue.wait_until_empty().await;
+}
+
+#[tokio::test]
+async fn a_missing_queue_is_refused_at_subscribe_naming_it() {
+    let amqp = require!(Amqp);
+    let url: BrokerUrl = amqp.parse().unwrap();
+    let missing = unique_name("idem_test_missing_");
+
+    let refused = url
+        .subscribe(SubscribeOptions::new(missing.clone()))
+        .await
+        .unwrap_err();
+
+    assert!(matches!(refused, Error::Receive(_)), "{refused:?}");
+    assert_eq!(
+        common::chain(&refused),
+        format!(
+            "cannot receive messages from the broker: cannot consume the queue {missing:?}: it \
+             does not exist, or may not be used: protocol error: AMQP soft error: NOT-FOUND: \
+             NOT_FOUND - no queue '{missing}' in vhost '/'"
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_deleted_queue_ends_the_subscription_with_an_error() {
+    let amqp = require!(Amqp);
+    let queue = TestQueue::new(&amqp).await;
+    let mut subscription = subscribe(&queue, SubscribeOptions::new(queue.name.clone())).await;
+
+    queue
+        .channel
+        .queue_delete(queue.name.as_str().into(), QueueDeleteOptions::default())
+        .await
+        .unwrap();
+
+    let ended = tokio::time::timeout(EVENTUALLY, subscription.next())
+        .await
+        .expect("the subscription hears of it")
+        .expect("an error before the end")
+        .unwrap_err();
+    assert_eq!(
+        common::chain(&ended),
+        format!(
+            "cannot receive messages from the broker: RabbitMQ cancelled the consumer of the \
+             queue {:?} (the queue was deleted, or its node went down): the subscription ends",
+            queue.name
+        )
+    );
+    assert!(subscription.next().await.is_none());
+}
+
+#[tokio::test]
+async fn a_message_held_when_its_subscription_is_dropped_can_still_be_settled() {
+    let amqp = require!(Amqp);
+    let queue = TestQueue::new(&amqp).await;
+    let mut subscription = subscribe(&queue, SubscribeOptions::new(queue.name.clone())).await;
+    queue
+        .publisher()
+        .publish(&envelope(
+            "m-1",
+            OutboxMessage::new(queue.name.clone(), "held"),
+        ))
+        .await
+        .unwrap();
+    let held = received(&mut subscription).await;
+
+    drop(subscription);
+    tokio::time::timeout(EVENTUALLY, async {
+        while queue.state().await.1 != 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the consumer is cancelled");
+
+    held.ack().await.unwrap();
+    queue.wait_until_empty().await;
+}
+
+#[tokio::test]
+async fn a_lost_connection_ends_the_subscription_and_its_held_message_comes_back() {
+    let amqp = require!(Amqp);
+    let vhost = TestVhost::create(&amqp).await;
+    let queue = TestQueue::new(&vhost.url).await;
+    let mut subscription = subscribe(&queue, SubscribeOptions::new(queue.name.clone())).await;
+    queue
+        .publisher()
+        .publish(&envelope(
+            "m-1",
+            OutboxMessage::new(queue.name.clone(), "held"),
+        ))
+        .await
+        .unwrap();
+    let held = received(&mut subscription).await;
+
+    rabbitmqctl(&["close_all_connections", "-p", &vhost.name, "lost"]).await;
+
+    let ended = tokio::time::timeout(EVENTUALLY, subscription.next())
+        .await
+        .expect("the subscription hears of it")
+        .expect("an error before the end")
+        .unwrap_err();
+    let said = common::chain(&ended);
+    assert!(
+        said.starts_with(&format!(
+            "cannot receive messages from the broker: the consumer of the queue {:?} failed: \
+             the subscription ends: ",
+            queue.name
+        )),
+        "{said}"
+    );
+    assert!(subscription.next().await.is_none());
+    let unsettled = held.ack().await.unwrap_err();
+    assert!(matches!(unsettled, Error::Settle(_)), "{unsettled:?}");
+
+    // Subscribed again: the message the lost connection held comes back, flagged.
+    let mut again = subscribe(&queue, SubscribeOptions::new(queue.name.clone())).await;
+    let redelivered = received(&mut again).await;
+    assert_eq!(redelivered.message().message_id.as_deref(), Some("m-1"));
+    assert!(redelivered.message().redelivered);
+    redelivered.ack().await.unwrap();
 }

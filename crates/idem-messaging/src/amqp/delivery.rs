@@ -1,6 +1,8 @@
-//! [`Incoming`] for `lapin`'s [`Delivery`]: the id is the `message_id` property.
+//! [`Incoming`] for `lapin`'s [`Delivery`]: the id is the `message_id` property. And how a
+//! delivery is settled, which a subscription's messages share.
 
 use lapin::{
+    Acker,
     message::Delivery,
     options::{BasicAckOptions, BasicNackOptions, BasicRejectOptions},
 };
@@ -17,21 +19,37 @@ impl Incoming for Delivery {
     }
 
     async fn ack(self) -> Result<(), BoxError> {
-        settled(self.acker.ack(BasicAckOptions::default()).await)
+        ack(&self.acker).await
     }
 
     async fn requeue(self) -> Result<(), BoxError> {
-        let options = BasicNackOptions {
-            requeue: true,
-            ..BasicNackOptions::default()
-        };
-        settled(self.acker.nack(options).await)
+        requeue(&self.acker).await
     }
 
     async fn reject(self) -> Result<(), BoxError> {
-        let options = BasicRejectOptions { requeue: false };
-        settled(self.acker.reject(options).await)
+        reject(&self.acker).await
     }
+}
+
+/// `basic.ack`: the message is done with.
+pub(super) async fn ack(acker: &Acker) -> Result<(), BoxError> {
+    settled(acker.ack(BasicAckOptions::default()).await)
+}
+
+/// `basic.nack` with requeue: the queue delivers the message again, flagged redelivered.
+pub(super) async fn requeue(acker: &Acker) -> Result<(), BoxError> {
+    let options = BasicNackOptions {
+        requeue: true,
+        ..BasicNackOptions::default()
+    };
+    settled(acker.nack(options).await)
+}
+
+/// `basic.reject` without requeue: the queue drops the message, or gives it to its dead-letter
+/// exchange.
+pub(super) async fn reject(acker: &Acker) -> Result<(), BoxError> {
+    let options = BasicRejectOptions { requeue: false };
+    settled(acker.reject(options).await)
 }
 
 /// The channel was lost when `lapin` answers `false`: the broker redelivers the message.

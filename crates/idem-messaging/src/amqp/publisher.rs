@@ -1,16 +1,21 @@
 //! [`AmqpPublisher`]: publishes with publisher confirms on one channel, reconnecting when it is
 //! lost.
 
-use std::{collections::HashMap, fmt, path::PathBuf};
+use std::{
+    collections::HashMap,
+    fmt,
+    path::PathBuf,
+    time::{SystemTime, UNIX_EPOCH},
+};
 
 use lapin::{
-    BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, PublisherConfirm,
+    BasicProperties, Channel, Confirmation, Connection, PublisherConfirm,
     options::{BasicPublishOptions, ConfirmSelectOptions},
-    tcp::{OwnedIdentity, OwnedTLSConfig},
-    types::{AMQPValue, FieldTable, LongString, ShortString},
+    types::{AMQPValue, FieldTable, LongString, ShortString, Timestamp},
 };
 use tokio::sync::Mutex;
 
+use super::connection::connect;
 use crate::{
     Confirmations, Envelope, PublishError, Publisher,
     broker::{TlsFiles, unreachable},
@@ -23,9 +28,10 @@ const PERSISTENT: u8 = 2;
 ///
 /// Each message goes to the publisher's exchange (the default exchange `""` unless set) with
 /// the message's destination as its routing key, its outbox id as the `message_id` property,
-/// its headers as long strings in the `headers` table, and (by default) as a persistent,
-/// mandatory message. A batch is published on one channel in confirm mode, then all its
-/// confirmations are awaited together.
+/// its headers as long strings in the `headers` table, the time of its batch as the `timestamp`
+/// property (seconds since the epoch), and (by default) as a persistent, mandatory message. A
+/// batch is published on one channel in confirm mode, then all its confirmations are awaited
+/// together.
 ///
 /// The publisher connects on its first batch (or in [`connect`](Self::connect)) and keeps one
 /// connection and one channel; when either is lost, the batch's messages are
@@ -138,34 +144,11 @@ impl AmqpPublisher {
         self
     }
 
-    /// lapin's TLS settings: the files, read now.
-    async fn tls_config(&self) -> Result<OwnedTLSConfig, PublishError> {
-        let files = self.tls.read().await.map_err(PublishError::unavailable)?;
-        let cert_chain = match (files.ca, &self.tls.ca) {
-            (Some(pem), Some(path)) => Some(String::from_utf8(pem).map_err(|_| {
-                PublishError::unavailable(format!("{} is not PEM text", path.display()))
-            })?),
-            _ => None,
-        };
-        Ok(OwnedTLSConfig {
-            identity: files
-                .client
-                .map(|(pem, key)| OwnedIdentity::PKCS8 { pem, key }),
-            cert_chain,
-        })
-    }
-
     /// Opens a connection and a channel in confirm mode.
     async fn open(&self) -> Result<Session, PublishError> {
-        let runtime = lapin::runtime::default_runtime().map_err(PublishError::unavailable)?;
-        let connection = Connection::connect_with_config(
-            &self.uri,
-            ConnectionProperties::default(),
-            self.tls_config().await?,
-            runtime,
-        )
-        .await
-        .map_err(PublishError::unavailable)?;
+        let connection = connect(&self.uri, &self.tls)
+            .await
+            .map_err(PublishError::Unavailable)?;
         let channel = connection
             .create_channel()
             .await
@@ -200,7 +183,11 @@ impl AmqpPublisher {
         Ok(channel)
     }
 
-    fn properties(&self, envelope: &Envelope) -> Result<BasicProperties, PublishError> {
+    fn properties(
+        &self,
+        envelope: &Envelope,
+        timestamp: Timestamp,
+    ) -> Result<BasicProperties, PublishError> {
         let mut headers = FieldTable::default();
         for (name, value) in &envelope.message().headers {
             let name =
@@ -219,18 +206,20 @@ impl AmqpPublisher {
         })?;
         let mut properties = BasicProperties::default()
             .with_message_id(id)
-            .with_headers(headers);
+            .with_headers(headers)
+            .with_timestamp(timestamp);
         if self.persistent {
             properties = properties.with_delivery_mode(PERSISTENT);
         }
         Ok(properties)
     }
 
-    /// Sends one message; its confirmation comes later.
+    /// Sends one message, stamped `timestamp`; its confirmation comes later.
     async fn send(
         &self,
         channel: &Channel,
         envelope: &Envelope,
+        timestamp: Timestamp,
     ) -> Result<PublisherConfirm, PublishError> {
         let routing_key =
             ShortString::try_new(envelope.message().destination.as_str()).map_err(|error| {
@@ -238,7 +227,7 @@ impl AmqpPublisher {
                     reason: format!("routing key: {error}"),
                 }
             })?;
-        let properties = self.properties(envelope)?;
+        let properties = self.properties(envelope, timestamp)?;
         let options = BasicPublishOptions {
             mandatory: self.mandatory,
             ..BasicPublishOptions::default()
@@ -313,9 +302,13 @@ impl Publisher for AmqpPublisher {
             Ok(channel) => channel,
             Err(error) => return unreachable(batch, "cannot connect to RabbitMQ", error),
         };
+        // One clock read a batch: AMQP's timestamp is in whole seconds.
+        let timestamp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| since.as_secs());
         let mut sent = Vec::with_capacity(batch.len());
         for envelope in batch {
-            sent.push(self.send(&channel, envelope).await);
+            sent.push(self.send(&channel, envelope, timestamp).await);
         }
         confirmed(batch, sent).await
     }

@@ -2,11 +2,11 @@
 //! as [`BrokerUrl`](crate::BrokerUrl) takes it.
 
 use crate::{
-    BoxPublisher,
+    BoxPublisher, Error, SubscribeOptions, Subscription,
     broker::{InvalidBrokerUrl, TlsFiles, TlsParameters, split_query},
 };
 
-use super::AmqpPublisher;
+use super::{AmqpPublisher, subscription};
 
 /// The parameters of RabbitMQ URLs that lapin reads, passed on to it.
 const AMQP_PARAMETERS: [&str; 5] = [
@@ -72,13 +72,10 @@ impl AmqpUrl {
         BoxPublisher::new(AmqpPublisher::new(self.endpoint.clone()).tls_files(self.tls.clone()))
     }
 
-    /// Subscribes to this broker: see [`BrokerUrl::subscribe`](crate::BrokerUrl::subscribe).
-    pub(crate) async fn subscribe(
-        &self,
-        options: crate::SubscribeOptions,
-    ) -> Result<crate::Subscription, crate::Error> {
-        let _ = options;
-        Err(crate::Error::Receive("not implemented yet".into()))
+    /// Subscribes to this broker: see [`BrokerUrl::subscribe`](crate::BrokerUrl::subscribe)
+    /// and the [module](super)'s docs.
+    pub(crate) async fn subscribe(&self, options: SubscribeOptions) -> Result<Subscription, Error> {
+        subscription::subscribe(&self.endpoint, &self.tls, &options).await
     }
 }
 
