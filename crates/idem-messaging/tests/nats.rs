@@ -12,22 +12,22 @@ use std::{
         Arc,
         atomic::{AtomicUsize, Ordering},
     },
-    time::Duration,
+    time::{Duration, SystemTime},
 };
 
 use async_nats::{
     HeaderMap,
     jetstream::{
         self, Message,
-        consumer::{AckPolicy, PullConsumer, pull},
+        consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull},
     },
 };
 use futures_util::StreamExt;
 use idem_messaging::{
-    ConsumerName, Envelope, Error, Handled, Incoming, Outbox, OutboxMessage, PgInbox, PublishError,
-    Publisher, Relay, nats::NatsPublisher,
+    BrokerUrl, ConsumerName, Envelope, Error, Handled, Incoming, Outbox, OutboxMessage, PgInbox,
+    PublishError, Publisher, Received, Relay, SubscribeOptions, Subscription, nats::NatsPublisher,
 };
-use idem_test_support::{NatsStream, Server, free_port, require};
+use idem_test_support::{NatsStream, Server, free_port, require, unique_name};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -519,4 +519,395 @@ async fn an_unreachable_server_makes_the_broker_unavailable() {
         matches!(outcome, Err(PublishError::Unavailable(_))),
         "{outcome:?}"
     );
+}
+
+/// A subscription through the server's URL, as `idem-deliver`'s would be.
+async fn subscribe(url: &str, options: SubscribeOptions) -> Subscription {
+    let url: BrokerUrl = url.parse().unwrap();
+    url.subscribe(options).await.unwrap()
+}
+
+/// The subscription's next message, waiting for it to arrive.
+async fn received(subscription: &mut Subscription) -> Received {
+    tokio::time::timeout(EVENTUALLY, subscription.next())
+        .await
+        .expect("a message arrives")
+        .expect("the subscription goes on")
+        .unwrap()
+}
+
+/// The durable consumer `name` of `stream`, as the server has it now.
+async fn consumer_info(stream: &NatsStream, name: &str) -> jetstream::consumer::Info {
+    let handle = stream.jetstream().get_stream(stream.name()).await.unwrap();
+    handle.consumer_info(name).await.unwrap()
+}
+
+fn pairs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|&(name, value)| (name.to_owned(), value.to_owned()))
+        .collect()
+}
+
+/// A stream of the test's own capturing `{prefix}.>`, its prefix `idem_wild.` and 16 hex digits,
+/// deleted when this is dropped.
+struct WildStream {
+    url: String,
+    name: String,
+    prefix: String,
+}
+
+impl WildStream {
+    async fn create(url: &str) -> Self {
+        let suffix = unique_name("");
+        let (name, prefix) = (format!("IDEM_WILD_{suffix}"), format!("idem_wild.{suffix}"));
+        let context = jetstream::new(async_nats::connect(url).await.unwrap());
+        context
+            .create_stream(jetstream::stream::Config {
+                name: name.clone(),
+                subjects: vec![format!("{prefix}.>")],
+                ..jetstream::stream::Config::default()
+            })
+            .await
+            .unwrap();
+        Self {
+            url: url.to_owned(),
+            name,
+            prefix,
+        }
+    }
+}
+
+impl Drop for WildStream {
+    fn drop(&mut self) {
+        let (url, name) = (self.url.clone(), self.name.clone());
+        let deleted = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(async {
+                let client = async_nats::connect(url).await?;
+                jetstream::new(client).delete_stream(name).await?;
+                anyhow::Ok(())
+            })
+        })
+        .join();
+        if !matches!(deleted, Ok(Ok(()))) {
+            eprintln!("could not delete the test stream {}", self.name);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_subscription_gives_each_message_with_its_ids_subject_headers_and_time() {
+    let nats = require!(Nats);
+    let stream = TestStream::new(&nats, Duration::from_secs(120)).await;
+    let options = SubscribeOptions::new(stream.subject()).group("ledger");
+    let mut subscription = subscribe(&nats, options).await;
+    let before = SystemTime::now();
+    let confirmed = stream
+        .publisher()
+        .publish_batch(&[
+            envelope(
+                "m-1",
+                stream
+                    .message("one")
+                    .header("trace", "a")
+                    .header("content-type", "text/plain")
+                    .header("trace", "b"),
+            ),
+            envelope("m-2", stream.message("two")),
+        ])
+        .await;
+    assert!(confirmed.iter().all(Result::is_ok), "{confirmed:?}");
+
+    let first = received(&mut subscription).await;
+    let message = first.message();
+    assert_eq!(message.message_id.as_deref(), Some("m-1"));
+    assert_eq!(
+        message.broker_id.as_deref(),
+        Some(format!("{}/1", stream.name()).as_str())
+    );
+    assert_eq!(message.source, stream.subject());
+    assert_eq!(message.ordering_key.as_deref(), Some(stream.subject()));
+    assert_eq!(
+        message.headers,
+        pairs(&[
+            ("content-type", "text/plain"),
+            ("trace", "a"),
+            ("trace", "b")
+        ])
+    );
+    assert_eq!(message.payload.as_ref(), b"one");
+    let time = message.time.expect("JetStream stamps a time");
+    assert!(before <= time && time <= SystemTime::now(), "{time:?}");
+    assert!(!message.redelivered);
+    assert_eq!(Incoming::message_id(&first), Some("m-1"));
+    first.ack().await.unwrap();
+
+    let second = received(&mut subscription).await;
+    let message = second.message();
+    assert_eq!(message.message_id.as_deref(), Some("m-2"));
+    assert_eq!(
+        message.broker_id.as_deref(),
+        Some(format!("{}/2", stream.name()).as_str())
+    );
+    assert_eq!(message.headers, pairs(&[]));
+    assert_eq!(message.payload.as_ref(), b"two");
+    assert!(!message.redelivered);
+    second.ack().await.unwrap();
+
+    // The durable consumer it made, and the acknowledgements the server has.
+    let info = consumer_info(&stream, "ledger").await;
+    assert_eq!(info.config.durable_name.as_deref(), Some("ledger"));
+    assert_eq!(info.config.filter_subject, stream.subject());
+    assert_eq!(info.config.ack_policy, AckPolicy::Explicit);
+    assert_eq!(info.config.deliver_policy, DeliverPolicy::All);
+    assert_eq!(info.config.max_ack_pending, 64);
+    assert_eq!(info.config.ack_wait, Duration::from_secs(30));
+    assert_eq!((info.num_ack_pending, info.num_pending), (0, 0));
+    assert_eq!(info.ack_floor.stream_sequence, 2);
+}
+
+#[tokio::test]
+async fn requeued_comes_again_with_its_broker_id_acked_and_rejected_are_gone() {
+    let nats = require!(Nats);
+    let stream = TestStream::new(&nats, Duration::from_secs(120)).await;
+    let options = SubscribeOptions::new(stream.subject()).group("ledger");
+    let mut subscription = subscribe(&nats, options).await;
+    let publisher = stream.publisher();
+    publisher
+        .publish(&envelope("m-1", stream.message("refused")))
+        .await
+        .unwrap();
+
+    let first = received(&mut subscription).await;
+    let broker_id = first.message().broker_id.clone();
+    assert_eq!(broker_id, Some(format!("{}/1", stream.name())));
+    assert!(!first.message().redelivered);
+    first.requeue().await.unwrap();
+    let again = received(&mut subscription).await;
+    assert_eq!(again.message().message_id.as_deref(), Some("m-1"));
+    assert_eq!(again.message().broker_id, broker_id);
+    assert_eq!(again.message().payload.as_ref(), b"refused");
+    assert!(again.message().redelivered);
+    again.reject().await.unwrap();
+    // Terminated: the server holds it for nobody, and will not deliver it again.
+    let info = consumer_info(&stream, "ledger").await;
+    assert_eq!((info.num_ack_pending, info.num_pending), (0, 0));
+    assert_eq!(info.ack_floor.stream_sequence, 1);
+
+    publisher
+        .publish(&envelope("m-2", stream.message("accepted")))
+        .await
+        .unwrap();
+    let accepted = received(&mut subscription).await;
+    assert_eq!(
+        accepted.message().broker_id,
+        Some(format!("{}/2", stream.name()))
+    );
+    assert!(!accepted.message().redelivered);
+    accepted.ack().await.unwrap();
+    let info = consumer_info(&stream, "ledger").await;
+    assert_eq!((info.num_ack_pending, info.num_pending), (0, 0));
+    assert_eq!(info.ack_floor.stream_sequence, 2);
+    assert_eq!(info.num_redelivered, 0);
+}
+
+#[tokio::test]
+async fn a_third_message_waits_until_one_of_two_held_is_settled() {
+    let nats = require!(Nats);
+    let stream = TestStream::new(&nats, Duration::from_secs(120)).await;
+    let options = SubscribeOptions::new(stream.subject())
+        .group("ledger")
+        .max_in_flight(2);
+    let mut subscription = subscribe(&nats, options).await;
+    let batch: Vec<Envelope> = (1..=3)
+        .map(|n| envelope(&format!("m-{n}"), stream.message(&n.to_string())))
+        .collect();
+    let confirmed = stream.publisher().publish_batch(&batch).await;
+    assert!(confirmed.iter().all(Result::is_ok), "{confirmed:?}");
+
+    let first = received(&mut subscription).await;
+    let second = received(&mut subscription).await;
+    assert_eq!(first.message().message_id.as_deref(), Some("m-1"));
+    assert_eq!(second.message().message_id.as_deref(), Some("m-2"));
+    // The server keeps the third back: the consumer's max_ack_pending is reached.
+    let info = consumer_info(&stream, "ledger").await;
+    assert_eq!(info.config.max_ack_pending, 2);
+    assert_eq!((info.num_ack_pending, info.num_pending), (2, 1));
+    let early = tokio::time::timeout(Duration::from_millis(500), subscription.next()).await;
+    assert!(early.is_err(), "{early:?}");
+
+    second.ack().await.unwrap();
+    let third = received(&mut subscription).await;
+    assert_eq!(third.message().message_id.as_deref(), Some("m-3"));
+    first.ack().await.unwrap();
+    third.ack().await.unwrap();
+    let info = consumer_info(&stream, "ledger").await;
+    assert_eq!((info.num_ack_pending, info.num_pending), (0, 0));
+}
+
+#[tokio::test]
+async fn a_message_held_past_its_ack_wait_is_kept_until_dropped_then_redelivered() {
+    let nats = require!(Nats);
+    let stream = TestStream::new(&nats, Duration::from_secs(120)).await;
+    let options = SubscribeOptions::new(stream.subject())
+        .group("ledger")
+        .ack_wait(Duration::from_secs(3));
+    let mut subscription = subscribe(&nats, options).await;
+    stream
+        .publisher()
+        .publish(&envelope("m-1", stream.message("slow")))
+        .await
+        .unwrap();
+    let held = received(&mut subscription).await;
+    let broker_id = held.message().broker_id.clone();
+
+    // Longer than the ack wait: the in-progress acknowledgements keep it from redelivery.
+    let meanwhile = tokio::time::timeout(Duration::from_secs(5), subscription.next()).await;
+    assert!(meanwhile.is_err(), "{meanwhile:?}");
+    let info = consumer_info(&stream, "ledger").await;
+    assert_eq!(info.config.ack_wait, Duration::from_secs(3));
+    assert_eq!((info.num_ack_pending, info.num_redelivered), (1, 0));
+
+    drop(held);
+    let again = received(&mut subscription).await;
+    assert_eq!(again.message().message_id.as_deref(), Some("m-1"));
+    assert_eq!(again.message().broker_id, broker_id);
+    assert!(again.message().redelivered);
+    again.ack().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_wildcard_subject_of_one_stream_gives_each_message_its_own_subject() {
+    let nats = require!(Nats);
+    let stream = WildStream::create(&nats).await;
+    let options = SubscribeOptions::new(format!("{}.*", stream.prefix)).group("ledger");
+    let mut subscription = subscribe(&nats, options).await;
+    let publisher = NatsPublisher::new(nats.clone());
+    for (id, region) in [("m-eu", "eu"), ("m-us", "us")] {
+        let subject = format!("{}.{region}", stream.prefix);
+        publisher
+            .publish(&envelope(id, OutboxMessage::new(subject, region)))
+            .await
+            .unwrap();
+    }
+
+    for (n, region) in [(1, "eu"), (2, "us")] {
+        let message = received(&mut subscription).await;
+        let subject = format!("{}.{region}", stream.prefix);
+        assert_eq!(message.message().source, subject);
+        assert_eq!(message.message().ordering_key, Some(subject));
+        assert_eq!(
+            message.message().broker_id,
+            Some(format!("{}/{n}", stream.name))
+        );
+        message.ack().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_subject_no_stream_captures_is_refused_at_subscribe() {
+    let nats = require!(Nats);
+    let url: BrokerUrl = nats.parse().unwrap();
+    let subject = unique_name("idem_test_nowhere.");
+
+    let refused = url
+        .subscribe(SubscribeOptions::new(subject.clone()))
+        .await
+        .unwrap_err();
+
+    assert!(matches!(refused, Error::Receive(_)), "{refused:?}");
+    assert_eq!(
+        common::chain(&refused),
+        format!(
+            "cannot receive messages from the broker: no JetStream stream captures the subject \
+             {subject:?}"
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_wildcard_spanning_two_streams_is_refused_naming_them() {
+    let nats = require!(Nats);
+    let one = WildStream::create(&nats).await;
+    let other = WildStream::create(&nats).await;
+    let url: BrokerUrl = nats.parse().unwrap();
+
+    let refused = url
+        .subscribe(SubscribeOptions::new("idem_wild.>"))
+        .await
+        .unwrap_err();
+
+    let said = common::chain(&refused);
+    assert!(
+        said.starts_with(
+            "cannot receive messages from the broker: the subject \"idem_wild.>\" spans several \
+             JetStream streams ("
+        ),
+        "{said}"
+    );
+    assert!(
+        said.contains(&one.name) && said.contains(&other.name),
+        "{said}"
+    );
+}
+
+#[tokio::test]
+async fn a_durable_consumer_of_another_subject_is_refused_not_changed() {
+    let nats = require!(Nats);
+    let stream = TestStream::new(&nats, Duration::from_secs(120)).await;
+    // The durable `ledger`, filtering nothing.
+    stream.consumer(Duration::from_secs(30)).await;
+    let url: BrokerUrl = nats.parse().unwrap();
+
+    let refused = url
+        .subscribe(SubscribeOptions::new(stream.subject()).group("ledger"))
+        .await
+        .unwrap_err();
+
+    assert_eq!(
+        common::chain(&refused),
+        format!(
+            "cannot receive messages from the broker: the JetStream consumer \"ledger\" of the \
+             stream {:?} does not fit: it filters no subject, or several, not {:?}: delete it, \
+             or subscribe as another group",
+            stream.name(),
+            stream.subject()
+        )
+    );
+    assert_eq!(
+        consumer_info(&stream, "ledger").await.config.filter_subject,
+        ""
+    );
+}
+
+#[tokio::test]
+async fn an_existing_durable_consumer_takes_the_subscriptions_bound_and_ack_wait() {
+    let nats = require!(Nats);
+    let stream = TestStream::new(&nats, Duration::from_secs(120)).await;
+    let handle = stream.jetstream().get_stream(stream.name()).await.unwrap();
+    handle
+        .create_consumer(pull::Config {
+            durable_name: Some("ledger".into()),
+            filter_subject: stream.subject().to_owned(),
+            ack_policy: AckPolicy::Explicit,
+            max_ack_pending: 1000,
+            ack_wait: Duration::from_secs(30),
+            ..pull::Config::default()
+        })
+        .await
+        .unwrap();
+
+    let options = SubscribeOptions::new(stream.subject())
+        .group("ledger")
+        .max_in_flight(2)
+        .ack_wait(Duration::from_secs(5));
+    let _subscription = subscribe(&nats, options).await;
+
+    let info = consumer_info(&stream, "ledger").await;
+    assert_eq!(info.config.max_ack_pending, 2);
+    assert_eq!(info.config.ack_wait, Duration::from_secs(5));
+    assert_eq!(info.config.filter_subject, stream.subject());
 }

@@ -3,7 +3,7 @@
 use std::{fmt, path::PathBuf};
 
 use async_nats::{
-    ConnectOptions, HeaderMap, HeaderName, HeaderValue,
+    HeaderMap, HeaderName, HeaderValue,
     header::NATS_MESSAGE_ID,
     jetstream::{
         self,
@@ -13,6 +13,7 @@ use async_nats::{
 };
 use tokio::sync::OnceCell;
 
+use super::{connection::connect, subject::invalid_subject};
 use crate::{
     Confirmations, Envelope, PublishError, Publisher,
     broker::{TlsFiles, unreachable},
@@ -115,23 +116,9 @@ impl NatsPublisher {
     async fn context(&self) -> Result<&jetstream::Context, PublishError> {
         self.context
             .get_or_try_init(|| async {
-                let mut options = ConnectOptions::new().name(CONNECTION_NAME);
-                if self.tls.any() {
-                    // Read here only to name a file that cannot be read: async-nats's own error
-                    // would not say which.
-                    self.tls.read().await.map_err(PublishError::unavailable)?;
-                    options = options.require_tls(true);
-                    if let Some(ca) = &self.tls.ca {
-                        options = options.add_root_certificates(ca.clone());
-                    }
-                    if let Some((cert, key)) = &self.tls.client {
-                        options = options.add_client_certificate(cert.clone(), key.clone());
-                    }
-                }
-                let client = options
-                    .connect(self.url.as_str())
+                let client = connect(&self.url, &self.tls, CONNECTION_NAME)
                     .await
-                    .map_err(PublishError::unavailable)?;
+                    .map_err(PublishError::Unavailable)?;
                 Ok(jetstream::new(client))
             })
             .await
@@ -180,22 +167,6 @@ fn headers(envelope: &Envelope) -> Result<HeaderMap, PublishError> {
             })?;
     headers.insert(NATS_MESSAGE_ID, id);
     Ok(headers)
-}
-
-/// Why `subject` cannot be published to, if it cannot: it is empty, holds white space, has an
-/// empty token, or a wildcard token.
-fn invalid_subject(subject: &str) -> Option<&'static str> {
-    if subject.is_empty() {
-        Some("empty")
-    } else if subject.chars().any(char::is_whitespace) {
-        Some("holds white space")
-    } else if subject.split('.').any(str::is_empty) {
-        Some("has an empty token")
-    } else if subject.split('.').any(|token| token == "*" || token == ">") {
-        Some("has a wildcard token")
-    } else {
-        None
-    }
 }
 
 /// A refusal of the message by the stream is a rejection; anything that says nothing about the
@@ -255,18 +226,6 @@ impl fmt::Debug for NatsPublisher {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn subjects_are_checked_before_publishing() {
-        assert_eq!(invalid_subject("orders.paid"), None);
-        assert_eq!(invalid_subject("orders"), None);
-        assert_eq!(invalid_subject(""), Some("empty"));
-        assert_eq!(invalid_subject("orders paid"), Some("holds white space"));
-        assert_eq!(invalid_subject("orders..paid"), Some("has an empty token"));
-        assert_eq!(invalid_subject(".orders"), Some("has an empty token"));
-        assert_eq!(invalid_subject("orders.*"), Some("has a wildcard token"));
-        assert_eq!(invalid_subject("orders.>"), Some("has a wildcard token"));
-    }
 
     #[test]
     fn the_id_header_is_set_last_and_wins() {

@@ -2,11 +2,11 @@
 //! [`BrokerUrl`](crate::BrokerUrl) takes it.
 
 use crate::{
-    BoxPublisher,
+    BoxPublisher, Error, SubscribeOptions, Subscription,
     broker::{InvalidBrokerUrl, TlsFiles, TlsParameters, split_query},
 };
 
-use super::NatsPublisher;
+use super::{NatsPublisher, subscription};
 
 /// The parameters a NATS URL takes, as an error says them.
 const KNOWN: &str = "takes cacert, cert and key";
@@ -44,13 +44,10 @@ impl NatsUrl {
         BoxPublisher::new(NatsPublisher::new(self.endpoint.clone()).tls_files(self.tls.clone()))
     }
 
-    /// Subscribes to this broker: see [`BrokerUrl::subscribe`](crate::BrokerUrl::subscribe).
-    pub(crate) async fn subscribe(
-        &self,
-        options: crate::SubscribeOptions,
-    ) -> Result<crate::Subscription, crate::Error> {
-        let _ = options;
-        Err(crate::Error::Receive("not implemented yet".into()))
+    /// Subscribes to this broker: see [`BrokerUrl::subscribe`](crate::BrokerUrl::subscribe)
+    /// and the [module](super)'s docs.
+    pub(crate) async fn subscribe(&self, options: SubscribeOptions) -> Result<Subscription, Error> {
+        subscription::subscribe(&self.endpoint, &self.tls, &options).await
     }
 }
 
