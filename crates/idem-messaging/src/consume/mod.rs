@@ -4,7 +4,7 @@
 //! A [`Received`] carries what a consumer that does not know the broker needs: the producer's
 //! message id (the outbox id the relay sent), the broker's own identity of the message, where it
 //! came from, the key the broker orders it by, its headers, payload and time; and the three ways
-//! to settle it. It is also an [`Incoming`](crate::Incoming), so that
+//! to settle it. It is also an [`Incoming`], so that
 //! [`Inbox::consume`](crate::Inbox::consume) takes it as it comes.
 //!
 //! What each broker gives (see [`Received`]'s accessors):
