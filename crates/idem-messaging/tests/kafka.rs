@@ -2,7 +2,9 @@
 //! `scripts/services.sh` starts it): the broker conformance suite (`common::suite`) on a topic
 //! and a consumer group of each test's own, consumer groups (offsets committed only after the
 //! inbox transaction, a rebalance while messages flow), and what is Kafka's alone: the
-//! publisher's delivery reports, key and headers, a message too large, an unreachable cluster.
+//! publisher's delivery reports, key and headers, a message too large, an unreachable cluster;
+//! and the subscription by URL (`subscription`): its messages' fields, requeue and ack, the
+//! in-flight limit and polling while at it, a missing topic.
 //! librdkafka's mock cluster (an in-process Kafka-protocol cluster) stands in only for the
 //! failure tansu cannot produce here: a restart that keeps the data (see [`Kafka::mock`]).
 
@@ -628,4 +630,344 @@ async fn a_rebalance_while_messages_flow_commits_each_effect_once() {
         "{N} messages, {} copies skipped across the rebalances",
         counts[1].load(Ordering::SeqCst)
     );
+}
+
+/// A subscription by URL (`BrokerUrl::subscribe`), on the fixture's topic and group.
+mod subscription {
+    use std::time::{Duration, SystemTime};
+
+    use idem_messaging::{
+        BrokerUrl, Error, OutboxMessage, Publisher, SubscribeOptions, Subscription,
+        consume::{Message, Received},
+        kafka::{UnknownTopic, consumer_config},
+    };
+    use idem_test_support::unique_name;
+    use rdkafka::{
+        Offset, TopicPartitionList,
+        consumer::{BaseConsumer, Consumer},
+        message::{Header, OwnedHeaders},
+        producer::{FutureProducer, FutureRecord},
+    };
+
+    use super::{EVENTUALLY, Kafka, envelope, producer_config};
+    use crate::common::suite::Broker as _;
+
+    async fn subscribe(servers: &str, options: SubscribeOptions) -> Result<Subscription, Error> {
+        let url: BrokerUrl = format!("kafka://{servers}").parse().unwrap();
+        url.subscribe(options).await
+    }
+
+    /// The fixture's topic, as its group.
+    fn options(kafka: &Kafka) -> SubscribeOptions {
+        SubscribeOptions::new(&kafka.topic).group(&kafka.group)
+    }
+
+    async fn next(subscription: &mut Subscription) -> Received {
+        tokio::time::timeout(EVENTUALLY, subscription.next())
+            .await
+            .expect("a message arrives")
+            .expect("the subscription goes on")
+            .unwrap()
+    }
+
+    async fn publish(kafka: &Kafka, batch: &[idem_messaging::Envelope]) {
+        let confirmations = kafka.publisher().publish_batch(batch).await;
+        assert!(confirmations.iter().all(Result::is_ok), "{confirmations:?}");
+    }
+
+    /// The offset the fixture's group committed for partition 0, read by a consumer of the group
+    /// that does not join it.
+    async fn committed(kafka: &Kafka) -> Offset {
+        let (servers, group, topic) = (
+            kafka.servers.clone(),
+            kafka.group.clone(),
+            kafka.topic.clone(),
+        );
+        tokio::task::spawn_blocking(move || {
+            let consumer: BaseConsumer = consumer_config(&servers, &group).create().unwrap();
+            let mut partitions = TopicPartitionList::new();
+            partitions.add_partition(&topic, 0);
+            let committed = consumer
+                .committed_offsets(partitions, Duration::from_secs(10))
+                .unwrap();
+            committed.find_partition(&topic, 0).unwrap().offset()
+        })
+        .await
+        .unwrap()
+    }
+
+    /// What a timestamp in milliseconds can say of a message sent after `time`.
+    fn millis(time: SystemTime) -> SystemTime {
+        let since = time.duration_since(SystemTime::UNIX_EPOCH).unwrap();
+        SystemTime::UNIX_EPOCH + Duration::from_millis(since.as_millis() as u64)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_message_received_by_url_carries_its_ids_key_headers_and_time() {
+        let Some(kafka) = Kafka::tansu(1).await else {
+            return;
+        };
+        let topic = &kafka.topic;
+        let before = millis(SystemTime::now());
+        publish(
+            &kafka,
+            &[
+                envelope(
+                    "m-1",
+                    OutboxMessage::new(topic, "one")
+                        .ordering_key("order-42")
+                        .header("trace", "a")
+                        .header("content-type", "text/plain")
+                        .header("trace", "b"),
+                ),
+                envelope("m-2", OutboxMessage::new(topic, "two")),
+            ],
+        )
+        .await;
+        let after = SystemTime::now();
+        // Not from the outbox: no id, and a header whose value is not text, one without a value.
+        let producer: FutureProducer = producer_config(&kafka.servers).create().unwrap();
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: "binary",
+                value: Some(&[0xff, 0xfe][..]),
+            })
+            .insert(Header {
+                key: "empty",
+                value: None::<&[u8]>,
+            })
+            .insert(Header {
+                key: "kind",
+                value: Some("raw"),
+            });
+        producer
+            .send(
+                FutureRecord::<(), str>::to(topic)
+                    .payload("three")
+                    .headers(headers),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+
+        let mut subscription = subscribe(&kafka.servers, options(&kafka)).await.unwrap();
+        let first = next(&mut subscription).await;
+        let time = first.message().time.unwrap();
+        assert!(before <= time && time <= after, "{time:?}");
+        let mut expected = Message::new(topic.clone(), "one");
+        expected.message_id = Some("m-1".into());
+        expected.broker_id = Some(format!("{topic}/0/0"));
+        expected.ordering_key = Some(format!("{topic}/0"));
+        // In order, repeated names kept, without the id's.
+        expected.headers = vec![
+            ("trace".into(), "a".into()),
+            ("content-type".into(), "text/plain".into()),
+            ("trace".into(), "b".into()),
+        ];
+        expected.time = Some(time);
+        // Kafka does not say.
+        expected.redelivered = false;
+        assert_eq!(*first.message(), expected);
+
+        let second = next(&mut subscription).await;
+        let mut expected = Message::new(topic.clone(), "two");
+        expected.message_id = Some("m-2".into());
+        expected.broker_id = Some(format!("{topic}/0/1"));
+        expected.ordering_key = Some(format!("{topic}/0"));
+        expected.time = second.message().time;
+        assert_eq!(*second.message(), expected);
+
+        let third = next(&mut subscription).await;
+        let mut expected = Message::new(topic.clone(), "three");
+        expected.broker_id = Some(format!("{topic}/0/2"));
+        expected.ordering_key = Some(format!("{topic}/0"));
+        expected.headers = vec![("kind".into(), "raw".into())];
+        expected.time = third.message().time;
+        assert_eq!(*third.message(), expected);
+        assert!(expected.time.unwrap() >= time);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_requeued_message_comes_again_and_an_acked_one_not_even_to_the_group_after() {
+        let Some(kafka) = Kafka::tansu(1).await else {
+            return;
+        };
+        let topic = &kafka.topic;
+        let batch: Vec<_> = (1..=3)
+            .map(|n| envelope(&format!("m-{n}"), OutboxMessage::new(topic, format!("{n}"))))
+            .collect();
+        publish(&kafka, &batch).await;
+
+        // One at a time, so that what comes next is the message sought back to.
+        let mut subscription = subscribe(&kafka.servers, options(&kafka).max_in_flight(1))
+            .await
+            .unwrap();
+        let first = next(&mut subscription).await;
+        assert_eq!(first.message().message_id.as_deref(), Some("m-1"));
+        assert_eq!(first.message().broker_id, Some(format!("{topic}/0/0")));
+        first.requeue().await.unwrap();
+        let again = next(&mut subscription).await;
+        assert_eq!(again.message().message_id.as_deref(), Some("m-1"));
+        assert_eq!(again.message().broker_id, Some(format!("{topic}/0/0")));
+        again.ack().await.unwrap();
+        for n in 2..=3 {
+            let message = next(&mut subscription).await;
+            assert_eq!(message.message().message_id, Some(format!("m-{n}")));
+            assert_eq!(
+                message.message().broker_id,
+                Some(format!("{topic}/0/{}", n - 1))
+            );
+            message.ack().await.unwrap();
+        }
+        drop(subscription);
+
+        // Committed in the background, or when the consumer closes.
+        tokio::time::timeout(EVENTUALLY, async {
+            while committed(&kafka).await != Offset::Offset(3) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await
+        .expect("the acked offsets are committed");
+        publish(&kafka, &[envelope("m-4", OutboxMessage::new(topic, "4"))]).await;
+        let mut after = subscribe(&kafka.servers, options(&kafka)).await.unwrap();
+        let next_one = next(&mut after).await;
+        assert_eq!(next_one.message().message_id.as_deref(), Some("m-4"));
+        assert_eq!(next_one.message().broker_id, Some(format!("{topic}/0/3")));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn no_more_than_max_in_flight_messages_are_handed_over_until_one_is_settled() {
+        let Some(kafka) = Kafka::tansu(1).await else {
+            return;
+        };
+        let topic = &kafka.topic;
+        let batch: Vec<_> = (1..=3)
+            .map(|n| envelope(&format!("m-{n}"), OutboxMessage::new(topic, format!("{n}"))))
+            .collect();
+        publish(&kafka, &batch).await;
+
+        let mut subscription = subscribe(&kafka.servers, options(&kafka).max_in_flight(2))
+            .await
+            .unwrap();
+        let first = next(&mut subscription).await;
+        let second = next(&mut subscription).await;
+        assert_eq!(
+            [&first, &second].map(|m| m.message().message_id.clone().unwrap()),
+            ["m-1", "m-2"]
+        );
+        let waited = tokio::time::timeout(Duration::from_secs(5), subscription.next()).await;
+        assert!(waited.is_err(), "{waited:?}");
+
+        // Settled out of order: the third comes, and nothing is stored past the first, which is
+        // still held when the subscription closes.
+        second.ack().await.unwrap();
+        let third = next(&mut subscription).await;
+        assert_eq!(third.message().message_id.as_deref(), Some("m-3"));
+        assert_eq!(third.message().broker_id, Some(format!("{topic}/0/2")));
+        third.ack().await.unwrap();
+        drop(subscription);
+        drop(first);
+        let mut after = subscribe(&kafka.servers, options(&kafka)).await.unwrap();
+        let message = next(&mut after).await;
+        assert_eq!(message.message().message_id.as_deref(), Some("m-1"));
+        assert_eq!(message.message().broker_id, Some(format!("{topic}/0/0")));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_message_dropped_unsettled_comes_again() {
+        let Some(kafka) = Kafka::tansu(1).await else {
+            return;
+        };
+        let topic = &kafka.topic;
+        let batch: Vec<_> = (1..=2)
+            .map(|n| envelope(&format!("m-{n}"), OutboxMessage::new(topic, format!("{n}"))))
+            .collect();
+        publish(&kafka, &batch).await;
+        let mut subscription = subscribe(&kafka.servers, options(&kafka).max_in_flight(1))
+            .await
+            .unwrap();
+        let first = next(&mut subscription).await;
+        assert_eq!(first.message().message_id.as_deref(), Some("m-1"));
+        drop(first);
+        for n in 1..=2 {
+            let message = next(&mut subscription).await;
+            assert_eq!(message.message().message_id, Some(format!("m-{n}")));
+            assert_eq!(
+                message.message().broker_id,
+                Some(format!("{topic}/0/{}", n - 1))
+            );
+            message.ack().await.unwrap();
+        }
+    }
+
+    /// A subscription holding its limit still polls: a member that joins its group gets
+    /// partitions, which takes the holder's part in the rebalance.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_subscription_at_its_limit_keeps_its_group_and_lets_a_rebalance_through() {
+        let Some(kafka) = Kafka::tansu(2).await else {
+            return;
+        };
+        let topic = &kafka.topic;
+        // Keyed over both partitions.
+        let batch: Vec<_> = (0..10)
+            .map(|n| {
+                let message =
+                    OutboxMessage::new(topic, format!("{n}")).ordering_key(format!("k-{n}"));
+                envelope(&format!("m-{n}"), message)
+            })
+            .collect();
+        publish(&kafka, &batch).await;
+
+        let mut holder = subscribe(&kafka.servers, options(&kafka).max_in_flight(1))
+            .await
+            .unwrap();
+        let held = next(&mut holder).await;
+        let mut joiner = subscribe(&kafka.servers, options(&kafka)).await.unwrap();
+        let received = next(&mut joiner).await;
+        let key = received.message().ordering_key.clone().unwrap();
+        assert!(
+            key == format!("{topic}/0") || key == format!("{topic}/1"),
+            "{key}"
+        );
+        drop(held);
+    }
+
+    #[tokio::test]
+    async fn a_missing_topic_is_refused_at_subscribe() {
+        let Some(kafka) = Kafka::tansu(1).await else {
+            return;
+        };
+        let missing = unique_name("missing-");
+        match subscribe(&kafka.servers, SubscribeOptions::new(&missing)).await {
+            Err(Error::Receive(source)) => {
+                let unknown = source.downcast_ref::<UnknownTopic>().unwrap();
+                assert_eq!(
+                    *unknown,
+                    UnknownTopic {
+                        topic: missing.clone()
+                    }
+                );
+                assert_eq!(
+                    unknown.to_string(),
+                    format!("the Kafka topic `{missing}` does not exist")
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_cluster_is_refused_at_subscribe() {
+        match subscribe("127.0.0.1:1", SubscribeOptions::new("payments")).await {
+            Err(Error::Receive(source)) => {
+                let error = source.downcast_ref::<rdkafka::error::KafkaError>().unwrap();
+                assert!(
+                    matches!(error, rdkafka::error::KafkaError::MetadataFetch(_)),
+                    "{error:?}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }

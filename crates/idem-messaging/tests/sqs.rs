@@ -1,7 +1,9 @@
 //! Amazon SQS end to end, against an SQS-compatible server (moto's): the broker conformance
 //! suite (`common::suite`) on a queue of the test's own, and what is SQS's alone: message
 //! attributes, queues by name or by URL, the refusal of one entry of a batch, FIFO group and
-//! deduplication ids, and the consumer's visibility heartbeat.
+//! deduplication ids, and the consumer's visibility heartbeat; and the subscription by URL
+//! (`subscription`): its messages' fields, requeue and ack, the in-flight limit, a missing queue,
+//! a FIFO queue's groups.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -539,4 +541,282 @@ async fn a_message_whose_handler_always_fails_goes_to_the_dead_letter_queue_by_r
     let [dead] = <[_; 1]>::try_from(next(&dead_letters.consumer(visibility)).await).unwrap();
     assert_eq!(dead.message_id(), Some("payment-4"));
     assert_eq!(dead.payload(), b"+40");
+}
+
+/// What a subscription by URL is tested with: the URL's client takes its credentials from the
+/// usual chain, and a test cannot set its own process's environment (tests run on threads, and
+/// `set_var` is unsafe): each such test runs again in a process of its own, this test binary
+/// started for it alone with the test server's credentials in its environment.
+mod subscription {
+    use std::time::{Duration, SystemTime};
+
+    use idem_messaging::{
+        BrokerUrl, Error, OutboxMessage, Publisher, SubscribeOptions, Subscription,
+        consume::{Message, Received},
+        sqs::UnknownQueue,
+    };
+
+    use super::{EVENTUALLY, TestQueue, envelope};
+
+    /// Set in the process a test runs again in.
+    const CHILD: &str = "IDEM_TEST_SQS_SUBSCRIPTION_CHILD";
+
+    /// Runs the test `name` (its path in this binary) again in a child process with the test
+    /// server's credentials, and checks that it passed there: `true` in that child, where the
+    /// test goes on, `false` in the test's own process, which then returns.
+    async fn in_a_process_with_credentials(name: &str) -> bool {
+        if std::env::var_os(CHILD).is_some() {
+            return true;
+        }
+        let output = tokio::process::Command::new(std::env::current_exe().unwrap())
+            .args([name, "--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD, "1")
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env_remove("AWS_SESSION_TOKEN")
+            .env_remove("AWS_PROFILE")
+            .env("AWS_CONFIG_FILE", "/nonexistent/idem-test/config")
+            .env(
+                "AWS_SHARED_CREDENTIALS_FILE",
+                "/nonexistent/idem-test/credentials",
+            )
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .output()
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        eprintln!("{stdout}{}", String::from_utf8_lossy(&output.stderr));
+        assert!(output.status.success(), "{name} failed in its own process");
+        // A filter that matched nothing would pass too.
+        assert!(
+            stdout.contains(&format!("test {name} ... ok")),
+            "{name} did not run"
+        );
+        false
+    }
+
+    /// The test server's URL, or the test returns; in the test's own process, runs it in a
+    /// process with credentials and returns.
+    macro_rules! sqs_with_credentials {
+        ($name:ident) => {{
+            let sqs = idem_test_support::require!(Sqs);
+            if !in_a_process_with_credentials(concat!("subscription::", stringify!($name))).await {
+                return;
+            }
+            sqs
+        }};
+    }
+
+    async fn subscribe(sqs: &str, options: SubscribeOptions) -> Result<Subscription, Error> {
+        let url: BrokerUrl = format!("sqs://us-east-1?endpoint={sqs}").parse().unwrap();
+        url.subscribe(options).await
+    }
+
+    async fn next(subscription: &mut Subscription) -> Received {
+        tokio::time::timeout(EVENTUALLY, subscription.next())
+            .await
+            .expect("a message arrives")
+            .expect("the subscription goes on")
+            .unwrap()
+    }
+
+    /// The time `SentTimestamp` can say of a message sent after `time`: whole milliseconds.
+    fn millis(time: SystemTime) -> SystemTime {
+        let since = time.duration_since(SystemTime::UNIX_EPOCH).unwrap();
+        SystemTime::UNIX_EPOCH + Duration::from_millis(since.as_millis() as u64)
+    }
+
+    #[tokio::test]
+    async fn a_message_received_by_url_carries_its_ids_headers_and_time() {
+        let sqs = sqs_with_credentials!(a_message_received_by_url_carries_its_ids_headers_and_time);
+        let queue = TestQueue::new(&sqs, false, Duration::from_secs(30)).await;
+        let before = millis(SystemTime::now());
+        queue
+            .publisher()
+            .publish(&envelope(
+                "m-1",
+                queue
+                    .message("one")
+                    .ordering_key("order-42")
+                    .header("trace", "a")
+                    .header("content-type", "text/plain"),
+            ))
+            .await
+            .unwrap();
+        let after = SystemTime::now();
+
+        // By the queue's URL; its name is the source. One at a time: see below.
+        let mut subscription = subscribe(&sqs, SubscribeOptions::new(&queue.url).max_in_flight(1))
+            .await
+            .unwrap();
+        let received = next(&mut subscription).await;
+        let message = received.message();
+        let time = message.time.unwrap();
+        assert!(before <= time && time <= after, "{time:?}");
+        let mut expected = Message::new(queue.name.clone(), "one");
+        expected.message_id = Some("m-1".into());
+        expected.broker_id = message.broker_id.clone();
+        // A standard queue orders nothing: the key is not sent.
+        expected.ordering_key = None;
+        // By name: SQS keeps no order.
+        expected.headers = vec![
+            ("content-type".into(), "text/plain".into()),
+            ("trace".into(), "a".into()),
+        ];
+        expected.time = Some(time);
+        expected.redelivered = false;
+        assert_eq!(*message, expected);
+
+        // The broker id is SQS's MessageId, as another receive of the message shows. The
+        // subscription, which holds its one message, has no receive under way: dropped, it
+        // takes nothing more.
+        let broker_id = message.broker_id.clone().unwrap();
+        drop(subscription);
+        received.requeue().await.unwrap();
+        let again = queue
+            .client
+            .receive_message()
+            .queue_url(&queue.url)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(again.messages().len(), 1);
+        assert_eq!(again.messages()[0].message_id(), Some(broker_id.as_str()));
+    }
+
+    #[tokio::test]
+    async fn a_requeued_message_comes_again_as_redelivered_and_an_acked_one_is_deleted() {
+        let sqs = sqs_with_credentials!(
+            a_requeued_message_comes_again_as_redelivered_and_an_acked_one_is_deleted
+        );
+        let queue = TestQueue::new(&sqs, false, Duration::from_secs(30)).await;
+        queue
+            .publisher()
+            .publish(&envelope("m-1", queue.message("one")))
+            .await
+            .unwrap();
+        // By the queue's name.
+        let mut subscription = subscribe(&sqs, SubscribeOptions::new(&queue.name))
+            .await
+            .unwrap();
+        let first = next(&mut subscription).await;
+        assert_eq!(first.message().message_id.as_deref(), Some("m-1"));
+        assert!(!first.message().redelivered);
+        let broker_id = first.message().broker_id.clone();
+        first.requeue().await.unwrap();
+
+        let again = next(&mut subscription).await;
+        assert_eq!(again.message().message_id.as_deref(), Some("m-1"));
+        assert_eq!(again.message().broker_id, broker_id);
+        assert_eq!(again.message().payload, "one");
+        assert!(again.message().redelivered);
+        assert_eq!(queue.held().await, (0, 1));
+        again.ack().await.unwrap();
+        // Deleted: neither visible nor held by anyone.
+        assert_eq!(queue.held().await, (0, 0));
+    }
+
+    #[tokio::test]
+    async fn no_more_than_max_in_flight_messages_are_received_until_one_is_settled() {
+        let sqs = sqs_with_credentials!(
+            no_more_than_max_in_flight_messages_are_received_until_one_is_settled
+        );
+        let queue = TestQueue::new(&sqs, false, Duration::from_secs(30)).await;
+        let batch: Vec<_> = (1..=3)
+            .map(|n| envelope(&format!("m-{n}"), queue.message(&format!("{n}"))))
+            .collect();
+        let confirmations = queue.publisher().publish_batch(&batch).await;
+        assert!(confirmations.iter().all(Result::is_ok), "{confirmations:?}");
+
+        let mut subscription = subscribe(
+            &sqs,
+            SubscribeOptions::new(&queue.name)
+                .max_in_flight(2)
+                .ack_wait(Duration::from_secs(3)),
+        )
+        .await
+        .unwrap();
+        let id = |received: &Received| received.message().message_id.clone().unwrap();
+        let first = next(&mut subscription).await;
+        let second = next(&mut subscription).await;
+        let mut ids = vec![id(&first), id(&second)];
+        // Two held: the third stays in the queue, visible, however long they are held (past
+        // their visibility timeout: they are extended).
+        let waited = tokio::time::timeout(Duration::from_secs(5), subscription.next()).await;
+        assert!(waited.is_err(), "{waited:?}");
+        assert_eq!(queue.held().await, (1, 2));
+
+        first.ack().await.unwrap();
+        let third = next(&mut subscription).await;
+        ids.push(id(&third));
+        ids.sort();
+        assert_eq!(ids, ["m-1", "m-2", "m-3"]);
+        assert_eq!(queue.held().await, (0, 2));
+        second.ack().await.unwrap();
+        third.ack().await.unwrap();
+        assert_eq!(queue.held().await, (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_missing_queue_is_refused_at_subscribe_by_name_and_by_url() {
+        let sqs = sqs_with_credentials!(a_missing_queue_is_refused_at_subscribe_by_name_and_by_url);
+        let queue = TestQueue::new(&sqs, false, Duration::from_secs(30)).await;
+        for missing in [
+            format!("{}-nowhere", queue.name),
+            format!("{}-nowhere", queue.url),
+        ] {
+            match subscribe(&sqs, SubscribeOptions::new(&missing)).await {
+                Err(Error::Receive(source)) => {
+                    let unknown = source.downcast_ref::<UnknownQueue>().unwrap();
+                    assert_eq!(unknown.queue, missing);
+                    assert_eq!(
+                        unknown.to_string(),
+                        format!("the SQS queue `{missing}` does not exist")
+                    );
+                }
+                other => panic!("{missing}: {other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_fifo_queue_orders_by_message_group() {
+        let sqs = sqs_with_credentials!(a_fifo_queue_orders_by_message_group);
+        let queue = TestQueue::new(&sqs, true, Duration::from_secs(30)).await;
+        let batch = [
+            envelope("m-1", queue.message("one").ordering_key("order-7")),
+            envelope("m-2", queue.message("two").ordering_key("order-7")),
+            // Without a key, the message is a group of its own.
+            envelope("m-3", OutboxMessage::new(queue.name.clone(), "three")),
+        ];
+        let confirmations = queue.publisher().publish_batch(&batch).await;
+        assert!(confirmations.iter().all(Result::is_ok), "{confirmations:?}");
+
+        let mut subscription = subscribe(&sqs, SubscribeOptions::new(&queue.name))
+            .await
+            .unwrap();
+        let mut received = Vec::new();
+        for _ in 0..3 {
+            let message = next(&mut subscription).await;
+            let fields = message.message();
+            received.push((
+                fields.message_id.clone().unwrap(),
+                fields.ordering_key.clone(),
+                fields.source.clone(),
+            ));
+            message.ack().await.unwrap();
+        }
+        received.sort();
+        let name = &queue.name;
+        assert_eq!(
+            received,
+            [
+                ("m-1".into(), Some("order-7".into()), name.clone()),
+                ("m-2".into(), Some("order-7".into()), name.clone()),
+                ("m-3".into(), Some("m-3".into()), name.clone()),
+            ]
+        );
+        assert_eq!(queue.held().await, (0, 0));
+    }
 }

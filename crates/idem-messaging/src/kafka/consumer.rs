@@ -5,7 +5,7 @@ use std::{fmt, sync::Arc, time::Duration};
 
 use rdkafka::{
     ClientConfig, Message, Offset,
-    consumer::{Consumer, StreamConsumer},
+    consumer::{Consumer, ConsumerContext, StreamConsumer},
     message::{BorrowedMessage, Headers, OwnedMessage},
 };
 
@@ -13,7 +13,7 @@ use super::MESSAGE_ID_HEADER;
 use crate::{BoxError, Incoming};
 
 /// How long a requeue may take to seek back.
-const SEEK_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const SEEK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The settings of a consumer whose offsets advance only past what the inbox committed: a
 /// consumer group `group_id` on the cluster at `bootstrap_servers`, that reads a new partition
@@ -79,21 +79,55 @@ impl<C: Consumer> KafkaMessage<C> {
 
     fn store_offset(&self) -> Result<(), BoxError> {
         let message = &self.message;
-        // Stores `offset + 1`: the next message to read.
-        self.consumer
-            .store_offset(message.topic(), message.partition(), message.offset())
-            .map_err(Into::into)
+        store_offset(
+            &*self.consumer,
+            message.topic(),
+            message.partition(),
+            message.offset(),
+        )
     }
+}
+
+/// Stores the offset of the message at `offset` of `topic`'s `partition` as done with: librdkafka
+/// stores `offset + 1`, the next message to read, and commits it in the background.
+pub(super) fn store_offset<X: ConsumerContext>(
+    consumer: &impl Consumer<X>,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> Result<(), BoxError> {
+    consumer
+        .store_offset(topic, partition, offset)
+        .map_err(Into::into)
+}
+
+/// Seeks `topic`'s `partition` back to `offset`, so that the message there is consumed again
+/// next, waiting up to `timeout` for librdkafka to take the seek (not at all for zero, when
+/// nothing can be reported).
+pub(super) fn seek_back<X: ConsumerContext>(
+    consumer: &impl Consumer<X>,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    timeout: Duration,
+) -> Result<(), BoxError> {
+    consumer
+        .seek(topic, partition, Offset::Offset(offset), timeout)
+        .map_err(Into::into)
+}
+
+/// The producer's id among `headers`: the value of the last `message-id` header, if it is text.
+pub(super) fn message_id<H: Headers>(headers: &H) -> Option<&str> {
+    headers
+        .iter()
+        .filter(|header| header.key == MESSAGE_ID_HEADER)
+        .last()
+        .and_then(|header| std::str::from_utf8(header.value?).ok())
 }
 
 impl<C: Consumer + Send + Sync> Incoming for KafkaMessage<C> {
     fn message_id(&self) -> Option<&str> {
-        let headers = self.message.headers()?;
-        headers
-            .iter()
-            .filter(|header| header.key == MESSAGE_ID_HEADER)
-            .last()
-            .and_then(|header| std::str::from_utf8(header.value?).ok())
+        message_id(self.message.headers()?)
     }
 
     fn payload(&self) -> &[u8] {
@@ -106,14 +140,13 @@ impl<C: Consumer + Send + Sync> Incoming for KafkaMessage<C> {
 
     async fn requeue(self) -> Result<(), BoxError> {
         let message = &self.message;
-        self.consumer
-            .seek(
-                message.topic(),
-                message.partition(),
-                Offset::Offset(message.offset()),
-                SEEK_TIMEOUT,
-            )
-            .map_err(Into::into)
+        seek_back(
+            &*self.consumer,
+            message.topic(),
+            message.partition(),
+            message.offset(),
+            SEEK_TIMEOUT,
+        )
     }
 
     async fn reject(self) -> Result<(), BoxError> {

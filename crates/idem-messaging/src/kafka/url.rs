@@ -5,11 +5,13 @@
 use rdkafka::ClientConfig;
 
 use crate::{
-    BoxPublisher,
+    BoxPublisher, Error, SubscribeOptions, Subscription,
     broker::{InvalidBrokerUrl, Parameter, TlsParameters, split_query},
 };
 
-use super::{KafkaPublisher, KafkaSecurity, SaslMechanism, SaslPassword};
+use super::{
+    KafkaPublisher, KafkaSecurity, SaslMechanism, SaslPassword, consumer_config, subscription,
+};
 
 /// The librdkafka producer settings a Kafka URL may carry, passed on to it: how librdkafka
 /// batches, how long it waits, and what the broker's logs call the client. What idem sets for its
@@ -26,6 +28,11 @@ const KAFKA_PARAMETERS: [&str; 10] = [
     "request.timeout.ms",
     "socket.timeout.ms",
 ];
+
+/// Those of [`KAFKA_PARAMETERS`] that librdkafka applies to a consumer too: the rest are the
+/// producer's (librdkafka warns of them on a consumer), and `message.max.bytes` bounds requests,
+/// of which only a producer's are large.
+const CONSUMER_PARAMETERS: [&str; 2] = ["client.id", "socket.timeout.ms"];
 
 /// The parameters a Kafka URL takes, as an error says them.
 const KNOWN: &str = "takes cacert, cert, key, sasl.mechanism, sasl.username, password-file, \
@@ -75,25 +82,35 @@ impl KafkaUrl {
     /// A publisher to this broker: the destination is the topic.
     pub(crate) fn publisher(&self) -> BoxPublisher {
         BoxPublisher::new(
-            KafkaPublisher::with_config(self.config()).security(self.security.clone()),
+            KafkaPublisher::with_config(self.producer_config()).security(self.security.clone()),
         )
     }
 
-    /// Subscribes to this broker: see [`BrokerUrl::subscribe`](crate::BrokerUrl::subscribe).
-    pub(crate) async fn subscribe(
-        &self,
-        options: crate::SubscribeOptions,
-    ) -> Result<crate::Subscription, crate::Error> {
-        let _ = options;
-        Err(crate::Error::Receive("not implemented yet".into()))
+    /// Subscribes to this broker: see [`BrokerUrl::subscribe`](crate::BrokerUrl::subscribe)
+    /// and the [`kafka`](super) module.
+    pub(crate) async fn subscribe(&self, options: SubscribeOptions) -> Result<Subscription, Error> {
+        let config = self.consumer_config(options.group_name());
+        subscription::subscribe(config, &self.security, options).await
     }
 
-    /// The librdkafka settings: its bootstrap servers and the settings it carries.
-    fn config(&self) -> ClientConfig {
+    /// The producer's librdkafka settings: its bootstrap servers and the settings it carries.
+    fn producer_config(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
         config.set("bootstrap.servers", &self.servers);
         for (name, value) in &self.settings {
             config.set(*name, value);
+        }
+        config
+    }
+
+    /// The settings of a consumer in `group`: [`consumer_config`]'s, and those of the URL's
+    /// settings that apply to a consumer.
+    fn consumer_config(&self, group: &str) -> ClientConfig {
+        let mut config = consumer_config(&self.servers, group);
+        for (name, value) in &self.settings {
+            if CONSUMER_PARAMETERS.contains(name) {
+                config.set(*name, value);
+            }
         }
         config
     }
@@ -205,7 +222,7 @@ mod tests {
     /// The librdkafka settings a URL makes, security applied, sorted.
     fn settings(url: &str) -> Vec<(String, String)> {
         let url = KafkaUrl::parse(url).unwrap();
-        let mut config = url.config();
+        let mut config = url.producer_config();
         url.security.apply(&mut config).unwrap();
         crate::kafka::security::tests::settings(&config)
     }
@@ -216,15 +233,18 @@ mod tests {
             "kafka://a:9092,b:9092?linger.ms=0&batch.num.messages=1&client.id=relay",
         )
         .unwrap();
-        let config = url.config();
+        let config = url.producer_config();
         assert_eq!(config.get("bootstrap.servers"), Some("a:9092,b:9092"));
         assert_eq!(config.get("linger.ms"), Some("0"));
         assert_eq!(config.get("batch.num.messages"), Some("1"));
         assert_eq!(config.get("client.id"), Some("relay"));
         assert_eq!(url.security, KafkaSecurity::new());
         let plain = KafkaUrl::parse("kafka://a:9092").unwrap();
-        assert_eq!(plain.config().get("bootstrap.servers"), Some("a:9092"));
-        assert_eq!(plain.config().get("linger.ms"), None);
+        assert_eq!(
+            plain.producer_config().get("bootstrap.servers"),
+            Some("a:9092")
+        );
+        assert_eq!(plain.producer_config().get("linger.ms"), None);
 
         let known = KNOWN;
         // idem's own settings, librdkafka's security settings (idem's parameters say them) and
@@ -268,6 +288,31 @@ mod tests {
                 name: "client.id",
                 reason: "empty"
             })
+        );
+    }
+
+    #[test]
+    fn a_consumer_takes_the_settings_that_apply_to_consumers_and_its_guarantees() {
+        let url = KafkaUrl::parse(
+            "kafkas://a:9093?client.id=ledger&linger.ms=5&message.max.bytes=2000&\
+             socket.timeout.ms=1000&request.timeout.ms=100&cacert=/ca.pem",
+        )
+        .unwrap();
+        let mut config = url.consumer_config("ledger-group");
+        url.security.apply(&mut config).unwrap();
+        assert_eq!(
+            crate::kafka::security::tests::settings(&config),
+            pairs(&[
+                ("auto.offset.reset", "earliest"),
+                ("bootstrap.servers", "a:9093"),
+                ("client.id", "ledger"),
+                ("enable.auto.commit", "true"),
+                ("enable.auto.offset.store", "false"),
+                ("group.id", "ledger-group"),
+                ("security.protocol", "ssl"),
+                ("socket.timeout.ms", "1000"),
+                ("ssl.ca.location", "/ca.pem"),
+            ])
         );
     }
 

@@ -2,7 +2,7 @@
 
 use std::{fmt, sync::Arc, time::Duration};
 
-use aws_sdk_sqs::Client;
+use aws_sdk_sqs::{Client, types::MessageSystemAttributeName};
 
 use super::{SqsMessage, message::seconds};
 use crate::Error;
@@ -10,7 +10,8 @@ use crate::Error;
 /// Receives messages from one SQS queue, for [`Inbox::consume`](crate::Inbox::consume).
 ///
 /// Each [`receive`](Self::receive) long-polls (`WaitTimeSeconds`) for up to
-/// [`max_messages`](Self::max_messages) messages, with all their attributes, and with
+/// [`max_messages`](Self::max_messages) messages, with all their message attributes and the
+/// system attributes `MessageGroupId`, `SentTimestamp` and `ApproximateReceiveCount`, and with
 /// the consumer's [`visibility_timeout`](Self::visibility_timeout); each message's visibility is
 /// extended while it is held, so the timeout only bounds how soon a message comes back after its
 /// consumer died. Process the messages of a receive one at a time, or concurrently: each is
@@ -86,15 +87,23 @@ impl SqsConsumer {
     /// Waits up to the [`wait_time`](Self::wait_time) for messages; an empty list when none
     /// came. [`Error::Receive`] when SQS cannot be reached or refuses the request.
     pub async fn receive(&self) -> Result<Vec<SqsMessage>, Error> {
+        self.receive_at_most(self.max_messages).await
+    }
+
+    /// [`receive`](Self::receive), of `max` messages at most (between 1 and 10).
+    pub(super) async fn receive_at_most(&self, max: u8) -> Result<Vec<SqsMessage>, Error> {
         let visibility = Duration::from_secs(self.visibility_timeout.as_secs());
         let output = self
             .client
             .receive_message()
             .queue_url(&*self.queue_url)
-            .max_number_of_messages(i32::from(self.max_messages))
+            .max_number_of_messages(i32::from(max.clamp(1, 10)))
             .wait_time_seconds(seconds(self.wait_time))
             .visibility_timeout(seconds(visibility))
             .message_attribute_names("All")
+            .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
+            .message_system_attribute_names(MessageSystemAttributeName::SentTimestamp)
+            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
             .send()
             .await
             .map_err(|error| Error::Receive(error.into()))?;

@@ -26,6 +26,17 @@ const REJECTIONS: [&str; 13] = [
     "AWS.SimpleQueueService.UnsupportedOperation",
 ];
 
+/// The error codes of a queue that does not exist (the second is the older protocol's).
+const MISSING_QUEUE: [&str; 2] = [
+    "QueueDoesNotExist",
+    "AWS.SimpleQueueService.NonExistentQueue",
+];
+
+/// Whether an error `code` of SQS says the queue does not exist.
+pub(super) fn is_missing_queue(code: &str) -> bool {
+    MISSING_QUEUE.contains(&code)
+}
+
 /// Whether an error `code` of SQS is the message's fault.
 pub(super) fn is_rejection(code: &str) -> bool {
     REJECTIONS.contains(&code)
@@ -88,6 +99,9 @@ mod tests {
         assert!(!is_rejection("InternalError"));
         assert!(!is_rejection("InvalidClientTokenId"));
         assert!(!is_rejection("AccessDenied"));
+        assert!(is_missing_queue("QueueDoesNotExist"));
+        assert!(is_missing_queue("AWS.SimpleQueueService.NonExistentQueue"));
+        assert!(!is_missing_queue("AccessDenied"));
     }
 
     #[test]

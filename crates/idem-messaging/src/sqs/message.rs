@@ -75,6 +75,12 @@ impl SqsMessage {
         &self.message
     }
 
+    /// The message as SQS gave it, for a subscription to take its body and attributes out of:
+    /// the receipt handle settles it.
+    pub(super) fn message_mut(&mut self) -> &mut Message {
+        &mut self.message
+    }
+
     /// Stops extending the visibility, once an extension in flight has landed (so that it
     /// cannot undo a `requeue`); the receipt handle to settle the message with.
     async fn settle(mut self) -> Result<(Client, Arc<str>, String), BoxError> {

@@ -1,6 +1,6 @@
 //! Amazon SQS with the AWS SDK for Rust, behind the `sqs` feature: [`SqsPublisher`] for the
-//! relay, and [`SqsConsumer`], whose [`SqsMessage`]s [`Inbox::consume`](crate::Inbox::consume)
-//! takes as they come.
+//! relay, [`SqsConsumer`], whose [`SqsMessage`]s [`Inbox::consume`](crate::Inbox::consume)
+//! takes as they come, and the subscription of an `sqs://` [`BrokerUrl`](crate::BrokerUrl).
 //!
 //! - The destination is the queue: its name (looked up once with `GetQueueUrl`) or its URL. A
 //!   queue whose name ends in `.fifo` is a FIFO queue: the ordering key is the
@@ -19,6 +19,31 @@
 //!   slow handler is not redelivered mid-run; a failure makes the message visible again at once
 //!   (with a redrive policy, SQS moves a message that fails `maxReceiveCount` times to the
 //!   dead-letter queue); a message without a `message-id` attribute is deleted, with a warning.
+//!
+//! # Subscribing by URL
+//!
+//! [`BrokerUrl::subscribe`](crate::BrokerUrl::subscribe) on an `sqs://` URL receives from the
+//! queue `from` (the group is unused: every consumer of a queue shares its messages):
+//!
+//! - The client is the publisher's (the URL's region, endpoint, profile and CA file). A queue
+//!   named is looked up with `GetQueueUrl`, a queue URL checked with `GetQueueAttributes`; one
+//!   that does not exist is refused at once ([`UnknownQueue`]).
+//! - Messages are received with [`SqsConsumer`]: long polls, the subscription's
+//!   [`ack_wait`](crate::SubscribeOptions::ack_wait) as the visibility timeout, each message's
+//!   visibility extended until it is settled (or dropped), and settled as [`SqsMessage`] is: ack
+//!   and reject delete it, requeue makes it visible again at once.
+//! - Each message is a [`Received`](crate::Received): its message id is the `message-id`
+//!   attribute, its broker id SQS's `MessageId`, its ordering key the `MessageGroupId` of a FIFO
+//!   queue (none on a standard queue), its headers the other string attributes by name (SQS keeps
+//!   no order), its time `SentTimestamp`, and it counts as redelivered when its
+//!   `ApproximateReceiveCount` is above 1.
+//! - SQS has no prefetch limit: the subscription holds a permit for each message it received
+//!   and that is not settled yet, [`max_in_flight`](crate::SubscribeOptions::max_in_flight) at
+//!   most. It receives nothing while they are all held, and no more messages at once than
+//!   permits are free (ten at most).
+//! - A failed receive (SQS unreachable, credentials refused) is an
+//!   [`Error::Receive`](crate::Error::Receive) on the stream, and the stream goes on after a
+//!   pause that doubles with each failure in a row, from 1 s to 30 s.
 //!
 //! # Examples
 //!
@@ -65,6 +90,7 @@ mod consumer;
 mod error;
 mod message;
 mod publisher;
+mod subscription;
 mod url;
 
 use aws_config::{BehaviorVersion, ConfigLoader};
@@ -75,6 +101,7 @@ pub use aws_sdk_sqs;
 pub use consumer::SqsConsumer;
 pub use message::SqsMessage;
 pub use publisher::SqsPublisher;
+pub use subscription::UnknownQueue;
 pub(crate) use url::SqsUrl;
 
 /// The message attribute that carries the outbox id. An outbox header of that name is not sent.
@@ -112,6 +139,11 @@ fn https_client(ca: Option<Vec<u8>>) -> aws_sdk_sqs::config::SharedHttpClient {
         }
         None => builder.build_https(),
     }
+}
+
+/// Whether `queue` is a queue's URL rather than its name.
+fn is_queue_url(queue: &str) -> bool {
+    queue.starts_with("https://") || queue.starts_with("http://")
 }
 
 /// Whether `queue` (a name or a URL) names a FIFO queue: its name ends in `.fifo`.

@@ -2,7 +2,6 @@
 
 use std::{collections::HashMap, fmt, ops::Range, sync::Mutex};
 
-use aws_config::BehaviorVersion;
 use aws_sdk_sqs::{
     Client,
     operation::send_message_batch::SendMessageBatchOutput,
@@ -14,7 +13,7 @@ use tokio::sync::OnceCell;
 use super::{
     MESSAGE_ID_ATTRIBUTE,
     error::{classify, is_rejection, reason, spread},
-    is_fifo,
+    is_fifo, is_queue_url,
 };
 use crate::{
     BoxPublisher, Confirmations, Envelope, PublishError, Publisher, broker::unreachable,
@@ -69,15 +68,6 @@ impl SqsUrl {
     pub(crate) fn publisher(&self) -> BoxPublisher {
         BoxPublisher::new(SqsPublisher::lazy(self.clone()))
     }
-
-    /// Subscribes to this broker: see [`BrokerUrl::subscribe`](crate::BrokerUrl::subscribe).
-    pub(crate) async fn subscribe(
-        &self,
-        options: crate::SubscribeOptions,
-    ) -> Result<crate::Subscription, crate::Error> {
-        let _ = options;
-        Err(crate::Error::Receive("not implemented yet".into()))
-    }
 }
 
 impl SqsPublisher {
@@ -105,36 +95,17 @@ impl SqsPublisher {
     async fn client(&self) -> Result<&Client, PublishError> {
         self.client
             .get_or_try_init(|| async {
-                let url = self
-                    .settings
-                    .as_ref()
-                    .expect("a publisher without a client has settings");
-                let ca = match &url.ca {
-                    Some(path) => Some(tokio::fs::read(path).await.map_err(|error| {
-                        PublishError::unavailable(format!(
-                            "cannot read the CA file {}: {error}",
-                            path.display()
-                        ))
-                    })?),
-                    None => None,
-                };
-                let mut loader = aws_config::defaults(BehaviorVersion::latest())
-                    .http_client(super::https_client(ca))
-                    .region(aws_sdk_sqs::config::Region::new(url.region.clone()));
-                if let Some(endpoint) = &url.endpoint {
-                    loader = loader.endpoint_url(endpoint);
-                }
-                if let Some(profile) = &url.profile {
-                    loader = loader.profile_name(profile);
-                }
-                Ok(Client::new(&loader.load().await))
+                let url = self.settings.as_ref().ok_or_else(|| {
+                    PublishError::unavailable("an SQS publisher has neither a client nor a URL")
+                })?;
+                url.client().await.map_err(PublishError::unavailable)
             })
             .await
     }
 
     /// The URL of the queue `destination` names: itself when it is a URL.
     async fn queue_url(&self, client: &Client, destination: &str) -> Result<String, PublishError> {
-        if destination.starts_with("https://") || destination.starts_with("http://") {
+        if is_queue_url(destination) {
             return Ok(destination.to_owned());
         }
         if let Some(url) = self.urls().get(destination) {

@@ -3,6 +3,9 @@
 
 use std::path::PathBuf;
 
+use aws_config::BehaviorVersion;
+use aws_sdk_sqs::{Client, config::Region};
+
 use crate::broker::{InvalidBrokerUrl, split_query};
 
 /// The parameters an SQS URL takes, as an error says them.
@@ -77,6 +80,43 @@ impl SqsUrl {
         target.ca = ca.map(PathBuf::from);
         Ok(target)
     }
+
+    /// A client of this region, through its endpoint when given (an SQS-compatible server), with
+    /// the credentials of its profile or of the usual chain, trusting its CA file besides the
+    /// system's roots: the publisher's and the subscription's. Reads the CA file and loads the
+    /// configuration (credentials are resolved on the first request).
+    pub(super) async fn client(&self) -> Result<Client, UnreadableCaFile> {
+        let ca = match &self.ca {
+            Some(path) => Some(
+                tokio::fs::read(path)
+                    .await
+                    .map_err(|source| UnreadableCaFile {
+                        path: path.clone(),
+                        source,
+                    })?,
+            ),
+            None => None,
+        };
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .http_client(super::https_client(ca))
+            .region(Region::new(self.region.clone()));
+        if let Some(endpoint) = &self.endpoint {
+            loader = loader.endpoint_url(endpoint);
+        }
+        if let Some(profile) = &self.profile {
+            loader = loader.profile_name(profile);
+        }
+        Ok(Client::new(&loader.load().await))
+    }
+}
+
+/// The CA file an SQS URL names cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read the CA file {}", path.display())]
+pub(super) struct UnreadableCaFile {
+    path: PathBuf,
+    #[source]
+    source: std::io::Error,
 }
 
 #[cfg(test)]
