@@ -705,7 +705,9 @@ async fn progress(shared: Arc<Shared>) {
 
 // The deliverer against a broker of the test's own (its messages from a channel, their
 // settlements recorded) and an endpoint whose answers each test scripts.
-#[cfg(all(test, feature = "amqp"))]
+#[cfg(test)]
+// The test broker's URL is RabbitMQ's (its kind decides the dead-lettering).
+#[cfg(feature = "amqp")]
 mod tests {
     use std::sync::atomic::AtomicUsize;
 
@@ -725,7 +727,7 @@ mod tests {
     }
 
     impl Recorded {
-        fn record(self: Box<Self>, how: &'static str) -> BoxFuture<'static, Result<(), BoxError>> {
+        fn record(self, how: &'static str) -> BoxFuture<'static, Result<(), BoxError>> {
             self.settlements.lock().unwrap().push((self.id, how));
             Box::pin(async { Ok(()) })
         }
@@ -733,13 +735,13 @@ mod tests {
 
     impl Settle for Recorded {
         fn ack(self: Box<Self>) -> BoxFuture<'static, Result<(), BoxError>> {
-            self.record("ack")
+            (*self).record("ack")
         }
         fn requeue(self: Box<Self>) -> BoxFuture<'static, Result<(), BoxError>> {
-            self.record("requeue")
+            (*self).record("requeue")
         }
         fn reject(self: Box<Self>) -> BoxFuture<'static, Result<(), BoxError>> {
-            self.record("reject")
+            (*self).record("reject")
         }
     }
 
@@ -825,8 +827,11 @@ mod tests {
         /// Requests being answered now, and the most at once.
         running: Arc<AtomicUsize>,
         most: Arc<AtomicUsize>,
-        script: Arc<dyn Fn(&str, usize) -> (u16, Option<&'static str>, Duration) + Send + Sync>,
+        script: Arc<Script>,
     }
+
+    /// A request's answer from its key and attempt: a status, a Retry-After and a delay.
+    type Script = dyn Fn(&str, usize) -> (u16, Option<&'static str>, Duration) + Send + Sync;
 
     impl Endpoint {
         async fn start(
