@@ -30,7 +30,6 @@ mod tls;
 use axum::{Router, routing::get};
 use idem_messaging::SubscribeOptions;
 use metrics_exporter_prometheus::PrometheusHandle;
-use tokio_util::sync::CancellationToken;
 
 pub use engine::Deliverer;
 pub use event::{Answer, Attributes, Event, NoKey, key_of};
@@ -39,10 +38,9 @@ use crate::{
     AdminToken, Error,
     admin::{dashboard, protect},
     cli::DeliverArgs,
-    error::StartupError,
     serve::{
         admin_server::{self, AdminBounds},
-        logging,
+        command::{self, Started},
     },
 };
 
@@ -80,31 +78,18 @@ pub fn deliverer(args: &DeliverArgs) -> Result<Deliverer, Error> {
 /// listener cannot be bound. A broker that cannot be reached is tried again until it answers.
 pub async fn run(args: DeliverArgs) -> Result<(), Error> {
     let deliverer = deliverer(&args)?;
-    let token = args
-        .admin_token_file
-        .as_deref()
-        .map(AdminToken::from_file)
-        .transpose()?;
-    AdminToken::check_listen(args.admin_listen, token.as_ref())?;
-    logging::init(args.log.log_format, &args.log.log_level)?;
-    // Installed first, so that a signal sent as soon as the deliverer starts is not lost.
-    let signal = crate::shutdown_signal();
-    let shutdown = CancellationToken::new();
-    tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move {
-            signal.await;
-            shutdown.cancel();
-        }
-    });
-    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
-        .install_recorder()
-        .map_err(StartupError::MetricsRecorder)?;
-    let addr = args.admin_listen;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| StartupError::Bind { addr, source })?;
-    tracing::info!(admin = %addr, "the admin endpoints are listening");
+    let Started {
+        token,
+        shutdown,
+        metrics,
+        listener,
+    } = command::start(
+        args.admin_listen,
+        args.admin_token_file.as_deref(),
+        args.log.log_format,
+        &args.log.log_level,
+    )
+    .await?;
     let admin = admin_server::spawn(
         listener,
         router(metrics, token, &args.admin_allowed_hosts),

@@ -25,17 +25,16 @@ mod admin;
 mod process;
 
 use idem_messaging::{BoxPublisher, OutboxDatabase, OutboxOptions, Relay};
-use tokio_util::sync::CancellationToken;
 
 pub use process::RelayProcess;
 
 use crate::{
-    AdminToken, Error,
+    Error,
     cli::RelayArgs,
     error::StartupError,
     serve::{
         admin_server::{self, AdminBounds},
-        logging,
+        command::{self, Started},
     },
 };
 
@@ -45,33 +44,19 @@ use crate::{
 /// `idem serve` does; fails when the admin listener cannot be bound, the database cannot be
 /// reached at start, or the migration fails.
 pub async fn run(args: RelayArgs) -> Result<(), Error> {
-    let token = args
-        .admin_token_file
-        .as_deref()
-        .map(AdminToken::from_file)
-        .transpose()?;
-    AdminToken::check_listen(args.admin_listen, token.as_ref())?;
-    logging::init(args.log.log_format, &args.log.log_level)?;
-    // Installed first, so that a signal sent as soon as the relay starts is not lost.
-    let signal = crate::shutdown_signal();
-    let shutdown = CancellationToken::new();
-    tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move {
-            signal.await;
-            shutdown.cancel();
-        }
-    });
-
-    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
-        .install_recorder()
-        .map_err(StartupError::MetricsRecorder)?;
+    let Started {
+        token,
+        shutdown,
+        metrics,
+        listener,
+    } = command::start(
+        args.admin_listen,
+        args.admin_token_file.as_deref(),
+        args.log.log_format,
+        &args.log.log_level,
+    )
+    .await?;
     let outbox_probe = admin::OutboxProbe::new();
-    let addr = args.admin_listen;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| StartupError::Bind { addr, source })?;
-    tracing::info!(admin = %addr, "the admin endpoints are listening");
     let admin = admin_server::spawn(
         listener,
         admin::router(

@@ -28,6 +28,7 @@
 
 mod accept;
 pub(crate) mod admin_server;
+pub(crate) mod command;
 pub mod config;
 mod connections;
 mod gateway;
