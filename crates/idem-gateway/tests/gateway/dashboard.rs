@@ -116,11 +116,10 @@ async fn the_dashboard_is_a_page_to_read_not_to_post_to() {
     assert!(head.body.is_empty());
 }
 
-/// `idem relay` with an admin token, on an SQLite outbox, its broker out of reach (it keeps
-/// trying): enough for its admin listener. Killed when dropped.
-struct Relay(Child);
+/// An `idem relay` or `idem deliver` process, killed when dropped.
+struct Running(Child);
 
-impl Drop for Relay {
+impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
@@ -131,8 +130,10 @@ impl Drop for Relay {
 async fn the_relay_dashboard_needs_no_token_and_the_api_still_does() {
     let (dir, path) = token_file("relay-dashboard-token");
     let admin = format!("127.0.0.1:{}", free_port());
+    // On an SQLite outbox, its broker out of reach (it keeps trying): enough for its admin
+    // listener.
     let store = format!("sqlite://{}", dir.path().join("outbox.db").display());
-    let _relay = Relay(
+    let _relay = Running(
         idem_command()
             .args(["relay", "--store", &store, "--migrate"])
             .args(["--broker", "nats://127.0.0.1:9", "--admin-listen", &admin])
@@ -155,4 +156,47 @@ async fn the_relay_dashboard_needs_no_token_and_the_api_still_does() {
     assert_dashboard(&client, &base, "relay").await;
     let metrics = send_with(&client, "GET", format!("{base}/metrics"), None).await;
     assert_eq!(metrics.status, 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deliver_dashboard_needs_no_token_and_the_api_still_does() {
+    let (_dir, path) = token_file("deliver-dashboard-token");
+    let admin = format!("127.0.0.1:{}", free_port());
+    // Its broker out of reach (it keeps subscribing): enough for its admin listener.
+    let _deliver = Running(
+        idem_command()
+            .args([
+                "deliver",
+                "--broker",
+                "nats://127.0.0.1:9",
+                "--from",
+                "orders.>",
+            ])
+            .args([
+                "--to",
+                "http://127.0.0.1:9/events",
+                "--admin-listen",
+                &admin,
+            ])
+            .args(["--admin-token-file", &path, "--log-level", "off"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let base = format!("http://{admin}");
+    let client = Client::new();
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(&admin).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    assert_dashboard(&client, &base, "deliver").await;
+    let metrics = send_with(&client, "GET", format!("{base}/metrics"), None).await;
+    assert_eq!(metrics.status, 401);
+    let health = send_with(&client, "GET", format!("{base}/healthz"), None).await;
+    assert_eq!(health.status, 200);
 }
