@@ -10,6 +10,7 @@ mod concurrency;
 mod config;
 mod contract;
 mod dashboard;
+mod deliver;
 mod demo;
 mod deploy;
 mod durability;
