@@ -19,7 +19,7 @@ use idem_messaging::{
     SubscribeOptions, Subscription,
 };
 use tokio::{sync::Semaphore, task::JoinSet};
-use tokio_util::sync::CancellationToken;
+use tokio_util::{sync::CancellationToken, task::AbortOnDropHandle};
 
 use idem_messaging::consume::KeyFrom;
 
@@ -208,8 +208,10 @@ impl Deliverer {
                 stop.cancel();
             }
         });
+        // Both stop with `run`, however it ends: dropped, the tasks are aborted.
+        let _watch = AbortOnDropHandle::new(watch);
         let shared = Arc::new(Shared::new(self, stop.clone()));
-        let progress = tokio::spawn(progress(Arc::clone(&shared)));
+        let _progress = AbortOnDropHandle::new(tokio::spawn(progress(Arc::clone(&shared))));
         let mut waits = RetryWaits::new();
         while !stop.is_cancelled() {
             let subscribing = match &shared.source {
@@ -247,8 +249,6 @@ impl Deliverer {
                 }
             }
         }
-        progress.abort();
-        watch.abort();
         let counts = &shared.counts;
         tracing::info!(
             delivered = counts.delivered.load(Ordering::Relaxed),
@@ -654,8 +654,13 @@ async fn dead_letter(
     }
 }
 
-/// The dead letter of `received`: its payload and headers, its id, and why, in
-/// `idem-dead-letter-reason`, `idem-dead-letter-source` and `idem-delivery-key`.
+/// The dead letter of `received`: its payload and headers, and why, in
+/// `idem-dead-letter-reason`, `idem-dead-letter-source`, `idem-dead-letter-id` (the message's
+/// own id, if it has one) and `idem-delivery-key`.
+///
+/// It is a message of its own, with an id of its own: under the original's id, a broker that
+/// deduplicates by id (JetStream within its duplicate window, an SQS FIFO queue) would take a
+/// dead letter published beside the original for a copy of it, and drop it.
 fn dead_letter_envelope(
     received: &Received,
     destination: &str,
@@ -663,22 +668,18 @@ fn dead_letter_envelope(
     key: Option<&IdempotencyKey>,
 ) -> Envelope {
     let message = received.message();
-    let id = message
-        .message_id
-        .as_deref()
-        .or(message.broker_id.as_deref())
-        .and_then(|id| MessageId::try_from(id).ok())
-        .or_else(|| key.and_then(|key| MessageId::try_from(key.as_str()).ok()))
-        .unwrap_or_else(MessageId::now_v7);
     let mut dead = OutboxMessage::new(destination, message.payload.clone());
     dead.headers.clone_from(&message.headers);
     dead = dead
         .header("idem-dead-letter-reason", reason)
         .header("idem-dead-letter-source", message.source.clone());
+    if let Some(id) = &message.message_id {
+        dead = dead.header("idem-dead-letter-id", id.clone());
+    }
     if let Some(key) = key {
         dead = dead.header("idem-delivery-key", key.as_str());
     }
-    Envelope::new(id, dead, 1)
+    Envelope::new(MessageId::now_v7(), dead, 1)
 }
 
 /// Logs, every interval, what was delivered since the last time.

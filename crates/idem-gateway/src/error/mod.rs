@@ -69,7 +69,9 @@ impl Error {
             Error::Config(
                 ConfigError::Cli(_)
                 | ConfigError::AnonymousWithoutScope
-                | ConfigError::FencingHeaderTaken { .. },
+                | ConfigError::FencingHeaderTaken { .. }
+                | ConfigError::DeadLetterNeeded
+                | ConfigError::UnorderedKafka,
             )
             | Error::AdminToken(_) => 2,
             _ => 1,
