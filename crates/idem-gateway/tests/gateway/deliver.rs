@@ -442,8 +442,9 @@ async fn each_message_has_one_effect_despite_duplicates_and_an_aborted_deliverer
 }
 
 /// Scenario 2: the endpoint refuses one message with 422; after two attempts (the second the
-/// gateway's replay of the first's answer) it is published to the dead-letter destination with
-/// its id, payload, reason, source and key, and acknowledged; the others are delivered.
+/// gateway's replay of the first's answer) it is published to the dead-letter destination under
+/// an id of its own, with its payload, its id, reason, source and key, and acknowledged; the
+/// others are delivered.
 async fn a_refused_message_is_dead_lettered_with_its_reason(broker: &impl TestBroker) {
     let messages = Msg::all(2, 3);
     let refused = Msg { lane: 0, seq: 1 };
@@ -468,11 +469,12 @@ async fn a_refused_message_is_dead_lettered_with_its_reason(broker: &impl TestBr
         .await
         .unwrap();
     let dead = next_message(&mut dead_letters).await;
-    assert_eq!(dead.message_id.as_deref(), Some("m-0-1"));
+    assert_new_id(&dead);
     assert_eq!(dead.payload, "k0/1");
     assert_eq!(
         headers_starting(&dead, "idem-"),
         pairs(&[
+            ("idem-dead-letter-id", "m-0-1"),
             (
                 "idem-dead-letter-reason",
                 "the endpoint answered 422 Unprocessable Entity"
@@ -490,6 +492,15 @@ async fn a_refused_message_is_dead_lettered_with_its_reason(broker: &impl TestBr
     let executions = endpoint.ledger().executions.clone();
     let refusals: Vec<_> = executions.iter().filter(|(m, _)| *m == refused).collect();
     assert_eq!(refusals, [&(refused, StatusCode::UNPROCESSABLE_ENTITY)]);
+}
+
+/// That a dead letter has an id of its own, made when it was published (a UUIDv7), not its
+/// message's.
+fn assert_new_id(dead: &Message) {
+    let id = dead.message_id.as_deref().expect("a dead letter has an id");
+    let fields: Vec<usize> = id.split('-').map(str::len).collect();
+    assert_eq!(fields, [8, 4, 4, 4, 12], "{id}");
+    assert_eq!(id.as_bytes()[14], b'7', "{id}");
 }
 
 /// Scenario 3: [`TestBroker::ORDERED`]'s messages (15 on 3 lanes), each message's first
@@ -797,9 +808,7 @@ mod rabbitmq {
 }
 
 /// NATS JetStream: a stream of the test's own, each lane a subject under it, consumed through
-/// a wildcard; dead letters to the subject of another stream. (In the same stream, JetStream
-/// would take a dead letter, which keeps its message's id as `Nats-Msg-Id`, for a duplicate of
-/// its message within the duplicate window, and drop it.)
+/// a wildcard; dead letters to the subject of another stream, or of the same one.
 mod nats {
     use async_nats::jetstream::stream;
     use idem_test_support::NatsStream;
@@ -807,30 +816,63 @@ mod nats {
     use super::*;
 
     pub(super) struct Nats {
+        /// The stream that captures the lanes' subjects (`S.>`).
         stream: NatsStream,
-        dead: NatsStream,
+        /// Where the lanes' subjects are: `S.k0`, or `S.in.k0`.
+        lanes: String,
+        /// The dead-letter subject.
+        dead_letter: String,
+        /// The stream of the dead letters, when it is another.
+        _dead: Option<NatsStream>,
         group: String,
     }
 
+    /// How long the streams remember a message's id: longer than a test.
+    const WINDOW: Duration = Duration::from_secs(120);
+
+    /// A stream of the test's own that captures every subject under its own (`S.>`).
+    async fn stream(url: &str) -> NatsStream {
+        let stream = NatsStream::create(url, WINDOW).await;
+        let subject = stream.subject().to_owned();
+        stream
+            .jetstream()
+            .update_stream(stream::Config {
+                name: stream.name().to_owned(),
+                subjects: vec![format!("{subject}.>")],
+                duplicate_window: WINDOW,
+                ..stream::Config::default()
+            })
+            .await
+            .unwrap();
+        stream
+    }
+
     impl Nats {
+        /// The lanes `S.k0`… consumed as `S.>`, dead letters to another stream.
         pub(super) async fn create() -> Option<Self> {
             let url = Server::Nats.url()?;
-            let window = Duration::from_secs(120);
-            let stream = NatsStream::create(&url, window).await;
-            let subject = stream.subject().to_owned();
-            stream
-                .jetstream()
-                .update_stream(stream::Config {
-                    name: stream.name().to_owned(),
-                    subjects: vec![format!("{subject}.>")],
-                    duplicate_window: window,
-                    ..stream::Config::default()
-                })
-                .await
-                .unwrap();
+            let stream = stream(&url).await;
+            let dead = NatsStream::create(&url, WINDOW).await;
             Some(Self {
+                lanes: stream.subject().to_owned(),
+                dead_letter: dead.subject().to_owned(),
                 stream,
-                dead: NatsStream::create(&url, window).await,
+                _dead: Some(dead),
+                group: unique_name("deliver-"),
+            })
+        }
+
+        /// The lanes `S.in.k0`… consumed as `S.in.>`, dead letters to `S.dead`: one stream
+        /// captures them all, within one duplicate window.
+        async fn sharing_its_stream() -> Option<Self> {
+            let url = Server::Nats.url()?;
+            let stream = stream(&url).await;
+            let subject = stream.subject().to_owned();
+            Some(Self {
+                lanes: format!("{subject}.in"),
+                dead_letter: format!("{subject}.dead"),
+                stream,
+                _dead: None,
                 group: unique_name("deliver-"),
             })
         }
@@ -842,7 +884,7 @@ mod nats {
         }
 
         fn from(&self) -> String {
-            format!("{}.>", self.stream.subject())
+            format!("{}.>", self.lanes)
         }
 
         fn group(&self) -> String {
@@ -850,11 +892,11 @@ mod nats {
         }
 
         fn destination(&self, lane: &str) -> String {
-            format!("{}.{lane}", self.stream.subject())
+            format!("{}.{lane}", self.lanes)
         }
 
         fn dead_letter(&self) -> String {
-            self.dead.subject().to_owned()
+            self.dead_letter.clone()
         }
 
         /// The durable consumer's messages not delivered yet and delivered but not settled;
@@ -870,6 +912,22 @@ mod nats {
     }
 
     scenarios!(Nats);
+
+    /// A dead letter published to a subject of the stream its message is in arrives: it has an
+    /// id of its own (JetStream dropped one under its message's id, within the duplicate
+    /// window, as a copy of it).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dead_letter_in_the_stream_of_its_message_is_not_taken_for_a_copy() {
+        let Some(broker) = Nats::sharing_its_stream().await else {
+            return;
+        };
+        assert_eq!(
+            broker.dead_letter(),
+            format!("{}.dead", broker.stream.subject())
+        );
+        super::a_refused_message_is_dead_lettered_with_its_reason(&broker).await;
+        assert_eq!(broker.stream.stored().await, 7);
+    }
 }
 
 /// Kafka: a topic of the test's own in three partitions, each lane a key (so a partition),
@@ -1266,6 +1324,29 @@ fn an_unknown_key_source_is_one_line_and_exit_2() {
         output.stderr.trim_end(),
         "error: invalid value 'uuid' for '--key-from <SOURCE>': expected outbox-id, message-id \
          or header:NAME; got \"uuid\""
+    );
+}
+
+/// On Kafka, which has no dead-letter mechanism of its own, `idem deliver` without
+/// `--dead-letter` is refused before it connects: one line, exit 2.
+#[cfg(feature = "kafka")]
+#[test]
+fn kafka_without_a_dead_letter_topic_is_one_line_and_exit_2() {
+    let output = idem(&[
+        "deliver",
+        "--broker",
+        "kafka://127.0.0.1:9",
+        "--from",
+        "orders",
+        "--to",
+        "http://127.0.0.1:9/events",
+    ]);
+    assert_eq!(output.code, Some(2), "{}", output.stderr);
+    assert_eq!(output.stdout, "");
+    assert_eq!(
+        output.stderr,
+        "error: Kafka has no dead-letter mechanism of its own: give --dead-letter TOPIC for the \
+         messages the endpoint refuses\n"
     );
 }
 
