@@ -35,7 +35,8 @@ use crate::{
 /// A Kafka URL may carry librdkafka's producer settings `client.id`, `linger.ms`,
 /// `batch.num.messages`, `batch.size`, `message.timeout.ms`, `message.max.bytes`,
 /// `queue.buffering.max.messages`, `queue.buffering.max.kbytes`, `request.timeout.ms` and
-/// `socket.timeout.ms` (`kafka://k1:9092,k2:9092?linger.ms=20`); what idem sets for its
+/// `socket.timeout.ms` (`kafka://k1:9092,k2:9092?linger.ms=20`), and, for a subscription's
+/// consumer group, `session.timeout.ms` and `heartbeat.interval.ms`; what idem sets for its
 /// guarantees (`acks`, `enable.idempotence`) is refused.
 ///
 /// An SQS URL names the region; `endpoint=URL` sends the requests to another endpoint (an

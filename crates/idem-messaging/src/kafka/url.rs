@@ -1,6 +1,6 @@
 //! [`KafkaUrl`]: a Kafka URL (`kafka://host:port[,host:port…]`, the bootstrap servers;
-//! `kafkas://…` over TLS), with idem's TLS and SASL parameters and librdkafka's producer settings,
-//! as [`BrokerUrl`](crate::BrokerUrl) takes it.
+//! `kafkas://…` over TLS), with idem's TLS and SASL parameters and librdkafka's producer and
+//! consumer-group settings, as [`BrokerUrl`](crate::BrokerUrl) takes it.
 
 use rdkafka::ClientConfig;
 
@@ -13,11 +13,15 @@ use super::{
     KafkaPublisher, KafkaSecurity, SaslMechanism, SaslPassword, consumer_config, subscription,
 };
 
-/// The librdkafka producer settings a Kafka URL may carry, passed on to it: how librdkafka
-/// batches, how long it waits, and what the broker's logs call the client. What idem sets for its
-/// guarantees (`acks`, `enable.idempotence`) is not among them.
-const KAFKA_PARAMETERS: [&str; 10] = [
+/// The librdkafka settings a Kafka URL may carry, passed on to it: how a producer batches, how
+/// long it waits, how soon a consumer group notices a member gone (`session.timeout.ms`,
+/// `heartbeat.interval.ms`: a subscription's only), and what the broker's logs call the client.
+/// What idem sets for its guarantees (`acks`, `enable.idempotence`, the consumer's offset
+/// handling) is not among them.
+const KAFKA_PARAMETERS: [&str; 12] = [
     "client.id",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
     "linger.ms",
     "batch.num.messages",
     "batch.size",
@@ -32,13 +36,23 @@ const KAFKA_PARAMETERS: [&str; 10] = [
 /// Those of [`KAFKA_PARAMETERS`] that librdkafka applies to a consumer too: the rest are the
 /// producer's (librdkafka warns of them on a consumer), and `message.max.bytes` bounds requests,
 /// of which only a producer's are large.
-const CONSUMER_PARAMETERS: [&str; 2] = ["client.id", "socket.timeout.ms"];
+const CONSUMER_PARAMETERS: [&str; 4] = [
+    "client.id",
+    "socket.timeout.ms",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+];
+
+/// Those of [`KAFKA_PARAMETERS`] that only a consumer takes (librdkafka warns of them on a
+/// producer).
+const GROUP_PARAMETERS: [&str; 2] = ["session.timeout.ms", "heartbeat.interval.ms"];
 
 /// The parameters a Kafka URL takes, as an error says them.
 const KNOWN: &str = "takes cacert, cert, key, sasl.mechanism, sasl.username, password-file, \
-                     client.id, linger.ms, batch.num.messages, batch.size, message.timeout.ms, \
-                     message.max.bytes, queue.buffering.max.messages, \
-                     queue.buffering.max.kbytes, request.timeout.ms and socket.timeout.ms";
+                     client.id, session.timeout.ms, heartbeat.interval.ms, linger.ms, \
+                     batch.num.messages, batch.size, message.timeout.ms, message.max.bytes, \
+                     queue.buffering.max.messages, queue.buffering.max.kbytes, \
+                     request.timeout.ms and socket.timeout.ms";
 
 /// A Kafka URL: the bootstrap servers, how they are reached (TLS, SASL), and the librdkafka
 /// settings it carries, in order.
@@ -98,7 +112,9 @@ impl KafkaUrl {
         let mut config = ClientConfig::new();
         config.set("bootstrap.servers", &self.servers);
         for (name, value) in &self.settings {
-            config.set(*name, value);
+            if !GROUP_PARAMETERS.contains(name) {
+                config.set(*name, value);
+            }
         }
         config
     }
@@ -295,9 +311,15 @@ mod tests {
     fn a_consumer_takes_the_settings_that_apply_to_consumers_and_its_guarantees() {
         let url = KafkaUrl::parse(
             "kafkas://a:9093?client.id=ledger&linger.ms=5&message.max.bytes=2000&\
-             socket.timeout.ms=1000&request.timeout.ms=100&cacert=/ca.pem",
+             socket.timeout.ms=1000&request.timeout.ms=100&cacert=/ca.pem&\
+             session.timeout.ms=6000&heartbeat.interval.ms=500",
         )
         .unwrap();
+        // The group's settings are the consumer's only.
+        let producer = url.producer_config();
+        assert_eq!(producer.get("session.timeout.ms"), None);
+        assert_eq!(producer.get("heartbeat.interval.ms"), None);
+        assert_eq!(producer.get("linger.ms"), Some("5"));
         let mut config = url.consumer_config("ledger-group");
         url.security.apply(&mut config).unwrap();
         assert_eq!(
@@ -309,7 +331,9 @@ mod tests {
                 ("enable.auto.commit", "true"),
                 ("enable.auto.offset.store", "false"),
                 ("group.id", "ledger-group"),
+                ("heartbeat.interval.ms", "500"),
                 ("security.protocol", "ssl"),
+                ("session.timeout.ms", "6000"),
                 ("socket.timeout.ms", "1000"),
                 ("ssl.ca.location", "/ca.pem"),
             ])
