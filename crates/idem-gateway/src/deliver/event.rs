@@ -15,8 +15,7 @@ pub fn key_of(from: &KeyFrom, message: &Message) -> Result<IdempotencyKey, NoKey
         .identity(message)
         .ok_or_else(|| NoKey::Missing(from.clone()))?;
     // As a quoted sf-string, any printable key is taken whole (`,` and `;` included).
-    let quoted = format!("\"{}\"", value.replace('\\', "\\\\").replace('"', "\\\""));
-    quoted
+    sf_string(value)
         .parse()
         .map_err(|error: idem_core::KeyError| NoKey::Invalid {
             value: value.chars().take(64).collect(),
@@ -142,12 +141,13 @@ fn quoted(key: &IdempotencyKey) -> HeaderValue {
     let bare = key
         .bytes()
         .all(|b| (0x21..=0x7e).contains(&b) && !matches!(b, b'"' | b',' | b';'));
-    let value = if bare {
-        key.to_owned()
-    } else {
-        format!("\"{}\"", key.replace('\\', "\\\\").replace('"', "\\\""))
-    };
+    let value = if bare { key.to_owned() } else { sf_string(key) };
     HeaderValue::from_str(&value).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
+}
+
+/// `value` as an RFC 8941 sf-string: quoted, with `\` and `"` escaped.
+fn sf_string(value: &str) -> String {
+    format!("\"{}\"", value.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
 /// What an answer (or its absence) means for the message.

@@ -119,6 +119,29 @@ async fn the_dashboard_is_a_page_to_read_not_to_post_to() {
 /// An `idem relay` or `idem deliver` process, killed when dropped.
 struct Running(Child);
 
+impl Running {
+    /// Runs `idem` with `args`, quietly, and waits (up to 10 s) until its admin listener at
+    /// `admin` accepts connections.
+    async fn start(args: &[&str], admin: &str) -> Self {
+        let running = Self(
+            idem_command()
+                .args(args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        for _ in 0..200 {
+            if tokio::net::TcpStream::connect(admin).await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        running
+    }
+}
+
 impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -133,25 +156,26 @@ async fn the_relay_dashboard_needs_no_token_and_the_api_still_does() {
     // On an SQLite outbox, its broker out of reach (it keeps trying): enough for its admin
     // listener.
     let store = format!("sqlite://{}", dir.path().join("outbox.db").display());
-    let _relay = Running(
-        idem_command()
-            .args(["relay", "--store", &store, "--migrate"])
-            .args(["--broker", "nats://127.0.0.1:9", "--admin-listen", &admin])
-            .args(["--admin-token-file", &path, "--log-level", "off"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _relay = Running::start(
+        &[
+            "relay",
+            "--store",
+            &store,
+            "--migrate",
+            "--broker",
+            "nats://127.0.0.1:9",
+            "--admin-listen",
+            &admin,
+            "--admin-token-file",
+            &path,
+            "--log-level",
+            "off",
+        ],
+        &admin,
+    )
+    .await;
     let base = format!("http://{admin}");
     let client = Client::new();
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(&admin).await.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 
     assert_dashboard(&client, &base, "relay").await;
     let metrics = send_with(&client, "GET", format!("{base}/metrics"), None).await;
