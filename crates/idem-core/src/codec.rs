@@ -1,7 +1,10 @@
 //! The compact, versioned binary encoding of an [`Outcome`] that stores keep.
 //!
 //! `"IDR"`, then a tag: `0x01` for a [`StoredResponse`] (layout version 1, below), `0x02` for
-//! [`Outcome::Unknown`], after which nothing follows. A build that predates the tag `0x02`
+//! [`Outcome::Unknown`], after which nothing follows, `0x03` for a response with the trace
+//! context of its execution: 16 bytes of trace id, 8 of span id and the trace flags, then the
+//! layout of version 1 from the status on. A response without a trace context is written as
+//! version 1, so builds that predate the tag `0x03` read every record written without tracing. A build that predates the tag `0x02`
 //! reads it as an unsupported version. Builds before that kept an unknown outcome as a response
 //! of its own (a `500` problem document); those bytes still decode as [`Outcome::Unknown`].
 //!
@@ -21,13 +24,17 @@
 
 use bytes::Bytes;
 
-use crate::{OUTCOME_UNKNOWN_TYPE, Outcome, StoredResponse};
+use crate::{OUTCOME_UNKNOWN_TYPE, Outcome, StoredResponse, TraceContext};
 
 const MAGIC: &[u8; 3] = b"IDR";
 /// The tag of a response: its layout's version.
 const VERSION: u8 = 1;
 /// The tag of an unknown outcome.
 const UNKNOWN: u8 = 2;
+/// The tag of a response with its trace context: a version 1 layout after the context.
+const TRACED: u8 = 3;
+/// A trace context: trace id, span id, flags.
+const TRACE_LEN: usize = 16 + 8 + 1;
 /// The smallest encoded header line: two empty lengths.
 const MIN_FIELD_LEN: usize = 2 + 4;
 
@@ -53,6 +60,9 @@ pub enum DecodeError {
     /// The trailer flag is neither 0 nor 1.
     #[error("stored response has an invalid trailer flag {0}")]
     InvalidTrailerFlag(u8),
+    /// A trace context whose trace or span id is all zeroes.
+    #[error("stored response has an invalid trace context")]
+    InvalidTraceContext,
     /// Bytes left over after the record.
     #[error("stored response has {0} trailing bytes")]
     TrailingBytes(usize),
@@ -131,7 +141,8 @@ impl StoredResponse {
                 .map(|(n, v)| MIN_FIELD_LEN + n.len() + v.len())
                 .sum::<usize>()
         };
-        4 + 2
+        4 + self.trace.map_or(0, |_| TRACE_LEN)
+            + 2
             + fields(&self.headers)
             + 8
             + self.body.len()
@@ -155,7 +166,15 @@ impl StoredResponse {
     /// so that a caller that frames it, as sealing does, allocates once.
     pub(crate) fn encode_into(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(MAGIC);
-        out.push(VERSION);
+        match &self.trace {
+            None => out.push(VERSION),
+            Some(trace) => {
+                out.push(TRACED);
+                out.extend_from_slice(&trace.trace_id());
+                out.extend_from_slice(&trace.span_id());
+                out.push(trace.flags());
+            }
+        }
         out.extend_from_slice(&self.status.to_le_bytes());
         encode_fields(out, &self.headers);
         out.extend_from_slice(&(self.body.len() as u64).to_le_bytes());
@@ -175,10 +194,16 @@ impl StoredResponse {
         if r.take(3)? != MAGIC {
             return Err(DecodeError::BadMagic);
         }
-        match r.u8()? {
-            VERSION => {}
+        let trace = match r.u8()? {
+            VERSION => None,
+            TRACED => {
+                let (trace_id, span_id, flags) = (r.array()?, r.array()?, r.u8()?);
+                let trace = TraceContext::new(trace_id, span_id, flags)
+                    .map_err(|_| DecodeError::InvalidTraceContext)?;
+                Some(trace)
+            }
             other => return Err(DecodeError::UnsupportedVersion(other)),
-        }
+        };
         let status = r.u16()?;
         if !(100..=999).contains(&status) {
             return Err(DecodeError::InvalidStatus(status));
@@ -199,6 +224,7 @@ impl StoredResponse {
             headers,
             body,
             trailers,
+            trace,
         })
     }
 }
@@ -294,6 +320,39 @@ mod tests {
     }
 
     #[test]
+    fn a_traced_response_keeps_its_trace_context_and_an_untraced_one_stays_version_1() {
+        let context: TraceContext = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+            .parse()
+            .unwrap();
+        let traced = sample().trace(context);
+        let bytes = traced.encode();
+        assert_eq!(bytes.len(), traced.encoded_len());
+        assert_eq!(&bytes[..4], b"IDR\x03");
+        assert_eq!(&bytes[4..20], &context.trace_id());
+        assert_eq!(&bytes[20..28], &context.span_id());
+        assert_eq!(bytes[28], 0x01);
+        // After the context, the layout of version 1.
+        assert_eq!(&bytes[29..], &sample().encode()[4..]);
+        assert_eq!(StoredResponse::decode(&bytes), Ok(traced.clone()));
+        assert_eq!(
+            Outcome::decode(&bytes),
+            Ok(Outcome::Response(traced.clone()))
+        );
+        assert_eq!(&sample().encode()[..4], b"IDR\x01");
+
+        let mut zeroed = bytes.clone();
+        zeroed[4..20].fill(0);
+        assert_eq!(
+            StoredResponse::decode(&zeroed),
+            Err(DecodeError::InvalidTraceContext)
+        );
+        assert_eq!(
+            StoredResponse::decode(&bytes[..20]),
+            Err(DecodeError::Truncated)
+        );
+    }
+
+    #[test]
     fn no_trailers_and_empty_trailers_are_different() {
         let none = StoredResponse::new(204);
         let mut empty = StoredResponse::new(204);
@@ -385,8 +444,8 @@ mod tests {
             Err(DecodeError::TrailingBytes(1))
         );
         assert_eq!(
-            Outcome::decode(b"IDR\x03"),
-            Err(DecodeError::UnsupportedVersion(3))
+            Outcome::decode(b"IDR\x04"),
+            Err(DecodeError::UnsupportedVersion(4))
         );
         assert_eq!(Outcome::decode(b"IDR"), Err(DecodeError::Truncated));
     }

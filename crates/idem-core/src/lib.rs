@@ -62,6 +62,7 @@ pub mod sealing;
 mod store;
 pub mod store_url;
 pub mod time_limit;
+mod trace_context;
 pub mod transition;
 
 pub use census::{CensusClaim, CensusTurn, Pace, Posted};
@@ -85,6 +86,7 @@ pub use memory::MemoryStore;
 pub use policy::{Ambiguous, InFlight, Policy};
 pub use record::{Outcome, Record, RecordState};
 pub use response::{OUTCOME_UNKNOWN_TYPE, StoredResponse};
+pub use trace_context::{InvalidTraceContext, TraceContext};
 pub use scope::{Address, InvalidScope, Scope};
 pub use store::{Acquisition, Store, Terms};
 

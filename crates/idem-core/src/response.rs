@@ -2,6 +2,8 @@
 
 use bytes::Bytes;
 
+use crate::TraceContext;
+
 /// The problem `type` (RFC 9457) that HTTP front ends answer an [`Outcome::Unknown`](crate::Outcome::Unknown)
 /// with, and that clients recognise it by.
 pub const OUTCOME_UNKNOWN_TYPE: &str = "urn:idem:problem:outcome-unknown";
@@ -35,6 +37,9 @@ pub struct StoredResponse {
     pub body: Bytes,
     /// The trailer lines, if the response had trailers.
     pub trailers: Option<Vec<(String, Bytes)>>,
+    /// The trace context of the execution that produced the response, when it was traced: a
+    /// replay's span links to it. Never sent to a client.
+    pub trace: Option<TraceContext>,
 }
 
 impl StoredResponse {
@@ -45,6 +50,7 @@ impl StoredResponse {
             headers: Vec::new(),
             body: Bytes::new(),
             trailers: None,
+            trace: None,
         }
     }
 
@@ -68,6 +74,13 @@ impl StoredResponse {
         self.trailers
             .get_or_insert_with(Vec::new)
             .push((name.into(), value.into()));
+        self
+    }
+
+    /// Sets the trace context of the execution that produced the response.
+    #[must_use]
+    pub fn trace(mut self, trace: TraceContext) -> Self {
+        self.trace = Some(trace);
         self
     }
 

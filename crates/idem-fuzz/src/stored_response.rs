@@ -120,6 +120,7 @@ impl Response {
             headers: fields(self.headers),
             body: Bytes::from(self.body),
             trailers: self.trailers.map(fields),
+            trace: None,
         }
     }
 }

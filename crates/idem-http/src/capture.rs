@@ -165,6 +165,7 @@ pub(crate) fn not_stored(status: StatusCode, headers: &HeaderMap, limit: usize) 
         headers: lines,
         body,
         trailers: None,
+        trace: None,
     }
 }
 
@@ -198,6 +199,7 @@ pub(crate) fn stored_whole(
         headers: header_lines(headers),
         body,
         trailers: trailers.map(trailer_lines),
+        trace: None,
     }
 }
 
@@ -245,6 +247,7 @@ fn replay<B>(stored: StoredResponse) -> Response<ResponseBody<B>> {
         headers: lines,
         body,
         trailers,
+        trace: _,
     } = stored;
     let mut headers = replay_headers(&lines);
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

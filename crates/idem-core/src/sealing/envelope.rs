@@ -177,6 +177,7 @@ pub(crate) fn seal(
         headers: Vec::new(),
         body: Bytes::from(body),
         trailers: None,
+        trace: None,
     })
 }
 
