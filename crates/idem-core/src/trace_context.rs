@@ -33,7 +33,11 @@ pub struct InvalidTraceContext;
 impl TraceContext {
     /// The context of span `span_id` in trace `trace_id`, with the trace `flags` (`0x01`:
     /// sampled). An id of all zeroes is invalid, as W3C says.
-    pub fn new(trace_id: [u8; 16], span_id: [u8; 8], flags: u8) -> Result<Self, InvalidTraceContext> {
+    pub fn new(
+        trace_id: [u8; 16],
+        span_id: [u8; 8],
+        flags: u8,
+    ) -> Result<Self, InvalidTraceContext> {
         if trace_id == [0; 16] || span_id == [0; 8] {
             return Err(InvalidTraceContext);
         }
@@ -89,7 +93,9 @@ impl fmt::Display for TraceContext {
     /// The `traceparent` header's value.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("00-")?;
-        self.trace_id.iter().try_for_each(|b| write!(f, "{b:02x}"))?;
+        self.trace_id
+            .iter()
+            .try_for_each(|b| write!(f, "{b:02x}"))?;
         f.write_str("-")?;
         self.span_id.iter().try_for_each(|b| write!(f, "{b:02x}"))?;
         write!(f, "-{:02x}", self.flags)
@@ -151,7 +157,11 @@ mod tests {
             "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
             "00-0af7651916cd43dd8448eb211c80319c-b7ad6b716920333g-01",
         ] {
-            assert_eq!(bad.parse::<TraceContext>(), Err(InvalidTraceContext), "{bad:?}");
+            assert_eq!(
+                bad.parse::<TraceContext>(),
+                Err(InvalidTraceContext),
+                "{bad:?}"
+            );
         }
     }
 }

@@ -20,6 +20,8 @@
 //! | [`relay`] | `idem relay`: a transactional outbox published to a broker |
 //! | [`demo`] | `idem demo`: payments through a lossy network, with and without the gateway |
 //! | [`error`] | [`Error`], one enum per concern, and the problems (RFC 9457) the gateway answers with |
+//! | `telemetry` | traces: W3C trace context taken from and put into headers, spans exported over OTLP |
+//! | `tls` | the process's rustls provider, for its HTTPS clients |
 //! | `units` | the [`HumanDuration`] and [`ByteSize`] that flags and config files are written in |
 //!
 //! The flags, the config file and what the gateway can and cannot guarantee are described in
@@ -50,6 +52,8 @@ pub mod serve;
 pub mod store;
 
 mod admin;
+mod telemetry;
+mod tls;
 mod units;
 
 pub use admin::AdminToken;

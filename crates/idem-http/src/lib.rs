@@ -102,6 +102,7 @@ mod request;
 mod service;
 mod settings;
 mod stream;
+mod trace;
 #[cfg(test)]
 mod test_support;
 

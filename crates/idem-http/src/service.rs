@@ -46,7 +46,8 @@ use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::SizeHint;
 use idem_core::{
     Address, Ambiguous, Engine, Execution, FencingToken, Fingerprint, Followed, InFlight, Lease,
-    NotRun, OnSettled, Rest, RunOutcome, Settled, Store, StoreError, WaitSlot, time_limit::bounded,
+    NotRun, OnSettled, Rest, RunOutcome, Settled, Store, StoreError, TraceContext, WaitSlot,
+    time_limit::bounded,
 };
 use tower::Service;
 
@@ -60,7 +61,7 @@ use crate::{
     problem::Rejection,
     request,
     settings::Settings,
-    stream,
+    stream, trace,
 };
 
 type BoxError = Box<dyn Error + Send + Sync>;
@@ -377,6 +378,7 @@ where
             end,
             slot,
         } = joined;
+        drop(trace::replay_span(digest, None));
         let following = Counted::new(&shared.requests().stream_joiners);
         let held = Box::new((slot, following));
         let body = ResponseBody::streamed(prefix, chunks, end, SizeHint::new(), Some(held));
@@ -419,6 +421,7 @@ where
     let ran = match ran {
         Ok(Followed::Ran(outcome)) => Ok(outcome),
         Ok(Followed::Following { value: found, slot }) => {
+            drop(trace::replay_span(digest, None));
             return (
                 RequestOutcome::Replayed,
                 Ok(followed(shared, address, found, slot)),
@@ -429,13 +432,15 @@ where
     match ran {
         Ok(RunOutcome::Executed(answer)) => (RequestOutcome::Executed, answer),
         Ok(RunOutcome::Replayed(mut stored)) => {
+            let span = trace::replay_span(digest, Some(&stored));
             match &mut stored {
                 // Records stored before cookies were dropped at store time may still hold some.
                 idem_core::Outcome::Response(stored) if anonymous => drop_cookies(stored),
                 idem_core::Outcome::Response(_) => {}
                 idem_core::Outcome::Unknown => shared.requests().count_outcome_unknown(),
             }
-            (RequestOutcome::Replayed, Ok(replay_outcome(stored)))
+            let replayed = span.in_scope(|| replay_outcome(stored));
+            (RequestOutcome::Replayed, Ok(replayed))
         }
         Ok(RunOutcome::InFlight { retry_after }) => rejected(
             RequestOutcome::Conflict,
@@ -554,6 +559,8 @@ where
     ResBody::Error: Into<BoxError>,
 {
     let ambiguous = shared.engine.policy().ambiguous;
+    // Taken in the engine's `idem.execute` span, to keep with the response.
+    let trace = trace::current();
     if let Some(name) = &shared.settings.fencing_header {
         request
             .headers_mut()
@@ -595,7 +602,7 @@ where
     };
     let limit = shared.settings.max_stored_response;
     if response.body().size_hint().exact().is_none() {
-        return streamed(shared, response, keyed, token);
+        return streamed(shared, response, keyed, token, trace);
     }
     let anonymous = keyed.anonymous;
     let status = response.status();
@@ -606,6 +613,7 @@ where
             if anonymous {
                 drop_cookies(&mut stored);
             }
+            stored.trace = trace;
             (response, stored)
         });
     match captured {
@@ -636,6 +644,7 @@ fn streamed<St, B, E>(
     response: Response<B>,
     keyed: Keyed,
     token: FencingToken,
+    trace: Option<TraceContext>,
 ) -> Execution<Answer<B, E>>
 where
     St: Store,
@@ -683,6 +692,7 @@ where
                 if anonymous {
                     drop_cookies(&mut stored);
                 }
+                stored.trace = trace;
                 let execution = if is_ambiguous(status) {
                     Execution::Ambiguous {
                         response: stored,

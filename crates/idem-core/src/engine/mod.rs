@@ -23,6 +23,7 @@ use std::{
 use futures_util::{FutureExt, future::OptionFuture};
 use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::task::{TaskTracker, task_tracker::TrackedFuture};
+use tracing::{Instrument as _, Span, field::Empty};
 
 use self::{execution::Settlement, waiters::Waiters};
 pub use self::{
@@ -457,11 +458,19 @@ impl<S: Store> Inner<S> {
         Fut: Future<Output = Execution<T>> + Send,
     {
         let terms = Terms::from(&self.policy);
+        let acquire = tracing::debug_span!(
+            "idem.acquire",
+            idem.key_digest = %address.key.digest(),
+            idem.outcome = Empty,
+        );
         let acquisition = within(
             self.policy.store_call_limit(),
             self.store.acquire(&address, &fingerprint, terms),
         )
+        .instrument(acquire.clone())
         .await;
+        acquire.record("idem.outcome", acquired(&acquisition));
+        drop(acquire);
         let lease = match acquisition {
             Ok(Acquisition::Acquired(lease)) => lease,
             Ok(Acquisition::Completed(outcome)) => {
@@ -484,33 +493,48 @@ impl<S: Store> Inner<S> {
             return Attempt::Done(RunOutcome::Replayed(Outcome::Unknown));
         }
         let (input, work) = work;
-        let work = match std::panic::catch_unwind(AssertUnwindSafe(|| work(input, lease))) {
+        let execute = tracing::debug_span!(
+            "idem.execute",
+            idem.key_digest = %address.key.digest(),
+            idem.fencing_token = lease.token.get(),
+            idem.outcome = Empty,
+        );
+        let called =
+            execute.in_scope(|| std::panic::catch_unwind(AssertUnwindSafe(|| work(input, lease))));
+        let work = match called {
             Ok(work) => work,
             Err(panic) => {
+                execute.record("idem.outcome", "panicked");
+                drop(execute);
                 self.settle(&address, lease, Settlement::Release).await;
                 self.waiters.notify(&address);
                 return Attempt::Panicked(panic);
             }
         };
         // Pinned here, where it stays: every move would copy the whole future.
-        match self.supervise(&address, lease, pin!(work)).await {
+        match self.supervise(&address, lease, pin!(work), execute).await {
             Ok(value) => Attempt::Done(RunOutcome::Executed(value)),
             Err(panic) => Attempt::Panicked(panic),
         }
     }
-    /// Runs the work while renewing its lease, then records its result; a
+    /// Runs the work in its `execute` span while renewing its lease, then records its result; a
     /// [streamed](Execution::Streaming) one in a task of its own, once the caller has its value.
     async fn supervise<T>(
         self: &Arc<Self>,
         address: &Address,
         lease: Lease,
         work: Pin<&mut (impl Future<Output = Execution<T>> + Send)>,
+        execute: Span,
     ) -> Result<T, Panic> {
         let outcome = tokio::select! {
-            outcome = AssertUnwindSafe(work).catch_unwind() => outcome,
+            outcome = AssertUnwindSafe(work).catch_unwind().instrument(execute.clone()) => outcome,
             never = self.heartbeat(address, lease) => match never {},
         };
-        let (result, settlement) = match outcome.map(|e| e.settle(self.policy.ambiguous)) {
+        let settled = outcome.map(|e| e.settle(self.policy.ambiguous));
+        execute.record("idem.outcome", executed(&settled));
+        // The span ends with the work; recording the result is a span of its own.
+        drop(execute);
+        let (result, settlement) = match settled {
             Ok(Ok((value, settlement))) => (Ok(value), settlement),
             Ok(Err((value, rest))) => {
                 let (inner, address) = (Arc::clone(self), address.clone());
@@ -608,6 +632,31 @@ impl<S: Store> Inner<S> {
     /// The lease is counted from the first failure, so that a result recorded at once reads no
     /// clock.
     async fn settle(&self, address: &Address, lease: Lease, settlement: Settlement) -> Settled {
+        let complete = tracing::debug_span!(
+            "idem.complete",
+            idem.key_digest = %address.key.digest(),
+            idem.fencing_token = lease.token.get(),
+            idem.settlement = match &settlement {
+                Settlement::Complete(Outcome::Response(_)) => "response",
+                Settlement::Complete(Outcome::Unknown) => "unknown",
+                Settlement::Release => "release",
+            },
+            idem.outcome = Empty,
+        );
+        let settled = self
+            .record(address, lease, settlement)
+            .instrument(complete.clone())
+            .await;
+        let recorded = match settled {
+            Settled::Done => "recorded",
+            Settled::NotDone => "not_recorded",
+        };
+        complete.record("idem.outcome", recorded);
+        settled
+    }
+
+    /// [`settle`](Self::settle)'s work, in its span.
+    async fn record(&self, address: &Address, lease: Lease, settlement: Settlement) -> Settled {
         let mut deadline = None;
         let mut pause = SETTLE_BACKOFF.0;
         loop {
@@ -686,3 +735,26 @@ fn next_tick(fired: Instant, every: Duration, now: Instant) -> Instant {
 
 #[cfg(test)]
 mod tests;
+
+/// The `idem.outcome` of an `idem.acquire` span.
+fn acquired(acquisition: &Result<Acquisition, StoreError>) -> &'static str {
+    match acquisition {
+        Ok(Acquisition::Acquired(lease)) if lease.took_over => "taken_over",
+        Ok(Acquisition::Acquired(_)) => "acquired",
+        Ok(Acquisition::Completed(_)) => "completed",
+        Ok(Acquisition::InFlight { .. }) => "in_flight",
+        Ok(Acquisition::Mismatch) => "mismatch",
+        Err(_) => "store_error",
+    }
+}
+
+/// The `idem.outcome` of an `idem.execute` span: what becomes of the key.
+fn executed<T>(settled: &Result<Result<(T, Settlement), (T, Rest)>, Panic>) -> &'static str {
+    match settled {
+        Ok(Ok((_, Settlement::Complete(Outcome::Response(_))))) => "response",
+        Ok(Ok((_, Settlement::Complete(Outcome::Unknown)))) => "unknown",
+        Ok(Ok((_, Settlement::Release))) => "released",
+        Ok(Err(_)) => "streaming",
+        Err(_) => "panicked",
+    }
+}

@@ -420,7 +420,7 @@ pub struct DeliverArgs {
     pub log: LogArgs,
 }
 
-/// Parses `--to`: an http:// or https:// URL.
+/// Parses `--to` and `--otlp-endpoint`: an http:// or https:// URL.
 fn endpoint_url(url: &str) -> Result<reqwest::Url, String> {
     let parsed = reqwest::Url::parse(url).map_err(|error| format!("{error}"))?;
     match parsed.scheme() {
@@ -429,7 +429,8 @@ fn endpoint_url(url: &str) -> Result<reqwest::Url, String> {
     }
 }
 
-/// `--log-format` and `--log-level`, for the subcommands that run until stopped.
+/// `--log-format`, `--log-level` and `--otlp-endpoint`, for the subcommands that run until
+/// stopped.
 #[derive(Debug, Clone, Args)]
 pub struct LogArgs {
     /// Log lines as text or as JSON objects.
@@ -443,4 +444,13 @@ pub struct LogArgs {
         default_value = "info"
     )]
     pub log_level: String,
+    /// Export traces over OTLP/HTTP to this collector (`/v1/traces` is appended), continuing
+    /// each request's or message's W3C `traceparent`; off when unset.
+    #[arg(
+        long,
+        env = "OTEL_EXPORTER_OTLP_ENDPOINT",
+        value_name = "URL",
+        value_parser = endpoint_url
+    )]
+    pub otlp_endpoint: Option<reqwest::Url>,
 }

@@ -383,11 +383,21 @@ fn fencing_header_taken(
 /// SIGINT, then shuts down gracefully.
 pub async fn serve(args: &ServeArgs) -> Result<(), Error> {
     let config = Config::try_from(args)?;
-    logging::init(args.log.log_format, &args.log.log_level)?;
+    let log = &args.log;
+    let tracing = logging::start(
+        log.log_format,
+        &log.log_level,
+        log.otlp_endpoint.as_ref(),
+        "idem-serve",
+    )?;
     // Installed before the sockets are bound, so that a signal sent as soon as the gateway says
     // it listens is not lost.
     let shutdown = shutdown_signal();
-    Gateway::bind(config).await?.run(shutdown).await
+    let served = async { Gateway::bind(config).await?.run(shutdown).await }.await;
+    if let Some(tracing) = tracing {
+        tracing.shutdown().await;
+    }
+    served
 }
 
 #[cfg(test)]

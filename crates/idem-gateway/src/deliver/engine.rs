@@ -306,7 +306,7 @@ struct Counts {
 
 impl Shared {
     fn new(deliverer: Deliverer, stop: CancellationToken) -> Self {
-        super::tls::install_ring_provider();
+        crate::tls::install_ring_provider();
         let http = reqwest::Client::builder()
             .timeout(deliverer.request_timeout)
             .connect_timeout(deliverer.request_timeout.min(Duration::from_secs(10)))

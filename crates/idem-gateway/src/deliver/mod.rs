@@ -25,7 +25,6 @@
 
 mod engine;
 mod event;
-mod tls;
 
 use axum::{Router, routing::get};
 use idem_messaging::SubscribeOptions;
@@ -83,11 +82,14 @@ pub async fn run(args: DeliverArgs) -> Result<(), Error> {
         shutdown,
         metrics,
         listener,
+        tracing,
     } = command::start(
         args.admin_listen,
         args.admin_token_file.as_deref(),
         args.log.log_format,
         &args.log.log_level,
+        args.log.otlp_endpoint.as_ref(),
+        "idem-deliver",
     )
     .await?;
     let admin = admin_server::spawn(
@@ -101,6 +103,9 @@ pub async fn run(args: DeliverArgs) -> Result<(), Error> {
     shutdown.cancel();
     if let Err(error) = admin.await {
         tracing::warn!(%error, "the admin listener failed");
+    }
+    if let Some(tracing) = tracing {
+        tracing.shutdown().await;
     }
     Ok(())
 }

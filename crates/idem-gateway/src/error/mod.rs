@@ -268,6 +268,16 @@ pub enum StartupError {
         #[source]
         source: tracing_subscriber::filter::ParseError,
     },
+    /// The trace exporter of `--otlp-endpoint` could not be built (an endpoint the OTLP client
+    /// refuses, or a bad `OTEL_EXPORTER_OTLP_*` setting).
+    #[error("cannot export traces to {endpoint}")]
+    TraceExporter {
+        /// The endpoint traces go to.
+        endpoint: String,
+        /// Why.
+        #[source]
+        source: opentelemetry_otlp::ExporterBuildError,
+    },
     /// `idem relay` could not start: its database could not be reached, or its outbox migrated.
     #[error(transparent)]
     Relay(#[from] idem_messaging::Error),

@@ -33,9 +33,12 @@ use tokio::time::Instant;
 
 use self::pool::Pool;
 pub use self::{body::UpstreamBody, upstream::Upstream};
-use crate::error::{
-    UpstreamError as Error,
-    problem::{Problem, UpstreamRejection},
+use crate::{
+    error::{
+        UpstreamError as Error,
+        problem::{Problem, UpstreamRejection},
+    },
+    telemetry,
 };
 
 /// Default of `--upstream-max-idle`: connections to the upstream kept open for the next request.
@@ -231,6 +234,9 @@ impl Proxy {
             }
         }
         headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+        // The upstream continues the trace from the span it is called in (the layer's
+        // `idem.execute`, or the request's own span when it passes through).
+        telemetry::inject(headers);
         match client_host {
             Some(host) => headers.insert(&X_FORWARDED_HOST, host),
             None => headers.remove(&X_FORWARDED_HOST),

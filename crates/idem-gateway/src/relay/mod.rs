@@ -49,11 +49,14 @@ pub async fn run(args: RelayArgs) -> Result<(), Error> {
         shutdown,
         metrics,
         listener,
+        tracing,
     } = command::start(
         args.admin_listen,
         args.admin_token_file.as_deref(),
         args.log.log_format,
         &args.log.log_level,
+        args.log.otlp_endpoint.as_ref(),
+        "idem-relay",
     )
     .await?;
     let outbox_probe = admin::OutboxProbe::new();
@@ -95,6 +98,9 @@ pub async fn run(args: RelayArgs) -> Result<(), Error> {
     shutdown.cancel();
     if let Err(error) = admin.await {
         tracing::warn!(%error, "the admin listener failed");
+    }
+    if let Some(tracing) = tracing {
+        tracing.shutdown().await;
     }
     Ok(relayed.map_err(StartupError::Relay)?)
 }

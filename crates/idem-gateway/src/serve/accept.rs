@@ -13,6 +13,7 @@ use hyper_util::{
 use idem_http::Idempotency;
 use tokio::net::TcpListener;
 use tower::{Service, ServiceExt};
+use tracing::{Instrument as _, Span};
 
 use super::{
     connections::{Activity, Connections},
@@ -21,6 +22,7 @@ use super::{
 use crate::{
     proxy::{self, Proxy, RequestTiming},
     store::GatewayStore,
+    telemetry,
 };
 
 /// The most requests at once on one HTTP/2 client connection.
@@ -81,7 +83,8 @@ pub(super) async fn until_shutdown(
             // same request.
             proxy::remove_hop_by_hop_at_ingress(request.headers_mut());
             let line = RequestLine::begin(&request, &key_header);
-            let answered = answer(service.clone(), request, line, timing.clone());
+            let span = telemetry::is_on().then(|| telemetry::server_span(&request));
+            let answered = answer(service.clone(), request, line, timing.clone(), span);
             async move { Ok::<_, Infallible>(busy.response(answered.await?)) }
         });
         let connection = builder
@@ -91,13 +94,14 @@ pub(super) async fn until_shutdown(
     }
 }
 
-/// Answers one request, then records its time to the response head in `timing`, and writes its
-/// log `line` if request lines are logged.
+/// Answers one request, in its server `span` when traces are exported, then records its time to
+/// the response head in `timing`, and writes its log `line` if request lines are logged.
 async fn answer<S, B>(
     service: S,
     request: Request<Body>,
     line: Option<RequestLine>,
     timing: RequestTiming,
+    span: Option<Span>,
 ) -> Result<Response<Body>, Infallible>
 where
     S: Service<Request<Body>, Response = Response<B>, Error = Infallible>,
@@ -105,7 +109,13 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let start = tokio::time::Instant::now();
-    let Ok(response) = service.oneshot(request).await;
+    let Ok(response) = match &span {
+        None => service.oneshot(request).await,
+        Some(span) => service.oneshot(request).instrument(span.clone()).await,
+    };
+    if let Some(span) = &span {
+        telemetry::record_response(span, &response);
+    }
     let response = response.map(Body::new);
     timing.record(start.elapsed(), &response);
     if let Some(line) = line {

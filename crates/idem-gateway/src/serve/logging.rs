@@ -8,13 +8,16 @@ use std::io::IsTerminal;
 use http::{HeaderName, HeaderValue, Method, Request, Response, Uri};
 use idem_core::IdempotencyKey;
 use idem_http::{Delivery, RequestKey, RequestOutcome};
+use reqwest::Url;
 use tokio::time::Instant;
 use tracing::Level;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::{
+    EnvFilter, Layer as _, layer::SubscriberExt as _, util::SubscriberInitExt as _,
+};
 
 use clap::ValueEnum;
 
-use crate::{Error, error::StartupError};
+use crate::{Error, error::StartupError, telemetry::Tracing};
 
 /// `--log-format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -29,20 +32,51 @@ pub enum LogFormat {
 ///
 /// `filter` uses `tracing`'s directive syntax: `info`, or `idem_gateway=debug,warn`.
 pub fn init(format: LogFormat, filter: &str) -> Result<(), Error> {
+    start(format, filter, None, "idem").map(drop)
+}
+
+/// Installs the global tracing subscriber, writing to standard output, and, given an OTLP
+/// endpoint, the trace exporter of the process, named `service`: the caller
+/// shuts it down once its work is done, so that the last spans are sent.
+///
+/// `filter` filters the logs only: the exporter takes every span of idem's crates.
+pub(crate) fn start(
+    format: LogFormat,
+    filter: &str,
+    otlp_endpoint: Option<&Url>,
+    service: &'static str,
+) -> Result<Option<Tracing>, Error> {
     let filter = EnvFilter::try_new(filter).map_err(|source| StartupError::InvalidLogFilter {
         filter: filter.to_owned(),
         source,
     })?;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stdout().is_terminal())
-        .with_writer(std::io::stdout);
-    // Another subscriber may be installed already (tests, `idem demo`): keep it.
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    let ansi = std::io::stdout().is_terminal();
+    let Some(endpoint) = otlp_endpoint else {
+        let builder = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(ansi)
+            .with_writer(std::io::stdout);
+        // Another subscriber may be installed already (tests, `idem demo`): keep it.
+        let _ = match format {
+            LogFormat::Text => builder.try_init(),
+            LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        };
+        return Ok(None);
     };
-    Ok(())
+    let logs = tracing_subscriber::fmt::layer()
+        .with_ansi(ansi)
+        .with_writer(std::io::stdout);
+    let logs = match format {
+        LogFormat::Text => logs.boxed(),
+        LogFormat::Json => logs.json().flatten_event(true).boxed(),
+    };
+    let (tracing, spans) = Tracing::start(endpoint, service)?;
+    let _ = tracing_subscriber::registry()
+        .with(logs.with_filter(filter))
+        .with(spans)
+        .try_init();
+    tracing::info!(endpoint = %endpoint, "exporting traces over OTLP");
+    Ok(Some(tracing))
 }
 
 /// One request's log line at `info` (target `idem::request`), begun when the request arrives.

@@ -2,15 +2,10 @@
 //! strict Content-Security-Policy, with files that name no other origin. (What the pages show
 //! is checked in a browser by `scripts/browser-test/run`.)
 
-use std::{
-    process::{Child, Stdio},
-    time::Duration,
-};
-
 use crate::{
     admin::{send_with, token_file},
     servers::free_port,
-    support::{Client, Gateway, Reply, Upstream, idem_command},
+    support::{Client, Gateway, Reply, Running, Upstream, idem_command},
 };
 
 const POLICY: &str =
@@ -116,39 +111,6 @@ async fn the_dashboard_is_a_page_to_read_not_to_post_to() {
     assert!(head.body.is_empty());
 }
 
-/// An `idem relay` or `idem deliver` process, killed when dropped.
-struct Running(Child);
-
-impl Running {
-    /// Runs `idem` with `args`, quietly, and waits (up to 10 s) until its admin listener at
-    /// `admin` accepts connections.
-    async fn start(args: &[&str], admin: &str) -> Self {
-        let running = Self(
-            idem_command()
-                .args(args)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
-        for _ in 0..200 {
-            if tokio::net::TcpStream::connect(admin).await.is_ok() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        running
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_relay_dashboard_needs_no_token_and_the_api_still_does() {
     let (dir, path) = token_file("relay-dashboard-token");
@@ -187,36 +149,17 @@ async fn the_deliver_dashboard_needs_no_token_and_the_api_still_does() {
     let (_dir, path) = token_file("deliver-dashboard-token");
     let admin = format!("127.0.0.1:{}", free_port());
     // Its broker out of reach (it keeps subscribing): enough for its admin listener.
-    let _deliver = Running(
-        idem_command()
-            .args([
-                "deliver",
-                "--broker",
-                "nats://127.0.0.1:9",
-                "--from",
-                "orders.>",
-            ])
-            .args([
-                "--to",
-                "http://127.0.0.1:9/events",
-                "--admin-listen",
-                &admin,
-            ])
-            .args(["--admin-token-file", &path, "--log-level", "off"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut command = idem_command();
+    command
+        .args(["deliver", "--broker", "nats://127.0.0.1:9"])
+        .args(["--from", "orders.>", "--to", "http://127.0.0.1:9/events"])
+        .args(["--admin-listen", &admin])
+        .args(["--admin-token-file", &path, "--log-level", "off"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let _deliver = Running::spawn(command, &admin).await;
     let base = format!("http://{admin}");
     let client = Client::new();
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(&admin).await.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 
     assert_dashboard(&client, &base, "deliver").await;
     let metrics = send_with(&client, "GET", format!("{base}/metrics"), None).await;

@@ -34,3 +34,4 @@ mod support;
 mod tenancy;
 mod tls;
 mod tls_servers;
+mod traces;

@@ -7,7 +7,7 @@
 //! not claim while the first of their key is pending.
 
 use std::{
-    process::{Child, Stdio},
+    process::Stdio,
     sync::Arc,
     time::{Duration, SystemTime},
 };
@@ -28,7 +28,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use crate::{
     servers::free_port,
-    support::{Reply, idem_command},
+    support::{Reply, Running, idem_command},
 };
 
 /// How long a test waits for something that should happen in milliseconds.
@@ -265,15 +265,5 @@ impl Publisher for Silent {
     async fn publish_batch(&self, _: &[Envelope]) -> Confirmations {
         self.0.notify_one();
         std::future::pending().await
-    }
-}
-
-/// A child process, killed when dropped.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }

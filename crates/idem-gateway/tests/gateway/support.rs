@@ -319,6 +319,42 @@ pub(crate) fn idem(args: &[&str]) -> Output {
     }
 }
 
+/// An `idem` process (`relay`, `deliver`, …), killed when dropped.
+pub(crate) struct Running(pub(crate) Child);
+
+impl Running {
+    /// Runs `idem` with `args`, quietly, and waits (up to 10 s) until its admin listener at
+    /// `admin` accepts connections.
+    pub(crate) async fn start(args: &[&str], admin: &str) -> Self {
+        let mut command = idem_command();
+        command
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        Self::spawn(command, admin).await
+    }
+
+    /// Runs `command`, and waits (up to 10 s) until its admin listener at `admin` accepts
+    /// connections.
+    pub(crate) async fn spawn(mut command: Command, admin: &str) -> Self {
+        let running = Self(command.stdin(Stdio::null()).spawn().unwrap());
+        for _ in 0..200 {
+            if tokio::net::TcpStream::connect(admin).await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        running
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `idem serve` as a child process on free loopback ports, killed when dropped.
 pub(crate) struct Gateway {
     child: Child,
