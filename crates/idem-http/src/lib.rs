@@ -83,6 +83,12 @@
 //! - `clap`: derives [`clap::ValueEnum`](https://docs.rs/clap) for [`OnStoreError`] and
 //!   [`Anonymous`] (and, through idem-core's `clap` feature, for its
 //!   [`Ambiguous`](idem_core::Ambiguous) and [`FingerprintMode`](idem_core::FingerprintMode)), so that a command line can take them as they are.
+//! - `opentelemetry`: with a `tracing-opentelemetry` layer in the application's subscriber, the
+//!   response of an execution keeps that execution's W3C trace context in the store, and the
+//!   `idem.replay` span of every retry links to it. The layer's spans (`idem.acquire`,
+//!   `idem.execute`, `idem.complete`, `idem.replay`, at the `debug` level, with the key's digest
+//!   and the outcome) exist with or without it; it adds the OpenTelemetry API only (the
+//!   application brings the SDK and its exporter).
 //! - `tonic`: implements [`FromBytes`] for `tonic::body::Body`, so that the layer can wrap a
 //!   tonic server (gRPC trailers are stored and replayed with the response).
 

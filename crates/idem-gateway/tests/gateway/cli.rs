@@ -100,6 +100,11 @@ fn bad_command_lines_fail_with_one_line() {
         fails(&["frobnicate"], 2),
         "error: unrecognized subcommand 'frobnicate'"
     );
+    assert_eq!(
+        fails(&with(&["--otlp-endpoint", "collector:4318"]), 2),
+        "error: invalid value 'collector:4318' for '--otlp-endpoint <URL>': expected an http:// \
+         or https:// URL"
+    );
 }
 
 #[test]
