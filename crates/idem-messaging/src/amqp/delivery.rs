@@ -5,6 +5,7 @@ use lapin::{
     Acker,
     message::Delivery,
     options::{BasicAckOptions, BasicNackOptions, BasicRejectOptions},
+    types::AMQPValue,
 };
 
 use crate::{BoxError, Incoming};
@@ -16,6 +17,14 @@ impl Incoming for Delivery {
 
     fn payload(&self) -> &[u8] {
         &self.data
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        match self.properties.headers().as_ref()?.inner().get(name)? {
+            AMQPValue::LongString(text) => std::str::from_utf8(text.as_bytes()).ok(),
+            AMQPValue::ShortString(text) => Some(text.as_str()),
+            _ => None,
+        }
     }
 
     async fn ack(self) -> Result<(), BoxError> {

@@ -162,6 +162,16 @@ pub trait Incoming: Send + Sync + Sized {
     /// The payload.
     fn payload(&self) -> &[u8];
 
+    /// The value of the header `name`, if the message has it as text (of a name given more than
+    /// once, the last): RabbitMQ's header table, NATS's and Kafka's headers, SQS's message
+    /// attributes, a [`Received`](crate::Received)'s headers; names compared exactly. With the
+    /// `opentelemetry` feature, [`Inbox::consume`](crate::Inbox::consume) reads the W3C trace
+    /// context (`traceparent`, `tracestate`) through it. `None` unless implemented.
+    fn header(&self, name: &str) -> Option<&str> {
+        let _ = name;
+        None
+    }
+
     /// Tells the broker the message is done with: it is not delivered again.
     fn ack(self) -> impl Future<Output = Result<(), BoxError>> + Send;
 

@@ -204,6 +204,15 @@ impl Incoming for Received {
         &self.message.payload
     }
 
+    fn header(&self, name: &str) -> Option<&str> {
+        self.message
+            .headers
+            .iter()
+            .rev()
+            .find(|(header, _)| header == name)
+            .map(|(_, value)| value.as_str())
+    }
+
     async fn ack(self) -> Result<(), BoxError> {
         self.settle.ack().await
     }
@@ -297,6 +306,22 @@ mod tests {
         let refused = received(&message).reject().await.unwrap_err();
         assert!(matches!(refused, Error::Settle(_)), "{refused:?}");
         assert_eq!(*settled.lock().unwrap(), ["ack", "requeue", "reject"]);
+    }
+
+    #[test]
+    fn a_received_message_reads_the_last_header_of_a_name_as_it_was_spelled() {
+        let mut message = Message::new("orders", "{}");
+        message.headers = [
+            ("traceparent", "old"),
+            ("Trace", "x"),
+            ("traceparent", "new"),
+        ]
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .to_vec();
+        let received = Received::new(message, Recorded(Arc::default()));
+        assert_eq!(received.header("traceparent"), Some("new"));
+        assert_eq!(received.header("Trace"), Some("x"));
+        assert_eq!(received.header("trace"), None);
     }
 
     #[tokio::test]

@@ -118,9 +118,14 @@ pub(super) fn seek_back<X: ConsumerContext>(
 
 /// The producer's id among `headers`: the value of the last `message-id` header, if it is text.
 pub(super) fn message_id<H: Headers>(headers: &H) -> Option<&str> {
+    header(headers, MESSAGE_ID_HEADER)
+}
+
+/// The value of the last header `name` among `headers`, if it is text.
+fn header<'h, H: Headers>(headers: &'h H, name: &str) -> Option<&'h str> {
     headers
         .iter()
-        .filter(|header| header.key == MESSAGE_ID_HEADER)
+        .filter(|header| header.key == name)
         .last()
         .and_then(|header| std::str::from_utf8(header.value?).ok())
 }
@@ -132,6 +137,10 @@ impl<C: Consumer + Send + Sync> Incoming for KafkaMessage<C> {
 
     fn payload(&self) -> &[u8] {
         self.message.payload().unwrap_or_default()
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        header(self.message.headers()?, name)
     }
 
     async fn ack(self) -> Result<(), BoxError> {

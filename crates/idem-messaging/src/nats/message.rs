@@ -19,6 +19,16 @@ impl Incoming for Message {
         &self.payload
     }
 
+    fn header(&self, name: &str) -> Option<&str> {
+        // Not `HeaderMap::get`, which panics on a name NATS would not allow.
+        let (_, values) = self
+            .headers
+            .as_ref()?
+            .iter()
+            .find(|(header, _)| AsRef::<str>::as_ref(*header) == name)?;
+        values.last().map(|value| value.as_str())
+    }
+
     async fn ack(self) -> Result<(), BoxError> {
         Message::ack(&self).await
     }

@@ -156,6 +156,10 @@ impl Incoming for SqsMessage {
         self.message.body().unwrap_or_default().as_bytes()
     }
 
+    fn header(&self, name: &str) -> Option<&str> {
+        self.message.message_attributes()?.get(name)?.string_value()
+    }
+
     async fn ack(self) -> Result<(), BoxError> {
         self.delete().await
     }

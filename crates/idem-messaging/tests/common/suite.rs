@@ -265,10 +265,15 @@ async fn published<D: TestDb>(schema: &D, outbox: &Outbox<D::DB>) {
 }
 
 /// Two messages published in one batch are confirmed, and reach a consumer in order with the
-/// outbox ids as their message ids and their payloads intact.
+/// outbox ids as their message ids, their payloads intact, and their headers readable through
+/// [`Incoming::header`].
 pub async fn a_confirmed_publish_reaches_the_consumer_with_its_id<B: Broker, D: TestDb>(broker: B) {
+    let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     let batch = [
-        envelope("m-1", message(&broker, "one")),
+        envelope(
+            "m-1",
+            message(&broker, "one").header("traceparent", traceparent),
+        ),
         envelope("m-2", message(&broker, "two")),
     ];
     let confirmations = broker.publisher().publish_batch(&batch).await;
@@ -281,11 +286,14 @@ pub async fn a_confirmed_publish_reaches_the_consumer_with_its_id<B: Broker, D: 
         (first.message_id(), first.payload()),
         (Some("m-1"), &b"one"[..])
     );
+    // A header reads as it was published (the inbox continues a trace from it).
+    assert_eq!(first.header("traceparent"), Some(traceparent));
     let second = next(&broker, &mut consumer).await;
     assert_eq!(
         (second.message_id(), second.payload()),
         (Some("m-2"), &b"two"[..])
     );
+    assert_eq!(second.header("traceparent"), None);
     first.ack().await.unwrap();
     second.ack().await.unwrap();
 }
