@@ -20,6 +20,9 @@
 //!   feature (`sqs::SqsPublisher`, and `sqs::SqsConsumer`'s `sqs::SqsMessage`).
 //! - [`BrokerUrl`]: a broker chosen by URL, its publisher built at run time. The `idem relay`
 //!   command (the `idem-gateway` crate) runs a relay as a process of its own with it.
+//! - Traces: the relay's `idem.publish` and the inbox's `idem.consume` spans; with the
+//!   `opentelemetry` feature, the W3C trace context of the enqueuing span travels with each
+//!   message through the outbox, the relay and the broker to the consumer's span.
 //!
 //! Together they give **effectively-once** effects for what a consumer writes in its inbox
 //! transaction, and **at-least-once** for everything else it does. `docs/messaging.md` in the
@@ -97,6 +100,7 @@ mod relay;
 mod sql;
 #[cfg(feature = "sqs")]
 pub mod sqs;
+mod trace;
 
 pub use broker::{
     BoxPublisher, Confirmations, DynPublisher, Incoming, InvalidBrokerUrl, PublishError, Publisher,

@@ -1004,3 +1004,35 @@ async fn a_relay_finds_an_enqueued_message_when_it_polls<S: Store>(store: S) {
     task.await.unwrap();
     assert_eq!(store.outbox().pending(store.pool()).await.unwrap(), 0);
 }
+
+/// No propagator is set in this binary: the relay's spans are recorded, but it reads and writes
+/// no trace header, and the message goes out as it was stored, byte for byte.
+#[cfg(feature = "opentelemetry")]
+#[tokio::test]
+async fn without_a_propagator_a_traced_relay_publishes_the_headers_as_stored() {
+    use common::traces::{TRACEPARENT, Traces, attribute};
+
+    let traces = Traces::start();
+    let store = Lite::new().await;
+    let message = OutboxMessage::new("orders.paid", "1")
+        .header("traceparent", TRACEPARENT)
+        .header("tracestate", "congo=t61rcWkgMzE")
+        .header("content-type", "application/json");
+    enqueue(&store, vec![message.clone()]).await;
+    let recorder = Recorder::default();
+
+    relay(&store, recorder.clone()).run_once().await.unwrap();
+
+    assert_eq!(recorder.confirmed()[0].message(), &message);
+    let spans = traces.ended("idem.publish");
+    assert_eq!(spans.len(), 1);
+    // Nothing read the stored context: a trace of its own.
+    assert_eq!(
+        spans[0].parent_span_id,
+        opentelemetry::trace::SpanId::INVALID
+    );
+    assert_eq!(
+        attribute(&spans[0], "idem.outcome").as_deref(),
+        Some("published")
+    );
+}

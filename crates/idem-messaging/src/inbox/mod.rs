@@ -50,6 +50,7 @@ use std::{fmt, marker::PhantomData, sync::Arc, time::Duration};
 
 use futures_util::future::BoxFuture;
 use sqlx::{Pool, Postgres, Sqlite, Transaction};
+use tracing::{Instrument as _, field::Empty};
 
 use idem_sql::{Purge, PurgeLoop};
 
@@ -229,6 +230,12 @@ impl<DB: InboxDatabase> Inbox<DB> {
     /// the inbox skips it.
     ///
     /// `handler` gets the transaction and the message.
+    ///
+    /// All of it runs in an `idem.consume` span (`debug`), the handler too, whose `idem.outcome`
+    /// says what became of the message: `processed`, `duplicate`, `requeued` (the handler or the
+    /// database failed) or `rejected` (no valid id). With the `opentelemetry` feature, the span
+    /// continues the W3C trace context the message's headers carry
+    /// ([`Incoming::header`]).
     pub async fn consume<'t, M, F, T, E>(
         &self,
         pool: &Pool<DB>,
@@ -236,6 +243,36 @@ impl<DB: InboxDatabase> Inbox<DB> {
         message: M,
         handler: F,
     ) -> Result<Handled<T>, E>
+    where
+        M: Incoming,
+        F: for<'c> FnOnce(&'c mut Transaction<'t, DB>, &'c M) -> BoxFuture<'c, Result<T, E>> + Send,
+        T: Send,
+        E: From<Error> + Send,
+    {
+        let span = tracing::debug_span!(
+            "idem.consume",
+            otel.kind = "consumer",
+            messaging.message.id = message.message_id(),
+            messaging.consumer.group.name = consumer.as_str(),
+            idem.outcome = Empty,
+        );
+        crate::trace::continue_incoming(&span, &message);
+        let (handled, outcome) = self
+            .consume_once(pool, consumer, message, handler)
+            .instrument(span.clone())
+            .await;
+        span.record("idem.outcome", outcome);
+        handled
+    }
+
+    /// [`consume`](Self::consume)'s work, and the outcome its span records.
+    async fn consume_once<'t, M, F, T, E>(
+        &self,
+        pool: &Pool<DB>,
+        consumer: &ConsumerName,
+        message: M,
+        handler: F,
+    ) -> (Result<Handled<T>, E>, &'static str)
     where
         M: Incoming,
         F: for<'c> FnOnce(&'c mut Transaction<'t, DB>, &'c M) -> BoxFuture<'c, Result<T, E>> + Send,
@@ -257,18 +294,21 @@ impl<DB: InboxDatabase> Inbox<DB> {
                 if let Err(settle) = message.reject().await {
                     warn_unsettled(consumer, &settle);
                 }
-                return Err(error.into());
+                return (Err(error.into()), "rejected");
             }
         };
         let tx = match self.begin_first(pool, consumer, &id).await {
             Ok(Some(tx)) => tx,
             Ok(None) => {
-                message.ack().await.map_err(Error::Settle)?;
-                return Ok(Handled::Duplicate);
+                let acked = message.ack().await.map_err(Error::Settle);
+                return (
+                    acked.map(|()| Handled::Duplicate).map_err(E::from),
+                    "duplicate",
+                );
             }
             Err(error) => {
                 requeue(message, consumer).await;
-                return Err(error.into());
+                return (Err(error.into()), "requeued");
             }
         };
         let mut tx: Transaction<'t, DB> = tx;
@@ -277,15 +317,19 @@ impl<DB: InboxDatabase> Inbox<DB> {
             Err(error) => {
                 rollback(tx).await;
                 requeue(message, consumer).await;
-                return Err(error);
+                return (Err(error), "requeued");
             }
         };
         if let Err(error) = tx.commit().await {
             requeue(message, consumer).await;
-            return Err(Error::Database(error).into());
+            return (Err(Error::Database(error).into()), "requeued");
         }
-        message.ack().await.map_err(Error::Settle)?;
-        Ok(Handled::Processed(value))
+        // Processed, even when the broker cannot be told: its copy will be a duplicate.
+        let acked = message.ack().await.map_err(Error::Settle);
+        (
+            acked.map(|()| Handled::Processed(value)).map_err(E::from),
+            "processed",
+        )
     }
 
     /// Deletes at most `batch` rows older than the dedup window, oldest first, in one short

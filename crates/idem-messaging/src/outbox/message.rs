@@ -97,4 +97,9 @@ impl Envelope {
     pub fn attempt(&self) -> u32 {
         self.attempt
     }
+
+    /// The message's headers, for the relay to write the trace context of its publish in.
+    pub(crate) fn headers_mut(&mut self) -> &mut Vec<(String, String)> {
+        &mut self.message.headers
+    }
 }

@@ -199,11 +199,17 @@ impl<DB: OutboxDatabase> Outbox<DB> {
     /// however many messages it enqueued; on MySQL and SQLite they find it when they poll. The id is the
     /// message id the consumers see; keep it if the service must tell which event a consumer
     /// processed.
+    ///
+    /// With the `opentelemetry` feature, a message enqueued inside a traced span keeps that
+    /// span's trace context in its headers (`traceparent`, and `tracestate` when there is one,
+    /// as the global propagator writes them), unless it carries its own already: the relay's
+    /// `idem.publish` span continues it.
     pub async fn enqueue(
         &self,
         connection: &mut DB::Connection,
-        message: OutboxMessage,
+        mut message: OutboxMessage,
     ) -> Result<MessageId, Error> {
+        crate::trace::keep_current(&mut message.headers);
         let (uuid, id) = MessageId::new_v7();
         DB::enqueue(connection, self, uuid, message).await?;
         Ok(id)

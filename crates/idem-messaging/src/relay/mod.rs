@@ -47,6 +47,15 @@
 //! `idem_outbox_published_total`, `idem_outbox_failed_total`, `idem_outbox_dead_lettered_total`
 //! and `idem_outbox_released_total`, and the histogram `idem_outbox_batch_seconds`.
 //!
+//! # Traces
+//!
+//! Each message published is an `idem.publish` span (`debug`, kind producer) with its id, its
+//! destination, its attempt and its outcome (`idem.outcome`: `published`, `retried`,
+//! `dead_lettered`, or `released` when it went untried). With the `opentelemetry` feature and a
+//! global propagator set, the span continues the W3C trace context the message was enqueued with
+//! (its `traceparent` header), and the broker's message carries the span's own context in place
+//! of it; the outbox keeps the one it was enqueued with, for the next attempt.
+//!
 //! # Examples
 //!
 //! ```no_run
@@ -91,6 +100,7 @@ use futures_util::FutureExt;
 use sqlx::{Pool, Postgres};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tracing::{Span, field::Empty};
 
 use crate::{
     BatchReport, Confirmations, Envelope, Error, Outbox, OutboxDatabase, PublishError, Publisher,
@@ -343,7 +353,7 @@ impl<P: Publisher, DB: OutboxDatabase> Relay<P, DB> {
         batch: Batch<DB>,
         shutdown: &CancellationToken,
     ) -> Result<BatchReport, Error> {
-        let Batch { started, claim } = batch;
+        let Batch { started, mut claim } = batch;
         let mut report = BatchReport {
             claimed: claim.envelopes.len(),
             ..BatchReport::default()
@@ -352,8 +362,10 @@ impl<P: Publisher, DB: OutboxDatabase> Relay<P, DB> {
             claim.give_back(&self.outbox).await?;
             return Ok(report);
         }
+        // They end with the batch, once it is settled.
+        let spans = publish_spans(&mut claim.envelopes);
         let confirmations = self.publish(&claim.envelopes, shutdown).await;
-        let verdicts = self.verdicts(confirmations, &mut report);
+        let verdicts = self.verdicts(&claim.envelopes, &spans, confirmations, &mut report);
         let sent = verdicts.sent.len();
         let backoff = Backoff {
             max_attempts: self.max_attempts,
@@ -454,24 +466,45 @@ impl<P: Publisher, DB: OutboxDatabase> Relay<P, DB> {
             .collect())
     }
 
-    /// Sorts a batch's messages by their confirmations: sent, refused, or untried (released).
-    fn verdicts(&self, confirmations: Confirmations, report: &mut BatchReport) -> Verdicts {
+    /// Sorts a batch's messages by their confirmations: sent, refused, or untried (released);
+    /// and records each one's outcome on its span.
+    fn verdicts(
+        &self,
+        batch: &[Envelope],
+        spans: &[Span],
+        confirmations: Confirmations,
+        report: &mut BatchReport,
+    ) -> Verdicts {
         let mut verdicts = Verdicts::default();
         let mut confirmations = confirmations.into_iter();
         // Why the batch's messages went untried (the first reason given).
         let mut unavailable = None;
-        for position in 0..report.claimed {
-            match confirmations.next() {
-                Some(Ok(())) => verdicts.sent.push(position),
+        for (position, (envelope, span)) in batch.iter().zip(spans).enumerate() {
+            let outcome = match confirmations.next() {
+                Some(Ok(())) => {
+                    verdicts.sent.push(position);
+                    "published"
+                }
                 Some(Err(PublishError::Rejected { reason })) => {
                     verdicts.refused.push((position, reason));
+                    // As the fail statement decides.
+                    if envelope.attempt() >= self.max_attempts {
+                        "dead_lettered"
+                    } else {
+                        "retried"
+                    }
                 }
                 Some(Err(error)) => {
                     unavailable.get_or_insert(error);
                     report.released += 1;
+                    "released"
                 }
-                None => report.released += 1,
-            }
+                None => {
+                    report.released += 1;
+                    "released"
+                }
+            };
+            span.record("idem.outcome", outcome);
         }
         if report.released > 0 {
             // Said once per batch, so that a broker that stays away is visible in the log.
@@ -489,6 +522,26 @@ impl<P: Publisher, DB: OutboxDatabase> Relay<P, DB> {
         report.failed = verdicts.refused.len();
         verdicts
     }
+}
+
+/// One `idem.publish` span per message of a batch, each a child of the trace context its message
+/// carries, whose own context the message carries to the broker in its place.
+fn publish_spans(batch: &mut [Envelope]) -> Vec<Span> {
+    batch
+        .iter_mut()
+        .map(|envelope| {
+            let span = tracing::debug_span!(
+                "idem.publish",
+                otel.kind = "producer",
+                messaging.message.id = envelope.id().as_str(),
+                messaging.destination.name = envelope.message().destination.as_str(),
+                idem.attempt = envelope.attempt(),
+                idem.outcome = Empty,
+            );
+            crate::trace::forward(&span, envelope.headers_mut());
+            span
+        })
+        .collect()
 }
 
 /// A publisher's panic, as a failed attempt of the message it panicked on.

@@ -414,6 +414,8 @@ impl<P: Publisher> Publisher for Gated<P> {
 }
 
 pub mod suite;
+#[cfg(feature = "opentelemetry")]
+pub mod traces;
 
 /// The error and its sources, joined by `: `, a source that the text before it already ends with
 /// said once (an `io::Error` and rdkafka's errors repeat what they wrap): as `idem` prints an
