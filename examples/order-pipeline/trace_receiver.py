@@ -187,25 +187,29 @@ def check(spans: list[dict], orders: dict[str, str]) -> tuple[list[tuple], list[
     # `idem.key_digest`); an order's trace holds one key per gateway, and that key shows up in
     # that trace only.
     traces_of_digest: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for trace, trace_spans in by_trace.items():
-        for span in trace_spans:
-            digest = span["attributes"].get("idem.key_digest")
-            if digest and span["service"] in ("order-gateway", "shipping-gateway"):
-                traces_of_digest[(span["service"], digest)].add(trace)
+    spans_of_digest: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for span in spans:
+        digest = span["attributes"].get("idem.key_digest")
+        if digest and span["service"] in ("order-gateway", "shipping-gateway"):
+            traces_of_digest[(span["service"], digest)].add(span["trace_id"])
+            spans_of_digest[(span["service"], digest)].append(span)
     alone, wrong = 0, []
     for order, trace in orders.items():
-        keys = {(service, digest) for (service, digest), traces in traces_of_digest.items()
-                if trace in traces}
+        keys = {key for key, traces in traces_of_digest.items() if trace in traces}
         services = Counter(service for service, _ in keys)
-        if (services == Counter({"order-gateway": 1, "shipping-gateway": 1})
-                and all(traces_of_digest[key] == {trace} for key in keys)):
+        elsewhere = [f"{s['service']}'s {s['name']} of its key in trace {s['trace_id']}"
+                     + (" (a root span)" if not s["parent"] else "")
+                     for key in sorted(keys) for s in spans_of_digest[key] if s["trace_id"] != trace]
+        if services == Counter({"order-gateway": 1, "shipping-gateway": 1}) and not elsewhere:
             alone += 1
-        else:
+        elif services != Counter({"order-gateway": 1, "shipping-gateway": 1}):
             held = ", ".join(f"{n} keys of {s}" for s, n in sorted(services.items()))
-            wrong.append(f"{order} ({held or 'no key'})")
+            wrong.append(f"{order}'s trace holds {held or 'no key'}")
+        else:
+            wrong.append(f"{order}: {elsewhere[0]}")
     if wrong:
-        failures.append(f"{len(wrong)} orders' traces do not hold one key of each gateway's, "
-                        f"in that trace only: e.g. {', '.join(wrong[:3])}")
+        failures.append(f"{len(wrong)} orders' keys are not each in one trace of their own "
+                        f"(one key per gateway), e.g. " + "; ".join(wrong[:3]))
     rows.append(("orders whose trace holds their own key alone, one per gateway", len(orders),
                  alone))
 
