@@ -7,10 +7,12 @@
 //! Without the feature, or while no propagator is set, or for a span that records nothing, no
 //! header is read or written: the spans stay plain `tracing` spans.
 
-pub(crate) use imp::{continue_incoming, forward, keep_current};
+pub(crate) use imp::{continue_from, forward, keep_current};
 
 #[cfg(feature = "opentelemetry")]
 mod imp {
+    use std::marker::PhantomData;
+
     use opentelemetry::{
         Context,
         global::get_text_map_propagator,
@@ -19,8 +21,6 @@ mod imp {
     };
     use tracing::Span;
     use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-
-    use crate::Incoming;
 
     /// Adds the current span's trace context to `headers`, unless they carry one already (a
     /// `traceparent`, for the W3C propagator): the producer's own context wins.
@@ -61,10 +61,11 @@ mod imp {
         headers.extend(context);
     }
 
-    /// Makes `span` a child of the trace context `message`'s headers carry, when valid.
-    pub(crate) fn continue_incoming<M: Incoming>(span: &Span, message: &M) {
+    /// Makes `span` a child of the trace context in the headers that `header` reads by name (a
+    /// received message's), when valid.
+    pub(crate) fn continue_from<'a>(span: &Span, header: impl Fn(&str) -> Option<&'a str>) {
         if !span.is_disabled() {
-            set_parent(span, &FromIncoming(message));
+            set_parent(span, &Lookup(header, PhantomData));
         }
     }
 
@@ -105,12 +106,12 @@ mod imp {
         }
     }
 
-    /// A broker's message, read through [`Incoming::header`].
-    struct FromIncoming<'a, M>(&'a M);
+    /// Headers read one name at a time.
+    struct Lookup<'a, F>(F, PhantomData<&'a str>);
 
-    impl<M: Incoming> Extractor for FromIncoming<'_, M> {
+    impl<'a, F: Fn(&str) -> Option<&'a str>> Extractor for Lookup<'a, F> {
         fn get(&self, key: &str) -> Option<&str> {
-            self.0.header(key)
+            (self.0)(key)
         }
 
         // No propagator of trace context needs the names.
@@ -136,11 +137,9 @@ mod imp {
 mod imp {
     use tracing::Span;
 
-    use crate::Incoming;
-
     pub(crate) fn keep_current(_: &mut Vec<(String, String)>) {}
 
     pub(crate) fn forward(_: &Span, _: &mut Vec<(String, String)>) {}
 
-    pub(crate) fn continue_incoming<M: Incoming>(_: &Span, _: &M) {}
+    pub(crate) fn continue_from<'a>(_: &Span, _: impl Fn(&str) -> Option<&'a str>) {}
 }
