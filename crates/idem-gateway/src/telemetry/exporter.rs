@@ -61,8 +61,13 @@ impl Tracing {
             .with_batch_exporter(exporter)
             .with_resource(resource.build())
             .build();
+        // Spans with the attributes idem gives them, not the layer's own (the thread, the source
+        // line, busy and idle times), which every span would carry and cost.
         let layer = tracing_opentelemetry::layer()
             .with_tracer(provider.tracer("idem"))
+            .with_threads(false)
+            .with_location(false)
+            .with_tracked_inactivity(false)
             .with_filter(filter_fn(is_idem_span));
         // The libraries (idem-http, idem-messaging) read and write trace headers through the
         // global propagator, a no-op until a process sets one.
