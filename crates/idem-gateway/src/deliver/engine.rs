@@ -20,12 +20,14 @@ use idem_messaging::{
 };
 use tokio::{sync::Semaphore, task::JoinSet};
 use tokio_util::{sync::CancellationToken, task::AbortOnDropHandle};
+use tracing::{Instrument as _, Span, field::Empty};
 
 use idem_messaging::consume::KeyFrom;
 
 use super::event::{Answer, Attributes, Event, key_of};
 use crate::error::ConfigError;
 use crate::store::RetryWaits;
+use crate::telemetry;
 
 /// How a subscription is made: the broker's, or a test's.
 type Subscribe = Box<
@@ -434,10 +436,24 @@ enum Settled {
     GivenBack,
 }
 
-/// Delivers one message until a final answer, then settles it with the broker.
+/// Delivers one message until a final answer, then settles it with the broker, in an
+/// `idem.deliver` span that continues the trace the message carries.
 async fn deliver(shared: Arc<Shared>, received: Received) {
     let started = Instant::now();
-    let settled = attempt_until_final(&shared, received).await;
+    let message = received.message();
+    let span = tracing::debug_span!(
+        "idem.deliver",
+        otel.kind = "consumer",
+        messaging.message.id = message.message_id.as_deref(),
+        messaging.destination.name = message.source.as_str(),
+        idem.key_digest = Empty,
+        idem.attempts = Empty,
+        idem.outcome = Empty,
+    );
+    telemetry::continue_message_trace(&span, &message.headers);
+    let settled = attempt_until_final(&shared, received, &span)
+        .instrument(span.clone())
+        .await;
     shared.counts.in_flight.fetch_sub(1, Ordering::Relaxed);
     metrics::gauge!("idem_deliver_in_flight").decrement(1.0);
     let (outcome, count) = match settled {
@@ -445,13 +461,16 @@ async fn deliver(shared: Arc<Shared>, received: Received) {
         Settled::DeadLettered => ("dead_lettered", &shared.counts.dead_lettered),
         Settled::GivenBack => ("given_back", &shared.counts.given_back),
     };
+    span.record("idem.outcome", outcome);
     count.fetch_add(1, Ordering::Relaxed);
     metrics::counter!("idem_deliver_messages_total", "outcome" => outcome).increment(1);
     metrics::histogram!("idem_deliver_duration_seconds", "outcome" => outcome)
         .record(started.elapsed().as_secs_f64());
 }
 
-async fn attempt_until_final(shared: &Shared, received: Received) -> Settled {
+/// Posts `received` until a final answer, then settles it; records on `span`, its
+/// `idem.deliver`, the key's digest and how many requests were made.
+async fn attempt_until_final(shared: &Shared, received: Received, span: &Span) -> Settled {
     let key = match key_of(&shared.key_from, received.message()) {
         Ok(key) => key,
         Err(no_key) => {
@@ -464,29 +483,35 @@ async fn attempt_until_final(shared: &Shared, received: Received) -> Settled {
             return dead_letter(shared, received, &no_key.to_string(), None).await;
         }
     };
-    let event = Event::new(
+    if !span.is_disabled() {
+        span.record("idem.key_digest", key.digest());
+    }
+    let mut event = Event::new(
         received.message(),
         &key,
         &shared.attributes,
         SystemTime::now(),
     );
-    let (mut failures, mut refusals) = (0, 0);
-    loop {
+    // The endpoint's trace continues from this span, not from the message's producer.
+    telemetry::inject_span(span, &mut event.headers);
+    let (mut failures, mut refusals, mut attempts) = (0, 0, 0_u32);
+    let settled = 'attempts: loop {
         if shared.stop.is_cancelled() {
-            return give_back(received).await;
+            break 'attempts give_back(received).await;
         }
         let answer = {
             let permit = tokio::select! {
-                () = shared.stop.cancelled() => return give_back(received).await,
+                () = shared.stop.cancelled() => break 'attempts give_back(received).await,
                 permit = shared.requests.acquire() => permit,
             };
             let answer = post(shared, &event).await;
             drop(permit);
+            attempts += 1;
             answer
         };
         let wait = match answer {
             Posted::Answered(Answer::Delivered, _) => {
-                return match received.ack().await {
+                break 'attempts match received.ack().await {
                     Ok(()) => Settled::Delivered,
                     Err(error) => {
                         // The broker delivers it again; its key makes that harmless.
@@ -509,7 +534,7 @@ async fn attempt_until_final(shared: &Shared, received: Received) -> Settled {
                         attempts = refusals,
                         "dead-lettering a message the endpoint refused"
                     );
-                    return dead_letter(shared, received, &reason, Some(&key)).await;
+                    break 'attempts dead_letter(shared, received, &reason, Some(&key)).await;
                 }
                 shared.backoff(refusals)
             }
@@ -524,7 +549,7 @@ async fn attempt_until_final(shared: &Shared, received: Received) -> Settled {
                 tracing::debug!(key = key.digest(), %error, "no answer; trying again");
                 shared.backoff(failures)
             }
-            Posted::Abandoned => return give_back(received).await,
+            Posted::Abandoned => break 'attempts give_back(received).await,
         };
         if failures >= 8 && failures.is_power_of_two() {
             tracing::warn!(
@@ -534,9 +559,11 @@ async fn attempt_until_final(shared: &Shared, received: Received) -> Settled {
             );
         }
         if !shared.sleep(wait).await {
-            return give_back(received).await;
+            break 'attempts give_back(received).await;
         }
-    }
+    };
+    span.record("idem.attempts", attempts);
+    settled
 }
 
 /// One attempt's outcome.
@@ -715,7 +742,13 @@ mod tests {
     use axum::{Router, extract::State, http::HeaderMap, routing::post};
     use idem_messaging::BoxError;
     use idem_messaging::consume::{Message, Settle};
+    use opentelemetry::trace::{SpanId, SpanKind, TraceId, TracerProvider as _};
+    use opentelemetry_sdk::{
+        error::OTelSdkResult,
+        trace::{SdkTracerProvider, SpanData, SpanExporter},
+    };
     use tokio::sync::mpsc;
+    use tracing_subscriber::layer::SubscriberExt as _;
 
     use super::*;
 
@@ -789,8 +822,13 @@ mod tests {
             let mut message = Message::new("orders", id.to_owned());
             message.message_id = (!id.is_empty()).then(|| id.to_owned());
             message.ordering_key = key.map(str::to_owned);
+            self.send_message(message).await;
+        }
+
+        async fn send_message(&self, message: Message) {
+            let id = message.message_id.clone().unwrap_or_default();
             let settle = Recorded {
-                id: id.to_owned(),
+                id,
                 settlements: Arc::clone(&self.settlements),
             };
             self.sender
@@ -825,6 +863,8 @@ mod tests {
     struct Endpoint {
         /// (key, body, when) of each request, in arrival order.
         requests: Arc<Mutex<Vec<(String, String, Instant)>>>,
+        /// The `traceparent` of each request, in arrival order.
+        traceparents: Arc<Mutex<Vec<Option<String>>>>,
         /// Requests being answered now, and the most at once.
         running: Arc<AtomicUsize>,
         most: Arc<AtomicUsize>,
@@ -843,6 +883,7 @@ mod tests {
         ) -> (Self, String) {
             let endpoint = Self {
                 requests: Arc::default(),
+                traceparents: Arc::default(),
                 running: Arc::default(),
                 most: Arc::default(),
                 script: Arc::new(script),
@@ -870,6 +911,14 @@ mod tests {
         let key = headers["idempotency-key"].to_str().unwrap().to_owned();
         assert_eq!(headers["ce-id"], key.as_str());
         assert_eq!(headers["ce-specversion"], "1.0");
+        let traceparent = headers
+            .get("traceparent")
+            .map(|value| value.to_str().unwrap());
+        endpoint
+            .traceparents
+            .lock()
+            .unwrap()
+            .push(traceparent.map(str::to_owned));
         let attempt = {
             let mut requests = endpoint.requests.lock().unwrap();
             requests.push((key.clone(), body, Instant::now()));
@@ -1029,5 +1078,146 @@ mod tests {
             ]
         );
         assert_eq!(endpoint.keys().len(), 2, "nothing is sent once shut down");
+    }
+
+    /// Spans recorded through a `tracing-opentelemetry` layer, set as the default subscriber of
+    /// the test's thread (the runtime's one: a `#[tokio::test]` runs on the current thread).
+    struct Traces {
+        spans: Arc<Mutex<Vec<SpanData>>>,
+        _provider: SdkTracerProvider,
+        _default: tracing::subscriber::DefaultGuard,
+    }
+
+    /// An exporter that keeps what it is given.
+    #[derive(Debug, Clone, Default)]
+    struct Kept(Arc<Mutex<Vec<SpanData>>>);
+
+    impl SpanExporter for Kept {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            self.0.lock().unwrap().extend(batch);
+            Ok(())
+        }
+    }
+
+    impl Traces {
+        fn start() -> Self {
+            // While `tracing` knows a single dispatcher, a callsite first reached on another
+            // test's thread takes its interest from that thread's (none) and is never enabled
+            // again: a second one, alive for good, makes it ask every dispatcher.
+            static SECOND: std::sync::OnceLock<tracing::Dispatch> = std::sync::OnceLock::new();
+            SECOND.get_or_init(|| {
+                tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default())
+            });
+            let kept = Kept::default();
+            let provider = SdkTracerProvider::builder()
+                .with_simple_exporter(kept.clone())
+                .build();
+            let subscriber = tracing_subscriber::registry()
+                .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("idem")));
+            Self {
+                spans: kept.0,
+                _provider: provider,
+                _default: tracing::subscriber::set_default(subscriber),
+            }
+        }
+
+        /// The spans named `name` that have ended.
+        fn ended(&self, name: &str) -> Vec<SpanData> {
+            let spans = self.spans.lock().unwrap();
+            spans
+                .iter()
+                .filter(|span| span.name == name)
+                .cloned()
+                .collect()
+        }
+    }
+
+    fn attribute(span: &SpanData, key: &str) -> Option<String> {
+        span.attributes
+            .iter()
+            .find(|attribute| attribute.key.as_str() == key)
+            .map(|attribute| attribute.value.as_str().into_owned())
+    }
+
+    #[tokio::test]
+    async fn a_message_is_delivered_in_a_deliver_span_of_its_trace_that_each_request_continues() {
+        let traces = Traces::start();
+        let (endpoint, url) = Endpoint::start(|_, attempt| match attempt {
+            1 => (503, None, Duration::ZERO),
+            _ => (200, None, Duration::ZERO),
+        })
+        .await;
+        let (broker, deliverer) = Broker::with_deliverer(&url);
+        let (stop, running) = spawn(deliverer);
+        let mut message = Message::new("orders", "m1");
+        message.message_id = Some("m1".to_owned());
+        message.headers = vec![(
+            "traceparent".to_owned(),
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_owned(),
+        )];
+        let key = key_of(&KeyFrom::default(), &message).unwrap();
+        broker.send_message(message).await;
+        assert_eq!(broker.until_settled(1).await, [("m1".to_owned(), "ack")]);
+        stop.cancel();
+        running.await.unwrap();
+
+        let spans = traces.ended("idem.deliver");
+        assert_eq!(spans.len(), 1);
+        let deliver = &spans[0];
+        let context = &deliver.span_context;
+        assert_eq!(
+            context.trace_id(),
+            TraceId::from_hex("0af7651916cd43dd8448eb211c80319c").unwrap()
+        );
+        assert_eq!(
+            deliver.parent_span_id,
+            SpanId::from_hex("b7ad6b7169203331").unwrap()
+        );
+        assert_eq!(deliver.span_kind, SpanKind::Consumer);
+        let attributes: Vec<_> = [
+            "idem.outcome",
+            "idem.attempts",
+            "idem.key_digest",
+            "messaging.message.id",
+            "messaging.destination.name",
+        ]
+        .map(|key| attribute(deliver, key))
+        .into_iter()
+        .collect();
+        assert_eq!(
+            attributes,
+            [
+                Some("delivered".to_owned()),
+                Some("2".to_owned()),
+                Some(key.digest()),
+                Some("m1".to_owned()),
+                Some("orders".to_owned()),
+            ]
+        );
+        // Both attempts carry the deliver span's context, in place of the message's.
+        let expected = format!("00-{}-{}-01", context.trace_id(), context.span_id());
+        assert_eq!(
+            *endpoint.traceparents.lock().unwrap(),
+            [Some(expected.clone()), Some(expected)]
+        );
+    }
+
+    #[tokio::test]
+    async fn without_an_exporter_the_request_carries_the_messages_own_traceparent() {
+        let (endpoint, url) = Endpoint::start(|_, _| (200, None, Duration::ZERO)).await;
+        let (broker, deliverer) = Broker::with_deliverer(&url);
+        let (stop, running) = spawn(deliverer);
+        let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let mut message = Message::new("orders", "m1");
+        message.message_id = Some("m1".to_owned());
+        message.headers = vec![("traceparent".to_owned(), traceparent.to_owned())];
+        broker.send_message(message).await;
+        assert_eq!(broker.until_settled(1).await, [("m1".to_owned(), "ack")]);
+        stop.cancel();
+        running.await.unwrap();
+        assert_eq!(
+            *endpoint.traceparents.lock().unwrap(),
+            [Some(traceparent.to_owned())]
+        );
     }
 }

@@ -1,7 +1,11 @@
 //! W3C trace context (`traceparent`, `tracestate`) taken from headers and put into them.
 
-use http::HeaderMap;
-use opentelemetry::{propagation::TextMapPropagator, trace::TraceContextExt as _};
+use http::{HeaderMap, HeaderValue};
+use opentelemetry::{
+    Context,
+    propagation::{Extractor, TextMapPropagator},
+    trace::TraceContextExt as _,
+};
 use opentelemetry_http::{HeaderExtractor, HeaderInjector};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing::Span;
@@ -30,4 +34,59 @@ pub(crate) fn inject(headers: &mut HeaderMap) {
     }
     let context = Span::current().context();
     TraceContextPropagator::new().inject_context(&context, &mut HeaderInjector(headers));
+}
+
+/// Makes `span` a child of the trace context that a broker message's `headers` carry, when they
+/// carry a valid one. Decided by the span, not the process: nothing for a disabled span (no
+/// exporter, and no log at its level), and no parent where no exporter records it. Call it
+/// before `span` is first entered, which starts it.
+pub(crate) fn continue_message_trace(span: &Span, headers: &[(String, String)]) {
+    if span.is_disabled() {
+        return;
+    }
+    let parent = TraceContextPropagator::new()
+        .extract_with_context(&Context::new(), &MessageHeaders(headers));
+    if parent.span().span_context().is_valid() {
+        // Fails only for a span that has started already, which callers never pass.
+        let _ = span.set_parent(parent);
+    }
+}
+
+/// Writes `span`'s trace context into `headers` as `traceparent` (and `tracestate` when it has
+/// one), in place of any there, when `span` has one: only a span the exporter records does.
+/// Otherwise leaves them as they are.
+pub(crate) fn inject_span(span: &Span, headers: &mut HeaderMap) {
+    if span.is_disabled() {
+        return;
+    }
+    let context = span.context();
+    if !context.span().span_context().is_valid() {
+        return;
+    }
+    headers.remove(TRACESTATE);
+    TraceContextPropagator::new().inject_context(&context, &mut HeaderInjector(headers));
+    // The propagator writes an empty one for a trace without state.
+    if headers.get(TRACESTATE).is_some_and(HeaderValue::is_empty) {
+        headers.remove(TRACESTATE);
+    }
+}
+
+const TRACESTATE: &str = "tracestate";
+
+/// A broker message's headers, read as HTTP reads headers: names in any case, the last one of a
+/// name.
+struct MessageHeaders<'a>(&'a [(String, String)]);
+
+impl Extractor for MessageHeaders<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(name, _)| name.eq_ignore_ascii_case(key))
+            .map(|(_, value)| value.as_str())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.iter().map(|(name, _)| name.as_str()).collect()
+    }
 }
