@@ -833,10 +833,12 @@ def report(pipeline: Pipeline, seconds: float) -> list[str]:
             print("spans outside the orders' traces: " + ", ".join(
                 f"{n} {name} ({service})"
                 for (service, name), n in sorted(figures["stray"].items())))
-        per_trace = Counter(s["trace_id"] for s in spans)
-        sample = max(orders, key=lambda o: per_trace[o.trace_id])
-        if per_trace[sample.trace_id]:
-            print(f"\n{sample.id}'s trace ({sample.trace_id}), the one with the most spans:")
+        # The trace with the most spans past the order gateway: its message's copies.
+        downstream = Counter(s["trace_id"] for s in spans if s["service"] != "order-gateway")
+        sample = max(orders, key=lambda o: downstream[o.trace_id])
+        if downstream[sample.trace_id]:
+            print(f"\n{sample.id}'s trace ({sample.trace_id}), the one with the most spans past "
+                  f"the order gateway:")
             for line in tree(spans, sample.trace_id):
                 print("  " + line)
     elif pipeline.receiver is None:
