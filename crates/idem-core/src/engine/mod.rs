@@ -295,6 +295,9 @@ impl<S: Store> Engine<S> {
             let changed = deadline.map(|_| inner.store.changed(&address));
 
             let attempt = Arc::clone(inner).attempt(address.clone(), fingerprint, work);
+            // In the caller's span, also once it finishes in a task of its own (the caller gone):
+            // the spans of the key stay in the request's trace.
+            let attempt = attempt.instrument(caller_span());
             let retry_after = match Detached::new(attempt, &inner.tasks).await {
                 Attempt::Done(outcome) => return Ok(Followed::Ran(outcome)),
                 Attempt::Failed {
@@ -538,8 +541,8 @@ impl<S: Store> Inner<S> {
             Ok(Ok((value, settlement))) => (Ok(value), settlement),
             Ok(Err((value, rest))) => {
                 let (inner, address) = (Arc::clone(self), address.clone());
-                self.tasks
-                    .spawn(async move { inner.finish_streaming(&address, lease, rest).await });
+                let finish = async move { inner.finish_streaming(&address, lease, rest).await };
+                self.tasks.spawn(finish.instrument(caller_span()));
                 return Ok(value);
             }
             Err(panic) => (Err(panic), Settlement::Release),
@@ -736,6 +739,16 @@ fn next_tick(fired: Instant, every: Duration, now: Instant) -> Instant {
 #[cfg(test)]
 mod tests;
 
+/// The span the caller runs in, for an attempt to keep; none where the engine's spans (at
+/// `debug`) cannot be on, sparing the lookup.
+fn caller_span() -> Span {
+    if tracing::level_enabled!(tracing::Level::DEBUG) {
+        Span::current()
+    } else {
+        Span::none()
+    }
+}
+
 /// The `idem.outcome` of an `idem.acquire` span.
 fn acquired(acquisition: &Result<Acquisition, StoreError>) -> &'static str {
     match acquisition {
@@ -748,8 +761,11 @@ fn acquired(acquisition: &Result<Acquisition, StoreError>) -> &'static str {
     }
 }
 
+/// How the work of an execution ended: settled now, streaming on, or panicked.
+type Ended<T> = Result<Result<(T, Settlement), (T, Rest)>, Panic>;
+
 /// The `idem.outcome` of an `idem.execute` span: what becomes of the key.
-fn executed<T>(settled: &Result<Result<(T, Settlement), (T, Rest)>, Panic>) -> &'static str {
+fn executed<T>(settled: &Ended<T>) -> &'static str {
     match settled {
         Ok(Ok((_, Settlement::Complete(Outcome::Response(_))))) => "response",
         Ok(Ok((_, Settlement::Complete(Outcome::Unknown)))) => "unknown",

@@ -16,24 +16,17 @@ use super::is_on;
 /// Makes `span` a child of the trace context that `headers` carry, when the process exports
 /// traces and they carry a valid one; otherwise `span` starts a trace (or stays in its parent's).
 pub(crate) fn continue_trace(span: &Span, headers: &HeaderMap) {
-    if !is_on() {
-        return;
-    }
-    let parent = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
-    if parent.span().span_context().is_valid() {
-        // Fails only for a span that has started already, which callers never pass.
-        let _ = span.set_parent(parent);
+    if is_on() {
+        set_parent(span, &HeaderExtractor(headers));
     }
 }
 
 /// Writes the current span's context into `headers` as `traceparent` (and `tracestate`),
 /// replacing any there, when the process exports traces; otherwise leaves them as they are.
 pub(crate) fn inject(headers: &mut HeaderMap) {
-    if !is_on() {
-        return;
+    if is_on() {
+        inject_span(&Span::current(), headers);
     }
-    let context = Span::current().context();
-    TraceContextPropagator::new().inject_context(&context, &mut HeaderInjector(headers));
 }
 
 /// Makes `span` a child of the trace context that a broker message's `headers` carry, when they
@@ -41,11 +34,14 @@ pub(crate) fn inject(headers: &mut HeaderMap) {
 /// exporter, and no log at its level), and no parent where no exporter records it. Call it
 /// before `span` is first entered, which starts it.
 pub(crate) fn continue_message_trace(span: &Span, headers: &[(String, String)]) {
-    if span.is_disabled() {
-        return;
+    if !span.is_disabled() {
+        set_parent(span, &MessageHeaders(headers));
     }
-    let parent = TraceContextPropagator::new()
-        .extract_with_context(&Context::new(), &MessageHeaders(headers));
+}
+
+/// Makes `span` a child of the valid trace context `carrier` holds, if any.
+fn set_parent(span: &Span, carrier: &dyn Extractor) {
+    let parent = TraceContextPropagator::new().extract_with_context(&Context::new(), carrier);
     if parent.span().span_context().is_valid() {
         // Fails only for a span that has started already, which callers never pass.
         let _ = span.set_parent(parent);

@@ -159,6 +159,9 @@ async fn order_api(pool: SqlitePool, queue: String) -> SocketAddr {
                 }
                 outbox.enqueue(&mut tx, message).await.unwrap();
                 tx.commit().await.unwrap();
+                if headers.contains_key("x-slow") {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
                 (StatusCode::CREATED, body)
             }
         }),
@@ -230,6 +233,9 @@ const CLIENT_SPAN: &str = "00f067aa0ba902b7";
 /// The retry's: another trace.
 const RETRY_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
 const RETRY_SPAN: &str = "b7ad6b7169203331";
+/// The trace of a request whose client goes away before the answer.
+const GONE_TRACE: &str = "5a3d0b7e9f6c4e21a8b1c2d3e4f50617";
+const GONE_SPAN: &str = "1f2e3d4c5b6a7980";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_order_is_one_trace_from_the_client_to_the_consumer_and_a_replay_links_to_it() {
@@ -374,6 +380,25 @@ async fn one_order_is_one_trace_from_the_client_to_the_consumer_and_a_replay_lin
             .iter()
             .all(|s| !(s.trace_id == RETRY_TRACE && s.name == "idem.execute")),
     );
+
+    // A client that goes away mid-request: the execution finishes without it, its spans still
+    // in the request's trace.
+    let gone = axum::http::Request::post(orders.url("/orders"))
+        .header("idempotency-key", "order-2")
+        .header("traceparent", format!("00-{GONE_TRACE}-{GONE_SPAN}-01"))
+        .header("x-slow", "1")
+        .body(axum::body::Body::from(r#"{"item":"pen"}"#))
+        .unwrap();
+    let sent = tokio::time::timeout(Duration::from_millis(200), client.send(gone)).await;
+    assert!(sent.is_err(), "the client gave up before the answer");
+    let abandoned = span(&spans, "order-gateway", "POST", GONE_TRACE).await;
+    assert_eq!(abandoned.parent_span_id, GONE_SPAN);
+    let execute = span(&spans, "order-gateway", "idem.execute", GONE_TRACE).await;
+    assert_eq!(execute.parent_span_id, abandoned.span_id);
+    assert_eq!(execute.attributes["idem.outcome"], "response");
+    let complete = span(&spans, "order-gateway", "idem.complete", GONE_TRACE).await;
+    assert_eq!(complete.parent_span_id, abandoned.span_id);
+    assert_eq!(complete.attributes["idem.outcome"], "recorded");
 
     drop((relay, deliver, orders, shipping));
     channel
