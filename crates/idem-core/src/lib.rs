@@ -86,9 +86,9 @@ pub use memory::MemoryStore;
 pub use policy::{Ambiguous, InFlight, Policy};
 pub use record::{Outcome, Record, RecordState};
 pub use response::{OUTCOME_UNKNOWN_TYPE, StoredResponse};
-pub use trace_context::{InvalidTraceContext, TraceContext};
 pub use scope::{Address, InvalidScope, Scope};
 pub use store::{Acquisition, Store, Terms};
+pub use trace_context::{InvalidTraceContext, TraceContext};
 
 /// The README's examples, compiled and run as doc tests.
 #[cfg(doctest)]

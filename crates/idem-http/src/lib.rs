@@ -108,9 +108,9 @@ mod request;
 mod service;
 mod settings;
 mod stream;
-mod trace;
 #[cfg(test)]
 mod test_support;
+mod trace;
 
 pub use body::ResponseBody;
 pub use follow::{StreamProgress, stream_progress};
