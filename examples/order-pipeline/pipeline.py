@@ -131,7 +131,8 @@ def find_idem(explicit: Optional[str]) -> str:
         path = explicit or os.environ["IDEM_BIN"]
         if not os.access(path, os.X_OK):
             raise Failure(f"{path} is not an executable idem binary")
-        return path
+        # The processes run in a work directory of their own.
+        return os.path.abspath(path)
     target = os.environ.get("CARGO_TARGET_DIR") or os.path.expanduser("~/.cache/idem-target")
     target = os.path.join(ROOT, target)  # a relative CARGO_TARGET_DIR is the workspace's
     path = os.path.join(target, "debug", "idem")
