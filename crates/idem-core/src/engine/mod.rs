@@ -23,7 +23,7 @@ use std::{
 use futures_util::{FutureExt, future::OptionFuture};
 use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::task::{TaskTracker, task_tracker::TrackedFuture};
-use tracing::{Instrument as _, Span, field::Empty};
+use tracing::{Instrument as _, Span, field::Empty, instrument::Instrumented};
 
 use self::{execution::Settlement, waiters::Waiters};
 pub use self::{
@@ -295,10 +295,7 @@ impl<S: Store> Engine<S> {
             let changed = deadline.map(|_| inner.store.changed(&address));
 
             let attempt = Arc::clone(inner).attempt(address.clone(), fingerprint, work);
-            // In the caller's span, also once it finishes in a task of its own (the caller gone):
-            // the spans of the key stay in the request's trace.
-            let attempt = attempt.instrument(caller_span());
-            let retry_after = match Detached::new(attempt, &inner.tasks).await {
+            let retry_after = match Detached::new(attempt, caller_span(), &inner.tasks).await {
                 Attempt::Done(outcome) => return Ok(Followed::Ran(outcome)),
                 Attempt::Failed {
                     error,
@@ -375,7 +372,7 @@ where
     Fut: Future + Send + 'static,
     Fut::Output: Send,
 {
-    future: Option<TrackedFuture<Pin<Box<Fut>>>>,
+    future: Option<TrackedFuture<Instrumented<Pin<Box<Fut>>>>>,
 }
 
 impl<Fut> Detached<Fut>
@@ -385,9 +382,12 @@ where
 {
     /// Boxed before it is tracked, so that the future (an attempt's is several KiB, all of it
     /// copied by every move) moves once.
-    fn new(future: Fut, tasks: &TaskTracker) -> Self {
+    ///
+    /// It runs in `span`, also once it finishes in a task of its own (its caller gone), so that
+    /// the spans it opens stay in its caller's trace: the box is instrumented, not the future.
+    fn new(future: Fut, span: Span, tasks: &TaskTracker) -> Self {
         Self {
-            future: Some(tasks.track_future(Box::pin(future))),
+            future: Some(tasks.track_future(Box::pin(future).instrument(span))),
         }
     }
 }
