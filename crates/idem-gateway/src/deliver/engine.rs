@@ -450,7 +450,7 @@ async fn deliver(shared: Arc<Shared>, received: Received) {
         idem.attempts = Empty,
         idem.outcome = Empty,
     );
-    telemetry::continue_message_trace(&span, &message.headers);
+    idem_messaging::consume::continue_trace(&span, &received);
     let settled = attempt_until_final(&shared, received, &span)
         .instrument(span.clone())
         .await;
@@ -1108,6 +1108,10 @@ mod tests {
             SECOND.get_or_init(|| {
                 tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default())
             });
+            // As `Tracing::start` does: the messages' headers are read through the global one.
+            opentelemetry::global::set_text_map_propagator(
+                opentelemetry_sdk::propagation::TraceContextPropagator::new(),
+            );
             let kept = Kept::default();
             let provider = SdkTracerProvider::builder()
                 .with_simple_exporter(kept.clone())

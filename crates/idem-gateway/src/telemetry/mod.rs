@@ -17,5 +17,5 @@ mod propagation;
 mod server;
 
 pub(crate) use exporter::{Tracing, is_on};
-pub(crate) use propagation::{continue_message_trace, continue_trace, inject, inject_span};
+pub(crate) use propagation::{continue_trace, inject, inject_span};
 pub(crate) use server::{record_response, server_span};

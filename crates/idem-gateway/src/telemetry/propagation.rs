@@ -29,16 +29,6 @@ pub(crate) fn inject(headers: &mut HeaderMap) {
     }
 }
 
-/// Makes `span` a child of the trace context that a broker message's `headers` carry, when they
-/// carry a valid one. Decided by the span, not the process: nothing for a disabled span (no
-/// exporter, and no log at its level), and no parent where no exporter records it. Call it
-/// before `span` is first entered, which starts it.
-pub(crate) fn continue_message_trace(span: &Span, headers: &[(String, String)]) {
-    if !span.is_disabled() {
-        set_parent(span, &MessageHeaders(headers));
-    }
-}
-
 /// Makes `span` a child of the valid trace context `carrier` holds, if any.
 fn set_parent(span: &Span, carrier: &dyn Extractor) {
     let parent = TraceContextPropagator::new().extract_with_context(&Context::new(), carrier);
@@ -68,21 +58,3 @@ pub(crate) fn inject_span(span: &Span, headers: &mut HeaderMap) {
 }
 
 const TRACESTATE: &str = "tracestate";
-
-/// A broker message's headers, read as HTTP reads headers: names in any case, the last one of a
-/// name.
-struct MessageHeaders<'a>(&'a [(String, String)]);
-
-impl Extractor for MessageHeaders<'_> {
-    fn get(&self, key: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .rev()
-            .find(|(name, _)| name.eq_ignore_ascii_case(key))
-            .map(|(_, value)| value.as_str())
-    }
-
-    fn keys(&self) -> Vec<&str> {
-        self.0.iter().map(|(name, _)| name.as_str()).collect()
-    }
-}

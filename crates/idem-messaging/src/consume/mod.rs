@@ -239,6 +239,15 @@ impl fmt::Debug for Received {
     }
 }
 
+/// Makes `span` a child of the W3C trace context that `message`'s headers carry (its
+/// `traceparent`), as [`Inbox::consume`](crate::Inbox::consume) does for its own span: for a
+/// process of one's own that handles received messages. Call it before `span` is first entered.
+/// With the `opentelemetry` feature, through the application's global propagator; without it, or
+/// for a disabled span, or without a valid context in the headers, it does nothing.
+pub fn continue_trace(span: &tracing::Span, message: &impl Incoming) {
+    crate::trace::continue_from(span, |name| message.header(name));
+}
+
 /// The messages of one subscription, as they arrive: a stream of [`Received`], or of the
 /// failure to receive (the broker unreachable, the queue missing). A subscription reconnects by
 /// itself where its broker's client does; after an error, [`next`](Self::next) may be called

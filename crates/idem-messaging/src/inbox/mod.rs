@@ -256,7 +256,7 @@ impl<DB: InboxDatabase> Inbox<DB> {
             messaging.consumer.group.name = consumer.as_str(),
             idem.outcome = Empty,
         );
-        crate::trace::continue_from(&span, |name| message.header(name));
+        crate::consume::continue_trace(&span, &message);
         let (handled, outcome) = self
             .consume_once(pool, consumer, message, handler)
             .instrument(span.clone())
