@@ -23,7 +23,7 @@ use std::{
 use futures_util::{FutureExt, future::OptionFuture};
 use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::task::{TaskTracker, task_tracker::TrackedFuture};
-use tracing::{Instrument as _, Span, field::Empty, instrument::Instrumented};
+use tracing::{Instrument as _, Span, field::Empty};
 
 use self::{execution::Settlement, waiters::Waiters};
 pub use self::{
@@ -372,7 +372,9 @@ where
     Fut: Future + Send + 'static,
     Fut::Output: Send,
 {
-    future: Option<TrackedFuture<Instrumented<Pin<Box<Fut>>>>>,
+    future: Option<TrackedFuture<Pin<Box<Fut>>>>,
+    /// The caller's span, entered at each poll, and the finishing task's.
+    span: Option<Span>,
 }
 
 impl<Fut> Detached<Fut>
@@ -383,11 +385,12 @@ where
     /// Boxed before it is tracked, so that the future (an attempt's is several KiB, all of it
     /// copied by every move) moves once.
     ///
-    /// It runs in `span`, also once it finishes in a task of its own (its caller gone), so that
-    /// the spans it opens stay in its caller's trace: the box is instrumented, not the future.
-    fn new(future: Fut, span: Span, tasks: &TaskTracker) -> Self {
+    /// It runs in `span`, if any, also once it finishes in a task of its own (its caller gone),
+    /// so that the spans it opens stay in its caller's trace.
+    fn new(future: Fut, span: Option<Span>, tasks: &TaskTracker) -> Self {
         Self {
-            future: Some(tasks.track_future(Box::pin(future).instrument(span))),
+            future: Some(tasks.track_future(Box::pin(future))),
+            span,
         }
     }
 }
@@ -400,13 +403,15 @@ where
     type Output = Fut::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let _entered = this.span.as_ref().map(Span::enter);
         // Out of its slot while polled: a future that panics is dropped by the unwinding, not
         // finished in the background by `drop`.
-        let mut future = self.future.take().expect("polled after completion");
+        let mut future = this.future.take().expect("polled after completion");
         match Pin::new(&mut future).poll(cx) {
             Poll::Ready(output) => Poll::Ready(output),
             Poll::Pending => {
-                self.future = Some(future);
+                this.future = Some(future);
                 Poll::Pending
             }
         }
@@ -424,7 +429,10 @@ where
         };
         match tokio::runtime::Handle::try_current() {
             // A runtime that is shutting down drops the task, as it drops every other one.
-            Ok(runtime) => drop(runtime.spawn(future)),
+            Ok(runtime) => drop(match self.span.take() {
+                Some(span) => runtime.spawn(future.instrument(span)),
+                None => runtime.spawn(future),
+            }),
             Err(_) => tracing::error!(
                 "a request whose key was acquired was dropped outside a Tokio runtime: its work \
                  cannot finish, and its key frees up when its lease ends"
@@ -461,19 +469,24 @@ impl<S: Store> Inner<S> {
         Fut: Future<Output = Execution<T>> + Send,
     {
         let terms = Terms::from(&self.policy);
-        let acquire = tracing::debug_span!(
-            "idem.acquire",
-            idem.key_digest = %address.key.digest(),
-            idem.outcome = Empty,
-        );
-        let acquisition = within(
+        let acquire = traced(|| {
+            tracing::debug_span!(
+                "idem.acquire",
+                idem.key_digest = %address.key.digest(),
+                idem.outcome = Empty,
+            )
+        });
+        let acquiring = within(
             self.policy.store_call_limit(),
             self.store.acquire(&address, &fingerprint, terms),
-        )
-        .instrument(acquire.clone())
-        .await;
-        acquire.record("idem.outcome", acquired(&acquisition));
-        drop(acquire);
+        );
+        let acquisition = match &acquire {
+            Some(span) => acquiring.instrument(span.clone()).await,
+            None => acquiring.await,
+        };
+        if let Some(span) = acquire {
+            span.record("idem.outcome", acquired(&acquisition));
+        }
         let lease = match acquisition {
             Ok(Acquisition::Acquired(lease)) => lease,
             Ok(Acquisition::Completed(outcome)) => {
@@ -496,19 +509,24 @@ impl<S: Store> Inner<S> {
             return Attempt::Done(RunOutcome::Replayed(Outcome::Unknown));
         }
         let (input, work) = work;
-        let execute = tracing::debug_span!(
-            "idem.execute",
-            idem.key_digest = %address.key.digest(),
-            idem.fencing_token = lease.token.get(),
-            idem.outcome = Empty,
-        );
-        let called =
-            execute.in_scope(|| std::panic::catch_unwind(AssertUnwindSafe(|| work(input, lease))));
+        let execute = traced(|| {
+            tracing::debug_span!(
+                "idem.execute",
+                idem.key_digest = %address.key.digest(),
+                idem.fencing_token = lease.token.get(),
+                idem.outcome = Empty,
+            )
+        });
+        let called = {
+            let _entered = execute.as_ref().map(Span::enter);
+            std::panic::catch_unwind(AssertUnwindSafe(|| work(input, lease)))
+        };
         let work = match called {
             Ok(work) => work,
             Err(panic) => {
-                execute.record("idem.outcome", "panicked");
-                drop(execute);
+                if let Some(span) = execute {
+                    span.record("idem.outcome", "panicked");
+                }
                 self.settle(&address, lease, Settlement::Release).await;
                 self.waiters.notify(&address);
                 return Attempt::Panicked(panic);
@@ -526,23 +544,31 @@ impl<S: Store> Inner<S> {
         self: &Arc<Self>,
         address: &Address,
         lease: Lease,
-        work: Pin<&mut (impl Future<Output = Execution<T>> + Send)>,
-        execute: Span,
+        mut work: Pin<&mut (impl Future<Output = Execution<T>> + Send)>,
+        execute: Option<Span>,
     ) -> Result<T, Panic> {
+        let in_span = std::future::poll_fn(|cx| {
+            let _entered = execute.as_ref().map(Span::enter);
+            work.as_mut().poll(cx)
+        });
         let outcome = tokio::select! {
-            outcome = AssertUnwindSafe(work).catch_unwind().instrument(execute.clone()) => outcome,
+            outcome = AssertUnwindSafe(in_span).catch_unwind() => outcome,
             never = self.heartbeat(address, lease) => match never {},
         };
         let settled = outcome.map(|e| e.settle(self.policy.ambiguous));
-        execute.record("idem.outcome", executed(&settled));
         // The span ends with the work; recording the result is a span of its own.
-        drop(execute);
+        if let Some(span) = execute {
+            span.record("idem.outcome", executed(&settled));
+        }
         let (result, settlement) = match settled {
             Ok(Ok((value, settlement))) => (Ok(value), settlement),
             Ok(Err((value, rest))) => {
                 let (inner, address) = (Arc::clone(self), address.clone());
                 let finish = async move { inner.finish_streaming(&address, lease, rest).await };
-                self.tasks.spawn(finish.instrument(caller_span()));
+                match caller_span() {
+                    Some(span) => self.tasks.spawn(finish.instrument(span)),
+                    None => self.tasks.spawn(finish),
+                };
                 return Ok(value);
             }
             Err(panic) => (Err(panic), Settlement::Release),
@@ -635,26 +661,29 @@ impl<S: Store> Inner<S> {
     /// The lease is counted from the first failure, so that a result recorded at once reads no
     /// clock.
     async fn settle(&self, address: &Address, lease: Lease, settlement: Settlement) -> Settled {
-        let complete = tracing::debug_span!(
-            "idem.complete",
-            idem.key_digest = %address.key.digest(),
-            idem.fencing_token = lease.token.get(),
-            idem.settlement = match &settlement {
-                Settlement::Complete(Outcome::Response(_)) => "response",
-                Settlement::Complete(Outcome::Unknown) => "unknown",
-                Settlement::Release => "release",
-            },
-            idem.outcome = Empty,
-        );
-        let settled = self
-            .record(address, lease, settlement)
-            .instrument(complete.clone())
-            .await;
+        let complete = traced(|| {
+            tracing::debug_span!(
+                "idem.complete",
+                idem.key_digest = %address.key.digest(),
+                idem.fencing_token = lease.token.get(),
+                idem.settlement = match &settlement {
+                    Settlement::Complete(Outcome::Response(_)) => "response",
+                    Settlement::Complete(Outcome::Unknown) => "unknown",
+                    Settlement::Release => "release",
+                },
+                idem.outcome = Empty,
+            )
+        });
+        let recording = self.record(address, lease, settlement);
+        let Some(span) = complete else {
+            return recording.await;
+        };
+        let settled = recording.instrument(span.clone()).await;
         let recorded = match settled {
             Settled::Done => "recorded",
             Settled::NotDone => "not_recorded",
         };
-        complete.record("idem.outcome", recorded);
+        span.record("idem.outcome", recorded);
         settled
     }
 
@@ -739,14 +768,17 @@ fn next_tick(fired: Instant, every: Duration, now: Instant) -> Instant {
 #[cfg(test)]
 mod tests;
 
-/// The span the caller runs in, for an attempt to keep; none where the engine's spans (at
-/// `debug`) cannot be on, sparing the lookup.
-fn caller_span() -> Span {
-    if tracing::level_enabled!(tracing::Level::DEBUG) {
-        Span::current()
-    } else {
-        Span::none()
-    }
+/// The span the caller runs in, for an attempt to keep; none where the engine's spans cannot be
+/// on.
+fn caller_span() -> Option<Span> {
+    traced(Span::current)
+}
+
+/// The span `make` gives, where the engine's spans (at `debug`) can be on; otherwise none, with
+/// nothing to enter, record or carry: a static check, the whole cost of the spans while no
+/// subscriber takes them.
+fn traced(make: impl FnOnce() -> Span) -> Option<Span> {
+    tracing::level_enabled!(tracing::Level::DEBUG).then(make)
 }
 
 /// The `idem.outcome` of an `idem.acquire` span.
