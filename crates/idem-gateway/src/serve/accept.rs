@@ -13,7 +13,7 @@ use hyper_util::{
 use idem_http::Idempotency;
 use tokio::net::TcpListener;
 use tower::{Service, ServiceExt};
-use tracing::{Instrument as _, Span};
+use tracing::Span;
 
 use super::{
     connections::{Activity, Connections},
@@ -109,10 +109,13 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let start = tokio::time::Instant::now();
-    let Ok(response) = match &span {
-        None => service.oneshot(request).await,
-        Some(span) => service.oneshot(request).instrument(span.clone()).await,
-    };
+    // In the span when there is one, through one code path either way.
+    let mut answering = std::pin::pin!(service.oneshot(request));
+    let Ok(response) = std::future::poll_fn(|cx| {
+        let _entered = span.as_ref().map(Span::enter);
+        answering.as_mut().poll(cx)
+    })
+    .await;
     if let Some(span) = &span {
         telemetry::record_response(span, &response);
     }
