@@ -480,7 +480,10 @@ impl<S: Store> Inner<S> {
             self.policy.store_call_limit(),
             self.store.acquire(&address, &fingerprint, terms),
         );
-        let acquisition = in_span(acquire.as_ref(), acquiring).await;
+        let acquisition = match &acquire {
+            Some(span) => acquiring.instrument(span.clone()).await,
+            None => acquiring.await,
+        };
         if let Some(span) = acquire {
             span.record("idem.outcome", acquired(&acquisition));
         }
@@ -544,8 +547,12 @@ impl<S: Store> Inner<S> {
         mut work: Pin<&mut (impl Future<Output = Execution<T>> + Send)>,
         execute: Option<Span>,
     ) -> Result<T, Panic> {
+        let in_span = std::future::poll_fn(|cx| {
+            let _entered = execute.as_ref().map(Span::enter);
+            work.as_mut().poll(cx)
+        });
         let outcome = tokio::select! {
-            outcome = AssertUnwindSafe(in_span(execute.as_ref(), work.as_mut())).catch_unwind() => outcome,
+            outcome = AssertUnwindSafe(in_span).catch_unwind() => outcome,
             never = self.heartbeat(address, lease) => match never {},
         };
         let settled = outcome.map(|e| e.settle(self.policy.ambiguous));
@@ -667,14 +674,16 @@ impl<S: Store> Inner<S> {
                 idem.outcome = Empty,
             )
         });
-        let settled = in_span(complete.as_ref(), self.record(address, lease, settlement)).await;
-        if let Some(span) = complete {
-            let recorded = match settled {
-                Settled::Done => "recorded",
-                Settled::NotDone => "not_recorded",
-            };
-            span.record("idem.outcome", recorded);
-        }
+        let recording = self.record(address, lease, settlement);
+        let Some(span) = complete else {
+            return recording.await;
+        };
+        let settled = recording.instrument(span.clone()).await;
+        let recorded = match settled {
+            Settled::Done => "recorded",
+            Settled::NotDone => "not_recorded",
+        };
+        span.record("idem.outcome", recorded);
         settled
     }
 
@@ -758,17 +767,6 @@ fn next_tick(fired: Instant, every: Duration, now: Instant) -> Instant {
 
 #[cfg(test)]
 mod tests;
-
-/// Runs `future` in `span`, when there is one: one code path, no wrapper to move where there is
-/// none.
-async fn in_span<F: Future>(span: Option<&Span>, future: F) -> F::Output {
-    let mut future = pin!(future);
-    std::future::poll_fn(|cx| {
-        let _entered = span.map(Span::enter);
-        future.as_mut().poll(cx)
-    })
-    .await
-}
 
 /// The span the caller runs in, for an attempt to keep; none where the engine's spans cannot be
 /// on.

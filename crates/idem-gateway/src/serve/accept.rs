@@ -13,7 +13,7 @@ use hyper_util::{
 use idem_http::Idempotency;
 use tokio::net::TcpListener;
 use tower::{Service, ServiceExt};
-use tracing::Span;
+use tracing::{Instrument as _, Span};
 
 use super::{
     connections::{Activity, Connections},
@@ -109,13 +109,10 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let start = tokio::time::Instant::now();
-    // In the span when there is one, through one code path either way.
-    let mut answering = std::pin::pin!(service.oneshot(request));
-    let Ok(response) = std::future::poll_fn(|cx| {
-        let _entered = span.as_ref().map(Span::enter);
-        answering.as_mut().poll(cx)
-    })
-    .await;
+    let Ok(response) = match &span {
+        None => service.oneshot(request).await,
+        Some(span) => service.oneshot(request).instrument(span.clone()).await,
+    };
     if let Some(span) = &span {
         telemetry::record_response(span, &response);
     }
