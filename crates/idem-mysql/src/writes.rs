@@ -77,15 +77,42 @@ impl<A> Op<A> {
     }
 }
 
-/// `(scope = … AND key_digest = …[ AND more]) OR …`: the records of `ops` by primary key, each
-/// with the further condition `more` writes for it.
-fn any_of<A>(batch: &mut Batch, ops: &[&Op<A>], more: impl Fn(&mut Batch, &Op<A>)) {
-    for (n, op) in ops.iter().enumerate() {
-        batch.push(if n == 0 { "(" } else { " OR (" });
+/// Each operation's fencing token, for the statements that name records by token too.
+type TokenOf<'f, A> = &'f dyn Fn(&Op<A>) -> FencingToken;
+
+/// The records of `ops` by primary key, and by token when `token` gives each operation's: `scope =
+/// X'…' AND key_digest = X'…'[ AND token = …]` for one operation, `(scope, key_digest[, token])
+/// IN ((X'…', X'…'[, …]), …)` for more.
+///
+/// Both servers read a row constructor `IN` list of several rows as a range of the primary key
+/// (MySQL since 5.7.3), and parse and plan it for less than the same records written as
+/// `(scope = … AND key_digest = …) OR …`: two items a record, not five. A list of one row is not
+/// a range to MariaDB's `UPDATE`, which then scans, and locks, the whole table. This module's
+/// tests have the server plan every statement, of one operation and of two.
+fn rows_of<A>(batch: &mut Batch, ops: &[&Op<A>], token: Option<TokenOf<'_, A>>) {
+    if let [op] = ops {
         op.is_row(batch);
-        more(batch, op);
+        if let Some(token) = token {
+            batch.push(" AND token = ").number(sql_token(token(op)));
+        }
+        return;
+    }
+    batch.push(match token {
+        Some(_) => "(scope, key_digest, token) IN (",
+        None => "(scope, key_digest) IN (",
+    });
+    for (n, op) in ops.iter().enumerate() {
+        batch
+            .push(if n == 0 { "(" } else { ", (" })
+            .bytes(op.scope())
+            .push(", ")
+            .bytes(&op.key);
+        if let Some(token) = token {
+            batch.push(", ").number(sql_token(token(op)));
+        }
         batch.push(")");
     }
+    batch.push(")");
 }
 
 /// A kind of write: its statements and how its operations' answers are read from their rows.
@@ -349,15 +376,15 @@ impl Write for Acquire {
             .push(table)
             .push(BY_PRIMARY_KEY)
             .push(" WHERE ");
-        any_of(batch, &ops, |_, _| {});
+        rows_of(batch, &ops, None);
         batch.statement(" FOR UPDATE");
         batch
             .push("UPDATE ")
             .push(table)
             .push(BY_PRIMARY_KEY)
-            .push(" SET token = LAST_INSERT_ID() WHERE token <= 0 AND (");
-        any_of(batch, &ops, |_, _| {});
-        batch.statement(")");
+            .push(" SET token = LAST_INSERT_ID() WHERE token <= 0 AND ");
+        rows_of(batch, &ops, None);
+        batch.statement("");
         batch.push("DELETE FROM `");
         batch.push(table.trim_matches('`'));
         batch.statement("_tokens` WHERE id = LAST_INSERT_ID()");
@@ -588,9 +615,8 @@ enum HolderChange<'f> {
 /// their tokens hold, live and processing: those records read and locked (their addresses and
 /// the batch's "now"), then changed as `change` says.
 ///
-/// Every statement names the records by primary key, `(scope = … AND key_digest = … AND token =
-/// …) OR …`, a range read of the primary key; an operation's own value in an assignment is a
-/// `CASE` on the addresses ([`each`]). No derived table of the operations is joined: MariaDB
+/// Every statement names the records by primary key and token ([`rows_of`]), a range read of the
+/// primary key; an operation's own value in an assignment is a `CASE` on the addresses ([`each`]). No derived table of the operations is joined: MariaDB
 /// optimises and materialises one per statement, on disk when a column is a blob, and a
 /// multi-table `UPDATE` keeps its rows to change in a temporary table of its own.
 fn holder_statements<A>(
@@ -601,11 +627,9 @@ fn holder_statements<A>(
     change: HolderChange<'_>,
 ) {
     let condition = |batch: &mut Batch| {
-        batch.push(" WHERE (");
-        any_of(batch, ops, |batch, op| {
-            batch.push(" AND token = ").number(sql_token(token(op)));
-        });
-        batch.push(") AND state = 'processing' AND @idem_now < expires_at");
+        batch.push(" WHERE ");
+        rows_of(batch, ops, Some(&token));
+        batch.push(" AND state = 'processing' AND @idem_now < expires_at");
     };
     batch
         .push("SELECT scope, key_digest, @idem_now AS now FROM ")
@@ -684,11 +708,10 @@ mod tests {
         batch.finish()
     }
 
-    /// Every statement that reads or changes records goes by the primary key, whatever the
-    /// planner would choose.
-    #[test]
-    fn every_statement_on_the_records_is_pinned_to_the_primary_key() {
-        let addresses: Vec<Address> = ["a", "b"]
+    /// The acquisitions, completions, renewals and releases of the first `records` of three
+    /// records: each write's text.
+    fn texts(records: usize) -> [String; 4] {
+        let addresses: Vec<Address> = ["a", "b", "c"][..records]
             .iter()
             .map(|key| Address::anonymous(key.parse().unwrap()))
             .collect();
@@ -719,25 +742,84 @@ mod tests {
             })
             .collect();
         let releases: Vec<_> = addresses.iter().map(|a| Op::new(a, token)).collect();
-        let texts = [
+        [
             text::<Acquire>(&acquisitions.iter().collect::<Vec<_>>()),
             text::<Complete>(&completions.iter().collect::<Vec<_>>()),
             text::<Renew>(&renewals.iter().collect::<Vec<_>>()),
             text::<Release>(&releases.iter().collect::<Vec<_>>()),
-        ];
-        for text in texts {
-            for statement in text.split(";\n").filter(|s| !s.is_empty()) {
-                let on_records = ["SELECT ", "UPDATE ", "DELETE "]
-                    .iter()
-                    .any(|verb| statement.starts_with(verb))
-                    && statement.contains("`keys`");
-                if on_records {
-                    assert!(
-                        statement.contains("`keys` FORCE INDEX (PRIMARY)")
-                            || statement.contains("`keys` AS r FORCE INDEX (PRIMARY)"),
-                        "{statement}"
-                    );
-                }
+        ]
+    }
+
+    /// The statements of `text` that read or change records.
+    fn on_records(text: &str) -> impl Iterator<Item = &str> {
+        text.split(";\n").filter(|statement| {
+            ["SELECT ", "UPDATE ", "DELETE "]
+                .iter()
+                .any(|verb| statement.starts_with(verb))
+                && statement.contains("`keys`")
+        })
+    }
+
+    /// The server plans every statement on the records as a range read of the primary key: a
+    /// plan that scanned the whole index (what `FORCE INDEX` falls back to when the conditions
+    /// give no range) would lock every record of the table.
+    #[tokio::test]
+    async fn the_server_reads_a_range_of_the_primary_key_for_every_statement() {
+        use sqlx::{Connection as _, Row as _};
+        let url = idem_test_support::require!(Mysql);
+        let database = idem_test_support::MysqlDatabase::create(&url).await;
+        let mut connection = database.connect().await;
+        crate::sql::Sql::new(&"keys".parse().unwrap())
+            .migrator()
+            .run(&mut connection)
+            .await
+            .unwrap();
+        sqlx::raw_sql("SET @idem_now = 1700000000000")
+            .execute(&mut connection)
+            .await
+            .unwrap();
+        // The records, held by the token the texts name, so that a lookup finds each.
+        sqlx::raw_sql(AssertSqlSafe(texts(3)[0].clone()))
+            .execute(&mut connection)
+            .await
+            .unwrap();
+        sqlx::raw_sql("UPDATE `keys` SET token = 7")
+            .execute(&mut connection)
+            .await
+            .unwrap();
+        for text in texts(1).into_iter().chain(texts(2)) {
+            for statement in on_records(&text) {
+                let plan = sqlx::raw_sql(AssertSqlSafe(format!("EXPLAIN {statement}")))
+                    .fetch_all(&mut connection)
+                    .await
+                    .unwrap();
+                assert_eq!(plan.len(), 1, "{statement}");
+                let access: Option<String> = plan[0].try_get("type").unwrap();
+                let key: Option<String> = plan[0].try_get("key").unwrap();
+                // One record's `SELECT`: a lookup of the primary key; any other: a range of it.
+                assert!(
+                    matches!(access.as_deref(), Some("range" | "const")),
+                    "{access:?}: {statement}"
+                );
+                assert_eq!(key.as_deref(), Some("PRIMARY"), "{statement}");
+            }
+        }
+        connection.close().await.unwrap();
+    }
+
+    /// Every statement that reads or changes records goes by the primary key, whatever the
+    /// planner would choose.
+    #[test]
+    fn every_statement_on_the_records_is_pinned_to_the_primary_key() {
+        for text in texts(1).into_iter().chain(texts(2)) {
+            let statements: Vec<&str> = on_records(&text).collect();
+            assert!(statements.len() >= 2, "{text}");
+            for statement in statements {
+                assert!(
+                    statement.contains("`keys` FORCE INDEX (PRIMARY)")
+                        || statement.contains("`keys` AS r FORCE INDEX (PRIMARY)"),
+                    "{statement}"
+                );
             }
         }
     }
