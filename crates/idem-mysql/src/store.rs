@@ -202,6 +202,12 @@ impl MysqlStore {
         self.inner.shared.sql.text(statement)
     }
 
+    /// What the store's operations share, for the tests of its batches.
+    #[cfg(test)]
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.inner.shared
+    }
+
     /// Closes the pool once running operations finish; every clone is closed too: later calls
     /// fail with [`StoreError::Unavailable`].
     pub async fn close(&self) {

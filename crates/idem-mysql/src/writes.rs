@@ -10,7 +10,9 @@
 //!
 //! The holder-only writes (complete, renew, release) first read, and lock, the records that the
 //! tokens hold: those rows are the operations that succeed, and the next statement changes them
-//! and only them. Acquisitions are [`Acquire`]'s.
+//! and only them. On MariaDB they first try without the read: the change alone, kept when it
+//! changed one record per operation, else undone ([`Write::statements_all_at_once`]).
+//! Acquisitions are [`Acquire`]'s.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -33,7 +35,7 @@ use crate::{
     key_digest::key_digest,
     row::{COMPLETED, Columns, PROCESSING, millis, sql_token, timestamp},
     shared::Shared,
-    sql::Batch,
+    sql::{Batch, BatchForm},
 };
 
 /// The most bytes of statements sent in one round trip, unless one operation alone is larger:
@@ -137,6 +139,29 @@ pub(crate) trait Write: Send + Sync + 'static {
         table: &str,
         ops: &[&Op<Self::Args>],
     ) -> Result<Vec<Step<Self::Output>>, StoreError>;
+
+    /// Whether this write has [`statements_all_at_once`](Self::statements_all_at_once): its
+    /// operations usually all succeed.
+    const ALL_AT_ONCE: bool = false;
+
+    /// Appends, for a server that runs compound statements (MariaDB), statements that make the
+    /// change of every one of `ops` at once, without reading the records first, and keep it
+    /// (with `COMMIT` when `commit`), answering with one row, `now`, only if every operation
+    /// succeeded: else they undo it and answer with no row, and
+    /// [`statements`](Self::statements) run instead.
+    fn statements_all_at_once(
+        _batch: &mut Batch,
+        _table: &str,
+        _ops: &[&Op<Self::Args>],
+        _commit: bool,
+    ) {
+        unreachable!("a write without ALL_AT_ONCE")
+    }
+
+    /// An operation's answer when every one of its batch succeeded, the batch's time `now`.
+    fn succeeded(_now: i64, _op: &Op<Self::Args>) -> Self::Output {
+        unreachable!("a write without ALL_AT_ONCE")
+    }
 }
 
 /// `W`, run in batches by a [`Queue`](idem_sql::batch::Queue).
@@ -197,24 +222,41 @@ pub(crate) async fn run<W: Write>(
     };
     let mut steps: Vec<Option<Step<W::Output>>> = ops.iter().map(|_| None).collect();
     let chunks = chunks::<W>(ops);
+    // Whether the transaction has begun and the batch's time is set.
+    let mut begun = false;
     for (number, chunk) in chunks.iter().enumerate() {
         let chunk_ops: Vec<&Op<W::Args>> = chunk.iter().map(|&at| ops[at]).collect();
-        let mut batch = Batch::new(shared.form);
-        if number == 0 {
-            if transaction == Transaction::Own {
-                batch.statement("START TRANSACTION");
+        let commit = number + 1 == chunks.len() && transaction == Transaction::Own;
+        let begin = |batch: &mut Batch, begun: &mut bool| {
+            if !*begun {
+                if transaction == Transaction::Own {
+                    batch.statement("START TRANSACTION");
+                }
+                batch.now(shared.now());
+                *begun = true;
             }
-            batch.now(shared.now());
+        };
+        if W::ALL_AT_ONCE && shared.form == BatchForm::Compound {
+            let mut batch = Batch::new(shared.form);
+            begin(&mut batch, &mut begun);
+            W::statements_all_at_once(&mut batch, table, &chunk_ops, commit);
+            let rows = send(shared, connection, batch).await.map_err(failed)?;
+            if let [row] = rows.as_slice() {
+                let now: i64 = Columns { row, table }.get("now").map_err(Failed::from)?;
+                for (&at, op) in chunk.iter().zip(&chunk_ops) {
+                    steps[at] = Some(Step::Done(Ok(W::succeeded(now, op))));
+                }
+                continue;
+            }
+            // One did not succeed: its change was undone, and the chunk reads first.
         }
+        let mut batch = Batch::new(shared.form);
+        begin(&mut batch, &mut begun);
         W::statements(&mut batch, table, &chunk_ops);
-        if number + 1 == chunks.len() && transaction == Transaction::Own {
+        if commit {
             batch.statement("COMMIT");
         }
-        let text = batch.finish();
-        let rows = shared
-            .within(sqlx::raw_sql(AssertSqlSafe(text)).fetch_all(&mut *connection))
-            .await
-            .map_err(failed)?;
+        let rows = send(shared, connection, batch).await.map_err(failed)?;
         let answers = W::answers(&rows, table, &chunk_ops).map_err(Failed::from)?;
         for (&at, step) in chunk.iter().zip(answers) {
             steps[at] = Some(step);
@@ -224,6 +266,18 @@ pub(crate) async fn run<W: Write>(
         .into_iter()
         .map(|step| step.expect("every chunk answers each of its operations"))
         .collect())
+}
+
+/// Sends `batch` in one round trip: the rows its statements returned.
+async fn send(
+    shared: &Shared,
+    connection: &mut MySqlConnection,
+    batch: Batch,
+) -> Result<Vec<MySqlRow>, sqlx::Error> {
+    let text = batch.finish();
+    shared
+        .within(sqlx::raw_sql(AssertSqlSafe(text)).fetch_all(&mut *connection))
+        .await
 }
 
 /// The positions of `ops` in groups whose text stays under [`ROUND_TRIP_BYTES`]. (A later
@@ -456,6 +510,22 @@ fn acquisition(
 /// [`Store::complete`](idem_core::Store::complete).
 pub(crate) struct Complete;
 
+impl Complete {
+    fn write(batch: &mut Batch, table: &str, ops: &[&Op<CompleteArgs>], how: Holding) {
+        let assignments = |batch: &mut Batch| {
+            batch.push(
+                "state = 'completed', lease_until = NULL, completed_at = @idem_now, \
+                 expires_at = @idem_now + ",
+            );
+            each(batch, ops, |op| Value::Number(millis(op.args.ttl)));
+            batch.push(", response = ");
+            each(batch, ops, |op| Value::Bytes(&op.args.response));
+        };
+        let change = HolderChange::Update(&assignments);
+        holder_statements(batch, table, ops, |op| op.args.token, change, how);
+    }
+}
+
 /// A completion's own arguments.
 pub(crate) struct CompleteArgs {
     token: FencingToken,
@@ -478,24 +548,26 @@ impl Write for Complete {
     type Args = CompleteArgs;
     type Output = ();
     const REPEATS: bool = false;
+    const ALL_AT_ONCE: bool = true;
 
     fn size(op: &Op<CompleteArgs>) -> usize {
         500 + 2 * op.args.response.len()
     }
 
     fn statements(batch: &mut Batch, table: &str, ops: &[&Op<CompleteArgs>]) {
-        let assignments = |batch: &mut Batch| {
-            batch.push(
-                "state = 'completed', lease_until = NULL, completed_at = @idem_now, \
-                 expires_at = @idem_now + ",
-            );
-            each(batch, ops, |op| Value::Number(millis(op.args.ttl)));
-            batch.push(", response = ");
-            each(batch, ops, |op| Value::Bytes(&op.args.response));
-        };
-        let change = HolderChange::Update(&assignments);
-        holder_statements(batch, table, ops, |op| op.args.token, change);
+        Self::write(batch, table, ops, Holding::ReadFirst);
     }
+
+    fn statements_all_at_once(
+        batch: &mut Batch,
+        table: &str,
+        ops: &[&Op<CompleteArgs>],
+        commit: bool,
+    ) {
+        Self::write(batch, table, ops, Holding::AllAtOnce { commit });
+    }
+
+    fn succeeded(_now: i64, _op: &Op<CompleteArgs>) {}
 
     fn answers(
         rows: &[MySqlRow],
@@ -515,22 +587,8 @@ impl Write for Complete {
 /// [`Store::renew`](idem_core::Store::renew).
 pub(crate) struct Renew;
 
-/// A renewal's own arguments.
-pub(crate) struct RenewArgs {
-    pub(crate) token: FencingToken,
-    pub(crate) lease: Duration,
-}
-
-impl Write for Renew {
-    type Args = RenewArgs;
-    type Output = Timestamp;
-    const REPEATS: bool = false;
-
-    fn size(_: &Op<RenewArgs>) -> usize {
-        500
-    }
-
-    fn statements(batch: &mut Batch, table: &str, ops: &[&Op<RenewArgs>]) {
+impl Renew {
+    fn write(batch: &mut Batch, table: &str, ops: &[&Op<RenewArgs>], how: Holding) {
         let lease = |batch: &mut Batch| {
             batch.push("@idem_now + ");
             each(batch, ops, |op| Value::Number(millis(op.args.lease)));
@@ -543,7 +601,41 @@ impl Write for Renew {
             batch.push(")");
         };
         let change = HolderChange::Update(&assignments);
-        holder_statements(batch, table, ops, |op| op.args.token, change);
+        holder_statements(batch, table, ops, |op| op.args.token, change, how);
+    }
+}
+
+/// A renewal's own arguments.
+pub(crate) struct RenewArgs {
+    pub(crate) token: FencingToken,
+    pub(crate) lease: Duration,
+}
+
+impl Write for Renew {
+    type Args = RenewArgs;
+    type Output = Timestamp;
+    const REPEATS: bool = false;
+    const ALL_AT_ONCE: bool = true;
+
+    fn size(_: &Op<RenewArgs>) -> usize {
+        500
+    }
+
+    fn statements(batch: &mut Batch, table: &str, ops: &[&Op<RenewArgs>]) {
+        Self::write(batch, table, ops, Holding::ReadFirst);
+    }
+
+    fn statements_all_at_once(
+        batch: &mut Batch,
+        table: &str,
+        ops: &[&Op<RenewArgs>],
+        commit: bool,
+    ) {
+        Self::write(batch, table, ops, Holding::AllAtOnce { commit });
+    }
+
+    fn succeeded(now: i64, op: &Op<RenewArgs>) -> Timestamp {
+        timestamp(now.saturating_add(millis(op.args.lease)))
     }
 
     /// The new lease ends the lease's length after the batch's "now", read with the rows.
@@ -579,14 +671,28 @@ impl Write for Release {
     type Args = FencingToken;
     type Output = ();
     const REPEATS: bool = false;
+    const ALL_AT_ONCE: bool = true;
 
     fn size(_: &Op<FencingToken>) -> usize {
         300
     }
 
     fn statements(batch: &mut Batch, table: &str, ops: &[&Op<FencingToken>]) {
-        holder_statements(batch, table, ops, |op| op.args, HolderChange::Delete);
+        let how = Holding::ReadFirst;
+        holder_statements(batch, table, ops, |op| op.args, HolderChange::Delete, how);
     }
+
+    fn statements_all_at_once(
+        batch: &mut Batch,
+        table: &str,
+        ops: &[&Op<FencingToken>],
+        commit: bool,
+    ) {
+        let how = Holding::AllAtOnce { commit };
+        holder_statements(batch, table, ops, |op| op.args, HolderChange::Delete, how);
+    }
+
+    fn succeeded(_now: i64, _op: &Op<FencingToken>) {}
 
     fn answers(
         rows: &[MySqlRow],
@@ -611,32 +717,56 @@ enum HolderChange<'f> {
     Delete,
 }
 
+/// How a holder-only write's statements find the records its tokens hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Holding {
+    /// Read and lock them first, then change those: the rows read say which operations succeed.
+    ReadFirst,
+    /// Change them at once, and keep the change only if it changed one record per operation
+    /// ([`Write::statements_all_at_once`]), committing then when `commit`.
+    AllAtOnce { commit: bool },
+}
+
 /// The holder-only writes' statements, on the records of `ops` (at distinct addresses) that
-/// their tokens hold, live and processing: those records read and locked (their addresses and
-/// the batch's "now"), then changed as `change` says.
+/// their tokens hold, live and processing, found as `how` says, and changed as `change` says.
 ///
 /// Every statement names the records by primary key and token ([`rows_of`]), a range read of the
-/// primary key; an operation's own value in an assignment is a `CASE` on the addresses ([`each`]). No derived table of the operations is joined: MariaDB
-/// optimises and materialises one per statement, on disk when a column is a blob, and a
-/// multi-table `UPDATE` keeps its rows to change in a temporary table of its own.
+/// primary key; an operation's own value in an assignment is a `CASE` on the addresses
+/// ([`each`]). No derived table of the operations is joined: MariaDB optimises and materialises
+/// one per statement, on disk when a column is a blob, and a multi-table `UPDATE` keeps its rows
+/// to change in a temporary table of its own.
+///
+/// All at once, the change runs after a savepoint and `ROW_COUNT()` decides: as many records
+/// changed as operations means that each operation's record was held (the addresses are
+/// distinct), and the batch's time is the answer; fewer (a lease lost, or a renewal that left
+/// a lease as it was) rolls back to the savepoint, and the batch reads first after all. That
+/// saves a usual completion the `SELECT … FOR UPDATE`.
 fn holder_statements<A>(
     batch: &mut Batch,
     table: &str,
     ops: &[&Op<A>],
     token: impl Fn(&Op<A>) -> FencingToken,
     change: HolderChange<'_>,
+    how: Holding,
 ) {
     let condition = |batch: &mut Batch| {
         batch.push(" WHERE ");
         rows_of(batch, ops, Some(&token));
         batch.push(" AND state = 'processing' AND @idem_now < expires_at");
     };
-    batch
-        .push("SELECT scope, key_digest, @idem_now AS now FROM ")
-        .push(table)
-        .push(BY_PRIMARY_KEY);
-    condition(batch);
-    batch.statement(" FOR UPDATE");
+    match how {
+        Holding::ReadFirst => {
+            batch
+                .push("SELECT scope, key_digest, @idem_now AS now FROM ")
+                .push(table)
+                .push(BY_PRIMARY_KEY);
+            condition(batch);
+            batch.statement(" FOR UPDATE");
+        }
+        Holding::AllAtOnce { .. } => {
+            batch.statement("SAVEPOINT idem_all_at_once");
+        }
+    }
     match change {
         HolderChange::Update(assignments) => {
             batch
@@ -657,6 +787,17 @@ fn holder_statements<A>(
     }
     condition(batch);
     batch.statement("");
+    if let Holding::AllAtOnce { commit } = how {
+        let count = i64::try_from(ops.len()).expect("a batch's length fits in an i64");
+        batch
+            .push("IF ROW_COUNT() = ")
+            .number(count)
+            .push(" THEN SELECT @idem_now AS now;");
+        if commit {
+            batch.push(" COMMIT;");
+        }
+        batch.statement(" ELSE ROLLBACK TO SAVEPOINT idem_all_at_once; END IF");
+    }
 }
 
 /// An operation's own value in an assignment.
@@ -700,7 +841,6 @@ mod tests {
     use idem_core::StoredResponse;
 
     use super::*;
-    use crate::sql::BatchForm;
 
     fn text<W: Write>(ops: &[&Op<W::Args>]) -> String {
         let mut batch = Batch::new(BatchForm::Statements);
@@ -805,6 +945,101 @@ mod tests {
             }
         }
         connection.close().await.unwrap();
+    }
+
+    /// This connection's `SAVEPOINT`s and `ROLLBACK TO SAVEPOINT`s so far.
+    async fn savepoints(connection: &mut MySqlConnection) -> (u64, u64) {
+        use sqlx::Row as _;
+        let rows = sqlx::raw_sql(
+            "SHOW SESSION STATUS WHERE Variable_name IN \
+             ('Com_savepoint', 'Com_rollback_to_savepoint')",
+        )
+        .fetch_all(&mut *connection)
+        .await
+        .unwrap();
+        let count = |name: &str| -> u64 {
+            let row = rows
+                .iter()
+                .find(|row| row.get::<String, _>("Variable_name") == name)
+                .unwrap();
+            row.get::<String, _>("Value").parse().unwrap()
+        };
+        (count("Com_savepoint"), count("Com_rollback_to_savepoint"))
+    }
+
+    /// Completions that all hold their records are made at once, without reading the records
+    /// first; a batch in which one does not is undone and read first, and each completion gets
+    /// its own answer.
+    #[tokio::test]
+    async fn completions_that_all_hold_their_records_are_made_at_once() {
+        use idem_core::{Acquisition, Store as _};
+        use sqlx::Connection as _;
+        let url = idem_test_support::require!(Mysql);
+        let database = idem_test_support::MysqlDatabase::create(&url).await;
+        let options = crate::MysqlOptions::from_url(&database.url()).unwrap();
+        let pool = sqlx::mysql::MySqlPoolOptions::new()
+            .connect_with(database.connect_options())
+            .await
+            .unwrap();
+        crate::MysqlStore::migrate(&pool, &options).await.unwrap();
+        let store = crate::MysqlStore::open(pool, options).await.unwrap();
+        let shared = store.shared();
+        let terms = Terms {
+            lease: Duration::from_secs(60),
+            ttl: Duration::from_secs(3_600),
+        };
+        let mut held = Vec::new();
+        for key in ["a", "b", "c"] {
+            let address = Address::anonymous(key.parse().unwrap());
+            let fingerprint = Fingerprint::from_bytes([1; 32]);
+            match store.acquire(&address, &fingerprint, terms).await.unwrap() {
+                Acquisition::Acquired(lease) => held.push((address, lease.token)),
+                other => panic!("expected Acquired, got {other:?}"),
+            }
+        }
+        let outcome: Outcome = StoredResponse::new(201).into();
+        let completion = |(address, token): &(Address, FencingToken)| {
+            Op::new(address, CompleteArgs::new(*token, &outcome, terms.ttl))
+        };
+        // MariaDB runs compound statements, MySQL does not: there every batch reads first.
+        let at_once = u64::from(shared.form == BatchForm::Compound);
+        let mut connection = database.connect().await;
+
+        let (a, b) = (completion(&held[0]), completion(&held[1]));
+        let before = savepoints(&mut connection).await;
+        let steps = run::<Complete>(shared, &mut connection, &[&a, &b], Transaction::Own)
+            .await
+            .unwrap();
+        assert!(
+            matches!(steps.as_slice(), [Step::Done(Ok(())), Step::Done(Ok(()))]),
+            "{steps:?}"
+        );
+        let after = savepoints(&mut connection).await;
+        assert_eq!((after.0 - before.0, after.1 - before.1), (at_once, 0));
+
+        // `a` again: completed already, its token holds no processing record.
+        let c = completion(&held[2]);
+        let steps = run::<Complete>(shared, &mut connection, &[&a, &c], Transaction::Own)
+            .await
+            .unwrap();
+        assert!(
+            matches!(
+                steps.as_slice(),
+                [Step::Done(Err(StoreError::LeaseLost)), Step::Done(Ok(()))]
+            ),
+            "{steps:?}"
+        );
+        let last = savepoints(&mut connection).await;
+        assert_eq!((last.0 - after.0, last.1 - after.1), (at_once, at_once));
+        for (address, _) in &held {
+            let outcome = store.get(address).await.unwrap().unwrap().state;
+            assert!(
+                matches!(outcome, idem_core::RecordState::Completed { .. }),
+                "{outcome:?}"
+            );
+        }
+        connection.close().await.unwrap();
+        store.close().await;
     }
 
     /// Every statement that reads or changes records goes by the primary key, whatever the
