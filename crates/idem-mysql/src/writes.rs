@@ -11,7 +11,7 @@
 //! The holder-only writes (complete, renew, release) first read, and lock, the records that the
 //! tokens hold: those rows are the operations that succeed, and the next statement changes them
 //! and only them. On MariaDB they first try without the read: the change alone, kept when it
-//! changed one record per operation, else undone ([`Write::statements_all_at_once`]).
+//! changed one record per operation, else undone ([`Holding::AllAtOnce`]).
 //! Acquisitions are [`Acquire`]'s.
 
 use std::{
@@ -130,8 +130,10 @@ pub(crate) trait Write: Send + Sync + 'static {
     fn size(op: &Op<Self::Args>) -> usize;
 
     /// Appends the statements that run `ops` (at distinct addresses, unless
-    /// [`REPEATS`](Self::REPEATS)) to `batch`, after `@idem_now` is set, inside a transaction.
-    fn statements(batch: &mut Batch, table: &str, ops: &[&Op<Self::Args>]);
+    /// [`REPEATS`](Self::REPEATS)) to `batch`, after `@idem_now` is set, inside a transaction,
+    /// finding the records as `how` says ([`Holding::AllAtOnce`] only for a write with
+    /// [`ALL_AT_ONCE`](Self::ALL_AT_ONCE)).
+    fn statements(batch: &mut Batch, table: &str, ops: &[&Op<Self::Args>], how: Holding);
 
     /// Each operation's step, from the rows the statements returned.
     fn answers(
@@ -140,23 +142,9 @@ pub(crate) trait Write: Send + Sync + 'static {
         ops: &[&Op<Self::Args>],
     ) -> Result<Vec<Step<Self::Output>>, StoreError>;
 
-    /// Whether this write has [`statements_all_at_once`](Self::statements_all_at_once): its
-    /// operations usually all succeed.
+    /// Whether this write's statements can be [`Holding::AllAtOnce`]: its operations usually all
+    /// succeed.
     const ALL_AT_ONCE: bool = false;
-
-    /// Appends, for a server that runs compound statements (MariaDB), statements that make the
-    /// change of every one of `ops` at once, without reading the records first, and keep it
-    /// (with `COMMIT` when `commit`), answering with one row, `now`, only if every operation
-    /// succeeded: else they undo it and answer with no row, and
-    /// [`statements`](Self::statements) run instead.
-    fn statements_all_at_once(
-        _batch: &mut Batch,
-        _table: &str,
-        _ops: &[&Op<Self::Args>],
-        _commit: bool,
-    ) {
-        unreachable!("a write without ALL_AT_ONCE")
-    }
 
     /// An operation's answer when every one of its batch succeeded, the batch's time `now`.
     fn succeeded(_now: i64, _op: &Op<Self::Args>) -> Self::Output {
@@ -239,7 +227,7 @@ pub(crate) async fn run<W: Write>(
         if W::ALL_AT_ONCE && shared.form == BatchForm::Compound {
             let mut batch = Batch::new(shared.form);
             begin(&mut batch, &mut begun);
-            W::statements_all_at_once(&mut batch, table, &chunk_ops, commit);
+            W::statements(&mut batch, table, &chunk_ops, Holding::AllAtOnce { commit });
             let rows = send(shared, connection, batch).await.map_err(failed)?;
             if let [row] = rows.as_slice() {
                 let now: i64 = Columns { row, table }.get("now").map_err(Failed::from)?;
@@ -252,7 +240,7 @@ pub(crate) async fn run<W: Write>(
         }
         let mut batch = Batch::new(shared.form);
         begin(&mut batch, &mut begun);
-        W::statements(&mut batch, table, &chunk_ops);
+        W::statements(&mut batch, table, &chunk_ops, Holding::ReadFirst);
         if commit {
             batch.statement("COMMIT");
         }
@@ -373,8 +361,9 @@ impl Write for Acquire {
         600
     }
 
-    /// Of several acquisitions of one address, only the first writes.
-    fn statements(batch: &mut Batch, table: &str, ops: &[&Op<AcquireArgs>]) {
+    /// Of several acquisitions of one address, only the first writes. (An acquisition has one
+    /// form: it reads the records after writing them.)
+    fn statements(batch: &mut Batch, table: &str, ops: &[&Op<AcquireArgs>], _: Holding) {
         let mut seen = HashSet::with_capacity(ops.len());
         let ops: Vec<&Op<AcquireArgs>> = ops
             .iter()
@@ -510,22 +499,6 @@ fn acquisition(
 /// [`Store::complete`](idem_core::Store::complete).
 pub(crate) struct Complete;
 
-impl Complete {
-    fn write(batch: &mut Batch, table: &str, ops: &[&Op<CompleteArgs>], how: Holding) {
-        let assignments = |batch: &mut Batch| {
-            batch.push(
-                "state = 'completed', lease_until = NULL, completed_at = @idem_now, \
-                 expires_at = @idem_now + ",
-            );
-            each(batch, ops, |op| Value::Number(millis(op.args.ttl)));
-            batch.push(", response = ");
-            each(batch, ops, |op| Value::Bytes(&op.args.response));
-        };
-        let change = HolderChange::Update(&assignments);
-        holder_statements(batch, table, ops, |op| op.args.token, change, how);
-    }
-}
-
 /// A completion's own arguments.
 pub(crate) struct CompleteArgs {
     token: FencingToken,
@@ -554,17 +527,18 @@ impl Write for Complete {
         500 + 2 * op.args.response.len()
     }
 
-    fn statements(batch: &mut Batch, table: &str, ops: &[&Op<CompleteArgs>]) {
-        Self::write(batch, table, ops, Holding::ReadFirst);
-    }
-
-    fn statements_all_at_once(
-        batch: &mut Batch,
-        table: &str,
-        ops: &[&Op<CompleteArgs>],
-        commit: bool,
-    ) {
-        Self::write(batch, table, ops, Holding::AllAtOnce { commit });
+    fn statements(batch: &mut Batch, table: &str, ops: &[&Op<CompleteArgs>], how: Holding) {
+        let assignments = |batch: &mut Batch| {
+            batch.push(
+                "state = 'completed', lease_until = NULL, completed_at = @idem_now, \
+                 expires_at = @idem_now + ",
+            );
+            each(batch, ops, |op| Value::Number(millis(op.args.ttl)));
+            batch.push(", response = ");
+            each(batch, ops, |op| Value::Bytes(&op.args.response));
+        };
+        let change = HolderChange::Update(&assignments);
+        holder_statements(batch, table, ops, |op| op.args.token, change, how);
     }
 
     fn succeeded(_now: i64, _op: &Op<CompleteArgs>) {}
@@ -587,24 +561,6 @@ impl Write for Complete {
 /// [`Store::renew`](idem_core::Store::renew).
 pub(crate) struct Renew;
 
-impl Renew {
-    fn write(batch: &mut Batch, table: &str, ops: &[&Op<RenewArgs>], how: Holding) {
-        let lease = |batch: &mut Batch| {
-            batch.push("@idem_now + ");
-            each(batch, ops, |op| Value::Number(millis(op.args.lease)));
-        };
-        let assignments = |batch: &mut Batch| {
-            batch.push("lease_until = ");
-            lease(batch);
-            batch.push(", expires_at = GREATEST(expires_at, ");
-            lease(batch);
-            batch.push(")");
-        };
-        let change = HolderChange::Update(&assignments);
-        holder_statements(batch, table, ops, |op| op.args.token, change, how);
-    }
-}
-
 /// A renewal's own arguments.
 pub(crate) struct RenewArgs {
     pub(crate) token: FencingToken,
@@ -621,17 +577,20 @@ impl Write for Renew {
         500
     }
 
-    fn statements(batch: &mut Batch, table: &str, ops: &[&Op<RenewArgs>]) {
-        Self::write(batch, table, ops, Holding::ReadFirst);
-    }
-
-    fn statements_all_at_once(
-        batch: &mut Batch,
-        table: &str,
-        ops: &[&Op<RenewArgs>],
-        commit: bool,
-    ) {
-        Self::write(batch, table, ops, Holding::AllAtOnce { commit });
+    fn statements(batch: &mut Batch, table: &str, ops: &[&Op<RenewArgs>], how: Holding) {
+        let lease = |batch: &mut Batch| {
+            batch.push("@idem_now + ");
+            each(batch, ops, |op| Value::Number(millis(op.args.lease)));
+        };
+        let assignments = |batch: &mut Batch| {
+            batch.push("lease_until = ");
+            lease(batch);
+            batch.push(", expires_at = GREATEST(expires_at, ");
+            lease(batch);
+            batch.push(")");
+        };
+        let change = HolderChange::Update(&assignments);
+        holder_statements(batch, table, ops, |op| op.args.token, change, how);
     }
 
     fn succeeded(now: i64, op: &Op<RenewArgs>) -> Timestamp {
@@ -654,9 +613,7 @@ impl Write for Renew {
                         table,
                     }
                     .get("now")?;
-                    Ok(Step::Done(Ok(timestamp(
-                        now.saturating_add(millis(op.args.lease)),
-                    ))))
+                    Ok(Step::Done(Ok(Self::succeeded(now, op))))
                 }
                 None => Ok(lease_lost()),
             })
@@ -677,18 +634,7 @@ impl Write for Release {
         300
     }
 
-    fn statements(batch: &mut Batch, table: &str, ops: &[&Op<FencingToken>]) {
-        let how = Holding::ReadFirst;
-        holder_statements(batch, table, ops, |op| op.args, HolderChange::Delete, how);
-    }
-
-    fn statements_all_at_once(
-        batch: &mut Batch,
-        table: &str,
-        ops: &[&Op<FencingToken>],
-        commit: bool,
-    ) {
-        let how = Holding::AllAtOnce { commit };
+    fn statements(batch: &mut Batch, table: &str, ops: &[&Op<FencingToken>], how: Holding) {
         holder_statements(batch, table, ops, |op| op.args, HolderChange::Delete, how);
     }
 
@@ -717,13 +663,15 @@ enum HolderChange<'f> {
     Delete,
 }
 
-/// How a holder-only write's statements find the records its tokens hold.
+/// How a write's statements find the records its operations hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Holding {
+pub(crate) enum Holding {
     /// Read and lock them first, then change those: the rows read say which operations succeed.
     ReadFirst,
-    /// Change them at once, and keep the change only if it changed one record per operation
-    /// ([`Write::statements_all_at_once`]), committing then when `commit`.
+    /// For a server that runs compound statements (MariaDB): change them at once, without
+    /// reading them first, and keep the change (with `COMMIT` when `commit`) only if every
+    /// operation succeeded, answering with one row, `now`; else undo it and answer with no row,
+    /// and the [`ReadFirst`](Self::ReadFirst) statements run instead.
     AllAtOnce { commit: bool },
 }
 
@@ -844,7 +792,7 @@ mod tests {
 
     fn text<W: Write>(ops: &[&Op<W::Args>]) -> String {
         let mut batch = Batch::new(BatchForm::Statements);
-        W::statements(&mut batch, "`keys`", ops);
+        W::statements(&mut batch, "`keys`", ops, Holding::ReadFirst);
         batch.finish()
     }
 
