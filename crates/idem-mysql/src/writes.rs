@@ -862,16 +862,13 @@ mod tests {
             .run(&mut connection)
             .await
             .unwrap();
-        sqlx::raw_sql("SET @idem_now = 1700000000000")
-            .execute(&mut connection)
-            .await
-            .unwrap();
-        // The records, held by the token the texts name, so that a lookup finds each.
-        sqlx::raw_sql(AssertSqlSafe(texts(3)[0].clone()))
-            .execute(&mut connection)
-            .await
-            .unwrap();
-        sqlx::raw_sql("UPDATE `keys` SET token = 7")
+        // The batch's time, and the records, held by the token the texts name, so that a lookup
+        // finds each.
+        let records = format!(
+            "SET @idem_now = 1700000000000;\n{}UPDATE `keys` SET token = 7",
+            texts(3)[0]
+        );
+        sqlx::raw_sql(AssertSqlSafe(records))
             .execute(&mut connection)
             .await
             .unwrap();
