@@ -210,20 +210,20 @@ pub(crate) async fn run<W: Write>(
     };
     let mut steps: Vec<Option<Step<W::Output>>> = ops.iter().map(|_| None).collect();
     let chunks = chunks::<W>(ops);
-    // Whether the transaction has begun and the batch's time is set.
+    // Whether the transaction has begun and the batch's time is set: by the first text sent.
     let mut begun = false;
+    let begin = |batch: &mut Batch, begun: &mut bool| {
+        if !*begun {
+            if transaction == Transaction::Own {
+                batch.statement("START TRANSACTION");
+            }
+            batch.now(shared.now());
+            *begun = true;
+        }
+    };
     for (number, chunk) in chunks.iter().enumerate() {
         let chunk_ops: Vec<&Op<W::Args>> = chunk.iter().map(|&at| ops[at]).collect();
         let commit = number + 1 == chunks.len() && transaction == Transaction::Own;
-        let begin = |batch: &mut Batch, begun: &mut bool| {
-            if !*begun {
-                if transaction == Transaction::Own {
-                    batch.statement("START TRANSACTION");
-                }
-                batch.now(shared.now());
-                *begun = true;
-            }
-        };
         if W::ALL_AT_ONCE && shared.form == BatchForm::Compound {
             let mut batch = Batch::new(shared.form);
             begin(&mut batch, &mut begun);
