@@ -21,7 +21,12 @@ async fn charge(
     let address = Address::anonymous(key.parse()?);
     let fingerprint = Fingerprint::from_bytes([amount.to_le_bytes()[0]; 32]);
     let terms = Terms::from(&Policy::default());
-    let mut tx = store.pool().begin().await?;
+    // READ COMMITTED: the completion locks its record and no gap beside it (see the crate's
+    // documentation).
+    let mut tx = store
+        .pool()
+        .begin_with("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
+        .await?;
     Ok(
         match store
             .acquire_in(&mut tx, &address, &fingerprint, terms)

@@ -2,8 +2,8 @@
 -- newest-first order (created_at, scope, key_digest): ? created_at, ? created_at, ? scope,
 -- ? scope, ? key digest; ? now (NULL: the server's); ? scope (NULL: every scope) twice; ? limit.
 --
--- A backward walk of the index on (state, created_at), whose entries InnoDB completes with the
--- primary key, from the bound: no sort. The records it passes over that are expired or of
+-- A backward walk of the index on (state, created_at, scope, key_digest) from the bound: no
+-- sort. The records it passes over that are expired or of
 -- another scope are read and skipped.
 SELECT scope, key_digest, fingerprint, state, token, lease_until, created_at, completed_at,
     expires_at, response

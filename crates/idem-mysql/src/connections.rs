@@ -1,7 +1,7 @@
 //! The connections the store runs its own operations on ([`idem_sql::connections`]: not a sqlx
 //! pool, which pings every connection it takes back), opened with the sqlx pool's options.
 //!
-//! Each runs at `READ COMMITTED`: the store locks the records it writes by primary key, and
+//! Each runs at `READ COMMITTED`: the store locks the records it writes by address, and
 //! `REPEATABLE READ`'s gap locks would only make concurrent batches that create neighbouring keys
 //! wait for each other, or deadlock. With a [statement timeout](crate::MysqlOptions::statement_timeout),
 //! a row lock is waited for that long at most (`innodb_lock_wait_timeout`).

@@ -16,6 +16,12 @@
 //! completion commit together or not at all: there is never a charge without its recorded
 //! response, nor a recorded response without its charge.
 //!
+//! Begin those transactions at `READ COMMITTED`, as the example does. The records are found
+//! through a unique index on their addresses, and under `REPEATABLE READ` (MySQL's default)
+//! InnoDB's locks on a record found that way take the gap before it in the index too: until
+//! your commit, the acquisitions of new keys whose addresses fall in that gap (about one in as
+//! many as the table holds records) wait for your transaction.
+//!
 //! [`patterns`] makes operations idempotent by their data, in the same transactions: a row
 //! inserted once by its unique key, a state transition applied once.
 //!
@@ -34,7 +40,10 @@
 //! let fingerprint = Fingerprint::from_bytes([7; 32]);
 //! let terms = Terms::from(&Policy::default());
 //!
-//! let mut tx = store.pool().begin().await?;
+//! let mut tx = store
+//!     .pool()
+//!     .begin_with("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
+//!     .await?;
 //! match store.acquire_in(&mut tx, &address, &fingerprint, terms).await? {
 //!     Acquisition::Acquired(lease) => {
 //!         sqlx::query("UPDATE accounts SET balance = balance - 10 WHERE id = 'alice'")

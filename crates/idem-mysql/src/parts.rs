@@ -25,6 +25,7 @@ use crate::{
     key_digest::key_digest,
     row::{Columns, sql_token},
     sql::{Batch, BatchForm, Sql},
+    writes::BY_ADDRESS,
 };
 
 /// About how many bytes an append's text has besides its part.
@@ -60,7 +61,7 @@ pub(crate) fn append_text(
         .number(token)
         .push(" AND state = 'processing' AND @idem_now < expires_at AS held FROM ")
         .push(table)
-        .push(" FORCE INDEX (PRIMARY)");
+        .push(BY_ADDRESS);
     record(&mut batch);
     batch.statement(" FOR UPDATE");
     batch
@@ -79,7 +80,7 @@ pub(crate) fn append_text(
         .bytes(part)
         .push(", expires_at FROM ")
         .push(table)
-        .push(" FORCE INDEX (PRIMARY)");
+        .push(BY_ADDRESS);
     record(&mut batch);
     batch
         .push(" AND token = ")
@@ -139,7 +140,7 @@ mod tests {
         assert_eq!(statements[1], "SET @idem_now = 1000");
         assert!(
             statements[2].starts_with("SELECT token = 7 AND state = 'processing'")
-                && statements[2].contains("FROM `keys` FORCE INDEX (PRIMARY) WHERE scope = X'")
+                && statements[2].contains("FROM `keys` FORCE INDEX (address) WHERE scope = X'")
                 && statements[2].ends_with(" FOR UPDATE"),
             "{}",
             statements[2]
@@ -153,7 +154,7 @@ mod tests {
         );
         assert!(
             statements[4].starts_with("INSERT INTO `keys_parts`")
-                && statements[4].contains("SELECT scope, key_digest, token, 3, X'00273b', expires_at FROM `keys` FORCE INDEX (PRIMARY)")
+                && statements[4].contains("SELECT scope, key_digest, token, 3, X'00273b', expires_at FROM `keys` FORCE INDEX (address)")
                 && statements[4].ends_with(
                     " AND token = 7 AND state = 'processing' AND @idem_now < expires_at AND @idem_next = 3"
                 ),

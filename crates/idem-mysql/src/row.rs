@@ -101,30 +101,15 @@ impl Columns<'_> {
         })
     }
 
-    /// The columns of `sql/census.sql`: one step's census, and the step's last record (`None`
-    /// past the last record).
-    pub(crate) fn census_step(&self) -> Result<(Census, Option<PrimaryKey>), StoreError> {
+    /// The columns of `sql/census.sql`: one step's census, and the step's last record's id
+    /// (`None` past the last record).
+    pub(crate) fn census_step(&self) -> Result<(Census, Option<i64>), StoreError> {
         let census = Census {
             processing: self.count("processing")?,
             completed: self.count("completed")?,
             oldest_processing: self.time("oldest_processing")?,
         };
-        let last: Option<Vec<u8>> = self.get("last")?;
-        let last = match last {
-            Some(mut scope) if scope.len() == 64 => {
-                let key = scope.split_off(32);
-                Some((scope, key))
-            }
-            Some(other) => {
-                return Err(StoreError::corrupted(Error::UnexpectedColumn {
-                    table: self.table.to_owned(),
-                    column: "scope",
-                    expected: "binary(32)",
-                    found: Some(format!("{} bytes with its key", other.len())),
-                }));
-            }
-            None => None,
-        };
+        let last: Option<i64> = self.get("last")?;
         Ok((census, last))
     }
 
@@ -170,9 +155,6 @@ impl Columns<'_> {
         <[u8; 32]>::try_from(bytes).map_err(StoreError::corrupted)
     }
 }
-
-/// A record's primary key: its scope and key digest.
-pub(crate) type PrimaryKey = (Vec<u8>, Vec<u8>);
 
 /// Milliseconds since the epoch from the database; the store writes none before 1970.
 pub(crate) fn timestamp(millis: i64) -> Timestamp {

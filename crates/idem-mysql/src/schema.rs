@@ -26,6 +26,7 @@ pub enum Migration {
 /// The columns the statements use and their types, as `information_schema.COLUMNS.DATA_TYPE`
 /// names them on MySQL and MariaDB.
 const COLUMNS: &[(&str, &str)] = &[
+    ("id", "bigint"),
     ("scope", "binary"),
     ("key_digest", "binary"),
     ("fingerprint", "binary"),

@@ -23,6 +23,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "idem parts",
         include_str!("../migrations/0002_idem_parts.sql"),
     ),
+    (
+        3,
+        "idem records by arrival",
+        include_str!("../migrations/0003_idem_records_by_arrival.sql"),
+    ),
 ];
 
 /// The server's clock in milliseconds since the epoch.
@@ -269,7 +274,7 @@ mod tests {
         assert_eq!(sql.parts, "`keys_parts`");
         let migrator = sql.migrator();
         let versions: Vec<i64> = migrator.iter().map(|migration| migration.version).collect();
-        assert_eq!(versions, [1, 2]);
+        assert_eq!(versions, [1, 2, 3]);
         for migration in migrator.iter() {
             assert!(
                 !migration.sql.as_str().contains('{'),
@@ -291,6 +296,12 @@ mod tests {
         created(1, "keys_tokens");
         created(1, "keys_census");
         created(2, "keys_parts");
+        let rebuilt = migrator.iter().nth(2).unwrap().sql.as_str();
+        assert!(rebuilt.starts_with("-- ") && rebuilt.contains("ALTER TABLE `keys`\n"));
+        assert!(
+            rebuilt.contains("DROP KEY `keys_state_created`"),
+            "{rebuilt}"
+        );
         assert_eq!(migrator.table_name, "`keys_migrations`");
     }
 

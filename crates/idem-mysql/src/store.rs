@@ -229,15 +229,16 @@ impl MysqlStore {
             .spawn()
     }
 
-    /// [`Store::acquire`] on `connection`, inside the caller's transaction (begin it first:
-    /// `pool.begin()`, and pass `&mut tx`).
+    /// [`Store::acquire`] on `connection`, inside the caller's transaction (begin it first, and
+    /// pass `&mut tx`).
     ///
     /// In a transaction, the new or taken-over record is invisible to other sessions until the
     /// commit, and locked: a concurrent `acquire` of the same key waits for the transaction to
     /// end, then replays its completion, or takes the key if it rolled back. A rollback leaves no
-    /// record. The locks are held until your commit: keep the transaction short. Under
-    /// `REPEATABLE READ` (MySQL's default) the record is read with a locking read, so it is the
-    /// latest, not your transaction's snapshot.
+    /// record. The locks are held until your commit: keep the transaction short, and begin it at
+    /// `READ COMMITTED` (see [the crate's documentation](crate)). Under `REPEATABLE READ` the
+    /// record is read with a locking read all the same, so it is the latest, not your
+    /// transaction's snapshot.
     pub async fn acquire_in(
         &self,
         connection: &mut MySqlConnection,
@@ -262,6 +263,7 @@ impl MysqlStore {
     /// lease over waits for the outcome: after a commit it replays the response, after a rollback
     /// it takes the key. With a token that no longer holds the key it returns
     /// [`StoreError::LeaseLost`]: roll the transaction back, another worker owns the operation.
+    /// Begin the transaction at `READ COMMITTED` (see [the crate's documentation](crate)).
     pub async fn complete_in(
         &self,
         connection: &mut MySqlConnection,
@@ -447,7 +449,7 @@ impl Store for MysqlStore {
     }
 
     /// One transaction on the operators' pool: at most `limit` expired records, oldest first,
-    /// skipping those another transaction holds, read and locked, then deleted by primary key;
+    /// skipping those another transaction holds, read and locked, then deleted by id;
     /// then, with the rest of `limit`, expired parts of streamed responses the same way. Answers
     /// how many rows (records and parts) it deleted.
     ///
@@ -466,25 +468,23 @@ impl Store for MysqlStore {
             .begin_with("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
             .await
             .map_err(|e| self.error(e))?;
-        let records: Vec<(Vec<u8>, Vec<u8>)> =
-            sqlx::query_as(query_text(sql.text(Statement::PurgeExpired)))
-                .bind(shared.now())
-                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-                .fetch_all(&mut *transaction)
-                .await
-                .map_err(|e| self.error(e))?;
+        let records: Vec<i64> = sqlx::query_scalar(query_text(sql.text(Statement::PurgeExpired)))
+            .bind(shared.now())
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&mut *transaction)
+            .await
+            .map_err(|e| self.error(e))?;
         let mut deleted = 0;
         if !records.is_empty() {
             let mut batch = Batch::new(BatchForm::Statements);
-            batch.push("DELETE FROM ").push(&sql.table).push(" WHERE ");
-            for (n, (scope, key)) in records.iter().enumerate() {
-                batch
-                    .push(if n == 0 { "(scope = " } else { " OR (scope = " })
-                    .bytes(scope)
-                    .push(" AND key_digest = ")
-                    .bytes(key)
-                    .push(")");
+            batch
+                .push("DELETE FROM ")
+                .push(&sql.table)
+                .push(" WHERE id IN (");
+            for (n, id) in records.iter().enumerate() {
+                batch.push(if n == 0 { "" } else { ", " }).number(*id);
             }
+            batch.push(")");
             let done = sqlx::raw_sql(AssertSqlSafe(batch.finish()))
                 .execute(&mut *transaction)
                 .await
@@ -616,8 +616,8 @@ impl Store for MysqlStore {
     }
 
     /// One statement per state asked for, on the store's own connections, on the server's clock:
-    /// a backward walk of the index on `(state, created_at)` from where the page starts (see
-    /// `sql/list.sql`).
+    /// a backward walk of the index on `(state, created_at, scope, key_digest)` from where the
+    /// page starts (see `sql/list.sql`).
     async fn list(&self, query: &ListQuery) -> Result<ListPage, StoreError> {
         let shared = &self.inner.shared;
         let mut newest = Newest::new(query)?;
@@ -693,17 +693,15 @@ impl Store for MysqlStore {
         Ok(newest.finish())
     }
 
-    /// Reads the table in steps of 5,000 records in primary key order, each step one statement
-    /// on the operators' pool, on the server's clock, resting after each at `pace`; nothing is
-    /// decoded. The steps are separate snapshots: a record written meanwhile may count in its old
+    /// Reads the table in steps of 5,000 records in `id` (arrival) order, each step one
+    /// statement on the operators' pool, on the server's clock, resting after each at `pace`;
+    /// nothing is decoded. The steps are separate snapshots: a record written meanwhile may count in its old
     /// place or its new one.
     async fn census(&self, pace: Pace) -> Result<Census, StoreError> {
-        pace.count((Vec::new(), Vec::new()), |after| async move {
+        pace.count(0, |after| async move {
             let row = sqlx::query(query_text(self.inner.shared.sql.text(Statement::Census)))
                 .bind(self.inner.shared.now())
-                .bind(&after.0)
-                .bind(&after.0)
-                .bind(&after.1)
+                .bind(after)
                 .bind(CENSUS_STEP)
                 .fetch_one(&self.inner.pool)
                 .await

@@ -42,11 +42,12 @@ use crate::{
 /// well under the servers' smallest default `max_allowed_packet` (16 MiB on MariaDB).
 pub(crate) const ROUND_TRIP_BYTES: usize = 4 << 20;
 
-/// The index every statement of a batch reads its records by. A statement names its records by
-/// primary key, but its other conditions (`state = 'processing'`) fit the `(state, created_at)`
-/// index too, and the planner, left to itself, chose that index for some completions: they then
-/// locked every processing record they scanned, and deadlocked with their neighbours.
-const BY_PRIMARY_KEY: &str = " FORCE INDEX (PRIMARY)";
+/// The index every statement of a batch reads its records by: `address`, the unique index on
+/// `(scope, key_digest)`. A statement names its records by address, but its other conditions
+/// (`state = 'processing'`) fit the `(state, created_at, …)` index too, and the planner, left to
+/// itself, chose that index for some completions: they then locked every processing record they
+/// scanned, and deadlocked with their neighbours.
+pub(crate) const BY_ADDRESS: &str = " FORCE INDEX (address)";
 
 /// One write: the address it is about, as the statements take it, and its own arguments.
 pub(crate) struct Op<A> {
@@ -82,11 +83,11 @@ impl<A> Op<A> {
 /// Each operation's fencing token, for the statements that name records by token too.
 type TokenOf<'f, A> = &'f dyn Fn(&Op<A>) -> FencingToken;
 
-/// The records of `ops` by primary key, and by token when `token` gives each operation's: `scope =
+/// The records of `ops` by address, and by token when `token` gives each operation's: `scope =
 /// X'…' AND key_digest = X'…'[ AND token = …]` for one operation, `(scope, key_digest[, token])
 /// IN ((X'…', X'…'[, …]), …)` for more.
 ///
-/// Both servers read a row constructor `IN` list of several rows as a range of the primary key
+/// Both servers read a row constructor `IN` list of several rows as ranges of the `address` index
 /// (MySQL since 5.7.3), and parse and plan it for less than the same records written as
 /// `(scope = … AND key_digest = …) OR …`: two items a record, not five. A list of one row is not
 /// a range to MariaDB's `UPDATE`, which then scans, and locks, the whole table. This module's
@@ -130,10 +131,16 @@ pub(crate) trait Write: Send + Sync + 'static {
     fn size(op: &Op<Self::Args>) -> usize;
 
     /// Appends the statements that run `ops` (at distinct addresses, unless
-    /// [`REPEATS`](Self::REPEATS)) to `batch`, after `@idem_now` is set, inside a transaction,
+    /// [`REPEATS`](Self::REPEATS)) to `batch`, after `@idem_now` is set, inside `transaction`,
     /// finding the records as `how` says ([`Holding::AllAtOnce`] only for a write with
     /// [`ALL_AT_ONCE`](Self::ALL_AT_ONCE)).
-    fn statements(batch: &mut Batch, table: &str, ops: &[&Op<Self::Args>], how: Holding);
+    fn statements(
+        batch: &mut Batch,
+        table: &str,
+        ops: &[&Op<Self::Args>],
+        transaction: Transaction,
+        how: Holding,
+    );
 
     /// Each operation's step, from the rows the statements returned.
     fn answers(
@@ -227,7 +234,8 @@ pub(crate) async fn run<W: Write>(
         if W::ALL_AT_ONCE && shared.form == BatchForm::Compound {
             let mut batch = Batch::new(shared.form);
             begin(&mut batch, &mut begun);
-            W::statements(&mut batch, table, &chunk_ops, Holding::AllAtOnce { commit });
+            let how = Holding::AllAtOnce { commit };
+            W::statements(&mut batch, table, &chunk_ops, transaction, how);
             let rows = send(shared, connection, batch).await.map_err(failed)?;
             if let [row] = rows.as_slice() {
                 let now: i64 = Columns { row, table }.get("now").map_err(Failed::from)?;
@@ -240,7 +248,13 @@ pub(crate) async fn run<W: Write>(
         }
         let mut batch = Batch::new(shared.form);
         begin(&mut batch, &mut begun);
-        W::statements(&mut batch, table, &chunk_ops, Holding::ReadFirst);
+        W::statements(
+            &mut batch,
+            table,
+            &chunk_ops,
+            transaction,
+            Holding::ReadFirst,
+        );
         if commit {
             batch.statement("COMMIT");
         }
@@ -363,13 +377,36 @@ impl Write for Acquire {
 
     /// Of several acquisitions of one address, only the first writes. (An acquisition has one
     /// form: it reads the records after writing them.)
-    fn statements(batch: &mut Batch, table: &str, ops: &[&Op<AcquireArgs>], _: Holding) {
+    fn statements(
+        batch: &mut Batch,
+        table: &str,
+        ops: &[&Op<AcquireArgs>],
+        transaction: Transaction,
+        _: Holding,
+    ) {
         let mut seen = HashSet::with_capacity(ops.len());
         let ops: Vec<&Op<AcquireArgs>> = ops
             .iter()
             .copied()
             .filter(|op| seen.insert(&op.address))
             .collect();
+        // In the store's own transactions (`READ COMMITTED`), the records that exist are locked
+        // first, each alone. An insert that finds its address taken waits for the record with a
+        // lock on the gap before it in `address` as well (InnoDB's duplicate check on a unique
+        // secondary index), and while it waits, every other new address in that gap waits
+        // behind it: for as long as the transaction holding the record lasts, a caller's own.
+        // An `UPDATE` that changes nothing keeps its locks and returns no rows. Not in a
+        // caller's transaction: under `REPEATABLE READ` the `UPDATE` would lock the gap where
+        // each new address goes, and two acquisitions of neighbouring new keys would deadlock.
+        if transaction == Transaction::Own {
+            batch
+                .push("UPDATE ")
+                .push(table)
+                .push(BY_ADDRESS)
+                .push(" SET token = token WHERE ");
+            rows_of(batch, &ops, None);
+            batch.statement("");
+        }
         batch.push("INSERT INTO ").push(table).push(
             " (scope, key_digest, fingerprint, state, token, lease_until, created_at, \
              completed_at, expires_at, response) VALUES ",
@@ -417,14 +454,14 @@ impl Write for Acquire {
                  response, @idem_now AS now, CAST(LAST_INSERT_ID() AS SIGNED) AS issued FROM ",
             )
             .push(table)
-            .push(BY_PRIMARY_KEY)
+            .push(BY_ADDRESS)
             .push(" WHERE ");
         rows_of(batch, &ops, None);
         batch.statement(" FOR UPDATE");
         batch
             .push("UPDATE ")
             .push(table)
-            .push(BY_PRIMARY_KEY)
+            .push(BY_ADDRESS)
             .push(" SET token = LAST_INSERT_ID() WHERE token <= 0 AND ");
         rows_of(batch, &ops, None);
         batch.statement("");
@@ -527,7 +564,13 @@ impl Write for Complete {
         500 + 2 * op.args.response.len()
     }
 
-    fn statements(batch: &mut Batch, table: &str, ops: &[&Op<CompleteArgs>], how: Holding) {
+    fn statements(
+        batch: &mut Batch,
+        table: &str,
+        ops: &[&Op<CompleteArgs>],
+        _: Transaction,
+        how: Holding,
+    ) {
         let assignments = |batch: &mut Batch| {
             batch.push(
                 "state = 'completed', lease_until = NULL, completed_at = @idem_now, \
@@ -577,7 +620,13 @@ impl Write for Renew {
         500
     }
 
-    fn statements(batch: &mut Batch, table: &str, ops: &[&Op<RenewArgs>], how: Holding) {
+    fn statements(
+        batch: &mut Batch,
+        table: &str,
+        ops: &[&Op<RenewArgs>],
+        _: Transaction,
+        how: Holding,
+    ) {
         let lease = |batch: &mut Batch| {
             batch.push("@idem_now + ");
             each(batch, ops, |op| Value::Number(millis(op.args.lease)));
@@ -634,7 +683,13 @@ impl Write for Release {
         300
     }
 
-    fn statements(batch: &mut Batch, table: &str, ops: &[&Op<FencingToken>], how: Holding) {
+    fn statements(
+        batch: &mut Batch,
+        table: &str,
+        ops: &[&Op<FencingToken>],
+        _: Transaction,
+        how: Holding,
+    ) {
         holder_statements(batch, table, ops, |op| op.args, HolderChange::Delete, how);
     }
 
@@ -678,8 +733,8 @@ pub(crate) enum Holding {
 /// The holder-only writes' statements, on the records of `ops` (at distinct addresses) that
 /// their tokens hold, live and processing, found as `how` says, and changed as `change` says.
 ///
-/// Every statement names the records by primary key and token ([`rows_of`]), a range read of the
-/// primary key; an operation's own value in an assignment is a `CASE` on the addresses
+/// Every statement names the records by address and token ([`rows_of`]), a range read of the
+/// `address` index; an operation's own value in an assignment is a `CASE` on the addresses
 /// ([`each`]). No derived table of the operations is joined: MariaDB optimises and materialises
 /// one per statement, on disk when a column is a blob, and a multi-table `UPDATE` keeps its rows
 /// to change in a temporary table of its own.
@@ -707,7 +762,7 @@ fn holder_statements<A>(
             batch
                 .push("SELECT scope, key_digest, @idem_now AS now FROM ")
                 .push(table)
-                .push(BY_PRIMARY_KEY);
+                .push(BY_ADDRESS);
             condition(batch);
             batch.statement(" FOR UPDATE");
         }
@@ -720,7 +775,7 @@ fn holder_statements<A>(
             batch
                 .push("UPDATE ")
                 .push(table)
-                .push(BY_PRIMARY_KEY)
+                .push(BY_ADDRESS)
                 .push(" SET ");
             assignments(batch);
         }
@@ -730,7 +785,7 @@ fn holder_statements<A>(
                 .push("DELETE r FROM ")
                 .push(table)
                 .push(" AS r")
-                .push(BY_PRIMARY_KEY);
+                .push(BY_ADDRESS);
         }
     }
     condition(batch);
@@ -792,7 +847,13 @@ mod tests {
 
     fn text<W: Write>(ops: &[&Op<W::Args>]) -> String {
         let mut batch = Batch::new(BatchForm::Statements);
-        W::statements(&mut batch, "`keys`", ops, Holding::ReadFirst);
+        W::statements(
+            &mut batch,
+            "`keys`",
+            ops,
+            Transaction::Own,
+            Holding::ReadFirst,
+        );
         batch.finish()
     }
 
@@ -848,11 +909,11 @@ mod tests {
         })
     }
 
-    /// The server plans every statement on the records as a range read of the primary key: a
+    /// The server plans every statement on the records as a range read of the `address` index: a
     /// plan that scanned the whole index (what `FORCE INDEX` falls back to when the conditions
     /// give no range) would lock every record of the table.
     #[tokio::test]
-    async fn the_server_reads_a_range_of_the_primary_key_for_every_statement() {
+    async fn the_server_reads_a_range_of_the_address_index_for_every_statement() {
         use sqlx::{Connection as _, Row as _};
         let url = idem_test_support::require!(Mysql);
         let database = idem_test_support::MysqlDatabase::create(&url).await;
@@ -881,12 +942,12 @@ mod tests {
                 assert_eq!(plan.len(), 1, "{statement}");
                 let access: Option<String> = plan[0].try_get("type").unwrap();
                 let key: Option<String> = plan[0].try_get("key").unwrap();
-                // One record's `SELECT`: a lookup of the primary key; any other: a range of it.
+                // One record's `SELECT`: a lookup of the index; any other: a range of it.
                 assert!(
                     matches!(access.as_deref(), Some("range" | "const")),
                     "{access:?}: {statement}"
                 );
-                assert_eq!(key.as_deref(), Some("PRIMARY"), "{statement}");
+                assert_eq!(key.as_deref(), Some("address"), "{statement}");
             }
         }
         connection.close().await.unwrap();
@@ -987,17 +1048,17 @@ mod tests {
         store.close().await;
     }
 
-    /// Every statement that reads or changes records goes by the primary key, whatever the
+    /// Every statement that reads or changes records goes by the `address` index, whatever the
     /// planner would choose.
     #[test]
-    fn every_statement_on_the_records_is_pinned_to_the_primary_key() {
+    fn every_statement_on_the_records_is_pinned_to_the_address_index() {
         for text in texts(1).into_iter().chain(texts(2)) {
             let statements: Vec<&str> = on_records(&text).collect();
             assert!(statements.len() >= 2, "{text}");
             for statement in statements {
                 assert!(
-                    statement.contains("`keys` FORCE INDEX (PRIMARY)")
-                        || statement.contains("`keys` AS r FORCE INDEX (PRIMARY)"),
+                    statement.contains("`keys` FORCE INDEX (address)")
+                        || statement.contains("`keys` AS r FORCE INDEX (address)"),
                     "{statement}"
                 );
             }
