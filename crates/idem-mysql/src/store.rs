@@ -695,8 +695,8 @@ impl Store for MysqlStore {
 
     /// Reads the table in steps of 5,000 records in `id` (arrival) order, each step one
     /// statement on the operators' pool, on the server's clock, resting after each at `pace`;
-    /// nothing is decoded. The steps are separate snapshots: a record written meanwhile may count in its old
-    /// place or its new one.
+    /// nothing is decoded. The steps are separate snapshots: a record changed meanwhile counts
+    /// as its step read it, and one created meanwhile when a later step reaches it.
     async fn census(&self, pace: Pace) -> Result<Census, StoreError> {
         pace.count(0, |after| async move {
             let row = sqlx::query(query_text(self.inner.shared.sql.text(Statement::Census)))
