@@ -25,7 +25,7 @@ async fn charge(
     // documentation).
     let mut tx = store
         .pool()
-        .begin_with("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
+        .begin_with(idem_mysql::BEGIN_READ_COMMITTED)
         .await?;
     Ok(
         match store

@@ -3,8 +3,7 @@
 -- ? scope, ? key digest; ? now (NULL: the server's); ? scope (NULL: every scope) twice; ? limit.
 --
 -- A backward walk of the index on (state, created_at, scope, key_digest) from the bound: no
--- sort. The records it passes over that are expired or of
--- another scope are read and skipped.
+-- sort. The records it passes over that are expired or of another scope are read and skipped.
 SELECT scope, key_digest, fingerprint, state, token, lease_until, created_at, completed_at,
     expires_at, response
 FROM `{table}` FORCE INDEX (`{table}_state_created`)

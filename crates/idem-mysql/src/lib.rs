@@ -16,7 +16,8 @@
 //! completion commit together or not at all: there is never a charge without its recorded
 //! response, nor a recorded response without its charge.
 //!
-//! Begin those transactions at `READ COMMITTED`, as the example does. The records are found
+//! Begin those transactions at `READ COMMITTED` ([`BEGIN_READ_COMMITTED`]), as the example
+//! does. The records are found
 //! through a unique index on their addresses, and under `REPEATABLE READ` (MySQL's default)
 //! InnoDB's locks on a record found that way take the gap before it in the index too: until
 //! your commit, the acquisitions of new keys whose addresses fall in that gap (about one in as
@@ -42,7 +43,7 @@
 //!
 //! let mut tx = store
 //!     .pool()
-//!     .begin_with("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
+//!     .begin_with(idem_mysql::BEGIN_READ_COMMITTED)
 //!     .await?;
 //! match store.acquire_in(&mut tx, &address, &fingerprint, terms).await? {
 //!     Acquisition::Acquired(lease) => {
@@ -82,6 +83,12 @@ pub use idem_sql::{
     batch::{BatchError, BatchFailure},
 };
 pub use options::MysqlOptions;
+
+/// The text that begins a transaction at `READ COMMITTED`, for `sqlx`'s `begin_with`: how to
+/// begin the transactions [`MysqlStore::acquire_in`] and [`MysqlStore::complete_in`] run in (see
+/// above), and how the store begins its purges.
+pub const BEGIN_READ_COMMITTED: &str =
+    "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION";
 pub use schema::Migration;
 pub use sql::{BatchForm, Statement};
 pub use store::MysqlStore;

@@ -465,7 +465,7 @@ impl Store for MysqlStore {
         let mut transaction = self
             .inner
             .pool
-            .begin_with("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
+            .begin_with(crate::BEGIN_READ_COMMITTED)
             .await
             .map_err(|e| self.error(e))?;
         let records: Vec<i64> = sqlx::query_scalar(query_text(sql.text(Statement::PurgeExpired)))

@@ -221,7 +221,7 @@ async fn other_keys_are_acquired_while_a_takeover_waits_for_a_transaction() {
 
     let mut tx = shop
         .pool()
-        .begin_with("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
+        .begin_with(idem_mysql::BEGIN_READ_COMMITTED)
         .await
         .unwrap();
     shop.store
